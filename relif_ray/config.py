@@ -1,0 +1,205 @@
+"""One validated experiment config: everything a single training run needs.
+
+The config is a tree of dataclasses. `ExperimentConfig.from_dict` builds it from the nested
+dict that Ray Tune passes to a trial (and that trials store as `config.json`), rejecting
+unknown fields, wrong types and out-of-range values with a one-line `UserError` that names the
+dotted field, e.g. `config field train.lr: must be > 0, got -1.0`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from relif_ray.errors import UserError
+
+
+@dataclass
+class DataConfig:
+    """Which data set and where it lives on disk."""
+
+    dataset: Literal["nyuv2", "mimic3", "eicu"] = "nyuv2"
+    root: str = ""
+
+
+@dataclass
+class ModelConfig:
+    """The shared-backbone model.
+
+    backbone: torchvision ResNet name for the dense model (resnet50 in the paper; resnet18 for
+        demos and tests). pretrained=True asks for ImageNet weights; an error says so when they
+        cannot be loaded (no network), never a silent fall-back.
+    head_channels: width of each task head's decoder feature map (the depth/normal audit score
+        is the channel-wise L2 norm of this map).
+    """
+
+    backbone: str = "resnet50"
+    pretrained: bool = False
+    head_channels: int = 128
+    hidden_size: int = 256
+    num_layers: int = 2
+    dropout: float = 0.3
+
+    def validate(self) -> None:
+        _positive("model.head_channels", self.head_channels)
+        _positive("model.hidden_size", self.hidden_size)
+        _positive("model.num_layers", self.num_layers)
+        _in_range("model.dropout", self.dropout, 0.0, 1.0)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation budget and optimiser. Defaults follow LibMTL's NYUv2 setting (Adam 1e-4)."""
+
+    epochs: int = 1
+    max_steps: int | None = None
+    batch_size: int = 8
+    eval_batch_size: int = 16
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    lr: float = 1e-4
+    weight_decay: float = 1e-5
+    grad_clip: float | None = None
+
+    def validate(self) -> None:
+        _positive("train.epochs", self.epochs)
+        if self.max_steps is not None:
+            _positive("train.max_steps", self.max_steps)
+        _positive("train.batch_size", self.batch_size)
+        _positive("train.eval_batch_size", self.eval_batch_size)
+        _positive("train.lr", self.lr)
+        if self.weight_decay < 0:
+            raise UserError(f"config field train.weight_decay: must be >= 0, got {self.weight_decay}")
+        if self.grad_clip is not None:
+            _positive("train.grad_clip", self.grad_clip)
+
+
+@dataclass
+class MethodConfig:
+    """The MTL method by registry name, and its options (keyword arguments of its class)."""
+
+    name: str = "erm"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReLiFConfig:
+    """The ReLiF regularizer and its violation-rate controller (paper section 4, Table 7).
+
+    enabled switches ReLiF on for ANY method; ERM + ReLiF is the paper's "ReLiF".
+    """
+
+    enabled: bool = False
+    beta: float = 0.1
+    mu: float = 0.05
+    distance_floor: float = 1e-3
+    scale_quantile: float = 0.95
+    scale_ema: float = 0.1
+    scale_floor: float = 1e-4
+    quantile_alignment: bool = True
+    prototypes_per_task: int = 4
+    controller: Literal["adaptive", "static"] = "adaptive"
+    lipschitz_branch: bool = True
+    lambda0: float = 0.1
+    lambda_min: float = 0.01
+    lambda_max: float = 1.0
+    warmup_steps: int = 100
+    violation_ema: float = 0.1
+    r_star: float = 0.24
+    eta: float = 1e-3
+
+    def validate(self) -> None:
+        _positive("relif.beta", self.beta)
+        _positive("relif.mu", self.mu)
+        _positive("relif.distance_floor", self.distance_floor)
+        _in_range("relif.scale_quantile", self.scale_quantile, 0.0, 1.0)
+        _in_range("relif.scale_ema", self.scale_ema, 0.0, 1.0)
+        _positive("relif.scale_floor", self.scale_floor)
+        _positive("relif.prototypes_per_task", self.prototypes_per_task)
+        _in_range("relif.violation_ema", self.violation_ema, 0.0, 1.0)
+        _in_range("relif.r_star", self.r_star, 0.0, 1.0)
+        if self.eta < 0:
+            raise UserError(f"config field relif.eta: must be >= 0, got {self.eta}")
+        if self.warmup_steps < 0:
+            raise UserError(f"config field relif.warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if not 0 <= self.lambda_min <= self.lambda0 <= self.lambda_max:
+            raise UserError(
+                "config field relif.lambda0: need 0 <= lambda_min <= lambda0 <= lambda_max, got "
+                f"{self.lambda_min}, {self.lambda0}, {self.lambda_max}"
+            )
+
+
+@dataclass
+class ExperimentConfig:
+    """One training run: data, model, method (+ ReLiF), budget, seed and device."""
+
+    seed: int = 0
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    relif: ReLiFConfig = field(default_factory=ReLiFConfig)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ExperimentConfig:
+        """Build and validate a config from a nested dict; unknown fields are errors."""
+        config = _build(cls, values, prefix="")
+        for section in (config.model, config.train, config.relif):
+            section.validate()
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _build(cls: type, values: Any, prefix: str) -> Any:
+    if not isinstance(values, dict):
+        raise UserError(f"config field {prefix.rstrip('.') or '<root>'}: expected a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise UserError(f"config field {prefix}{unknown[0]}: unknown field")
+    kwargs = {name: _coerce(hints[name], values[name], prefix + name) for name in values}
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, name: str) -> Any:
+    """Check `value` against the type hint `hint`; ints are accepted where floats are."""
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, prefix=name + ".")
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, name)
+    if origin is Literal:
+        if value not in args:
+            raise UserError(f"config field {name}: must be one of {list(args)}, got {value!r}")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"config field {name}: expected a mapping, got {value!r}")
+        return dict(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool and not isinstance(value, bool):
+        raise UserError(f"config field {name}: expected true/false, got {value!r}")
+    if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool)):
+        raise UserError(f"config field {name}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise UserError(f"config field {name}: must be > 0, got {value}")
+
+
+def _in_range(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise UserError(f"config field {name}: must be in [{low}, {high}], got {value}")

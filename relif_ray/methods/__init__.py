@@ -1,0 +1,18 @@
+"""MTL methods, one module each; importing this package registers all of them.
+
+Every module in this package that defines a `@register`-ed `MTLMethod` is imported below by
+package discovery, so adding a method (e.g. CATS, once its definition is identifiable) is a
+one-module change.
+"""
+
+import importlib
+import pkgutil
+
+from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.registry import METHODS, build_method, register
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in {"base", "registry"}:
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["METHODS", "MTLMethod", "StepContext", "build_method", "register"]

@@ -1,0 +1,71 @@
+"""The task interface shared by every data set (NYUv2, MIMIC-III, eICU).
+
+A task knows its loss, its native utility metrics, its normalized higher-is-better score
+(used for Worst = min and Macro = mean over tasks) and its scalar audit score p_k(x) of the
+paper's audit-score interface (section 3.1, appendix "Confidence computation").
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+Batch = dict[str, Tensor]
+"""A mini-batch: "input" (and e.g. "lengths"), one target entry per task name, "example_id"."""
+
+
+@dataclass
+class ModelOutput:
+    """What a multi-task model returns for one batch.
+
+    predictions: task name -> head output (logits or regression maps).
+    features: task name -> the head's decoder feature map, where an audit score needs it.
+    representation: (B, D) shared representation (global average pool of the encoder map for
+        the dense model, the last LSTM state for the clinical model); ReLiF prototypes and the
+        method-induced thresholds use it.
+    """
+
+    predictions: dict[str, Tensor]
+    representation: Tensor
+    features: dict[str, Tensor] = field(default_factory=dict)
+
+
+class MetricAccumulator(ABC):
+    """Accumulates a task's native metrics over a whole split, batch by batch."""
+
+    @abstractmethod
+    def update(self, prediction: Tensor, target: Tensor) -> None: ...
+
+    @abstractmethod
+    def compute(self) -> dict[str, float]: ...
+
+
+class Task(ABC):
+    """One task of a multi-task problem."""
+
+    name: str
+
+    @abstractmethod
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        """Scalar training loss of this task on one batch."""
+
+    @abstractmethod
+    def new_metrics(self) -> MetricAccumulator:
+        """A fresh accumulator of the native utility metrics."""
+
+    @abstractmethod
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        """Higher-is-better score in [0, 1] from the native metrics (Worst/Macro use it)."""
+
+    @abstractmethod
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Per-example raw audit score p_k(x) (differentiable) and a bool validity mask, (B,)."""
+
+
+def worst_and_macro(scores: dict[str, float]) -> tuple[float, float]:
+    """Worst = min over tasks, Macro = mean over tasks of normalized scores."""
+    values = torch.tensor(list(scores.values()), dtype=torch.float64)
+    return float(values.min()), float(values.mean())
