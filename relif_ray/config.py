@@ -89,6 +89,16 @@ class ReLiFConfig:
     """The ReLiF regularizer and its violation-rate controller (paper section 4, Table 7).
 
     enabled switches ReLiF on for ANY method; ERM + ReLiF is the paper's "ReLiF".
+    prototypes_per_task, prototype_pairing: the pair set P_t (our choice; the paper only says
+        "high-confidence prototypes"): each task's `prototypes_per_task` highest-scoring valid
+        examples of the batch; "cross" pairs all of task i's with all of task j's, "rank" pairs
+        them by confidence rank. See `relif_ray.relif.surrogate.prototype_pairs`.
+    squash_ema: EMA weight of the running q10/q90 that squash non-probability audit scores
+        (NYUv2 depth/normal feature norms) into [0, 1] during training (our choice; the paper
+        squashes with ERM validation quantiles at audit time only).
+    quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
+    controller="static": lambda fixed at lambda0 (static-lambda ablation).
+    lipschitz_branch=False: lambda = 0, no gradient from L_lip (ablation "ReLiF w/o Lip").
     """
 
     enabled: bool = False
@@ -100,6 +110,8 @@ class ReLiFConfig:
     scale_floor: float = 1e-4
     quantile_alignment: bool = True
     prototypes_per_task: int = 4
+    prototype_pairing: Literal["cross", "rank"] = "cross"
+    squash_ema: float = 0.1
     controller: Literal["adaptive", "static"] = "adaptive"
     lipschitz_branch: bool = True
     lambda0: float = 0.1
@@ -118,6 +130,7 @@ class ReLiFConfig:
         _in_range("relif.scale_ema", self.scale_ema, 0.0, 1.0)
         _positive("relif.scale_floor", self.scale_floor)
         _positive("relif.prototypes_per_task", self.prototypes_per_task)
+        _in_range("relif.squash_ema", self.squash_ema, 0.0, 1.0)
         _in_range("relif.violation_ema", self.violation_ema, 0.0, 1.0)
         _in_range("relif.r_star", self.r_star, 0.0, 1.0)
         if self.eta < 0:
