@@ -271,8 +271,8 @@ def induced_thresholds(
     """Method-induced thresholds delta_m,ab: diagnostics of threshold drift, never the audit.
 
     The paper derives them from "cosine distances between normalized task prototypes" of the
-    model's own representation (section 3.3, Table 3) without a formula. Our definition: for
-    each task pair, the mean cosine-induced distance (1 - cos(f(x), f(y))) / 2 between the
+    model's own representation (section 3.2, threshold-drift table) without a formula. Ours:
+    for each task pair, the mean cosine-induced distance (1 - cos(f(x), f(y))) / 2 between the
     L2-normalized shared representations over the SAME S pairs the audit samples (same pools,
     same seeds), i.e. the representation-scale tolerance that pair distribution induces. We
     do not use class means of each task's pool: where all tasks share the same inputs (NYUv2)
@@ -317,7 +317,7 @@ def delta_from_quantile(values: Sequence[float] | np.ndarray, q: float) -> float
 
 
 def conformal_delta(distances: Sequence[float] | np.ndarray, alpha: float) -> float:
-    """Split-conformal delta_ref (Theorem 3): k = ceil((n + 1)(1 - alpha)); the k-th smallest
+    """Split-conformal delta_ref (Theorem B.3): k = ceil((n + 1)(1 - alpha)); the k-th smallest
     distance if k <= n, else 1. Then P(D_new > delta) <= alpha for an exchangeable new pair.
 
     k is computed in exact rational arithmetic on alpha's float value, so (n + 1)(1 - alpha)
@@ -335,7 +335,7 @@ def drift_budget(
     ref: Delta,
     weights: Mapping[PairKey, float] | None = None,
 ) -> float:
-    """eps_m = sum_ab w_ab |delta_m,ab - delta_ref,ab| (Theorem 2).
+    """eps_m = sum_ab w_ab |delta_m,ab - delta_ref,ab| (Theorem B.2).
 
     weights default to the fixed-delta audit's task-pair frequencies, 1 / #pairs each.
     """
@@ -350,7 +350,7 @@ def drift_budget(
 
 
 def ranking_is_robust(bias_a: float, bias_b: float, eps_a: float, eps_b: float) -> bool:
-    """Theorem 2: if |B_A - B_B| > eps_A + eps_B under delta_ref, replacing it by the
+    """Theorem B.2: if |B_A - B_B| > eps_A + eps_B under delta_ref, replacing it by the
     method-induced thresholds cannot reverse the Bias ordering of A and B."""
     return abs(bias_a - bias_b) > eps_a + eps_b
 

@@ -45,9 +45,9 @@ TaskScores = dict[str, tuple[Tensor, Tensor]]
 class ReLiFRegularizer(nn.Module):
     """lambda_t * L_lip and its statistics; its buffers are the ReLiF part of a checkpoint.
 
-    Ablations (paper Table 5): quantile_alignment=False fixes tau = kappa = 1;
-    controller="static" fixes lambda at lambda0; lipschitz_branch=False fixes lambda at 0 and
-    returns no loss, while every statistic is still computed.
+    Ablations (the paper's MIMIC-III component ablation): quantile_alignment=False fixes
+    tau = kappa = 1; controller="static" fixes lambda at lambda0; lipschitz_branch=False fixes
+    lambda at 0 and returns no loss, while every statistic is still computed.
     """
 
     tau: Tensor

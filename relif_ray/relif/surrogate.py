@@ -34,7 +34,7 @@ def huber_rho(u: Tensor, beta: float) -> Tensor:
 def huberized_hinge(z: Tensor, mu: float) -> Tensor:
     """phi_mu(z) = 0 for z <= 0, z^2 / (2 mu) on (0, mu], z - mu / 2 above (Eq. huber-hinge).
 
-    It never exceeds the hinge (z)_+ and stays within mu / 2 of it (the paper's Theorem 4).
+    It never exceeds the hinge (z)_+ and stays within mu / 2 of it (the paper's Theorem B.4).
     """
     positive = z.clamp_min(0.0)
     return torch.where(positive <= mu, positive.square() / (2 * mu), positive - mu / 2)
