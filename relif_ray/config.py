@@ -71,7 +71,9 @@ class TrainConfig:
         _positive("train.eval_batch_size", self.eval_batch_size)
         _positive("train.lr", self.lr)
         if self.weight_decay < 0:
-            raise UserError(f"config field train.weight_decay: must be >= 0, got {self.weight_decay}")
+            raise UserError(
+                f"config field train.weight_decay: must be >= 0, got {self.weight_decay}"
+            )
         if self.grad_clip is not None:
             _positive("train.grad_clip", self.grad_clip)
 
@@ -136,7 +138,9 @@ class ReLiFConfig:
         if self.eta < 0:
             raise UserError(f"config field relif.eta: must be >= 0, got {self.eta}")
         if self.warmup_steps < 0:
-            raise UserError(f"config field relif.warmup_steps: must be >= 0, got {self.warmup_steps}")
+            raise UserError(
+                f"config field relif.warmup_steps: must be >= 0, got {self.warmup_steps}"
+            )
         if not 0 <= self.lambda_min <= self.lambda0 <= self.lambda_max:
             raise UserError(
                 "config field relif.lambda0: need 0 <= lambda_min <= lambda0 <= lambda_max, got "
