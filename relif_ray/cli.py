@@ -1,4 +1,4 @@
-"""The `relif` console script: make-data, report (and the subcommands of other modules).
+"""The `relif` console script: make-data, report, audit.
 
 Every subcommand module provides `add_parser(subparsers)`; its parser sets `handler`, a
 function `(args) -> exit status`. User mistakes (`UserError`) print one line and exit 2.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from relif_ray.cli_audit import add_parser as add_audit_parser
 from relif_ray.errors import UserError
 
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relif", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_report_parser(subparsers)
+    add_audit_parser(subparsers)
     return parser
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -94,19 +93,3 @@ def format_table(result: AuditResult, args: argparse.Namespace) -> str:
         lines.append(f"{key:<{width}}  {pair.bias:8.4f}  {pair.vr:8.4f}  {pair.n:7d}")
     lines.append(f"{'mean':<{width}}  {result.bias:8.4f}  {result.vr:8.4f}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (`python -m relif_ray.cli_audit SCORES --delta D`)."""
-    parser = argparse.ArgumentParser(prog="relif")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["audit", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.handler(args)
-    except UserError as error:
-        print(f"relif: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,7 +13,12 @@ import pandas as pd
 import pytest
 
 from relif_ray.audit import fixed_delta_audit
-from relif_ray.cli_audit import add_parser, main
+from relif_ray.cli import main as relif_main
+from relif_ray.cli_audit import add_parser
+
+
+def main(argv: list[str]) -> int:
+    return relif_main(["audit", *argv])
 
 
 def write_scores(directory: Path, suffix: str = ".parquet", **columns: object) -> Path:
@@ -111,7 +116,16 @@ def test_missing_columns_and_unreadable_files(tmp_path: Path, capsys) -> None:
 
 def test_module_entry_point_end_to_end(tmp_path: Path) -> None:
     path = write_scores(tmp_path)
-    command = [sys.executable, "-m", "relif_ray.cli_audit", str(path), "--delta", "0.25", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "relif_ray.cli",
+        "audit",
+        str(path),
+        "--delta",
+        "0.25",
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == fixed_delta_audit(pd.read_parquet(path), 0.25).to_dict()
