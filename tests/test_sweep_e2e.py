@@ -59,16 +59,24 @@ def test_sweep_outputs_load_offline(experiment):
 
 @pytest.mark.slow
 def test_trials_of_the_same_seed_reproduce_a_direct_engine_run(experiment):
-    """A trial run by Ray Tune gives exactly the numbers of the same config run in-process."""
+    """A trial run by Ray Tune gives exactly the numbers of the same config run in-process
+    (with the trial's one CPU thread: float reductions depend on the thread count)."""
+    import torch
+
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
 
     loaded = analysis.load(experiment)
     row = loaded.trials.sort_values("seed").iloc[0]
-    run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
-    while not run.finished:
-        run.train_epoch()
-    metrics = run.evaluate("val").metrics
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
+        while not run.finished:
+            run.train_epoch()
+        metrics = run.evaluate("val").metrics
+    finally:
+        torch.set_num_threads(threads)
     for name, value in metrics.items():
         assert row[f"val_{name}"] == pytest.approx(value, rel=1e-6, abs=1e-9), name
 
