@@ -18,7 +18,7 @@ from torchjd.scalarization import UW
 from relif_ray.errors import UserError
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
 from relif_ray.methods.fairgrad import fairgrad_weights
-from relif_ray.methods.gradients import add_to_grads, per_task_gradients
+from relif_ray.methods.gradients import add_to_grads, backward_per_task, per_task_gradients
 from relif_ray.methods.gradnorm import gradnorm_weight_gradient
 from relif_ray.methods.pcgrad import pcgrad_weights
 
@@ -119,7 +119,6 @@ def test_registry_has_the_papers_methods_except_cats():
         ("gradnorm", {"alpha": -1.0}, "method.options.alpha"),
         ("gradnorm", {"weight_lr": 0.0}, "method.options.weight_lr"),
         ("fairgrad", {"alpha": float("nan")}, "method.options.alpha"),
-        ("fairgrad", {"head_weighting": "mean"}, "method.options.head_weighting"),
         ("uncertainty", {"init_log_variance": float("inf")}, "method.options.init_log_variance"),
         ("pcgrad", {"alpha": 1.0}, "method.options"),
     ],
@@ -223,18 +222,25 @@ def test_same_seed_same_run(name):
 
 
 @pytest.mark.parametrize(
-    ("name", "trunk_passes"),
-    [("erm", 1), ("uncertainty", 1), ("gradnorm", 1), ("pcgrad", 4), ("fairgrad", 4)],
+    ("name", "trunk_passes", "trunk_passes_with_extra"),
+    [
+        ("erm", 1, 1),
+        ("uncertainty", 1, 1),
+        ("gradnorm", 1, 1),
+        ("pcgrad", 3, 4),
+        ("fairgrad", 3, 4),
+    ],
 )
-def test_backward_passes_through_the_backbone(name, trunk_passes):
-    """K per-task passes only where per-task shared gradients are needed, plus one backward.
+def test_backward_passes_through_the_backbone(name, trunk_passes, trunk_passes_with_extra):
+    """K per-task passes only where per-task shared gradients are needed (+1 for extra_loss).
 
     GradNorm's per-task gradients stop at the last shared layer and never reach the trunk.
     """
-    model, method = ToyModel(), new_method(name)
     x, y = toy_data()
-    one_step(model, method, x, y, with_extra=True)
-    assert model.trunk_passes == trunk_passes
+    for with_extra, expected in [(False, trunk_passes), (True, trunk_passes_with_extra)]:
+        model = ToyModel()
+        one_step(model, new_method(name), x, y, with_extra=with_extra)
+        assert model.trunk_passes == expected
 
 
 # --- gradient helpers --------------------------------------------------------------------------
@@ -251,6 +257,21 @@ def test_per_task_gradients_rows_are_flattened_task_gradients():
         expected = torch.autograd.grad(losses[task], model.shared_parameters(), retain_graph=True)
         flat = torch.cat([g.reshape(-1) for g in expected] + [torch.zeros(4)])
         torch.testing.assert_close(matrix[row], flat)
+
+
+def test_backward_per_task_returns_shared_rows_and_leaves_the_plain_sum_on_heads():
+    model = ToyModel()
+    losses, _ = losses_and_extra(model, *toy_data())
+    task_losses = [losses[t] for t in TASKS]
+    expected = per_task_gradients(task_losses, model.shared_parameters())
+    head_params = list(model.heads.parameters())
+    expected_heads = torch.autograd.grad(sum(task_losses), head_params, retain_graph=True)
+
+    matrix = backward_per_task(task_losses, model.shared_parameters(), keep_graph=False)
+    torch.testing.assert_close(matrix, expected)
+    assert all(p.grad is None for p in model.shared_parameters())
+    for param, grad in zip(head_params, expected_heads, strict=True):
+        torch.testing.assert_close(param.grad, grad)
 
 
 def test_add_to_grads_adds_in_parameter_layout():
@@ -388,23 +409,21 @@ def test_fairgrad_alpha_zero_is_equal_weights_and_equals_erm():
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize(("head_weighting", "weighted"), [("weighted", True), ("plain", False)])
-def test_fairgrad_shared_update_is_weighted_gradient_sum(head_weighting, weighted):
+def test_fairgrad_shared_update_is_weighted_gradient_sum_and_heads_get_plain_sum():
     model = ToyModel()
     x, y = toy_data()
     losses, _ = losses_and_extra(model, x, y)
     gradients = per_task_gradients([losses[t] for t in TASKS], model.shared_parameters())
     expected = fairgrad_weights((gradients @ gradients.T).double().numpy(), 2.0)
 
-    weights = one_step(model, new_method("fairgrad", head_weighting=head_weighting), x, y, False)
+    weights = one_step(model, new_method("fairgrad"), x, y, with_extra=False)
     w = torch.tensor([weights[t].item() for t in TASKS])
     np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5)
     shared = torch.cat([p.grad.reshape(-1) for p in model.shared_parameters()])
     torch.testing.assert_close(shared, w @ gradients, rtol=1e-5, atol=1e-6)
-    for k, task in enumerate(TASKS):
-        factor = w[k] if weighted else 1.0
+    for task in TASKS:
         expected_head = torch.autograd.grad(
-            factor * losses[task], list(model.heads[task].parameters()), retain_graph=True
+            losses[task], list(model.heads[task].parameters()), retain_graph=True
         )
         for param, grad in zip(model.heads[task].parameters(), expected_head, strict=True):
             torch.testing.assert_close(param.grad, grad)
@@ -510,14 +529,15 @@ def test_uncertainty_is_stationary_at_log_of_the_loss_and_agrees_with_torchjd_uw
     values = torch.stack([losses[t] for t in TASKS])
     with torch.no_grad():
         method.log_variances.copy_(values.log())
-    (grad,) = torch.autograd.grad(method.objective(losses), method.log_variances, retain_graph=True)
+    objective, _ = method.objective(losses)
+    (grad,) = torch.autograd.grad(objective, method.log_variances, retain_graph=True)
     torch.testing.assert_close(grad, torch.zeros(3), atol=1e-6, rtol=0)
 
     reference = UW(3)
     with torch.no_grad():
         reference.log_var.copy_(torch.tensor([0.3, -1.0, 0.0]))
         method.log_variances.copy_(reference.log_var)
-    torch.testing.assert_close(method.objective(losses), reference(values))
+    torch.testing.assert_close(method.objective(losses)[0], reference(values))
 
 
 def test_uncertainty_log_variances_are_parameters_initialised_from_the_option():

@@ -16,16 +16,19 @@ utilitarian (linear scalarisation), alpha = 1 proportional fairness, alpha -> in
 equation is undefined at alpha = 0; there we use equal weights w_k = 1, i.e. exactly ERM's
 equal-weight sum (TorchJD uses 1/K; only the step scale differs).
 
-Task-specific parameters (the paper is silent): `head_weighting="weighted"` (default) gives
-them the gradient of sum_k w_k L_k, as LibMTL's FairGrad does (it backpropagates
-sum_k w_k L_k); `"plain"` gives the plain sum of the task losses' gradients, as the official
-code does (it backpropagates each L_k unweighted and overwrites only the shared gradients).
+Task-specific parameters (the paper only defines the shared update) get the plain sum of the
+task losses' gradients, as the official code does: it backpropagates each L_k unweighted and
+overwrites only the shared parameters' gradients. (LibMTL's FairGrad instead backpropagates
+sum_k w_k L_k, weighting the heads by w; that would cost one more full backward pass here.)
 The official code also multiplies the shared update by K and clips it to norm 1; neither is in
 the paper's algorithm and neither is done here (the engine's `train.grad_clip` clips).
-The ReLiF term's gradient is added after aggregation (`gradients.backward_weighted`).
+The ReLiF term's gradient is added after aggregation. Passes: see
+`relif_ray.methods.gradients`.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -34,10 +37,8 @@ from torch import Tensor
 
 from relif_ray.errors import UserError
 from relif_ray.methods.base import MTLMethod, StepContext
-from relif_ray.methods.gradients import backward_weighted, per_task_gradients
+from relif_ray.methods.gradients import backward_per_task, finish_backward
 from relif_ray.methods.registry import register
-
-HEAD_WEIGHTINGS = ("weighted", "plain")
 
 
 def fairgrad_weights(gramian: np.ndarray, alpha: float) -> np.ndarray:
@@ -69,31 +70,18 @@ class FairGrad(MTLMethod):
 
     name = "fairgrad"
 
-    def __init__(
-        self,
-        task_names: list[str],
-        seed: int = 0,
-        alpha: float = 2.0,
-        head_weighting: str = "weighted",
-    ) -> None:
+    def __init__(self, task_names: list[str], seed: int = 0, alpha: float = 2.0) -> None:
         super().__init__(task_names, seed=seed)
-        if not alpha >= 0 or not np.isfinite(alpha):
+        if not (math.isfinite(alpha) and alpha >= 0):
             raise UserError(f"method.options.alpha: must be a finite number >= 0, got {alpha}")
-        if head_weighting not in HEAD_WEIGHTINGS:
-            raise UserError(
-                f"method.options.head_weighting: must be one of {HEAD_WEIGHTINGS}, "
-                f"got {head_weighting!r}"
-            )
         self.alpha = float(alpha)
-        self.head_weighting = head_weighting
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
     ) -> dict[str, Tensor]:
         losses = [task_losses[name] for name in self.task_names]
-        gradients = per_task_gradients(losses, ctx.shared_parameters)
+        gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
         gramian = (gradients @ gradients.T).double().cpu().numpy()
         weights = torch.from_numpy(fairgrad_weights(gramian, self.alpha))
-        heads = weights if self.head_weighting == "weighted" else torch.ones_like(weights)
-        backward_weighted(losses, gradients, ctx.shared_parameters, weights, heads, extra_loss)
+        finish_backward(ctx.shared_parameters, weights.to(gradients) @ gradients, extra_loss)
         return dict(zip(self.task_names, weights.float(), strict=True))

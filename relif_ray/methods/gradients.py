@@ -1,16 +1,17 @@
-"""Shared plumbing of the gradient-manipulating methods (PCGrad, FairGrad).
+"""Shared plumbing of the gradient-manipulating methods (PCGrad, FairGrad) and GradNorm.
 
-Both methods combine the per-task gradients on the shared parameters, g_k = dL_k/d theta_sh,
-with task weights c (the aggregate is G^T c, G the K x P matrix of stacked g_k), while the
-task-specific parameters get the gradient of sum_k v_k L_k for weights v that each method
-documents. The ReLiF term extra_loss = lambda_t * L_lip enters AFTER aggregation: its gradient
-is added unchanged to every parameter, never weighted or projected.
+PCGrad and FairGrad combine the per-task gradients on the shared parameters,
+g_k = dL_k/d theta_sh, into one update, while every task-specific parameter gets the plain
+sum of the task losses' gradients. The ReLiF term extra_loss = lambda_t * L_lip enters AFTER
+aggregation: its gradient is added unchanged to every parameter, never weighted or projected.
 
-Cost per step: K `torch.autograd.grad` calls restricted to the shared parameters (the minimum
-for per-task gradients) plus ONE ordinary backward of sum_k v_k L_k + extra_loss. That backward
-fills every parameter (heads, the method's own, shared) in one pass; the shared parameters then
-get G^T (c - v) added, which turns their G^T v into the aggregate G^T c while keeping the
-extra_loss gradient. No extra forward pass is made.
+Cost per step (`backward_per_task` + `finish_backward`): K backward passes, one per task loss,
+then one more only for extra_loss when ReLiF is on. Pass k reaches the heads of task k and the
+shared parameters; its shared gradient becomes row k of G and is cleared from .grad, while the
+task-specific gradients stay and add up across passes. So each head is traversed once (as in
+ERM) and the backbone K times; there is no extra forward pass and no extra pass that would
+recompute the task-specific gradients. (Taking the g_k with `torch.autograd.grad` restricted
+to the shared parameters would need a further full backward for the heads.)
 """
 
 from __future__ import annotations
@@ -21,20 +22,46 @@ import torch
 from torch import Tensor, nn
 
 
+def _flat_layout(parameters: Sequence[nn.Parameter], num_rows: int) -> tuple[Tensor, list[int]]:
+    sizes = [p.numel() for p in parameters]
+    first = parameters[0]
+    return torch.zeros(num_rows, sum(sizes), dtype=first.dtype, device=first.device), sizes
+
+
 def per_task_gradients(losses: Sequence[Tensor], parameters: Sequence[nn.Parameter]) -> Tensor:
     """The K x P matrix whose row k is dL_k/d(parameters), flattened in parameter order.
 
-    The graph is retained for the backward that follows. A parameter that a loss does not
-    depend on contributes zeros to that loss's row.
+    Uses `torch.autograd.grad`, so no .grad is touched and the graph is retained; the passes
+    stop at `parameters` (GradNorm uses this on the last shared layer only). A parameter that
+    a loss does not depend on contributes zeros to that loss's row.
     """
-    sizes = [p.numel() for p in parameters]
-    first = parameters[0]
-    matrix = torch.zeros(len(losses), sum(sizes), dtype=first.dtype, device=first.device)
+    matrix, sizes = _flat_layout(parameters, len(losses))
     for row, loss in enumerate(losses):
         grads = torch.autograd.grad(loss, parameters, retain_graph=True, allow_unused=True)
         for chunk, grad in zip(matrix[row].split(sizes), grads, strict=True):
             if grad is not None:
                 chunk.copy_(grad.reshape(-1))
+    return matrix
+
+
+def backward_per_task(
+    losses: Sequence[Tensor], shared_parameters: Sequence[nn.Parameter], keep_graph: bool
+) -> Tensor:
+    """Backpropagate each loss on its own; return G, the K x P shared-parameter gradients.
+
+    Afterwards every non-shared parameter's .grad holds sum_k dL_k/dp (accumulated on top of
+    what it held), and the shared parameters' .grad is None. `keep_graph` keeps the graph after
+    the last pass (needed when extra_loss is backpropagated next).
+    """
+    matrix, sizes = _flat_layout(shared_parameters, len(losses))
+    for param in shared_parameters:
+        param.grad = None
+    for row, loss in enumerate(losses):
+        loss.backward(retain_graph=keep_graph or row < len(losses) - 1)
+        for chunk, param in zip(matrix[row].split(sizes), shared_parameters, strict=True):
+            if param.grad is not None:
+                chunk.copy_(param.grad.reshape(-1))
+                param.grad = None
     return matrix
 
 
@@ -49,27 +76,10 @@ def add_to_grads(parameters: Sequence[nn.Parameter], vector: Tensor) -> None:
             param.grad.add_(update)
 
 
-def backward_weighted(
-    task_losses: Sequence[Tensor],
-    gradients: Tensor,
-    shared_parameters: Sequence[nn.Parameter],
-    shared_weights: Tensor,
-    head_weights: Tensor,
-    extra_loss: Tensor | None,
+def finish_backward(
+    shared_parameters: Sequence[nn.Parameter], update: Tensor, extra_loss: Tensor | None
 ) -> None:
-    """Fill .grad: shared = G^T c + d extra/d theta_sh, others = d(sum_k v_k L_k + extra).
-
-    c = shared_weights, v = head_weights.
-
-    `gradients` is G from `per_task_gradients(task_losses, shared_parameters)`; the weights are
-    (K,) tensors (moved to G's dtype and device). One backward pass; see the module docstring.
-    """
-    shared_weights = shared_weights.to(dtype=gradients.dtype, device=gradients.device)
-    head_weights = head_weights.to(dtype=gradients.dtype, device=gradients.device)
-    total = torch.stack([v * loss for v, loss in zip(head_weights, task_losses, strict=True)]).sum()
+    """Write the aggregated shared update, then add the ReLiF term's gradient everywhere."""
+    add_to_grads(shared_parameters, update)
     if extra_loss is not None:
-        total = total + extra_loss
-    total.backward()
-    correction = shared_weights - head_weights
-    if bool(torch.any(correction != 0)):
-        add_to_grads(shared_parameters, correction @ gradients)
+        extra_loss.backward()

@@ -15,7 +15,7 @@ orders as an uninterrupted one.
 
 Task-specific parameters get the plain sum of the task losses' gradients (as in Yu et al., who
 project only the shared parameters' gradients). The ReLiF term's gradient is added after the
-projection (`gradients.backward_weighted`).
+projection. Passes: see `relif_ray.methods.gradients`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from relif_ray.methods.base import MTLMethod, StepContext
-from relif_ray.methods.gradients import backward_weighted, per_task_gradients
+from relif_ray.methods.gradients import backward_per_task, finish_backward
 from relif_ray.methods.registry import register
 
 
@@ -72,11 +72,11 @@ class PCGrad(MTLMethod):
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
     ) -> dict[str, Tensor]:
         losses = [task_losses[name] for name in self.task_names]
-        gradients = per_task_gradients(losses, ctx.shared_parameters)
+        gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
         gramian = (gradients @ gradients.T).double().tolist()
         weights = torch.tensor(pcgrad_weights(gramian, self.draw_orders()))
-        ones = torch.ones(len(losses))
-        backward_weighted(losses, gradients, ctx.shared_parameters, weights, ones, extra_loss)
+        update = weights.to(gradients) @ gradients
+        finish_backward(ctx.shared_parameters, update, extra_loss)
         return dict(zip(self.task_names, weights.float(), strict=True))
 
     def get_extra_state(self) -> dict[str, Any]:

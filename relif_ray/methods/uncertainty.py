@@ -43,18 +43,17 @@ class Uncertainty(MTLMethod):
             )
         self.log_variances = nn.Parameter(torch.full((len(task_names),), float(init_log_variance)))
 
-    def objective(self, task_losses: dict[str, Tensor]) -> Tensor:
-        """sum_k 0.5 exp(-s_k) L_k + 0.5 s_k (the module docstring's L)."""
+    def objective(self, task_losses: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """L = sum_k 0.5 exp(-s_k) L_k + 0.5 s_k (the module docstring's), and the weights."""
         losses = torch.stack([task_losses[name] for name in self.task_names])
-        s = self.log_variances.to(losses.dtype)
-        return (0.5 * torch.exp(-s) * losses + 0.5 * s).sum()
+        weights = 0.5 * torch.exp(-self.log_variances)
+        return (weights * losses + 0.5 * self.log_variances).sum(), weights.detach()
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
     ) -> dict[str, Tensor]:
-        loss = self.objective(task_losses)
+        loss, weights = self.objective(task_losses)
         if extra_loss is not None:
             loss = loss + extra_loss
         loss.backward()
-        weights = 0.5 * torch.exp(-self.log_variances.detach())
         return dict(zip(self.task_names, weights, strict=True))
