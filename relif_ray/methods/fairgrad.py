@@ -23,7 +23,7 @@ sum_k w_k L_k, weighting the heads by w; that would cost one more full backward 
 The official code also multiplies the shared update by K and clips it to norm 1; neither is in
 the paper's algorithm and neither is done here (the engine's `train.grad_clip` clips).
 The ReLiF term's gradient is added after aggregation. Passes: see
-`relif_ray.methods.gradients`.
+`relif_ray.methods.gradients`. The returned per-task weights are w.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ engine's optimizer, so Adam's per-parameter normalisation, weight decay and grad
 never touch them, and the renormalisation happens right after each update. The weights used
 for the network at step t are w(t); w(t+1) is used at the next step.
 
-Cost: the n_k need dL_k/dW only for the last shared layer (K cheap `autograd.grad` calls that
-stop at W), then one backward of sum_k w_k L_k + extra_loss. The ReLiF term is added to the
+Cost: the n_k need dL_k/dW only (K `autograd.grad` calls that stop at W: cheap when W is one
+layer, about a backward pass each when W is a large block), then one backward of
+sum_k w_k L_k + extra_loss. The returned weights are w(t). The ReLiF term is added to the
 weighted sum unweighted. Weights and initial losses are buffers, so they are checkpointed.
 """
 
@@ -79,8 +80,8 @@ class GradNorm(MTLMethod):
         last_layer_grads = per_task_gradients(losses, ctx.last_shared_parameters)
         grad_norms = last_layer_grads.norm(dim=1).to(self.weights)
         loss_values = torch.stack(losses).detach().to(self.weights)
-        if bool(torch.isnan(self.initial_losses).any()):
-            self.initial_losses.copy_(loss_values)
+        first_step = torch.isnan(self.initial_losses)  # a mask, not a branch: no host sync
+        self.initial_losses.copy_(torch.where(first_step, loss_values, self.initial_losses))
 
         used = self.weights.clone()
         total = torch.stack([w * loss for w, loss in zip(used, losses, strict=True)]).sum()

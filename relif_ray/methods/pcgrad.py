@@ -15,7 +15,7 @@ orders as an uninterrupted one.
 
 Task-specific parameters get the plain sum of the task losses' gradients (as in Yu et al., who
 project only the shared parameters' gradients). The ReLiF term's gradient is added after the
-projection. Passes: see `relif_ray.methods.gradients`.
+projection. Passes: see `relif_ray.methods.gradients`. The returned per-task weights are c.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class PCGrad(MTLMethod):
         losses = [task_losses[name] for name in self.task_names]
         gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
         gramian = (gradients @ gradients.T).double().tolist()
-        weights = torch.tensor(pcgrad_weights(gramian, self.draw_orders()))
+        weights = torch.tensor(pcgrad_weights(gramian, self.draw_orders()), dtype=torch.float64)
         update = weights.to(gradients) @ gradients
         finish_backward(ctx.shared_parameters, update, extra_loss)
         return dict(zip(self.task_names, weights.float(), strict=True))
