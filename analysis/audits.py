@@ -56,8 +56,9 @@ class TrialSample:
     pairs: dict[PairKey, tuple[np.ndarray, np.ndarray]]
 
     def gaps(self) -> AuditGaps:
-        return AuditGaps({k: np.abs(self.score[x] - self.score[y]) for k, (x, y) in
-                          self.pairs.items()})
+        return AuditGaps(
+            {k: np.abs(self.score[x] - self.score[y]) for k, (x, y) in self.pairs.items()}
+        )
 
 
 class ExperimentAudit:
@@ -102,8 +103,7 @@ class ExperimentAudit:
         """Bias and VR of every trial over a grid of deltas (`relif_ray.audit.bias_curve`, one
         sort per task pair): trial, delta, bias, vr."""
         frames = [
-            bias_curve(gaps, deltas).assign(trial=trial)
-            for trial, gaps in self.gaps(split).items()
+            bias_curve(gaps, deltas).assign(trial=trial) for trial, gaps in self.gaps(split).items()
         ]
         if not frames:
             return pd.DataFrame(columns=["trial", "delta", "bias", "vr"])
@@ -118,8 +118,9 @@ class ExperimentAudit:
             positions = pd.Index(ids).get_indexer(sample.example_id)
             if (positions < 0).any():
                 missing = sample.example_id[positions < 0][0]
-                raise UserError(f"trial {trial}: no validation representation for example_id "
-                                f"{missing}")
+                raise UserError(
+                    f"trial {trial}: no validation representation for example_id {missing}"
+                )
             unit = np.asarray(matrix, dtype=np.float64)[positions]
             norms = np.linalg.norm(unit, axis=1, keepdims=True)
             unit = unit / np.where(norms > 0, norms, 1.0)
@@ -133,8 +134,7 @@ class ExperimentAudit:
         pair), and each trial's mean over task pairs as pair "mean"."""
         rows = []
         for trial in self.trial_ids:
-            per_pair = {key: float(values.mean()) for key, values in
-                        self.distances(trial).items()}
+            per_pair = {key: float(values.mean()) for key, values in self.distances(trial).items()}
             rows += [(trial, key, value) for key, value in per_pair.items()]
             rows.append((trial, "mean", float(np.mean(list(per_pair.values())))))
         return pd.DataFrame(rows, columns=["trial", "pair", "induced"])

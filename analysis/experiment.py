@@ -120,8 +120,9 @@ def variant_names(trials: pd.DataFrame) -> pd.Series:
     return pd.Series(
         [
             f"{label} (r*={r_star:g}, eta={eta:g})" if label in several else label
-            for label, r_star, eta in zip(trials["label"], trials["r_star"], trials["eta"],
-                                          strict=True)
+            for label, r_star, eta in zip(
+                trials["label"], trials["r_star"], trials["eta"], strict=True
+            )
         ],
         index=trials.index,
     )

@@ -118,8 +118,7 @@ def audit_scores(experiment: Experiment) -> pd.DataFrame:
     table[1, trial_index, task_index] = quantiles["q90"]
     low, high = table[:, trials.codes, tasks.codes]
     rows = ~np.isnan(low)
-    scores.loc[rows, "score"] = squash(scores["raw_score"].to_numpy()[rows], low[rows],
-                                       high[rows])
+    scores.loc[rows, "score"] = squash(scores["raw_score"].to_numpy()[rows], low[rows], high[rows])
     return scores
 
 

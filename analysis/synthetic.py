@@ -81,8 +81,9 @@ def write_synthetic_experiment(
                     overrides.update(r_star=r_star, eta=eta)
                 config = _config(dataset, method, overrides, trial_seed)
                 rng = np.random.default_rng([seed, index, zlib.crc32(label.encode())])
-                _write_trial(root, index, label, config, rng, masks, representation_dim,
-                             trace_steps)
+                _write_trial(
+                    root, index, label, config, rng, masks, representation_dim, trace_steps
+                )
                 index += 1
     for number in range(errored + incomplete):
         folder = root / f"ReLiFTrainable_{index + number:05d}_broken"
@@ -132,8 +133,7 @@ def _write_trial(
         "status": "completed",
         "config": config,
     }
-    write_trial_outputs(checkpoint, info, results, _trace(tasks, config["relif"], rng,
-                                                          trace_steps))
+    write_trial_outputs(checkpoint, info, results, _trace(tasks, config["relif"], rng, trace_steps))
 
 
 def _valid_masks(
@@ -166,8 +166,11 @@ def _eval_result(
             score = np.exp(rng.normal(1.0, 0.4 * spread, mask.size))
         else:
             score = np.clip(rng.normal(0.6, 0.2 * spread, mask.size), 0.0, 1.0)
-        parts.append(pd.DataFrame({"task": task, "example_id": ids,
-                                   "score": score.astype(np.float32), "valid": mask}))
+        parts.append(
+            pd.DataFrame(
+                {"task": task, "example_id": ids, "score": score.astype(np.float32), "valid": mask}
+            )
+        )
         normalized[task] = float(rng.uniform(0.4, 0.9))
     metrics = _metrics(dataset, normalized)
     n_examples = ids.size
@@ -202,12 +205,23 @@ def _trace(
             row[f"weight_{task}"] = 1.0
         if relif["enabled"]:
             r = float(np.clip(rng.normal(0.3, 0.1), 0.0, 1.0))
-            r_ema = r if np.isnan(r_ema) else relif["violation_ema"] * r + (
-                1 - relif["violation_ema"]) * r_ema
+            r_ema = (
+                r
+                if np.isnan(r_ema)
+                else relif["violation_ema"] * r + (1 - relif["violation_ema"]) * r_ema
+            )
             if relif["controller"] == "adaptive" and step + 1 > relif["warmup_steps"]:
                 lam = lam * (1 + relif["eta"] * (r_ema - relif["r_star"]))
                 lam = min(max(lam, relif["lambda_min"]), relif["lambda_max"])
-            row.update({"lambda": lam, "r": r, "r_ema": r_ema, "tau": 0.2, "kappa": 0.1,
-                        "loss_lip": float(rng.gamma(1.0, 0.1))})
+            row.update(
+                {
+                    "lambda": lam,
+                    "r": r,
+                    "r_ema": r_ema,
+                    "tau": 0.2,
+                    "kappa": 0.1,
+                    "loss_lip": float(rng.gamma(1.0, 0.1)),
+                }
+            )
         rows.append(row)
     return rows
