@@ -196,8 +196,11 @@ def _trace(
     tasks: Sequence[str], relif: dict[str, Any], rng: np.random.Generator, steps: int
 ) -> list[dict[str, float]]:
     """Per-step losses and weights; ReLiF trials add lambda, r, r_ema, tau, kappa, loss_lip
-    from the controller recursion driven by a noisy violation rate."""
-    rows, lam, r_ema = [], relif["lambda0"], float("nan")
+    from the controller recursion driven by a noisy violation rate (as the regularizer does:
+    a static controller keeps lambda0, no Lipschitz branch keeps lambda at 0)."""
+    lipschitz = relif["lipschitz_branch"]
+    adaptive = relif["controller"] == "adaptive" and lipschitz
+    rows, lam, r_ema = [], relif["lambda0"] if lipschitz else 0.0, float("nan")
     for step in range(steps):
         row = {"step": float(step)}
         for task in tasks:
@@ -210,7 +213,7 @@ def _trace(
                 if np.isnan(r_ema)
                 else relif["violation_ema"] * r + (1 - relif["violation_ema"]) * r_ema
             )
-            if relif["controller"] == "adaptive" and step + 1 > relif["warmup_steps"]:
+            if adaptive and step + 1 > relif["warmup_steps"]:
                 lam = lam * (1 + relif["eta"] * (r_ema - relif["r_star"]))
                 lam = min(max(lam, relif["lambda_min"]), relif["lambda_max"])
             row.update(
