@@ -84,6 +84,19 @@ def conformal(text: str) -> DeltaSpec:
     return DeltaSpec("conformal", text)
 
 
+def as_spec(value: DeltaSpec | float | str) -> DeltaSpec:
+    """A delta option from Python: a DeltaSpec, a number (fixed), "M:pQQ" (quantile of M's
+    reference distribution) or "M:ALPHA" (split-conformal on it)."""
+    if isinstance(value, DeltaSpec):
+        return value
+    if isinstance(value, int | float):
+        return fixed(repr(float(value)))
+    text = str(value)
+    if ":" not in text:
+        return fixed(text)
+    return quantile(text) if text.partition(":")[2].startswith("p") else conformal(text)
+
+
 def default_specs(datasets: list[str], labels: list[str]) -> list[DeltaSpec]:
     """The paper's choices per data set; NYUv2 needs ERM trials to calibrate on."""
     if len(set(datasets)) != 1:

@@ -31,7 +31,7 @@ from analysis.experiment import Experiment
 from analysis.interface import SQUASHED_TASKS, squash_quantiles
 from analysis.pareto import pareto_means, pareto_points
 from analysis.render import Column, Table, summarize
-from analysis.results import SENSITIVITY_DELTAS, Results, compute_results
+from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
 from analysis.tables import (
     CISettings,
     Skipped,
@@ -93,11 +93,6 @@ class ReportOptions:
     figures: bool = True
 
 
-def report_split(trials: pd.DataFrame) -> str:
-    """Utility is reported on the test split where trials have one, else on validation."""
-    return "test" if "test_worst" in trials.columns else "val"
-
-
 def write_report(
     experiment: Experiment, out_dir: str | Path, options: ReportOptions | None = None
 ) -> Path:
@@ -121,10 +116,10 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     split = options.split or report_split(trials)
     if split not in SPLITS or f"{split}_worst" not in trials.columns:
         raise UserError(f"--split {split}: the trials have no {split} split")
-    audit = ExperimentAudit(experiment, options.settings)
     specs = options.deltas or delta_options.default_specs(
         list(trials["dataset"]), list(trials["label"])
     )
+    audit = ExperimentAudit(experiment, options.settings)
     deltas = [delta_options.resolve(spec, audit, options.distribution) for spec in specs]
     keys = [d.key for d in deltas]
     if len(set(keys)) < len(keys):

@@ -90,6 +90,11 @@ class Results:
         return bootstrap_bias_ci(stacked, thresholds, n_boot, level)
 
 
+def report_split(trials: pd.DataFrame) -> str:
+    """Utility is reported on the test split where trials have one, else on validation."""
+    return "test" if "test_worst" in trials.columns else "val"
+
+
 def sensitivity_key(delta: float) -> str:
     return f"bias_at_{delta:g}"
 

@@ -64,8 +64,9 @@ def write_synthetic_experiment(
 ) -> Path:
     """Write one experiment directory: every label x seed (ReLiF labels x every (r*, eta) of
     `controller_grid`) as a finished trial, plus `errored` trials with an `error.txt` and
-    `incomplete` trials without outputs. ReLiF trials get `warmup_steps` (short, so that
-    lambda moves within a short trace). Returns `root`."""
+    `incomplete` trials without outputs. Trial ids are `<root folder name>_<index>`. ReLiF
+    trials get `warmup_steps` (short, so that lambda moves within a short trace). Returns
+    `root`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
@@ -124,7 +125,7 @@ def _write_trial(
         for split, valid in masks.items()
     }
     info = {
-        "trial_id": f"synthetic_{index:05d}",
+        "trial_id": f"{root.name}_{index:05d}",
         "label": label,
         "method": config["method"]["name"],
         "relif": config["relif"]["enabled"],
