@@ -11,12 +11,14 @@ import sys
 
 from analysis.report import add_parser as add_report_parser
 from relif_ray.cli_audit import add_parser as add_audit_parser
+from relif_ray.cli_data import add_parser as add_make_data_parser
 from relif_ray.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relif", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
+    add_make_data_parser(subparsers)
     add_report_parser(subparsers)
     add_audit_parser(subparsers)
     return parser
