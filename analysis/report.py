@@ -30,7 +30,7 @@ from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
 from analysis.experiment import Experiment
 from analysis.interface import SQUASHED_TASKS, squash_quantiles
 from analysis.pareto import pareto_means, pareto_points
-from analysis.render import Column, Table, summarize
+from analysis.render import Column, Table, latex_escape, summarize
 from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
 from analysis.tables import (
     CISettings,
@@ -64,18 +64,9 @@ CONTROLLER_FIELDS = (
     "lipschitz_branch",
 )
 """ReLiF settings listed in the report (the paper's Table 7 rows)."""
-HIGHER_IS_BETTER = (
-    "miou",
-    "pixel_acc",
-    "within_",
-    "worst",
-    "macro",
-    "score",
-    "auroc",
-    "auprc",
-    "kappa",
-)
+HIGHER_IS_BETTER = ("miou", "pixel_acc", "worst", "macro", "score", "auroc", "auprc", "kappa")
 LOWER_IS_BETTER = ("abs_err", "rel_err", "rmse", "angle_mean", "angle_median", "mad")
+"""Directions of utility metrics by name without the task prefix (`within_*` is higher)."""
 
 
 @dataclass
@@ -193,15 +184,16 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
         per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
     order = list(dict.fromkeys(trials["variant"]))
     rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
-    columns = [Column(m, m, m.replace("_", r"\_"), _direction(m)) for m in metrics]
+    columns = [Column(m, m, latex_escape(m), _direction(m)) for m in metrics]
     title = f"All utility metrics ({split} split), mean ± sample std over seeds."
     return Table("utility", title, "label", columns, rows)
 
 
 def _direction(metric: str) -> str | None:
-    if any(metric.endswith(s) or metric.split("_", 1)[-1].startswith(s) for s in LOWER_IS_BETTER):
+    name = metric.partition("_")[2] or metric
+    if name in LOWER_IS_BETTER:
         return "lower"
-    if any(s in metric for s in HIGHER_IS_BETTER):
+    if name in HIGHER_IS_BETTER or name.startswith("within_"):
         return "higher"
     return None
 

@@ -518,7 +518,7 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
 
     root = tmp_path / "exp"
     for index, label in enumerate(("erm", "relif")):
-        values = tiny_config(nyuv2_dir, epochs=1)
+        values = tiny_config(nyuv2_dir, epochs=1, max_steps=2)
         values["relif"] = {"enabled": label == "relif", "warmup_steps": 1, "eta": 0.5}
         run_ = TrainingRun(ExperimentConfig.from_dict(values))
         while not run_.finished:
