@@ -5,12 +5,13 @@ A `Table` holds one row per method (or method pair, ...) in `rows` and describes
   optionally `<key>_ci_low` / `<key>_ci_high` (a bootstrap interval, shown in Markdown/CSV);
 - "number" and "text" columns are single values in `rows[<key>]`.
 Columns with a direction (`better` = "higher" / "lower") mark the best mean bold and the
-second best underlined (ties share the mark; nothing is marked with fewer than two rows).
+second best underlined (ties share the mark; nothing is marked with one row, and no second with
+two rows, where it would just be the worse one).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +64,9 @@ class Table:
     row_header: str
     columns: list[Column]
     rows: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
 
     def marks(self, column: Column) -> list[str]:
-        """ "best" / "second" / "" per row for a column with a direction."""
+        """Per row: "best", "second" or "" for a column with a direction."""
         if column.better is None or column.kind == "text" or len(self.rows) < 2:
             return [""] * len(self.rows)
         values = self.rows[f"{column.key}_mean" if column.kind == "stat" else column.key]
@@ -75,7 +75,7 @@ class Table:
         if column.better == "higher":
             ordered = ordered[::-1]
         best = ordered[0] if ordered.size else np.nan
-        second = ordered[1] if ordered.size > 1 else np.nan
+        second = ordered[1] if ordered.size > 1 and len(values) > 2 else np.nan
         return ["best" if v == best else "second" if v == second else "" for v in values]
 
     def markdown(self) -> str:

@@ -316,6 +316,14 @@ def test_markdown_and_latex_mark_best_bold_and_second_underlined():
     assert list(table.csv_frame().columns)[:2] == ["method", "n_seeds"]
 
 
+def test_two_rows_get_a_bold_best_and_no_second():
+    rows = pd.DataFrame(
+        {"row": ["a", "b"], "n_seeds": [2, 2], "x_mean": [0.1, 0.2], "x_std": [0.0, 0.0]}
+    )
+    table = Table("t", "t", "Method", [Column("x", "X", "X", "lower")], rows)
+    assert table.marks(table.columns[0]) == ["best", ""]
+
+
 def brute_force_front(points: np.ndarray) -> set[int]:
     front = set()
     for i, (bias, worst) in enumerate(points):
