@@ -195,8 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=None)
     parser.add_argument("--backbone", default="resnet18")
     parser.add_argument("--head-channels", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (1 is least disturbed by other processes)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (1 is least disturbed by other processes)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -29,15 +29,6 @@ TASKS = ["a", "b", "c"]
 ALL_METHODS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread: on a shared 2-core machine, 2 threads spin and run ~10x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class ToyModel(nn.Module):
     """Shared trunk + last shared layer + one linear head per task."""
 
@@ -174,8 +165,7 @@ def test_extra_loss_gradient_is_added_after_aggregation(name):
     _, extra = losses_and_extra(model, x, y)
     extra.backward()
     extra_grads = [
-        p.grad if p.grad is not None else torch.zeros_like(p)
-        for p in model.parameters()
+        p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()
     ] + [torch.zeros_like(p) for p in method.parameters()]
     for got, base, added in zip(with_extra, without_extra, extra_grads, strict=True):
         torch.testing.assert_close(got, base + added, rtol=1e-5, atol=1e-6)
@@ -452,15 +442,22 @@ def test_gradnorm_weight_gradient_matches_autograd_of_the_gradnorm_loss():
     initial = torch.tensor([2.0, 5.0, 0.4])
     alpha = 1.5
 
-    norms = torch.stack([
-        torch.cat([
-            g.reshape(-1)
-            for g in torch.autograd.grad(
-                w * loss, model.last_shared_parameters(), create_graph=True, retain_graph=True
-            )
-        ]).norm()
-        for w, loss in zip(weights, task_losses, strict=True)
-    ])
+    norms = torch.stack(
+        [
+            torch.cat(
+                [
+                    g.reshape(-1)
+                    for g in torch.autograd.grad(
+                        w * loss,
+                        model.last_shared_parameters(),
+                        create_graph=True,
+                        retain_graph=True,
+                    )
+                ]
+            ).norm()
+            for w, loss in zip(weights, task_losses, strict=True)
+        ]
+    )
     ratios = torch.stack(task_losses).detach() / initial
     target = (norms.mean() * (ratios / ratios.mean()).pow(alpha)).detach()
     (expected,) = torch.autograd.grad((norms - target).abs().sum(), weights)
