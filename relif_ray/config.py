@@ -71,7 +71,9 @@ class TrainConfig:
         _positive("train.eval_batch_size", self.eval_batch_size)
         _positive("train.lr", self.lr)
         if self.weight_decay < 0:
-            raise UserError(f"config field train.weight_decay: must be >= 0, got {self.weight_decay}")
+            raise UserError(
+                f"config field train.weight_decay: must be >= 0, got {self.weight_decay}"
+            )
         if self.grad_clip is not None:
             _positive("train.grad_clip", self.grad_clip)
 
@@ -89,6 +91,16 @@ class ReLiFConfig:
     """The ReLiF regularizer and its violation-rate controller (paper section 4, Table 7).
 
     enabled switches ReLiF on for ANY method; ERM + ReLiF is the paper's "ReLiF".
+    prototypes_per_task, prototype_pairing: the pair set P_t (our choice; the paper only says
+        "high-confidence prototypes"): each task's `prototypes_per_task` highest-scoring valid
+        examples of the batch; "cross" pairs all of task i's with all of task j's, "rank" pairs
+        them by confidence rank. See `relif_ray.relif.surrogate.prototype_pairs`.
+    squash_ema: EMA weight of the running q10/q90 that squash non-probability audit scores
+        (NYUv2 depth/normal feature norms) into [0, 1] during training (our choice; the paper
+        squashes with ERM validation quantiles at audit time only).
+    quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
+    controller="static": lambda fixed at lambda0 (static-lambda ablation).
+    lipschitz_branch=False: lambda = 0, no gradient from L_lip (ablation "ReLiF w/o Lip").
     """
 
     enabled: bool = False
@@ -100,6 +112,8 @@ class ReLiFConfig:
     scale_floor: float = 1e-4
     quantile_alignment: bool = True
     prototypes_per_task: int = 4
+    prototype_pairing: Literal["cross", "rank"] = "cross"
+    squash_ema: float = 0.1
     controller: Literal["adaptive", "static"] = "adaptive"
     lipschitz_branch: bool = True
     lambda0: float = 0.1
@@ -118,12 +132,15 @@ class ReLiFConfig:
         _in_range("relif.scale_ema", self.scale_ema, 0.0, 1.0)
         _positive("relif.scale_floor", self.scale_floor)
         _positive("relif.prototypes_per_task", self.prototypes_per_task)
+        _in_range("relif.squash_ema", self.squash_ema, 0.0, 1.0)
         _in_range("relif.violation_ema", self.violation_ema, 0.0, 1.0)
         _in_range("relif.r_star", self.r_star, 0.0, 1.0)
         if self.eta < 0:
             raise UserError(f"config field relif.eta: must be >= 0, got {self.eta}")
         if self.warmup_steps < 0:
-            raise UserError(f"config field relif.warmup_steps: must be >= 0, got {self.warmup_steps}")
+            raise UserError(
+                f"config field relif.warmup_steps: must be >= 0, got {self.warmup_steps}"
+            )
         if not 0 <= self.lambda_min <= self.lambda0 <= self.lambda_max:
             raise UserError(
                 "config field relif.lambda0: need 0 <= lambda_min <= lambda0 <= lambda_max, got "

@@ -1,0 +1,385 @@
+"""The fixed-delta audit (paper Algorithm 1) and its threshold diagnostics (appendix B).
+
+Input: one row per (task, example) with the audit score p_k(x) in [0, 1]; columns `task`,
+`score`, optionally `example_id`, `valid` (rows with valid == False are ignored) and `split`
+(at most one distinct value: never mix splits in one audit).
+
+Sampling (Algorithm 1), made independent of row order, of task order and of the other tasks:
+- Pools: each task's valid rows, ordered by example_id when present (else row order); N_eval
+  of them drawn without replacement, or all of them when the task has at most N_eval. The
+  draw uses its own RNG stream seeded by (eval_seed, task name).
+- Pairs: for each unordered task pair {a, b}, named "a|b" with a < b as strings, S index pairs
+  drawn uniformly WITH replacement from the two pools, from a stream seeded by
+  (pair_seed, a, b). Adding, removing or reordering other tasks changes nothing for {a, b}.
+- Bias_ab = mean (|p_a(x) - p_b(y)| - delta_ab)_+, VR_ab = mean 1[|p_a(x) - p_b(y)| > delta_ab];
+  the aggregate is the unweighted mean over task pairs. Every task pair has S draws, so this is
+  also the mean over all sampled tuples, i.e. the theory's weights are w_ab = 1 / #pairs.
+
+`audit_gaps` returns the sampled gaps so that many deltas cost one sort each (`bias_curve`).
+Everything is vectorised numpy; nothing here needs torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from relif_ray.errors import UserError
+
+PairKey = str
+"""A task pair "a|b" with a < b."""
+
+Delta = float | Mapping[tuple[str, str] | str, float]
+
+
+@dataclass(frozen=True)
+class PairAudit:
+    """Bias and VR of one task pair over its n sampled pairs."""
+
+    bias: float
+    vr: float
+    n: int
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Aggregate Bias and VR (mean over task pairs) and the per-pair values."""
+
+    bias: float
+    vr: float
+    pairs: dict[PairKey, PairAudit]
+
+    def to_dict(self) -> dict:
+        """The JSON shape of `relif audit --json`."""
+        return {
+            "bias": self.bias,
+            "vr": self.vr,
+            "pairs": {k: {"bias": p.bias, "vr": p.vr, "n": p.n} for k, p in self.pairs.items()},
+        }
+
+
+@dataclass(frozen=True)
+class AuditGaps:
+    """The sampled absolute gaps |p_a(x) - p_b(y)| of every task pair, reusable for any delta."""
+
+    gaps: dict[PairKey, np.ndarray]
+
+    def audit(self, delta: Delta) -> AuditResult:
+        """Bias and VR at `delta` (one value, or one per task pair)."""
+        deltas = resolve_delta(delta, list(self.gaps))
+        pairs = {
+            key: PairAudit(
+                bias=float(np.maximum(gaps - deltas[key], 0.0).mean()),
+                vr=float((gaps > deltas[key]).mean()),
+                n=int(gaps.size),
+            )
+            for key, gaps in self.gaps.items()
+        }
+        return AuditResult(
+            bias=float(np.mean([p.bias for p in pairs.values()])),
+            vr=float(np.mean([p.vr for p in pairs.values()])),
+            pairs=pairs,
+        )
+
+
+def pair_key(first: str, second: str) -> PairKey:
+    """The canonical name of the unordered task pair {first, second}."""
+    a, b = sorted((str(first), str(second)))
+    return f"{a}|{b}"
+
+
+def resolve_delta(delta: Delta, keys: Sequence[PairKey]) -> dict[PairKey, float]:
+    """One threshold per task pair from a number or a mapping keyed by (a, b) tuples (either
+    order) or "a|b" strings; every value must lie in [0, 1]."""
+    if isinstance(delta, Mapping):
+        given = {_mapping_key(key): value for key, value in delta.items()}
+        missing = [key for key in keys if key not in given]
+        if missing:
+            raise UserError(f"delta: no threshold for task pair {missing[0]}")
+        values = {key: given[key] for key in keys}
+    else:
+        values = dict.fromkeys(keys, delta)
+    for key, value in values.items():
+        if not (_is_number(value) and 0.0 <= value <= 1.0):
+            raise UserError(f"delta for {key}: must be a number in [0, 1], got {value!r}")
+    return {key: float(value) for key, value in values.items()}
+
+
+def _mapping_key(key: tuple[str, str] | str) -> PairKey:
+    names = key if isinstance(key, tuple) else str(key).split("|")
+    if len(names) != 2:
+        raise UserError(f"delta: task pair key {key!r} must be (a, b) or 'a|b'")
+    return pair_key(*names)
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def validate_scores(scores: pd.DataFrame, source: str = "scores") -> pd.DataFrame:
+    """The usable rows (valid ones), positionally indexed, or a one-line `UserError`."""
+    if not isinstance(scores, pd.DataFrame):
+        raise UserError(f"{source}: expected a table, got {type(scores).__name__}")
+    for column in ("task", "score"):
+        if column not in scores.columns:
+            raise UserError(f"{source}: missing column '{column}'")
+    frame = scores
+    if "split" in frame.columns and frame["split"].nunique(dropna=False) > 1:
+        names = sorted(map(str, frame["split"].unique()))
+        raise UserError(f"{source}: rows from several splits {names}; audit one split at a time")
+    if "valid" in frame.columns:
+        if not pd.api.types.is_bool_dtype(frame["valid"]):
+            raise UserError(f"{source}: column 'valid' must hold true/false values")
+        frame = frame[frame["valid"]]
+    frame = frame.assign(task=frame["task"].astype(str)).reset_index(drop=True)
+    if not pd.api.types.is_numeric_dtype(frame["score"]):
+        raise UserError(f"{source}: column 'score' must be numeric")
+    values = frame["score"].to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0.0) & (values <= 1.0)))
+    if bad.size:
+        row = frame.iloc[bad[0]]
+        raise UserError(
+            f"{source}: score of task {row['task']!r} must be a finite number in [0, 1], "
+            f"got {row['score']!r}"
+        )
+    if any("|" in task for task in frame["task"].unique()):
+        raise UserError(f"{source}: task names must not contain '|'")
+    if "example_id" in frame.columns and frame.duplicated(["task", "example_id"]).any():
+        raise UserError(f"{source}: duplicate (task, example_id) rows")
+    if frame["task"].nunique() < 2:
+        raise UserError(f"{source}: need valid scores of at least two tasks")
+    return frame
+
+
+def _seed_words(name: str) -> list[int]:
+    """Two 32-bit words of a stable hash of a name (Python's hash() is salted per process)."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return [int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")]
+
+
+def _rng(seed: int, *names: str) -> np.random.Generator:
+    entropy = [seed] + [word for name in names for word in _seed_words(name)]
+    return np.random.default_rng(np.random.SeedSequence(entropy))
+
+
+def _check_sizes(pool_size: int, pairs: int, pair_seed: int, eval_seed: int) -> None:
+    for name, value in (("pool_size", pool_size), ("pairs", pairs)):
+        if not (_is_integer(value) and value > 0):
+            raise UserError(f"{name}: must be a positive integer, got {value!r}")
+    for name, value in (("pair_seed", pair_seed), ("eval_seed", eval_seed)):
+        if not (_is_integer(value) and value >= 0):
+            raise UserError(f"{name}: must be a non-negative integer, got {value!r}")
+
+
+def evaluation_pools(frame: pd.DataFrame, pool_size: int, eval_seed: int) -> dict[str, np.ndarray]:
+    """Row positions of each task's evaluation pool (Algorithm 1 line 1)."""
+    pools = {}
+    for task, rows in frame.groupby("task", sort=True).indices.items():
+        if "example_id" in frame.columns:
+            rows = rows[np.argsort(frame["example_id"].to_numpy()[rows], kind="stable")]
+        if rows.size > pool_size:
+            rows = rows[_rng(eval_seed, task).choice(rows.size, size=pool_size, replace=False)]
+        pools[task] = rows
+    return pools
+
+
+def sample_pairs(
+    frame: pd.DataFrame, pool_size: int, pairs: int, pair_seed: int, eval_seed: int
+) -> dict[PairKey, tuple[np.ndarray, np.ndarray]]:
+    """Row positions (x of task a, y of task b) of the S sampled pairs of every task pair "a|b"
+    (Algorithm 1 line 3); `frame` is the output of `validate_scores`."""
+    _check_sizes(pool_size, pairs, pair_seed, eval_seed)
+    pools = evaluation_pools(frame, pool_size, eval_seed)
+    sampled = {}
+    for a, b in itertools.combinations(sorted(pools), 2):
+        rng = _rng(pair_seed, a, b)
+        first = pools[a][rng.integers(0, pools[a].size, size=pairs)]
+        second = pools[b][rng.integers(0, pools[b].size, size=pairs)]
+        sampled[pair_key(a, b)] = (first, second)
+    return sampled
+
+
+def audit_gaps(
+    scores: pd.DataFrame,
+    pool_size: int = 256,
+    pairs: int = 4096,
+    pair_seed: int = 42,
+    eval_seed: int = 0,
+) -> AuditGaps:
+    """The S sampled gaps of every task pair (Algorithm 1 lines 1-4)."""
+    frame = validate_scores(scores)
+    values = frame["score"].to_numpy(dtype=np.float64)
+    sampled = sample_pairs(frame, pool_size, pairs, pair_seed, eval_seed)
+    return AuditGaps({key: np.abs(values[x] - values[y]) for key, (x, y) in sampled.items()})
+
+
+def fixed_delta_audit(
+    scores: pd.DataFrame,
+    delta: Delta,
+    pool_size: int = 256,
+    pairs: int = 4096,
+    pair_seed: int = 42,
+    eval_seed: int = 0,
+) -> AuditResult:
+    """Bias and VR under the held-fixed threshold `delta` (Algorithm 1)."""
+    gaps = audit_gaps(scores, pool_size, pairs, pair_seed, eval_seed)
+    return gaps.audit(delta)
+
+
+def bias_curve(gaps: AuditGaps, deltas: Sequence[float] | np.ndarray) -> pd.DataFrame:
+    """Aggregate Bias and VR for every delta in `deltas` (one shared threshold each).
+
+    One sort per task pair; each delta then costs a binary search: with gaps sorted ascending,
+    Bias(delta) = (sum of gaps above delta - delta * their count) / S.
+    """
+    grid = np.asarray(deltas, dtype=np.float64)
+    if grid.ndim != 1 or not np.all((grid >= 0) & (grid <= 1)):
+        raise UserError("deltas: must be a list of numbers in [0, 1]")
+    bias = np.zeros_like(grid)
+    vr = np.zeros_like(grid)
+    for values in gaps.gaps.values():
+        ordered = np.sort(values)
+        tail_sums = np.concatenate([np.cumsum(ordered[::-1])[::-1], [0.0]])
+        first_above = np.searchsorted(ordered, grid, side="right")
+        count_above = ordered.size - first_above
+        bias += (tail_sums[first_above] - grid * count_above) / ordered.size
+        vr += count_above / ordered.size
+    return pd.DataFrame({"delta": grid, "bias": bias / len(gaps.gaps), "vr": vr / len(gaps.gaps)})
+
+
+def induced_thresholds(
+    scores: pd.DataFrame,
+    example_ids: Sequence | np.ndarray,
+    embeddings: np.ndarray,
+    pool_size: int = 256,
+    pairs: int = 4096,
+    pair_seed: int = 42,
+    eval_seed: int = 0,
+) -> dict[PairKey, float]:
+    """Method-induced thresholds delta_m,ab: diagnostics of threshold drift, never the audit.
+
+    The paper derives them from "cosine distances between normalized task prototypes" of the
+    model's own representation (section 3.2, threshold-drift table) without a formula. Ours:
+    for each task pair, the mean cosine-induced distance (1 - cos(f(x), f(y))) / 2 between the
+    L2-normalized shared representations over the SAME S pairs the audit samples (same pools,
+    same seeds), i.e. the representation-scale tolerance that pair distribution induces. We
+    do not use class means of each task's pool: where all tasks share the same inputs (NYUv2)
+    those means coincide and every threshold would collapse to ~0.
+
+    example_ids, embeddings: the model's shared representation, row i of `embeddings` (N, D)
+    belonging to example_ids[i]; `scores` needs an `example_id` column.
+    """
+    frame = validate_scores(scores)
+    if "example_id" not in frame.columns:
+        raise UserError("scores: induced thresholds need an 'example_id' column")
+    matrix = np.asarray(embeddings, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != len(example_ids):
+        raise UserError("embeddings: need one row per example id")
+    positions = pd.Index(example_ids).get_indexer(frame["example_id"])
+    if (positions < 0).any():
+        missing = frame["example_id"].to_numpy()[positions < 0][0]
+        raise UserError(f"embeddings: no representation for example_id {missing!r}")
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    unit = matrix / np.where(norms > 0, norms, 1.0)
+    rows = unit[positions]
+    sampled = sample_pairs(frame, pool_size, pairs, pair_seed, eval_seed)
+    return {
+        key: float(((1 - np.clip((rows[x] * rows[y]).sum(1), -1, 1)) / 2).mean())
+        for key, (x, y) in sampled.items()
+    }
+
+
+def _finite_values(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64).ravel()
+    if array.size == 0 or not np.isfinite(array).all():
+        raise UserError(f"{name}: need at least one value, all finite")
+    return array
+
+
+def delta_from_quantile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """delta_ref as the q-quantile of a reference distribution (e.g. q=0.75 for delta_p75),
+    with numpy's default linear interpolation."""
+    if not 0.0 <= q <= 1.0:
+        raise UserError(f"q: must be in [0, 1], got {q}")
+    return float(np.quantile(_finite_values(values, "values"), q))
+
+
+def conformal_delta(distances: Sequence[float] | np.ndarray, alpha: float) -> float:
+    """Split-conformal delta_ref (Theorem B.3): k = ceil((n + 1)(1 - alpha)); the k-th smallest
+    distance if k <= n, else 1. Then P(D_new > delta) <= alpha for an exchangeable new pair.
+
+    k is computed in exact rational arithmetic on alpha's float value, so (n + 1)(1 - alpha)
+    landing on an integer is not pushed up by rounding.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise UserError(f"alpha: must be in (0, 1), got {alpha}")
+    ordered = np.sort(_finite_values(distances, "distances"))
+    k = math.ceil((ordered.size + 1) * (1 - Fraction(alpha)))
+    return float(ordered[k - 1]) if k <= ordered.size else 1.0
+
+
+def drift_budget(
+    induced: Mapping[PairKey, float],
+    ref: Delta,
+    weights: Mapping[PairKey, float] | None = None,
+) -> float:
+    """eps_m = sum_ab w_ab |delta_m,ab - delta_ref,ab| (Theorem B.2).
+
+    weights default to the fixed-delta audit's task-pair frequencies, 1 / #pairs each.
+    """
+    keys = list(induced)
+    reference = resolve_delta(ref, keys)
+    if weights is None:
+        weights = dict.fromkeys(keys, 1.0 / len(keys))
+    missing = [key for key in keys if key not in weights]
+    if missing:
+        raise UserError(f"weights: no weight for task pair {missing[0]}")
+    return float(sum(weights[key] * abs(induced[key] - reference[key]) for key in keys))
+
+
+def ranking_is_robust(bias_a: float, bias_b: float, eps_a: float, eps_b: float) -> bool:
+    """Theorem B.2: if |B_A - B_B| > eps_A + eps_B under delta_ref, replacing it by the
+    method-induced thresholds cannot reverse the Bias ordering of A and B."""
+    return abs(bias_a - bias_b) > eps_a + eps_b
+
+
+def bootstrap_bias_ci(
+    gaps: AuditGaps,
+    delta: Delta,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the aggregate Bias at `delta`.
+
+    Each replicate resamples, within every task pair, its S sampled gaps with replacement and
+    recomputes the mean over task pairs. It measures the Monte-Carlo uncertainty of the pair
+    sampling given the pools, not variation across training seeds (report mean +- std there).
+    """
+    if not (_is_integer(n_boot) and n_boot > 0):
+        raise UserError(f"n_boot: must be a positive integer, got {n_boot!r}")
+    if not 0.0 < level < 1.0:
+        raise UserError(f"level: must be in (0, 1), got {level}")
+    deltas = resolve_delta(delta, list(gaps.gaps))
+    rng = np.random.default_rng(seed)
+    replicates = np.zeros(n_boot)
+    for key, values in gaps.gaps.items():
+        hinge = np.maximum(values - deltas[key], 0.0)
+        draws = rng.integers(0, hinge.size, size=(n_boot, hinge.size))
+        replicates += hinge[draws].mean(axis=1)
+    replicates /= len(gaps.gaps)
+    tail = (1 - level) / 2
+    low, high = np.quantile(replicates, [tail, 1 - tail])
+    return float(low), float(high)

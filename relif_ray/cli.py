@@ -1,0 +1,51 @@
+"""The `relif` console script: make-data, report, audit.
+
+Every subcommand module provides `add_parser(subparsers)`; its parser sets `handler`, a
+function `(args) -> exit status`. User mistakes (`UserError`) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from relif_ray.cli_audit import add_parser as add_audit_parser
+from relif_ray.errors import UserError
+
+
+def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("report", help="tables and figures for experiment directories")
+    parser.add_argument("experiments", nargs="+", help="experiment directories")
+    parser.add_argument("--out", required=True, help="output folder for the report")
+    parser.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from analysis import load
+    from analysis.report import write_report
+
+    report = write_report(load(*args.experiments), args.out)
+    print(report)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="relif", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_report_parser(subparsers)
+    add_audit_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except UserError as exc:
+        print(f"relif: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""`relif audit SCORES --delta D`: the fixed-delta audit of one score file (Algorithm 1).
+
+SCORES is a parquet or CSV file with columns `task` and `score` (in [0, 1]) and optionally
+`example_id`, `valid` and `split`. A file with several splits needs `--split NAME`.
+Output: a small table, or with `--json` one JSON object {"bias", "vr", "pairs": {"a|b":
+{"bias", "vr", "n"}}}. Bad input raises `UserError` (one line; the `relif` entry point prints
+`relif: error: <message>` and exits with status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from relif_ray.audit import AuditResult, fixed_delta_audit, validate_scores
+from relif_ray.errors import UserError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the `audit` subcommand."""
+    parser = subparsers.add_parser(
+        "audit",
+        help="fixed-delta Bias/VR audit of a score file",
+        description="Bias and VR of cross-task audit-score gaps under one fixed threshold "
+        "(the paper's Algorithm 1).",
+    )
+    parser.add_argument("scores", metavar="SCORES", help="parquet or CSV file: task, score, ...")
+    parser.add_argument("--delta", type=float, required=True, help="fixed threshold in [0, 1]")
+    parser.add_argument("--pool-size", type=int, default=256, help="N_eval per task (256)")
+    parser.add_argument("--pairs", type=int, default=4096, help="S pairs per task pair (4096)")
+    parser.add_argument("--pair-seed", type=int, default=42, help="pair sampling seed (42)")
+    parser.add_argument("--eval-seed", type=int, default=0, help="pool sampling seed (0)")
+    parser.add_argument("--split", help="audit only the rows of this split")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run_audit)
+
+
+def read_scores(path: str) -> pd.DataFrame:
+    """Read a parquet or CSV score file; any failure is a one-line `UserError`."""
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        raise UserError(f"{path}: expected a .parquet or .csv file")
+    if not file.is_file():
+        raise UserError(f"{path}: no such file")
+    try:
+        return pd.read_parquet(file) if suffix == ".parquet" else pd.read_csv(file)
+    except Exception as error:  # any reader failure (pyarrow, parser, decoding) = unreadable
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"{path}: cannot read: {reason}") from error
+
+
+def select_split(scores: pd.DataFrame, split: str | None, path: str) -> pd.DataFrame:
+    if split is None:
+        return scores
+    if "split" not in scores.columns:
+        raise UserError(f"{path}: --split given but the file has no 'split' column")
+    chosen = scores[scores["split"].astype(str) == split]
+    if chosen.empty:
+        raise UserError(f"{path}: no rows with split {split!r}")
+    return chosen
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.delta <= 1.0:
+        raise UserError(f"--delta: must be in [0, 1], got {args.delta}")
+    for flag, value in (("--pool-size", args.pool_size), ("--pairs", args.pairs)):
+        if value <= 0:
+            raise UserError(f"{flag}: must be a positive integer, got {value}")
+    for flag, value in (("--pair-seed", args.pair_seed), ("--eval-seed", args.eval_seed)):
+        if value < 0:
+            raise UserError(f"{flag}: must be >= 0, got {value}")
+    scores = select_split(read_scores(args.scores), args.split, args.scores)
+    validate_scores(scores, source=args.scores)
+    result = fixed_delta_audit(
+        scores, args.delta, args.pool_size, args.pairs, args.pair_seed, args.eval_seed
+    )
+    print(json.dumps(result.to_dict()) if args.json else format_table(result, args))
+    return 0
+
+
+def format_table(result: AuditResult, args: argparse.Namespace) -> str:
+    lines = [
+        f"fixed-delta audit of {args.scores}: delta={args.delta:g}, pool_size={args.pool_size}, "
+        f"pairs={args.pairs}, pair_seed={args.pair_seed}, eval_seed={args.eval_seed}",
+    ]
+    width = max(len("task pair"), *(len(key) for key in result.pairs))
+    lines.append(f"{'task pair':<{width}}  {'bias':>8}  {'vr':>8}  {'n':>7}")
+    for key, pair in result.pairs.items():
+        lines.append(f"{key:<{width}}  {pair.bias:8.4f}  {pair.vr:8.4f}  {pair.n:7d}")
+    lines.append(f"{'mean':<{width}}  {result.bias:8.4f}  {result.vr:8.4f}")
+    return "\n".join(lines)

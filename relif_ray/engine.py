@@ -1,0 +1,229 @@
+"""One training run, without Ray: fit, evaluate, and a checkpointable state.
+
+Determinism: the model is initialised from `torch.manual_seed(seed)`; the batch order of epoch
+e is a permutation drawn from a generator seeded by (seed, e), so it does not depend on how
+many steps ran in this process; the global torch RNG (dropout) is part of the state. A run
+restored from `state_dict()` at any step therefore ends with exactly the numbers of an
+uninterrupted run (on CPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.errors import UserError
+from relif_ray.methods import StepContext, build_method
+from relif_ray.outputs import EvalResult
+from relif_ray.problem import Problem, Split, load_problem, move_batch
+from relif_ray.tasks.base import worst_and_macro
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("config field device: 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
+    """The batch order of one epoch: a function of (seed, epoch) only."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+class TrainingRun:
+    """Model + method (+ ReLiF) + optimiser for one config; `train_epoch` and `evaluate`."""
+
+    def __init__(self, config: ExperimentConfig, problem: Problem | None = None) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True)
+        self.problem = problem if problem is not None else load_problem(config.data)
+        self.tasks = self.problem.tasks
+        torch.manual_seed(config.seed)
+        self.model = self.problem.build_model(config.model).to(self.device)
+        task_names = self.problem.task_names
+        self.method = build_method(
+            config.method.name, task_names, config.seed, **config.method.options
+        ).to(self.device)
+        self.regularizer = self._build_regularizer(task_names)
+        self.optimizer = self._build_optimizer()
+        self.train_split = self.problem.splits["train"]
+        self.steps_per_epoch = self._steps_per_epoch(len(self.train_split))
+        self.total_steps = config.train.epochs * self.steps_per_epoch
+        if config.train.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.train.max_steps)
+        self.step = 0
+        self.trace: list[dict[str, float]] = []
+        self._pending: list[dict[str, Tensor]] = []
+
+    def _build_regularizer(self, task_names: list[str]) -> torch.nn.Module | None:
+        if not self.config.relif.enabled:
+            return None
+        from relif_ray.relif.regularizer import ReLiFRegularizer
+
+        return ReLiFRegularizer(self.config.relif, task_names).to(self.device)
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        train = self.config.train
+        parameters = [*self.model.parameters(), *self.method.parameters()]
+        if train.optimizer == "sgd":
+            return torch.optim.SGD(
+                parameters, lr=train.lr, momentum=0.9, weight_decay=train.weight_decay
+            )
+        optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
+        return optimizer_class(parameters, lr=train.lr, weight_decay=train.weight_decay)
+
+    def _steps_per_epoch(self, n: int) -> int:
+        """Full batches only (BatchNorm needs > 1 example), unless the split is smaller."""
+        if n == 0:
+            raise UserError("data: the train split is empty")
+        return max(n // self.config.train.batch_size, 1)
+
+    @property
+    def epoch(self) -> int:
+        return self.step // self.steps_per_epoch
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.total_steps
+
+    def train_epoch(self) -> None:
+        """Train until the end of the current epoch (or the step budget)."""
+        end = min((self.epoch + 1) * self.steps_per_epoch, self.total_steps)
+        self.train_steps(end - self.step)
+
+    def train_steps(self, count: int) -> None:
+        for _ in range(max(0, min(count, self.total_steps - self.step))):
+            self._train_step()
+        self._flush_trace()
+
+    def _train_batch(self) -> dict[str, Tensor]:
+        size = self.config.train.batch_size
+        order = epoch_permutation(len(self.train_split), self.config.seed, self.epoch)
+        position = self.step % self.steps_per_epoch
+        return move_batch(
+            self.train_split.batch(order[position * size : (position + 1) * size]), self.device
+        )
+
+    def _train_step(self) -> None:
+        batch = self._train_batch()
+        self.model.train()
+        output = self.model(batch)
+        losses = {
+            task.name: task.loss(output.predictions[task.name], batch[task.name])
+            for task in self.tasks
+        }
+        extra_loss, stats = None, {}
+        if self.regularizer is not None:
+            scores = {task.name: task.audit_score(output, batch) for task in self.tasks}
+            is_probability = {
+                task.name: getattr(task, "score_is_probability", True) for task in self.tasks
+            }
+            extra_loss, stats = self.regularizer(scores, output.representation, is_probability)
+        self.optimizer.zero_grad(set_to_none=True)
+        context = StepContext(
+            shared_parameters=self.model.shared_parameters(),
+            last_shared_parameters=self.model.last_shared_parameters(),
+            step=self.step,
+        )
+        weights = self.method.backward(losses, context, extra_loss)
+        if self.config.train.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
+        self.optimizer.step()
+        row = {f"loss_{name}": loss.detach() for name, loss in losses.items()}
+        row.update({f"weight_{name}": torch.as_tensor(w).detach() for name, w in weights.items()})
+        row.update(stats)
+        row["step"] = torch.tensor(self.step)
+        self._pending.append(row)
+        self.step += 1
+
+    def _flush_trace(self) -> None:
+        """Turn the pending per-step tensors into floats: one host sync per epoch, not per step."""
+        for row in self._pending:
+            self.trace.append({key: float(value) for key, value in row.items()})
+        self._pending.clear()
+
+    @torch.inference_mode()
+    def evaluate(self, split_name: str = "val") -> EvalResult:
+        """Native metrics, normalized scores, Worst/Macro, raw audit scores, representations."""
+        split = self.problem.splits[split_name]
+        self.model.eval()
+        accumulators = {task.name: task.new_metrics() for task in self.tasks}
+        score_parts: list[pd.DataFrame] = []
+        representations: list[np.ndarray] = []
+        example_ids: list[np.ndarray] = []
+        for batch in _batches(split, self.config.train.eval_batch_size, self.device):
+            output = self.model(batch)
+            ids = batch["example_id"].cpu().numpy()
+            example_ids.append(ids)
+            representations.append(output.representation.float().cpu().numpy())
+            for task in self.tasks:
+                accumulators[task.name].update(output.predictions[task.name], batch[task.name])
+                score, valid = task.audit_score(output, batch)
+                score_parts.append(
+                    pd.DataFrame(
+                        {
+                            "task": task.name,
+                            "example_id": ids,
+                            "score": score.float().cpu().numpy(),
+                            "valid": valid.cpu().numpy(),
+                        }
+                    )
+                )
+        metrics: dict[str, float] = {}
+        normalized: dict[str, float] = {}
+        for task in self.tasks:
+            native = accumulators[task.name].compute()
+            metrics.update({f"{task.name}_{key}": value for key, value in native.items()})
+            normalized[task.name] = task.normalized_score(native)
+            metrics[f"{task.name}_score"] = normalized[task.name]
+        metrics["worst"], metrics["macro"] = worst_and_macro(normalized)
+        return EvalResult(
+            metrics=metrics,
+            scores=pd.concat(score_parts, ignore_index=True),
+            representations=np.concatenate(representations),
+            example_ids=np.concatenate(example_ids),
+        )
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: weights, optimiser, method, ReLiF, step, RNG."""
+        self._flush_trace()
+        state = {
+            "model": self.model.state_dict(),
+            "method": self.method.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "torch_rng": torch.get_rng_state(),
+            "trace": [dict(row) for row in self.trace],
+        }
+        if self.regularizer is not None:
+            state["regularizer"] = self.regularizer.state_dict()
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.method.load_state_dict(state["method"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.regularizer is not None:
+            self.regularizer.load_state_dict(state["regularizer"])
+        self.step = int(state["step"])
+        torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        self.trace = [dict(row) for row in state["trace"]]
+        self._pending.clear()
+
+
+def _batches(split: Split, size: int, device: torch.device):
+    for start in range(0, len(split), size):
+        index = torch.arange(start, min(start + size, len(split)))
+        yield move_batch(split.batch(index), device)

@@ -1,0 +1,103 @@
+"""The on-disk outputs of one finished trial, written by the Tune layer, read by analysis.
+
+A trial's outputs live in a folder `outputs/` inside its final Ray Tune checkpoint, so they
+reach the experiment directory in storage (local, NFS or s3://) through Tune's own checkpoint
+persistence, and analysis needs nothing but a copy of that directory:
+
+    trial.json            label, method, seed, status, the full ExperimentConfig, metrics per split
+    scores.parquet        split, task, example_id, score (raw audit score p_k), valid
+    representations.parquet  split, example_id, embedding (list<float32>, shared representation)
+    trace.parquet         one row per training step: step, loss_<task>, weight_<task>, and the
+                          ReLiF statistics (lambda, r, r_ema, tau, kappa, loss_lip) when enabled
+
+The folder is written under a temporary name and renamed, so it is complete or absent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+OUTPUTS_DIR = "outputs"
+TRIAL_FILE = "trial.json"
+
+
+@dataclass
+class EvalResult:
+    """Utility metrics, per-example raw audit scores and shared representations of one split.
+
+    metrics: flat dict, e.g. seg_miou, depth_rmse, seg_score (normalized), worst, macro.
+    scores: one row per (task, example): task, example_id, score (raw p_k), valid.
+    representations: (N, D) float32, row i belongs to example_ids[i].
+    """
+
+    metrics: dict[str, float]
+    scores: pd.DataFrame
+    representations: np.ndarray
+    example_ids: np.ndarray
+
+
+def write_trial_outputs(
+    directory: Path,
+    info: dict[str, Any],
+    splits: dict[str, EvalResult],
+    trace: list[dict[str, float]],
+) -> Path:
+    """Atomically write `directory/outputs/`; `info` holds label, method, seed, config."""
+    final = Path(directory) / OUTPUTS_DIR
+    staging = Path(directory) / (OUTPUTS_DIR + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    record = dict(info, metrics={name: out.metrics for name, out in splits.items()})
+    (staging / TRIAL_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+    scores = pd.concat(
+        [out.scores.assign(split=name) for name, out in splits.items()], ignore_index=True
+    )
+    scores[["split", "task", "example_id", "score", "valid"]].to_parquet(
+        staging / "scores.parquet", index=False
+    )
+    pq.write_table(_representation_table(splits), staging / "representations.parquet")
+    pd.DataFrame(trace).to_parquet(staging / "trace.parquet", index=False)
+    shutil.rmtree(final, ignore_errors=True)
+    staging.rename(final)
+    return final
+
+
+def _representation_table(splits: dict[str, EvalResult]) -> pa.Table:
+    tables = []
+    for name, out in splits.items():
+        matrix = np.ascontiguousarray(out.representations, dtype=np.float32)
+        embedding = pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), matrix.shape[1])
+        tables.append(
+            pa.table(
+                {
+                    "split": pa.array([name] * len(matrix)),
+                    "example_id": pa.array(out.example_ids.astype(np.int64)),
+                    "embedding": embedding,
+                }
+            )
+        )
+    return pa.concat_tables(tables)
+
+
+def read_trial_info(outputs: Path) -> dict[str, Any]:
+    return json.loads((Path(outputs) / TRIAL_FILE).read_text())
+
+
+def read_representations(outputs: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(example_ids, (N, D) float32 matrix) of one split."""
+    table = pq.read_table(
+        Path(outputs) / "representations.parquet", filters=[("split", "=", split)]
+    )
+    column = table.column("embedding").combine_chunks()
+    width = column.type.list_size
+    matrix = column.flatten().to_numpy().reshape(-1, width)
+    return table.column("example_id").to_numpy(), matrix

@@ -1,0 +1,67 @@
+"""The violation-rate feedback controller of ReLiF (paper section 4.4, Algorithm 2 line 7).
+
+    r~_t = a r_t + (1 - a) r~_{t-1},  r~ at the first update = r of that step   (Eq. ema_violation)
+    lambda_t = clip(lambda_{t-1} (1 + eta (r~_t - r*)), lambda_min, lambda_max)  (Eq. lambda_update)
+
+The step counter t counts controller updates, i.e. training steps that had at least one valid
+finite prototype pair: a step without pairs leaves the controller untouched (section 4.5), so
+it neither ages the violation EMA nor advances the warmup. Lambda changes only once t > T_w
+(Algorithm 2: "if t > T_w"), so the first T_w updates use lambda_0. The updated lambda is the
+one applied to the current step's loss (section 4.4).
+
+The state lives in buffers (lambda, r_ema, updates), so it travels in `state_dict()` and
+with `.to(device)`; `update` is pure tensor arithmetic with no host synchronisation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class ViolationController(nn.Module):
+    """Multiplicative lambda controller driven by the smoothed training violation rate.
+
+    adaptive=False is the paper's static-lambda ablation: lambda stays at lambda0 while the
+    violation EMA is still tracked for the trace.
+    """
+
+    lambda_: Tensor
+    r_ema: Tensor
+    updates: Tensor
+
+    def __init__(
+        self,
+        lambda0: float,
+        lambda_min: float,
+        lambda_max: float,
+        warmup_steps: int,
+        violation_ema: float,
+        r_star: float,
+        eta: float,
+        adaptive: bool = True,
+    ) -> None:
+        super().__init__()
+        self.lambda_min = lambda_min
+        self.lambda_max = lambda_max
+        self.warmup_steps = warmup_steps
+        self.violation_ema = violation_ema
+        self.r_star = r_star
+        self.eta = eta
+        self.adaptive = adaptive
+        self.register_buffer("lambda_", torch.tensor(float(lambda0)))
+        self.register_buffer("r_ema", torch.tensor(float("nan")))
+        self.register_buffer("updates", torch.tensor(0, dtype=torch.long))
+
+    def update(self, r: Tensor) -> Tensor:
+        """Feed the violation rate r_t of one step with pairs; return lambda_t (detached)."""
+        r = r.detach().to(self.r_ema.dtype)
+        smoothed = self.violation_ema * r + (1 - self.violation_ema) * self.r_ema
+        self.r_ema.copy_(torch.where(torch.isnan(self.r_ema), r, smoothed))
+        self.updates.add_(1)
+        if self.adaptive:
+            factor = 1 + self.eta * (self.r_ema - self.r_star)
+            proposed = (self.lambda_ * factor).clamp(self.lambda_min, self.lambda_max)
+            after_warmup = self.updates > self.warmup_steps
+            self.lambda_.copy_(torch.where(after_warmup, proposed, self.lambda_))
+        return self.lambda_.clone()

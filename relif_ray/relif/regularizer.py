@@ -1,0 +1,176 @@
+"""The ReLiF regularizer: lambda_t * L_lip of one training step (paper section 4, Algorithm 2).
+
+Per step, given every task's per-example audit score and the shared representation:
+
+1. Scores that are not probabilities (NYUv2 depth/normal: unbounded feature norms) are squashed
+   into [0, 1] with clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), the audit's own squash
+   (appendix A.3). The audit takes q10/q90 from a same-seed ERM validation run, which does not
+   exist while training, so here q10/q90 are running EMAs (weight `squash_ema`, first value =
+   the first batch's quantiles) of each task's batch quantiles over its valid finite scores,
+   without gradient. This choice is ours; the paper is silent on it.
+2. Prototype pairs P_t (`surrogate.prototype_pairs`): signed gaps Delta s, clipped distances d'.
+3. Scale buffers (section 4.2): tau_t = EMA of Quantile_q(|Delta s|), kappa_t = EMA of
+   Quantile_q(d') over P_t, q = `scale_quantile` (linear interpolation, as numpy's default),
+   EMA weight `scale_ema`, stop-gradient, clamped below at `scale_floor`. The first step with
+   pairs initialises them to that step's quantiles (the paper leaves tau_0, kappa_0 open; this
+   mirrors its r~_0 = r_0). tau is the quantile of the raw |Delta s|, not of rho_beta(|Delta s|):
+   the paper defines it so and notes that applying rho before dividing by tau makes the margin
+   "scale-normalized but not exactly scale-invariant" (appendix B).
+4. z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, L_lip = mean phi_mu(z), r_t = mean 1[z > 0].
+5. The controller turns r_t into lambda_t; the returned loss is lambda_t (detached) * L_lip.
+
+A step with no valid finite pair returns no loss and changes no state (section 4.5); deciding
+that is the one host synchronisation of a step. Gradients reach the scores and the
+representation through L_lip only; every buffer update is computed from detached values.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from relif_ray.config import ReLiFConfig
+from relif_ray.relif.controller import ViolationController
+from relif_ray.relif.surrogate import PrototypePairs, huber_rho, huberized_hinge, prototype_pairs
+
+SQUASH_QUANTILES = (0.1, 0.9)
+"""q10 and q90 of the audit's squash (appendix A.3)."""
+
+SQUASH_EPS = 1e-6
+STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip")
+
+TaskScores = dict[str, tuple[Tensor, Tensor]]
+
+
+class ReLiFRegularizer(nn.Module):
+    """lambda_t * L_lip and its statistics; its buffers are the ReLiF part of a checkpoint.
+
+    Ablations (the paper's MIMIC-III component ablation): quantile_alignment=False fixes
+    tau = kappa = 1; controller="static" fixes lambda at lambda0; lipschitz_branch=False fixes
+    lambda at 0 and returns no loss, while every statistic is still computed.
+    """
+
+    tau: Tensor
+    kappa: Tensor
+    squash_low: Tensor
+    squash_high: Tensor
+
+    def __init__(self, config: ReLiFConfig, task_names: list[str]) -> None:
+        super().__init__()
+        self.config = config
+        self.task_names = list(task_names)
+        self.controller = ViolationController(
+            lambda0=config.lambda0 if config.lipschitz_branch else 0.0,
+            lambda_min=config.lambda_min,
+            lambda_max=config.lambda_max,
+            warmup_steps=config.warmup_steps,
+            violation_ema=config.violation_ema,
+            r_star=config.r_star,
+            eta=config.eta,
+            adaptive=config.controller == "adaptive" and config.lipschitz_branch,
+        )
+        initial_scale = float("nan") if config.quantile_alignment else 1.0
+        self.register_buffer("tau", torch.tensor(initial_scale))
+        self.register_buffer("kappa", torch.tensor(initial_scale))
+        self.register_buffer("squash_low", torch.full((len(task_names),), float("nan")))
+        self.register_buffer("squash_high", torch.full((len(task_names),), float("nan")))
+
+    def forward(
+        self,
+        scores: TaskScores,
+        representation: Tensor,
+        score_is_probability: dict[str, bool],
+    ) -> tuple[Tensor | None, dict[str, Tensor]]:
+        """(lambda_t * L_lip or None, detached scalar stats keyed by `STAT_KEYS`).
+
+        scores: task -> (raw audit score (B,), bool valid mask (B,)), differentiable.
+        representation: (B, D) shared representation.
+        score_is_probability: task -> whether its raw score is already in [0, 1].
+        """
+        raw = torch.stack([scores[name][0] for name in self.task_names])
+        valid = torch.stack([scores[name][1].bool() for name in self.task_names])
+        low, high = self._squash_quantiles(raw.detach(), valid)
+        audit_scores = self._squash(raw, low, high, score_is_probability)
+        pairs = prototype_pairs(
+            audit_scores,
+            valid,
+            representation,
+            per_task=self.config.prototypes_per_task,
+            pairing=self.config.prototype_pairing,
+            distance_floor=self.config.distance_floor,
+            rank_scores=raw,
+        )
+        if not bool(pairs.mask.any()):
+            nan = torch.full_like(self.tau, float("nan"))
+            return None, self._stats(r=nan, loss_lip=nan)
+        self.squash_low.copy_(low)
+        self.squash_high.copy_(high)
+        if self.config.quantile_alignment:
+            self._update_scales(pairs)
+        margin = self.margin(pairs)
+        count = pairs.mask.sum()
+        loss_lip = torch.where(pairs.mask, huberized_hinge(margin, self.config.mu), 0.0).sum()
+        loss_lip = loss_lip / count
+        violation_rate = (pairs.mask & (margin.detach() > 0)).sum() / count
+        weight = self.controller.update(violation_rate)
+        stats = self._stats(r=violation_rate, loss_lip=loss_lip)
+        if not self.config.lipschitz_branch:
+            return None, stats
+        return weight.to(loss_lip.dtype) * loss_lip, stats
+
+    def margin(self, pairs: PrototypePairs) -> Tensor:
+        """z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, with the current scale buffers."""
+        return huber_rho(pairs.gap.abs(), self.config.beta) / self.tau - pairs.distance / self.kappa
+
+    def _squash_quantiles(self, raw: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+        """Candidate running (q10, q90) per task after seeing this batch (not yet stored)."""
+        usable = torch.where(valid & torch.isfinite(raw), raw, torch.nan)
+        levels = torch.tensor(SQUASH_QUANTILES, dtype=raw.dtype, device=raw.device)
+        batch_low, batch_high = torch.nanquantile(usable, levels, dim=1)
+        return (
+            _ema(self.squash_low, batch_low.to(self.squash_low.dtype), self.config.squash_ema),
+            _ema(self.squash_high, batch_high.to(self.squash_high.dtype), self.config.squash_ema),
+        )
+
+    def _squash(
+        self, raw: Tensor, low: Tensor, high: Tensor, score_is_probability: dict[str, bool]
+    ) -> Tensor:
+        """A task without any usable score yet has NaN quantiles; all its entries are masked out
+        of the pairs anyway, and placeholders keep its (zero) gradients finite."""
+        low, high = low.nan_to_num(nan=0.0), high.nan_to_num(nan=1.0)
+        squashed = ((raw - low[:, None]) / (high - low + SQUASH_EPS)[:, None]).clamp(0.0, 1.0)
+        rows = [
+            raw[k] if score_is_probability[name] else squashed[k]
+            for k, name in enumerate(self.task_names)
+        ]
+        return torch.stack(rows)
+
+    def _update_scales(self, pairs: PrototypePairs) -> None:
+        level = self.config.scale_quantile
+        gaps = torch.where(pairs.mask, pairs.gap.detach().abs(), torch.nan)
+        distances = torch.where(pairs.mask, pairs.distance.detach(), torch.nan)
+        for buffer, values in ((self.tau, gaps), (self.kappa, distances)):
+            estimate = torch.nanquantile(values, level).to(buffer.dtype)
+            updated = _ema(buffer, estimate, self.config.scale_ema)
+            buffer.copy_(updated.clamp_min(self.config.scale_floor))
+
+    def _stats(self, r: Tensor, loss_lip: Tensor) -> dict[str, Tensor]:
+        """Fresh detached copies: the engine keeps them past later in-place buffer updates."""
+        values = {
+            "lambda": self.controller.lambda_,
+            "r": r,
+            "r_ema": self.controller.r_ema,
+            "tau": self.tau,
+            "kappa": self.kappa,
+            "loss_lip": loss_lip,
+        }
+        return {key: values[key].detach().clone().to(self.tau.dtype) for key in STAT_KEYS}
+
+
+def _ema(previous: Tensor, estimate: Tensor, weight: float) -> Tensor:
+    """(1 - w) previous + w estimate; the estimate itself where there is no previous value, and
+    the previous value where this step has no estimate (NaN)."""
+    blended = (1 - weight) * previous + weight * estimate
+    return torch.where(
+        torch.isnan(previous), estimate, torch.where(torch.isnan(estimate), previous, blended)
+    )

@@ -1,0 +1,195 @@
+"""NYUv2 tasks: 13-class segmentation, depth and surface normals.
+
+Losses follow LibMTL/MTAN (cross-entropy with ignore -1, masked L1 depth, 1 - cosine on valid
+normals). Metrics follow DESIGN.md's conventions: one confusion matrix per split, pooled depth
+errors over all valid pixels, normal angles in degrees. Normalized scores (checked against
+the paper's Table 1): seg = mIoU, depth = 1/(1+RMSE), normal = 1 - mean_angle/180.
+
+Audit scores p_k (paper appendix "Confidence computation"): seg = valid-region mean of the
+per-pixel max softmax; depth and normal = valid-region mean of the channel-wise L2 norm of the
+head's decoder feature map. The latter are RAW (unbounded): the shared squash with same-seed
+ERM validation quantiles is applied at analysis time, hence `score_is_probability = False`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task
+
+NUM_CLASSES = 13
+ANGLE_BINS_PER_DEGREE = 100
+"""Normal-angle histogram resolution; the median is exact to 1/100 degree."""
+
+
+def _masked_mean(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-example mean of `values` (B,H,W) over `mask` (B,H,W) and whether any pixel is valid."""
+    mask = mask.to(values.dtype)
+    count = mask.flatten(1).sum(1)
+    total = (values * mask).flatten(1).sum(1)
+    return total / count.clamp_min(1.0), count > 0
+
+
+def _feature_norm_score(features: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """Valid-region mean of the channel-wise L2 norm of a decoder feature map."""
+    norm = torch.linalg.vector_norm(features, dim=1, keepdim=True)
+    norm = F.interpolate(norm, size=valid.shape[-2:], mode="bilinear", align_corners=False)
+    return _masked_mean(norm[:, 0], valid)
+
+
+class SegmentationTask(Task):
+    name = "seg"
+    score_is_probability = True
+
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        return F.cross_entropy(prediction, target.long(), ignore_index=-1)
+
+    def new_metrics(self) -> MetricAccumulator:
+        return SegmentationMetrics()
+
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        return metrics["miou"]
+
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        confidence = output.predictions[self.name].softmax(dim=1).amax(dim=1)
+        return _masked_mean(confidence, batch[self.name] >= 0)
+
+
+class DepthTask(Task):
+    name = "depth"
+    score_is_probability = False
+
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        valid = target > 0
+        return (prediction - target).abs()[valid].mean()
+
+    def new_metrics(self) -> MetricAccumulator:
+        return DepthMetrics()
+
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        return 1.0 / (1.0 + metrics["rmse"])
+
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        return _feature_norm_score(output.features[self.name], batch[self.name][:, 0] > 0)
+
+
+class NormalTask(Task):
+    name = "normal"
+    score_is_probability = False
+
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        valid = target.abs().sum(dim=1) > 0
+        cosine = (F.normalize(prediction, dim=1) * target).sum(dim=1)
+        return (1.0 - cosine)[valid].mean()
+
+    def new_metrics(self) -> MetricAccumulator:
+        return NormalMetrics()
+
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        return 1.0 - metrics["angle_mean"] / 180.0
+
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        valid = batch[self.name].abs().sum(dim=1) > 0
+        return _feature_norm_score(output.features[self.name], valid)
+
+
+def nyuv2_tasks() -> list[Task]:
+    return [SegmentationTask(), DepthTask(), NormalTask()]
+
+
+class SegmentationMetrics(MetricAccumulator):
+    """mIoU and pixel accuracy from one confusion matrix accumulated over the split.
+
+    Classes with an empty union (absent from predictions and targets) are skipped in the mean,
+    where LibMTL's code would return NaN.
+    """
+
+    def __init__(self) -> None:
+        self.confusion = torch.zeros(NUM_CLASSES, NUM_CLASSES, dtype=torch.int64)
+
+    def update(self, prediction: Tensor, target: Tensor) -> None:
+        predicted = prediction.argmax(dim=1).flatten().cpu()
+        target = target.flatten().cpu().long()
+        keep = target >= 0
+        index = target[keep] * NUM_CLASSES + predicted[keep]
+        self.confusion += torch.bincount(index, minlength=NUM_CLASSES**2).view(
+            NUM_CLASSES, NUM_CLASSES
+        )
+
+    def compute(self) -> dict[str, float]:
+        confusion = self.confusion.double()
+        true_positive = confusion.diag()
+        union = confusion.sum(0) + confusion.sum(1) - true_positive
+        present = union > 0
+        iou = true_positive[present] / union[present]
+        total = confusion.sum()
+        return {
+            "miou": float(iou.mean()) if present.any() else float("nan"),
+            "pixel_acc": float(true_positive.sum() / total) if total > 0 else float("nan"),
+        }
+
+
+class DepthMetrics(MetricAccumulator):
+    """Absolute error, relative error |p-g|/g and RMSE pooled over all valid pixels."""
+
+    def __init__(self) -> None:
+        self.sums = torch.zeros(3, dtype=torch.float64)
+        self.count = 0
+
+    def update(self, prediction: Tensor, target: Tensor) -> None:
+        valid = target > 0
+        error = (prediction - target)[valid].double().cpu()
+        ground = target[valid].double().cpu()
+        self.sums += torch.stack(
+            [error.abs().sum(), (error.abs() / ground).sum(), error.pow(2).sum()]
+        )
+        self.count += int(valid.sum())
+
+    def compute(self) -> dict[str, float]:
+        abs_err, rel_err, sq_err = (self.sums / max(self.count, 1)).tolist()
+        return {"abs_err": abs_err, "rel_err": rel_err, "rmse": math.sqrt(sq_err)}
+
+
+class NormalMetrics(MetricAccumulator):
+    """Angle (degrees) between the normalized prediction and the target on valid pixels.
+
+    Mean and the fractions strictly below 11.25/22.5/30 degrees are exact; the median comes
+    from a histogram with `ANGLE_BINS_PER_DEGREE` bins per degree (exact to 0.01 degree), so a
+    whole split never has to be held in memory.
+    """
+
+    THRESHOLDS = (11.25, 22.5, 30.0)
+
+    def __init__(self) -> None:
+        self.histogram = torch.zeros(180 * ANGLE_BINS_PER_DEGREE + 1, dtype=torch.int64)
+        self.angle_sum = 0.0
+        self.below = torch.zeros(len(self.THRESHOLDS), dtype=torch.int64)
+        self.count = 0
+
+    def update(self, prediction: Tensor, target: Tensor) -> None:
+        valid = target.abs().sum(dim=1) > 0
+        cosine = (F.normalize(prediction, dim=1) * target).sum(dim=1)[valid]
+        angle = torch.rad2deg(torch.acos(cosine.double().clamp(-1.0, 1.0))).cpu()
+        self.angle_sum += float(angle.sum())
+        self.count += int(angle.numel())
+        self.below += torch.stack([(angle < t).sum() for t in self.THRESHOLDS])
+        bins = (angle * ANGLE_BINS_PER_DEGREE).floor().long().clamp_max(self.histogram.numel() - 1)
+        self.histogram += torch.bincount(bins, minlength=self.histogram.numel())
+
+    def compute(self) -> dict[str, float]:
+        count = max(self.count, 1)
+        cumulative = self.histogram.cumsum(0)
+        # Like numpy: the mean of the lower and upper middle values (equal for odd counts).
+        middle = torch.tensor([(self.count + 1) // 2, self.count // 2 + 1])
+        median_bins = torch.searchsorted(cumulative, middle).double() + 0.5
+        result = {
+            "angle_mean": self.angle_sum / count,
+            "angle_median": float(median_bins.mean()) / ANGLE_BINS_PER_DEGREE,
+        }
+        for threshold, below in zip(self.THRESHOLDS, self.below.tolist(), strict=True):
+            result[f"within_{threshold:g}"] = below / count
+        return result

@@ -1,0 +1,12 @@
+"""NYUv2 sweep: methods x seeds (x ReLiF controller grid) as one Ray Tune run.
+
+python sweeps/nyuv2.py --demo                       # synthetic data, CPU, minutes
+python sweeps/nyuv2.py --data-dir /data/nyuv2 --methods erm,pcgrad,relif --num-gpus 8
+"""
+
+import sys
+
+from relif_ray.sweep import NYUV2, main
+
+if __name__ == "__main__":
+    sys.exit(main(NYUV2))

@@ -1,0 +1,41 @@
+"""Shared fixtures: tiny NYUv2-format data, tiny configs, one Ray session per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+TINY_DATA = {"train": 24, "val": 12, "height": 32, "width": 40}
+
+
+def tiny_config(root: str | Path, **train: object) -> dict:
+    """An ExperimentConfig dict for fast CPU runs on the tiny synthetic data."""
+    return {
+        "seed": 0,
+        "data": {"dataset": "nyuv2", "root": str(root)},
+        "model": {"backbone": "resnet18", "head_channels": 16},
+        "train": {"epochs": 2, "batch_size": 6, "eval_batch_size": 12, "lr": 1e-3, **train},
+    }
+
+
+@pytest.fixture(scope="session")
+def nyuv2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny synthetic NYUv2 data set in the real on-disk layout, written once per session."""
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    root = tmp_path_factory.mktemp("nyuv2") / "data"
+    return write_synthetic_nyuv2(root, seed=0, **TINY_DATA)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """Local Ray with 2 CPUs, no dashboard, started once for all sweep tests."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,264 @@
+"""The ReLiF regularizer: margins, scale buffers, squash, controller wiring, ablations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from relif_ray.config import ReLiFConfig
+from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
+
+TASKS = ["a", "b"]
+PROBABILITY = {"a": True, "b": True}
+
+
+def config(**overrides: object) -> ReLiFConfig:
+    values = dict(enabled=True, prototypes_per_task=2, warmup_steps=0, eta=0.5)
+    values.update(overrides)
+    return ReLiFConfig(**values)
+
+
+def unit(degrees: float) -> list[float]:
+    return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))]
+
+
+def batch(a=(0.9, 0.5, 0.1), b=(0.1, 0.45, 0.2), valid_b=(True, True, True)):
+    """Three examples at 0, 60 and 90 degrees. Prototypes (top 2): a -> {0, 1}, b -> {1, 2};
+    cross pairs (0,1) (0,2) (1,1) (1,2) have d' = 0.25, 0.5, 1e-3 (same example), (1-cos30)/2."""
+    scores = {
+        "a": (
+            torch.tensor(a, dtype=torch.float64, requires_grad=True),
+            torch.ones(3, dtype=torch.bool),
+        ),
+        "b": (torch.tensor(b, dtype=torch.float64, requires_grad=True), torch.tensor(valid_b)),
+    }
+    representation = torch.tensor([unit(0), unit(60), unit(90)], dtype=torch.float64)
+    return scores, representation.requires_grad_(True)
+
+
+PAIR_INDEX = [(0, 1), (0, 2), (1, 1), (1, 2)]
+DISTANCES = np.array([0.25, 0.5, 1e-3, (1 - math.cos(math.radians(30))) / 2])
+
+
+def rho(u: np.ndarray, beta: float = 0.1) -> np.ndarray:
+    u = np.abs(u)
+    return np.where(u <= beta, u**2 / (2 * beta), u - beta / 2)
+
+
+def phi(z: np.ndarray, mu: float = 0.05) -> np.ndarray:
+    z = np.maximum(z, 0)
+    return np.where(z <= mu, z**2 / (2 * mu), z - mu / 2)
+
+
+def expected_step(a, b, tau_prev=None, kappa_prev=None, aligned=True):
+    gaps = np.array([a[x] - b[y] for x, y in PAIR_INDEX])
+    if aligned:
+        tau_hat = np.quantile(np.abs(gaps), 0.95)
+        kappa_hat = np.quantile(DISTANCES, 0.95)
+        tau = tau_hat if tau_prev is None else 0.9 * tau_prev + 0.1 * tau_hat
+        kappa = kappa_hat if kappa_prev is None else 0.9 * kappa_prev + 0.1 * kappa_hat
+    else:
+        tau = kappa = 1.0
+    z = rho(gaps) / tau - DISTANCES / kappa
+    return dict(tau=tau, kappa=kappa, loss_lip=phi(z).mean(), r=(z > 0).mean())
+
+
+def test_first_step_matches_closed_form() -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    scores, representation = batch()
+    loss, stats = regularizer(scores, representation, PROBABILITY)
+    expected = expected_step((0.9, 0.5, 0.1), (0.1, 0.45, 0.2))
+    for key in ("tau", "kappa", "loss_lip", "r"):
+        assert stats[key].item() == pytest.approx(expected[key], rel=1e-9), key
+    assert 0 < expected["r"] < 1 and expected["loss_lip"] > 0  # a case that exercises both sides
+    lam = 0.1 * (1 + 0.5 * (expected["r"] - 0.24))
+    assert stats["lambda"].item() == pytest.approx(lam)
+    assert stats["r_ema"].item() == pytest.approx(expected["r"])
+    assert loss.item() == pytest.approx(lam * expected["loss_lip"])
+
+
+def test_scale_buffers_follow_the_ema() -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    first = expected_step((0.9, 0.5, 0.1), (0.1, 0.45, 0.2))
+    regularizer(*batch(), PROBABILITY)
+    a, b = (0.6, 0.55, 0.1), (0.05, 0.9, 0.3)
+    _, stats = regularizer(*batch(a, b), PROBABILITY)
+    second = expected_step(a, b, first["tau"], first["kappa"])
+    for key in ("tau", "kappa", "loss_lip", "r"):
+        assert stats[key].item() == pytest.approx(second[key], rel=1e-9), key
+
+
+def test_scale_buffers_are_clamped_below() -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    scores, representation = batch(a=(0.5, 0.5, 0.0), b=(0.0, 0.5, 0.5))
+    _, stats = regularizer(scores, representation.detach() * 0 + 1, PROBABILITY)
+    assert stats["tau"].item() == pytest.approx(1e-4)  # all gaps 0
+    assert stats["kappa"].item() == pytest.approx(1e-3)  # all d = 0 -> d' = eps_d
+
+
+def test_gradients_reach_scores_and_representation_with_buffers_held_constant() -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    scores, representation = batch()
+    loss, _ = regularizer(scores, representation, PROBABILITY)
+    loss.backward()
+    assert scores["a"][0].grad.abs().sum() > 0 and representation.grad.abs().sum() > 0
+    for name, buffer in regularizer.named_buffers():
+        assert buffer.grad_fn is None and not buffer.requires_grad, name
+    # Reference: the same loss with tau, kappa and lambda as plain constants.
+    tau, kappa = regularizer.tau.item(), regularizer.kappa.item()
+    lam = regularizer.controller.lambda_.item()
+    ref_scores, ref_rep = batch()
+    a, b = ref_scores["a"][0], ref_scores["b"][0]
+    unit_rep = torch.nn.functional.normalize(ref_rep, dim=1)
+    terms = []
+    for x, y in PAIR_INDEX:
+        gap = (a[x] - b[y]).abs()
+        huber = torch.where(gap <= 0.1, gap**2 / 0.2, gap - 0.05)
+        distance = ((1 - unit_rep[x] @ unit_rep[y]) / 2).clamp_min(1e-3)
+        z = (huber / tau - distance / kappa).clamp_min(0)
+        terms.append(torch.where(z <= 0.05, z**2 / 0.1, z - 0.025))
+    (lam * torch.stack(terms).mean()).backward()
+    torch.testing.assert_close(scores["a"][0].grad, a.grad)
+    torch.testing.assert_close(scores["b"][0].grad, b.grad)
+    torch.testing.assert_close(representation.grad, ref_rep.grad)
+
+
+def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {key: value.clone() for key, value in module.state_dict().items()}
+
+
+def assert_same_state(before: dict, after: dict) -> None:
+    assert before.keys() == after.keys()
+    for key in before:
+        torch.testing.assert_close(before[key], after[key], equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_no_valid_pair_changes_nothing(warm: bool) -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    if warm:
+        regularizer(*batch(), PROBABILITY)
+    before = snapshot(regularizer)
+    scores, representation = batch(valid_b=(False, False, False))
+    loss, stats = regularizer(scores, representation, PROBABILITY)
+    assert loss is None
+    assert_same_state(before, snapshot(regularizer))
+    assert math.isnan(stats["r"].item()) and math.isnan(stats["loss_lip"].item())
+    assert stats["lambda"].item() == before["controller.lambda_"].item()
+    # non-finite values drop pairs the same way
+    nan_scores, representation = batch(b=(float("nan"),) * 3)
+    assert regularizer(nan_scores, representation, PROBABILITY)[0] is None
+    assert_same_state(before, snapshot(regularizer))
+
+
+def test_stats_are_detached_fresh_scalars() -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    _, first = regularizer(*batch(), PROBABILITY)
+    assert tuple(first) == STAT_KEYS == ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip")
+    kept = {key: value.item() for key, value in first.items()}
+    for _ in range(3):
+        regularizer(*batch(a=(0.1, 0.95, 0.3)), PROBABILITY)
+    for key, value in first.items():
+        assert value.dim() == 0 and not value.requires_grad
+        assert value.item() == kept[key], key  # not a view of a buffer updated in place
+
+
+def test_trace_obeys_the_controller_recursion() -> None:
+    regularizer = ReLiFRegularizer(config(warmup_steps=2, eta=2.0), TASKS).double()
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(8):
+        a, b = torch.rand(2, 3, generator=generator, dtype=torch.float64).tolist()
+        rows.append({k: v.item() for k, v in regularizer(*batch(a, b), PROBABILITY)[1].items()})
+    lam, r_ema = 0.1, None
+    for t, row in enumerate(rows, start=1):
+        r_ema = row["r"] if r_ema is None else 0.1 * row["r"] + 0.9 * r_ema
+        if t > 2:
+            lam = min(max(lam * (1 + 2.0 * (r_ema - 0.24)), 0.01), 1.0)
+        assert row["r_ema"] == pytest.approx(r_ema) and row["lambda"] == pytest.approx(lam)
+    assert len({row["lambda"] for row in rows}) > 2
+
+
+def test_non_probability_scores_are_squashed_with_running_quantiles() -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    is_probability = {"a": True, "b": False}
+    raw_b = np.array([2.0, 7.0, 4.0])
+    regularizer(*batch(b=tuple(raw_b)), is_probability)
+    low, high = np.quantile(raw_b, [0.1, 0.9])
+    assert regularizer.squash_low[1].item() == pytest.approx(low)
+    assert regularizer.squash_high[1].item() == pytest.approx(high)
+    raw_b2 = np.array([1.0, 9.0, 5.0])
+    _, stats = regularizer(*batch(b=tuple(raw_b2)), is_probability)
+    low2 = 0.9 * low + 0.1 * np.quantile(raw_b2, 0.1)
+    high2 = 0.9 * high + 0.1 * np.quantile(raw_b2, 0.9)
+    assert regularizer.squash_high[1].item() == pytest.approx(high2)
+    squashed = np.clip((raw_b2 - low2) / (high2 - low2 + 1e-6), 0, 1)
+    gaps = np.array([(0.9, 0.5, 0.1)[x] - squashed[y] for x, y in PAIR_INDEX])
+    z = rho(gaps) / stats["tau"].item() - DISTANCES / stats["kappa"].item()
+    assert stats["loss_lip"].item() == pytest.approx(phi(z).mean(), rel=1e-9)
+
+
+def test_ablation_without_quantile_alignment_uses_unit_scales() -> None:
+    regularizer = ReLiFRegularizer(config(quantile_alignment=False), TASKS).double()
+    _, stats = regularizer(*batch(), PROBABILITY)
+    expected = expected_step((0.9, 0.5, 0.1), (0.1, 0.45, 0.2), aligned=False)
+    assert stats["tau"].item() == 1.0 and stats["kappa"].item() == 1.0
+    assert stats["loss_lip"].item() == pytest.approx(expected["loss_lip"], rel=1e-9)
+    assert stats["r"].item() == pytest.approx(expected["r"])
+
+
+def test_ablation_static_lambda() -> None:
+    regularizer = ReLiFRegularizer(config(controller="static", eta=10.0), TASKS).double()
+    for _ in range(3):
+        loss, stats = regularizer(*batch(), PROBABILITY)
+        assert stats["lambda"].item() == pytest.approx(0.1)
+        assert loss.item() == pytest.approx(0.1 * stats["loss_lip"].item())
+
+
+def test_ablation_without_lipschitz_branch() -> None:
+    full = ReLiFRegularizer(config(), TASKS).double()
+    ablated = ReLiFRegularizer(config(lipschitz_branch=False), TASKS).double()
+    _, full_stats = full(*batch(), PROBABILITY)
+    loss, stats = ablated(*batch(), PROBABILITY)
+    assert loss is None
+    assert stats["lambda"].item() == 0.0
+    for key in ("r", "r_ema", "tau", "kappa", "loss_lip"):
+        assert stats[key].item() == pytest.approx(full_stats[key].item()), key
+
+
+def test_rank_pairing_uses_k_pairs() -> None:
+    regularizer = ReLiFRegularizer(config(prototype_pairing="rank"), TASKS).double()
+    _, stats = regularizer(*batch(), PROBABILITY)
+    # rank pairs: (0 with 1), (1 with 2)
+    gaps = np.array([0.9 - 0.45, 0.5 - 0.2])
+    distances = DISTANCES[[0, 3]]
+    z = rho(gaps) / np.quantile(gaps, 0.95) - distances / np.quantile(distances, 0.95)
+    assert stats["loss_lip"].item() == pytest.approx(phi(z).mean(), rel=1e-9)
+
+
+def test_state_dict_and_deterministic_mode() -> None:
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        regularizer = ReLiFRegularizer(config(), TASKS)
+        scores = {k: (v.float(), m) for k, (v, m) in batch()[0].items()}
+        loss, _ = regularizer(scores, batch()[1].float(), PROBABILITY)
+        assert loss.dtype == torch.float32
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    state = regularizer.state_dict()
+    assert set(state) == {
+        "tau",
+        "kappa",
+        "squash_low",
+        "squash_high",
+        "controller.lambda_",
+        "controller.r_ema",
+        "controller.updates",
+    }
+    restored = ReLiFRegularizer(config(), TASKS)
+    restored.load_state_dict(state)
+    assert_same_state(snapshot(regularizer), snapshot(restored))

@@ -1,0 +1,123 @@
+"""End to end through the real CLIs: sweep on local Ray -> analysis.load -> relif report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import analysis
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert fragment in lines[0]
+
+
+@pytest.fixture(scope="module")
+def experiment(nyuv2_dir, tmp_path_factory) -> Path:
+    storage = tmp_path_factory.mktemp("results")
+    result = run_cli(
+        "sweeps/nyuv2.py",
+        *("--data-dir", str(nyuv2_dir), "--methods", "erm", "--seeds", "2", "--epochs", "2"),
+        *("--backbone", "resnet18", "--batch-size", "6", "--lr", "1e-3"),
+        *("--storage", str(storage), "--name", "tiny", "--num-cpus", "2"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"experiment directory: {storage / 'tiny'}" in result.stdout
+    return storage / "tiny"
+
+
+@pytest.mark.slow
+def test_sweep_outputs_load_offline(experiment):
+    loaded = analysis.load(experiment)
+    trials = loaded.trials
+    assert sorted(trials["seed"]) == [0, 1] and set(trials["label"]) == {"erm"}
+    assert loaded.problems.empty
+    assert (trials["steps"] == 2 * (24 // 6)).all()
+    assert {"val_worst", "val_macro", "val_seg_miou", "val_depth_rmse"} <= set(trials.columns)
+    scores = loaded.scores
+    assert set(scores["split"]) == {"val"} and set(scores["task"]) == {"seg", "depth", "normal"}
+    assert len(scores) == 2 * 3 * 12
+    assert len(loaded.traces) == 2 * 8
+    ids, matrix = loaded.representations(trials["trial"].iloc[0])
+    assert matrix.shape == (12, 512) and sorted(ids.tolist()) == list(range(12))
+    config = trials["config"].iloc[0]
+    assert config["model"]["backbone"] == "resnet18" and config["train"]["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_trials_of_the_same_seed_reproduce_a_direct_engine_run(experiment):
+    """A trial run by Ray Tune gives exactly the numbers of the same config run in-process."""
+    from relif_ray.config import ExperimentConfig
+    from relif_ray.engine import TrainingRun
+
+    loaded = analysis.load(experiment)
+    row = loaded.trials.sort_values("seed").iloc[0]
+    run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
+    while not run.finished:
+        run.train_epoch()
+    metrics = run.evaluate("val").metrics
+    for name, value in metrics.items():
+        assert row[f"val_{name}"] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+
+
+@pytest.mark.slow
+def test_report_writes_utility_tables(experiment, tmp_path):
+    result = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    report = Path(result.stdout.strip())
+    assert report == tmp_path / "report.md" and report.exists()
+    table = (tmp_path / "utility.csv").read_text().splitlines()
+    assert table[0].startswith("label,n_seeds,worst_mean,worst_std,macro_mean")
+    assert table[1].startswith("erm,2,")
+    loaded = analysis.load(experiment)
+    worst = loaded.trials["val_worst"]
+    mean_cell = f"{worst.mean():.4f} ± {worst.std(ddof=1):.4f}"
+    assert mean_cell in (tmp_path / "utility.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--methods", "erm", "--data-dir", "/no/such/dir"], "--data-dir: no such directory"),
+        (["--methods", "erm"], "--data-dir is required"),
+        (["--demo", "--methods", "nosuch"], "unknown method 'nosuch'"),
+        (["--demo", "--seeds", "0"], "--seeds"),
+        (["--demo", "--gpus-per-trial", "1"], "--gpus-per-trial"),
+        (["--demo", "--r-star", "x"], "--r-star"),
+        (["--demo", "--lr", "-1"], "train.lr"),
+    ],
+)
+def test_sweep_rejects_bad_flags_before_starting_ray(args, fragment, tmp_path):
+    result = run_cli("sweeps/nyuv2.py", *args, "--storage", str(tmp_path))
+    assert_one_line_error(result, fragment)
+
+
+def test_report_on_a_missing_directory_is_a_one_line_error(tmp_path):
+    result = run_cli("-m", "relif_ray.cli", "report", str(tmp_path / "nope"), "--out", "x")
+    assert_one_line_error(result, "experiment directory not found")
+
+
+def test_report_lists_errored_trials(tmp_path):
+    trial = tmp_path / "exp" / "ReLiFTrainable_00000"
+    trial.mkdir(parents=True)
+    (trial / "params.json").write_text(json.dumps({"seed": 0}))
+    (trial / "error.txt").write_text("Traceback ...\nRuntimeError: boom\n")
+    loaded = analysis.load(tmp_path / "exp")
+    assert loaded.trials.empty
+    assert loaded.problems["status"].tolist() == ["errored"]
+    result = run_cli("-m", "relif_ray.cli", "report", str(tmp_path / "exp"), "--out", str(tmp_path))
+    assert result.returncode == 0
+    assert "RuntimeError: boom" in (tmp_path / "report.md").read_text()
