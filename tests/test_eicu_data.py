@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from relif_ray.cli_data import add_parser as add_make_data_parser
 from relif_ray.config import ModelConfig
 from relif_ray.data.eicu import (
     FEATURE_COLUMNS,
@@ -144,10 +146,24 @@ def test_writer_is_deterministic_and_refuses_to_overwrite(tmp_path: Path) -> Non
     second = write_synthetic_eicu(tmp_path / "b", patients=5, seed=4)
     for name in ("all_data.csv", "splits.csv"):
         assert (first / name).read_bytes() == (second / name).read_bytes()
-    with pytest.raises(UserError, match="already exists"):
+    with pytest.raises(UserError, match="exists and is not empty"):
         write_synthetic_eicu(first, patients=5, seed=4)
     with pytest.raises(UserError, match="--patients"):
         write_synthetic_eicu(tmp_path / "c", patients=1, seed=4)
+
+
+def test_make_data_writes_eicu_and_force_replaces_it(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_make_data_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "made"
+    for extra in ([], ["--force"]):
+        argv = ["make-data", "eicu", "--out", str(out), "--patients", "6", "--seed", "3", *extra]
+        args = parser.parse_args(argv)
+        assert args.handler(args) == 0
+    assert sum(len(split) for split in read_eicu(out)[0].values()) == 6
+    with pytest.raises(UserError, match="use --force"):
+        args = parser.parse_args(["make-data", "eicu", "--out", str(out), "--patients", "6"])
+        args.handler(args)
 
 
 def _edit_cell(root: Path, line: int, column: str, value: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from relif_ray.cli_data import add_parser as add_make_data_parser
 from relif_ray.data.mimic3 import (
     CATEGORICAL_VALUES,
     CHANNELS,
@@ -166,11 +168,32 @@ def test_writer_is_deterministic_and_refuses_to_overwrite(tmp_path: Path) -> Non
     files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(second) for p in second.rglob("*") if p.is_file())
     assert all((first / f).read_bytes() == (second / f).read_bytes() for f in files)
-    with pytest.raises(UserError, match="already exists"):
+    with pytest.raises(UserError, match="exists and is not empty"):
         write_synthetic_mimic3(first, patients=4, seed=1)
     with pytest.raises(UserError, match="--patients"):
         write_synthetic_mimic3(tmp_path / "c", patients=2, seed=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no temporary left
+
+
+def test_force_replaces_a_data_set_but_never_unrelated_files(tmp_path: Path) -> None:
+    out = write_synthetic_mimic3(tmp_path / "m", patients=3, seed=1)
+    before = (out / "train_listfile.csv").read_text()
+    write_synthetic_mimic3(out, patients=4, seed=2, overwrite=True)
+    assert (out / "train_listfile.csv").read_text() != before
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="refusing to replace"):
+        write_synthetic_mimic3(out, patients=4, seed=2, overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_make_data_writes_mimic3_with_patients_and_seed(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_make_data_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "made"
+    args = parser.parse_args(["make-data", "mimic3", "--out", str(out), "--patients", "5"])
+    assert args.handler(args) == 0
+    splits, _ = read_mimic3(out)
+    assert sum(len(split) for split in splits.values()) >= 5  # one or two stays per patient
 
 
 def _replace_line(path: Path, line: int, text: str) -> None:

@@ -103,16 +103,22 @@ HEADS = {
 
 
 def read_all_data(path: Path) -> pd.DataFrame:
-    """The required columns of all_data.csv as floats (NaN = empty cell), validated."""
+    """The required columns of all_data.csv as floats (NaN = empty cell), validated.
+
+    pandas' C parser reads the numbers; a column that does not parse as numbers is searched
+    for its first bad cell, so the error names the line.
+    """
     if not path.is_file():
         raise UserError(f"{path}: not found (the eICU benchmark's all_data.csv)")
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise UserError(f"{path}: not a readable CSV file: {str(error).strip()}") from None
-    missing = [column for column in REQUIRED_COLUMNS if column not in raw.columns]
-    if missing:
-        raise UserError(f"{path}: line 1: missing column '{missing[0]}'")
+        header = pd.read_csv(path, nrows=0).columns
+        missing = [column for column in REQUIRED_COLUMNS if column not in header]
+        if missing:
+            raise UserError(f"{path}: line 1: missing column '{missing[0]}'")
+        raw = pd.read_csv(path, usecols=list(REQUIRED_COLUMNS), low_memory=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else "unreadable"
+        raise UserError(f"{path}: not a readable CSV file: {reason}") from None
     if raw.empty:
         raise UserError(f"{path}: line 2: no rows after the header")
     table = pd.DataFrame({column: _numbers(raw[column], path) for column in REQUIRED_COLUMNS})
@@ -129,15 +135,15 @@ def read_all_data(path: Path) -> pd.DataFrame:
 
 
 def _numbers(cells: pd.Series, path: Path) -> pd.Series:
-    values = pd.to_numeric(cells.where(cells.str.strip() != ""), errors="coerce")
-    bad = values.isna() & (cells.str.strip() != "") | np.isinf(values)
+    values = pd.to_numeric(cells, errors="coerce").astype(np.float64)
+    bad = (values.isna() & cells.notna()) | np.isinf(values)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise UserError(
             f"{path}: line {row + 2}: column '{cells.name}' must be a number, "
             f"got '{cells.iloc[row]}'"
         )
-    return values.astype(np.float64)
+    return values
 
 
 def _check(ok: pd.Series, path: Path, message: str) -> None:

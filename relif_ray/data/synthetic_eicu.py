@@ -33,17 +33,26 @@ PATIENT_COLUMNS = (
 HEADER = ("itemoffset", *VARIABLE_COLUMNS, "patientunitstayid", *PATIENT_COLUMNS)
 
 
-def write_synthetic_eicu(out: str | Path, *, patients: int, seed: int) -> Path:
-    """Write a synthetic eICU folder with one unit stay per patient to `out` (atomically)."""
-    if patients < 3:
-        raise UserError(f"--patients: need at least 3 (one per split), got {patients}")
+LAYOUT = frozenset({"all_data.csv", "splits.csv"})
+"""The top-level names the writer creates (what --force may replace)."""
+
+
+def write_synthetic_eicu(
+    out: str | Path, *, patients: int, seed: int, overwrite: bool = False
+) -> Path:
+    """Write a synthetic eICU folder with one unit stay per patient to `out`; return its path.
+
+    Written atomically (temporary folder, then rename). A non-empty `out` is refused unless
+    `overwrite`, and then replaced only if it holds nothing but this layout's files.
+    """
+    _check_arguments(patients, seed)
     rng = np.random.default_rng(seed)
     order = rng.permutation(patients)
     n_held_out = max(1, round(0.15 * patients))
     split_of = ["train"] * patients
     for rank, patient in enumerate(order[: 2 * n_held_out]):
         split_of[patient] = "test" if rank < n_held_out else "val"
-    with atomic_directory(out) as folder:
+    with atomic_directory(out, overwrite=overwrite, replaceable=LAYOUT) as folder:
         lines = [",".join(HEADER)]
         splits = ["patientunitstayid,split"]
         for patient in range(patients):
@@ -57,7 +66,7 @@ def write_synthetic_eicu(out: str | Path, *, patients: int, seed: int) -> Path:
 
 def _stay_lines(stay: int, rng: np.random.Generator) -> list[str]:
     severity, metabolic = rng.normal(size=2)
-    stay_hours = float(np.clip(np.exp(3.4 + 0.6 * severity + 0.3 * rng.normal()), 16.0, 400.0))
+    stay_hours = float(np.clip(np.exp(3.9 + 0.6 * severity + 0.3 * rng.normal()), 16.0, 400.0))
     died = bool(rng.random() < 1.0 / (1.0 + np.exp(-(1.8 * severity - 2.0))))
     hours = np.arange(-2, int(np.ceil(stay_hours)))
     hours = hours[rng.random(len(hours)) < 0.7][:200]
@@ -107,3 +116,12 @@ def _stay_lines(stay: int, rng: np.random.Generator) -> list[str]:
         )
         for i, hour in enumerate(hours)
     ]
+
+
+def _check_arguments(patients: int, seed: int) -> None:
+    if isinstance(patients, bool) or not isinstance(patients, int) or patients < 3:
+        raise UserError(
+            f"--patients: need an integer of at least 3 (one per split), got {patients!r}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(f"--seed: must be a non-negative integer, got {seed!r}")

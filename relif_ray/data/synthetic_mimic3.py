@@ -66,15 +66,24 @@ VERBAL_BY_SCORE = {
 }
 
 
-def write_synthetic_mimic3(out: str | Path, *, patients: int, seed: int) -> Path:
-    """Write a synthetic multitask folder with `patients` patients to `out` (atomically)."""
-    if patients < 3:
-        raise UserError(f"--patients: need at least 3 (one per split), got {patients}")
+LAYOUT = frozenset({"train", "test", "train_listfile.csv", "val_listfile.csv", "test_listfile.csv"})
+"""The top-level names the writer creates (what --force may replace)."""
+
+
+def write_synthetic_mimic3(
+    out: str | Path, *, patients: int, seed: int, overwrite: bool = False
+) -> Path:
+    """Write a synthetic multitask folder with `patients` patients to `out`; return its path.
+
+    Written atomically (temporary folder, then rename). A non-empty `out` is refused unless
+    `overwrite`, and then replaced only if it holds nothing but this layout's files.
+    """
+    _check_arguments(patients, seed)
     rng = np.random.default_rng(seed)
     phenotype_weights = rng.normal(0.0, 1.5, size=(NUM_PHENOTYPES, 3))
     phenotype_bias = rng.normal(-1.0, 0.5, size=NUM_PHENOTYPES)
     split_of = _assign_splits(patients, rng)
-    with atomic_directory(out) as folder:
+    with atomic_directory(out, overwrite=overwrite, replaceable=LAYOUT) as folder:
         rows: dict[str, list[str]] = {"train": [], "val": [], "test": []}
         for patient in range(patients):
             subject = str(10000 + patient)
@@ -124,7 +133,7 @@ def _write_episode(
 ) -> str:
     """Write one episode file and return its listfile row."""
     severity, metabolic, respiratory = traits
-    los = float(np.clip(np.exp(3.6 + 0.6 * severity + 0.3 * rng.normal()), 5.0, 500.0))
+    los = float(np.clip(np.exp(3.9 + 0.6 * severity + 0.3 * rng.normal()), 5.0, 500.0))
     los = round(los, 6)
     died = bool(rng.random() < _sigmoid(1.8 * severity - 2.0))
     hours = np.arange(int(np.ceil(los)))
@@ -209,3 +218,12 @@ def _listfile_row(
 
 def _sigmoid(x: np.ndarray | float) -> np.ndarray | float:
     return 1.0 / (1.0 + np.exp(-x))
+
+
+def _check_arguments(patients: int, seed: int) -> None:
+    if isinstance(patients, bool) or not isinstance(patients, int) or patients < 3:
+        raise UserError(
+            f"--patients: need an integer of at least 3 (one per split), got {patients!r}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(f"--seed: must be a non-negative integer, got {seed!r}")

@@ -19,6 +19,8 @@ A head with one output drops that dimension: (B, T) or (B,).
 
 Shared representation (ReLiF's prototypes and the audit's distances): the top LSTM layer's
 hidden state at the stay's last valid step (h_n of the packed sequence), before dropout.
+
+`model.backbone` and `model.head_channels` do not apply (the backbone is always this LSTM).
 """
 
 from __future__ import annotations
