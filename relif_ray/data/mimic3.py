@@ -226,6 +226,8 @@ def read_episode(path: Path) -> Episode:
         values: dict[str, list[float]] = {channel: [] for channel in header[1:]}
         for row in reader:
             line = reader.line_num
+            if not row:  # a blank line
+                continue
             if len(row) != len(header):
                 raise UserError(
                     f"{path}: line {line}: expected {len(header)} fields, got {len(row)}"
