@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from relif_ray.data import eicu, mimic3  # noqa: F401  (register "eicu" and "mimic3")
 from relif_ray.data.nyuv2 import read_nyuv2
 from relif_ray.models.dense import DenseMTLModel
 from relif_ray.problem import Problem, TensorSplit, register_problem

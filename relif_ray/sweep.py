@@ -1,6 +1,6 @@
 """Command-line sweeps: parse flags, build the grid, launch it on Ray Tune.
 
-`sweeps/nyuv2.py` (and later `sweeps/clinical.py`) are thin wrappers around `main`. Flags are
+`sweeps/nyuv2.py` and `sweeps/clinical.py` are thin wrappers around `main`. Flags are
 validated before Ray starts; user mistakes exit with status 2 and a one-line message.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,15 @@ from relif_ray.errors import UserError
 
 @dataclass(frozen=True)
 class DatasetDefaults:
-    """What differs between data sets: budget, model and demo sizes."""
+    """What differs between data sets: budget, model, demo sizes and audit threshold.
+
+    demo_data: keyword arguments of the data set's synthetic writer (`cli_data.DATA_WRITERS`).
+    config: dotted ExperimentConfig fields set for every trial before the flags apply (the
+        paper's settings, e.g. {"train.optimizer": "adamw"}); demo_config: the same in --demo.
+    r_star: default of --r-star (the paper's controller target for this data set).
+    delta_ref: the paper's held-fixed audit threshold where it is one number (MIMIC-III 0.275,
+        eICU 0.06); NYUv2 takes quantiles of a reference run instead (None).
+    """
 
     dataset: str
     seeds: int
@@ -28,6 +36,10 @@ class DatasetDefaults:
     lr: float
     demo_data: dict[str, int]
     demo_train: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+    demo_config: dict[str, Any] = field(default_factory=dict)
+    r_star: str = "0.24"
+    delta_ref: float | None = None
 
 
 NYUV2 = DatasetDefaults(
@@ -39,6 +51,52 @@ NYUV2 = DatasetDefaults(
     demo_data={"train": 48, "val": 24, "height": 48, "width": 64},
     demo_train={"epochs": 4, "batch_size": 8, "lr": 1e-3, "backbone": "resnet18", "seeds": 2},
 )
+
+CLINICAL_CONFIG = {
+    "train.optimizer": "adamw",
+    "train.weight_decay": 1e-5,
+    "train.grad_clip": 1.0,
+    "train.eval_batch_size": 64,
+    "model.hidden_size": 256,
+    "model.num_layers": 2,
+    "model.dropout": 0.3,
+}
+"""The paper's clinical setting: 2-layer LSTM (256, dropout 0.3), AdamW, wd 1e-5, clip 1.0."""
+
+CLINICAL_DEMO = {"epochs": 3, "batch_size": 16, "lr": 3e-3, "seeds": 2}
+
+MIMIC3 = DatasetDefaults(
+    dataset="mimic3",
+    seeds=7,
+    backbone="lstm",
+    batch_size=64,
+    lr=1e-3,
+    demo_data={"patients": 150},
+    demo_train=CLINICAL_DEMO,
+    config=CLINICAL_CONFIG,
+    demo_config={"model.hidden_size": 32},
+    r_star="0.16",
+    delta_ref=0.275,
+)
+"""MIMIC-III: 7 seeds, delta_ref 0.275. The paper selects (r*, eta) on validation; pass a grid
+with --r-star/--eta (its controller checks span r* 0.16-0.28, eta 1e-4-1e-2)."""
+
+EICU = DatasetDefaults(
+    dataset="eicu",
+    seeds=3,
+    backbone="lstm",
+    batch_size=64,
+    lr=1e-3,
+    demo_data={"patients": 200},
+    demo_train=CLINICAL_DEMO,
+    config=CLINICAL_CONFIG,
+    demo_config={"model.hidden_size": 32},
+    r_star="0.16",
+    delta_ref=0.06,
+)
+"""eICU: 3 seeds, r* 0.16 and eta 1e-3 as in the paper, delta_ref 0.06."""
+
+CLINICAL = {"mimic3": MIMIC3, "eicu": EICU}
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -63,11 +121,17 @@ def parse_floats(text: str, flag: str) -> list[float]:
         raise UserError(f"{flag}: expected comma-separated numbers, got '{text}'") from None
 
 
-def build_parser(defaults: DatasetDefaults) -> argparse.ArgumentParser:
+def build_parser(
+    defaults: DatasetDefaults, dataset_choices: tuple[str, ...] = ()
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=f"Ray Tune sweep of MTL methods x seeds on {defaults.dataset}.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    if dataset_choices:
+        parser.add_argument(
+            "--dataset", choices=dataset_choices, default=defaults.dataset, help="data set"
+        )
     parser.add_argument("--data-dir", help="data set root (the real data or `relif make-data`)")
     parser.add_argument(
         "--demo", action="store_true", help="small synthetic data and budget; runs in minutes"
@@ -83,7 +147,7 @@ def build_parser(defaults: DatasetDefaults) -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, help="training batch size")
     parser.add_argument("--lr", type=float, help="learning rate")
     parser.add_argument("--backbone", help="model backbone")
-    parser.add_argument("--r-star", default="0.24", help="ReLiF controller targets (list)")
+    parser.add_argument("--r-star", default=defaults.r_star, help="ReLiF controller targets (list)")
     parser.add_argument("--eta", default="0.001", help="ReLiF controller step sizes (list)")
     parser.add_argument("--warmup-steps", type=int, help="ReLiF controller warmup steps")
     parser.add_argument("--storage", default="relif-results", help="experiment storage root")
@@ -102,6 +166,9 @@ def base_config(args: argparse.Namespace, defaults: DatasetDefaults, data_dir: s
     """The ExperimentConfig shared by every trial of the sweep."""
     demo = defaults.demo_train if args.demo else {}
     config = ExperimentConfig().to_dict()
+    set_fields(config, defaults.config)
+    if args.demo:
+        set_fields(config, defaults.demo_config)
     config["data"] = {"dataset": defaults.dataset, "root": str(Path(data_dir).resolve())}
     config["device"] = "cuda" if args.gpus_per_trial > 0 else "cpu"
     config["model"]["backbone"] = args.backbone or demo.get("backbone", defaults.backbone)
@@ -118,6 +185,16 @@ def base_config(args: argparse.Namespace, defaults: DatasetDefaults, data_dir: s
     return config
 
 
+def set_fields(config: dict[str, Any], values: dict[str, Any]) -> None:
+    """Set dotted fields ("train.optimizer") of a nested config dict in place."""
+    for dotted, value in values.items():
+        section, _, name = dotted.rpartition(".")
+        target = config
+        for key in filter(None, section.split(".")):
+            target = target[key]
+        target[name] = value
+
+
 def check_resources(args: argparse.Namespace) -> None:
     if args.gpus_per_trial < 0 or args.num_gpus < 0 or args.cpus_per_trial <= 0:
         raise UserError("--num-gpus/--gpus-per-trial must be >= 0 and --cpus-per-trial > 0")
@@ -131,12 +208,13 @@ def check_resources(args: argparse.Namespace) -> None:
 
 
 def prepare_demo_data(defaults: DatasetDefaults, storage: str) -> str:
-    """Write (once) the synthetic demo data set next to the experiments."""
-    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+    """Write (once) the synthetic demo data set next to the experiments (written atomically,
+    so an existing folder is complete)."""
+    from relif_ray.cli_data import DATA_WRITERS
 
     root = Path(storage) / "data" / f"{defaults.dataset}-demo"
-    if not (root / "train").is_dir():
-        write_synthetic_nyuv2(root, seed=0, **defaults.demo_data)
+    if not root.exists():
+        DATA_WRITERS[defaults.dataset].write(root, seed=0, **defaults.demo_data)
     return str(root)
 
 
@@ -153,8 +231,10 @@ def prepare_experiment_dir(storage: str, name: str, demo: bool, resume: bool) ->
     shutil.rmtree(path)
 
 
-def run(argv: list[str] | None, defaults: DatasetDefaults) -> Path:
-    args = build_parser(defaults).parse_args(argv)
+def run(
+    argv: list[str] | None, defaults: DatasetDefaults, dataset_choices: tuple[str, ...] = ()
+) -> Path:
+    args = build_parser(defaults, dataset_choices).parse_args(argv)
     check_resources(args)
     default_seeds = defaults.demo_train["seeds"] if args.demo else defaults.seeds
     seeds = parse_seeds(args.seeds or str(default_seeds))
@@ -195,11 +275,26 @@ def run(argv: list[str] | None, defaults: DatasetDefaults) -> Path:
     )
 
 
-def main(defaults: DatasetDefaults, argv: list[str] | None = None) -> int:
+def main(
+    defaults: DatasetDefaults,
+    argv: list[str] | None = None,
+    dataset_choices: tuple[str, ...] = (),
+) -> int:
     try:
-        experiment_dir = run(argv, defaults)
+        experiment_dir = run(argv, defaults, dataset_choices)
     except UserError as exc:
         print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
         return 2
     print(f"experiment directory: {experiment_dir}")
+    if defaults.delta_ref is not None:
+        print(f"fixed-delta audit threshold of the paper: delta_ref = {defaults.delta_ref:g}")
     return 0
+
+
+def clinical_main(argv: list[str] | None = None) -> int:
+    """`sweeps/clinical.py --dataset mimic3|eicu ...`: the same sweep with that data set's
+    defaults (MIMIC-III: 7 seeds, delta_ref 0.275; eICU: 3 seeds, delta_ref 0.06)."""
+    chooser = argparse.ArgumentParser(add_help=False)
+    chooser.add_argument("--dataset", choices=tuple(CLINICAL), default="mimic3")
+    known, _ = chooser.parse_known_args(argv)
+    return main(CLINICAL[known.dataset], argv, dataset_choices=tuple(CLINICAL))
