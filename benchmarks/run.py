@@ -92,7 +92,7 @@ class Context:
 def relif_rows(ctx: Context) -> list[Row]:
     import relif_step_time as module
 
-    rounds = 10 if ctx.quick else 40
+    rounds = 20 if ctx.quick else 60
     fast = {"precision": "bf16", "channels_last": True} if ctx.cuda else {}
     if ctx.cuda:
         dense = module.Setting(

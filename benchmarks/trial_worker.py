@@ -7,7 +7,7 @@ and several can be packed on one GPU). Prints one JSON line:
     step_s            median seconds per timed step
     steps             timed steps
     rss_imports_mb    peak resident memory after the imports (torch, relif_ray)
-    peak_rss_mb       peak resident memory of the whole process (getrusage ru_maxrss)
+    peak_rss_mb       peak resident memory of the whole process (VmHWM on Linux)
     cuda_peak_mb      torch.cuda.max_memory_allocated (null on CPU)
 
     python benchmarks/trial_worker.py --config '{"data": ...}' --warmup 2 --steps 5
@@ -20,7 +20,9 @@ import argparse
 import json
 import resource
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -29,8 +31,19 @@ from relif_ray.engine import TrainingRun
 
 
 def peak_rss_mb() -> float:
-    """ru_maxrss is in KiB on Linux."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory (MiB).
+
+    Linux: VmHWM of /proc/self/status, which starts afresh at exec. getrusage's ru_maxrss is
+    not used there: it carries the parent's peak across fork + exec, so a worker started by a
+    large parent would report the parent's size. Elsewhere ru_maxrss (bytes on macOS).
+    """
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def timed_steps(run: TrainingRun, steps: int | None, seconds: float | None) -> list[float]:
