@@ -22,15 +22,13 @@ weighting as the `UW` scalarizer; for those the table compares our method with T
 from __future__ import annotations
 
 import argparse
-import math
-import random
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from timing import Step, interleaved_times, ratio_with_interval, verdict_at_most
 from torch import Tensor
 from torchjd.aggregation import FairGrad as JDFairGrad
 from torchjd.aggregation import PCGrad as JDPCGrad
@@ -50,7 +48,7 @@ TORCHJD_COUNTERPART = {
     "uncertainty": "torchjd-uw",
 }
 FAIRGRAD_ALPHA = 2.0
-Step = Callable[[], None]
+TARGET = 1.0
 
 
 class Setup:
@@ -129,61 +127,78 @@ def torchjd_step(name: str, setup: Setup) -> Step:
     return jd_step
 
 
-def measure(steps: dict[str, Step], rounds: int, warmup: int, cuda: bool) -> dict[str, list]:
-    """Per-variant list of step times (s), interleaved in a shuffled order each round."""
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    shuffler = random.Random(0)
-    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
-    for round_index in range(warmup + rounds):
-        order = list(steps)
-        shuffler.shuffle(order)
-        for name in order:
-            synchronize()
-            start = time.perf_counter()
-            steps[name]()
-            synchronize()
-            if round_index >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return times
+@dataclass
+class MethodTiming:
+    """One variant's median step time, its ratio to ERM and, where TorchJD has the method,
+    its ratio to TorchJD's with the ~95% interval and the verdict (target <= 1.0)."""
+
+    ms_per_step: float
+    vs_erm: float
+    vs_torchjd: tuple[float, float, float] | None = None
+    verdict: str | None = None
 
 
-def ratio_with_interval(
-    times: dict[str, list[float]], name: str, reference: str
-) -> tuple[float, float, float]:
-    """Median of the per-round ratios and its ~95% distribution-free confidence interval.
-
-    The interval is between the order statistics n/2 -+ 0.98 sqrt(n) of the sorted ratios
-    (the binomial sign-test interval for a median).
-    """
-    ratios = sorted(a / b for a, b in zip(times[name], times[reference], strict=True))
-    n = len(ratios)
-    k = max(0, math.floor(n / 2 - 0.98 * math.sqrt(n)))
-    return statistics.median(ratios), ratios[k], ratios[n - 1 - k]
-
-
-def verdict(median: float, lower: float) -> str:
-    """pass: median <= 1; within noise: median > 1 but 1 is inside the interval; else FAIL."""
-    if median <= 1.0:
-        return "pass"
-    return "within noise" if lower <= 1.0 else "FAIL"
+def summarize(times: dict[str, list[float]]) -> dict[str, MethodTiming]:
+    summary = {}
+    for name in times:
+        timing = MethodTiming(
+            ms_per_step=1e3 * statistics.median(times[name]),
+            vs_erm=ratio_with_interval(times, name, "erm")[0],
+        )
+        if name in TORCHJD_COUNTERPART:
+            median, lower, upper = ratio_with_interval(times, name, TORCHJD_COUNTERPART[name])
+            timing.vs_torchjd = (median, lower, upper)
+            timing.verdict = verdict_at_most(median, lower, TARGET)
+        summary[name] = timing
+    return summary
 
 
-def report(times: dict[str, list[float]]) -> bool:
+def report(summary: dict[str, MethodTiming]) -> bool:
     """Print the table; False when some method is measurably slower than TorchJD's."""
     header = f"{'variant':<18}{'ms/step':>9}{'vs erm':>8}   {'vs torchjd [95% CI]':>22}"
     print(f"{header}  target  result")
-    all_pass = True
-    for name in times:
-        line = f"{name:<18}{1e3 * statistics.median(times[name]):>9.1f}"
-        line += f"{ratio_with_interval(times, name, 'erm')[0]:>8.2f}"
-        if name in TORCHJD_COUNTERPART:
-            median, lower, upper = ratio_with_interval(times, name, TORCHJD_COUNTERPART[name])
-            result = verdict(median, lower)
-            all_pass &= result != "FAIL"
+    for name, timing in summary.items():
+        line = f"{name:<18}{timing.ms_per_step:>9.1f}{timing.vs_erm:>8.2f}"
+        if timing.vs_torchjd is not None:
+            median, lower, upper = timing.vs_torchjd
             interval = f"{median:.2f} [{lower:.2f}, {upper:.2f}]"
-            line += f"   {interval:>22}  <= 1.0  {result}"
+            line += f"   {interval:>22}  <= {TARGET}  {timing.verdict}"
         print(line)
-    return all_pass
+    return all(timing.verdict != "FAIL" for timing in summary.values())
+
+
+def measure(
+    device: str = "cpu",
+    quick: bool = False,
+    rounds: int | None = None,
+    batch_size: int | None = None,
+    height: int | None = None,
+    width: int | None = None,
+    backbone: str = "resnet18",
+    head_channels: int | None = None,
+) -> tuple[str, dict[str, MethodTiming]]:
+    """Time every variant interleaved; return a one-line description of the setting and the
+    summary. Sizes default to tiny ones with `quick` (CPU, < 1 minute), else moderate ones."""
+    rounds = rounds or (10 if quick else 40)
+    batch_size = batch_size or (4 if quick else 8)
+    height = height or (32 if quick else 64)
+    width = width or (40 if quick else 80)
+    head_channels = head_channels or (16 if quick else 64)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_synthetic_nyuv2(
+            Path(tmp) / "nyuv2", train=batch_size, val=1, height=height, width=width, seed=0
+        )
+        problem = load_problem(DataConfig(dataset="nyuv2", root=str(root)))
+    model_config = ModelConfig(backbone=backbone, head_channels=head_channels)
+    setup = Setup(problem, model_config, batch_size, torch.device(device))
+    steps = {name: our_step(name, setup) for name in OURS}
+    steps.update({name: torchjd_step(name, setup) for name in TORCHJD_COUNTERPART.values()})
+    times = interleaved_times(steps, rounds, warmup=2, cuda=device.startswith("cuda"))
+    description = (
+        f"{backbone}, head_channels {head_channels}, batch {batch_size}x3x{height}x{width}, "
+        f"median of {rounds} interleaved rounds"
+    )
+    return description, summarize(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,28 +219,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    rounds = args.rounds or (10 if args.quick else 40)
-    batch_size = args.batch_size or (4 if args.quick else 8)
-    height = args.height or (32 if args.quick else 64)
-    width = args.width or (40 if args.quick else 80)
-    head_channels = args.head_channels or (16 if args.quick else 64)
-    device = torch.device(args.device)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        root = write_synthetic_nyuv2(
-            Path(tmp) / "nyuv2", train=batch_size, val=1, height=height, width=width, seed=0
-        )
-        problem = load_problem(DataConfig(dataset="nyuv2", root=str(root)))
-    model_config = ModelConfig(backbone=args.backbone, head_channels=head_channels)
-    setup = Setup(problem, model_config, batch_size, device)
-    steps = {name: our_step(name, setup) for name in OURS}
-    steps.update({name: torchjd_step(name, setup) for name in TORCHJD_COUNTERPART.values()})
-    print(
-        f"torch {torch.__version__} on {device}, {torch.get_num_threads()} CPU thread(s); "
-        f"{args.backbone}, head_channels {head_channels}, batch {batch_size}x3x{height}x{width}; "
-        f"median of {rounds} interleaved rounds"
+    description, summary = measure(
+        args.device,
+        args.quick,
+        args.rounds,
+        args.batch_size,
+        args.height,
+        args.width,
+        args.backbone,
+        args.head_channels,
     )
-    return 0 if report(measure(steps, rounds, warmup=2, cuda=device.type == "cuda")) else 1
+    print(
+        f"torch {torch.__version__} on {args.device}, {torch.get_num_threads()} CPU thread(s); "
+        f"{description}"
+    )
+    return 0 if report(summary) else 1
 
 
 if __name__ == "__main__":
