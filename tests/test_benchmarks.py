@@ -91,3 +91,14 @@ def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> 
     (present,) = run.sweep_rows(context)
     assert (present.value, present.target, present.result) == (0.85, ">= 0.9", "FAIL")
     assert "8 trials of 8.0 s on 2 slots" in present.detail
+
+
+def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path) -> None:
+    run = load("run")
+    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    config = run.trial_config(context, run.data_root(context, gpu=False), "relif", gpu=False)
+    config["model"] = {"backbone": "resnet18", "head_channels": 8}
+    result = run.run_worker(config, warmup=1, steps=2)
+    assert result["steps"] == 2 and result["images_per_s"] > 0
+    assert 0 < result["rss_imports_mb"] <= result["peak_rss_mb"]
+    assert result["cuda_peak_mb"] is None
