@@ -48,9 +48,9 @@ SQUASH_EPS = 1e-6
 OBJECTIVES = {"val_bias": "min", "worst": "max"}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
 
-PROGRESS_COLUMNS = {
+PROGRESS_PARAMETERS = {"seed": "seed"}
+PROGRESS_METRICS = {
     "label": "method",
-    "seed": "seed",
     "r_star": "r*",
     "eta": "eta",
     "train_step": "step",
@@ -511,8 +511,8 @@ def run_sweep(
                 ),
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 progress_reporter=tune.CLIReporter(
-                    metric_columns=PROGRESS_COLUMNS,
-                    parameter_columns=[],
+                    metric_columns=PROGRESS_METRICS,
+                    parameter_columns=PROGRESS_PARAMETERS,
                     max_report_frequency=30,
                 ),
                 callbacks=callbacks,
