@@ -116,9 +116,7 @@ def build_parser(
     defaults: DatasetDefaults, description: str, *, grid_flags: bool = True
 ) -> OneLineParser:
     """The flags shared by every sweep; `grid_flags` adds --methods/--r-star/--eta/--search."""
-    parser = OneLineParser(
-        description=description, formatter_class=DefaultsHelpFormatter
-    )
+    parser = OneLineParser(description=description, formatter_class=DefaultsHelpFormatter)
     data = parser.add_argument_group("data and budget")
     data.add_argument("--data-dir", help="data set root (the real data or `relif make-data`)")
     data.add_argument(
@@ -317,6 +315,7 @@ def resources(args: argparse.Namespace):
 
 
 def data_root(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
+    """The data set folder: --data-dir, or for --demo a folder next to the results."""
     if args.data_dir:
         if not Path(args.data_dir).is_dir():
             raise UserError(f"--data-dir: no such directory: {args.data_dir}")
@@ -325,10 +324,13 @@ def data_root(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
         raise UserError("--data-dir is required (or use --demo for synthetic data)")
     if "://" in args.storage:
         raise UserError("--demo writes its data next to the results: use a local --storage")
-    root = Path(args.storage).resolve() / "data" / f"{defaults.dataset}-demo"
-    if not root.is_dir():
-        defaults.write_demo_data(root, **defaults.demo_data)
-    return str(root)
+    return str(Path(args.storage).resolve() / "data" / f"{defaults.dataset}-demo")
+
+
+def write_demo_data(root: str, defaults: DatasetDefaults) -> None:
+    """Write the synthetic demo data set once (it is reused by later demo sweeps)."""
+    if not Path(root).is_dir():
+        defaults.write_demo_data(Path(root), **defaults.demo_data)
 
 
 def base_config(
@@ -417,9 +419,12 @@ def launch(
             resume=True,
             search=None,
         )
-    base = base_config(args, defaults, data_root(args, defaults), limits.gpus_per_trial > 0)
+    root = data_root(args, defaults)
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
     space, search = plan(base)
     prepare_experiment_dir(args.storage, name, args.demo)
+    if args.demo and not args.data_dir:
+        write_demo_data(root, defaults)
     return relif_tune.run_sweep(
         space,
         name=name,
