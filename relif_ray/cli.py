@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from relif_ray.cli_audit import add_parser as add_audit_parser
+from relif_ray.cli_data import add_parser as add_make_data_parser
 from relif_ray.errors import UserError
 
 
@@ -32,6 +33,7 @@ def _report(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relif", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
+    add_make_data_parser(subparsers)
     _add_report_parser(subparsers)
     add_audit_parser(subparsers)
     return parser

@@ -59,16 +59,24 @@ def test_sweep_outputs_load_offline(experiment):
 
 @pytest.mark.slow
 def test_trials_of_the_same_seed_reproduce_a_direct_engine_run(experiment):
-    """A trial run by Ray Tune gives exactly the numbers of the same config run in-process."""
+    """A trial run by Ray Tune gives exactly the numbers of the same config run in-process
+    (with the trial's one CPU thread: float reductions depend on the thread count)."""
+    import torch
+
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
 
     loaded = analysis.load(experiment)
     row = loaded.trials.sort_values("seed").iloc[0]
-    run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
-    while not run.finished:
-        run.train_epoch()
-    metrics = run.evaluate("val").metrics
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
+        while not run.finished:
+            run.train_epoch()
+        metrics = run.evaluate("val").metrics
+    finally:
+        torch.set_num_threads(threads)
     for name, value in metrics.items():
         assert row[f"val_{name}"] == pytest.approx(value, rel=1e-6, abs=1e-9), name
 
@@ -121,3 +129,22 @@ def test_report_lists_errored_trials(tmp_path):
     result = run_cli("-m", "relif_ray.cli", "report", str(tmp_path / "exp"), "--out", str(tmp_path))
     assert result.returncode == 0
     assert "RuntimeError: boom" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_demo_sweep_and_report_end_to_end(tmp_path):
+    """The Quickstart's main job, shortened to one epoch and one seed."""
+    storage = tmp_path / "results"
+    demo = run_cli(
+        "sweeps/nyuv2.py", "--demo", "--epochs", "1", "--seeds", "1", "--storage", str(storage)
+    )
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    experiment = storage / "nyuv2-demo"
+    assert (storage / "data" / "nyuv2-demo" / "train" / "image" / "0.npy").exists()
+    loaded = analysis.load(experiment)
+    assert sorted(loaded.trials["label"]) == ["erm", "relif"]
+    relif_trace = loaded.traces[loaded.traces["trial"].isin(loaded.trials.query("relif")["trial"])]
+    assert {"lambda", "r", "r_ema", "tau", "kappa", "loss_lip"} <= set(relif_trace.columns)
+    report = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(tmp_path / "r"))
+    assert report.returncode == 0, report.stderr
+    assert Path(report.stdout.strip()).read_text().startswith("# relif-ray report")
