@@ -40,7 +40,7 @@ class DatasetDefaults:
     delta: threshold of the live validation Bias shown while training and optimised by Optuna
         (the official fixed-delta audit is computed at analysis time).
     demo_data: sizes passed to `write_demo_data(root, **demo_data)` for `--demo`.
-    demo_train: the `--demo` budget (epochs, batch_size, lr, backbone, seeds).
+    demo_train: the `--demo` budget (epochs, batch_size, lr, backbone, seeds, methods).
     base_overrides: further dotted ExperimentConfig fields (e.g. "train.optimizer": "adamw").
     """
 
@@ -76,7 +76,14 @@ NYUV2 = DatasetDefaults(
     eta=1e-3,
     delta=0.2,
     demo_data={"train": 48, "val": 24, "height": 48, "width": 64},
-    demo_train={"epochs": 4, "batch_size": 8, "lr": 1e-3, "backbone": "resnet18", "seeds": 2},
+    demo_train={
+        "epochs": 4,
+        "batch_size": 8,
+        "lr": 1e-3,
+        "backbone": "resnet18",
+        "seeds": 2,
+        "methods": "erm,relif",
+    },
     write_demo_data=_write_nyuv2_demo,
 )
 """NYUv2: ResNet50, 7 seeds, r* = 0.24, eta = 1e-3 (paper Table 5); Adam lr 1e-4, batch 8,
@@ -155,7 +162,7 @@ def build_parser(
             "--methods",
             help="comma-separated labels: registered methods, "
             f"{', '.join(RELIF_LABELS)}, or <method>+relif (default: {default_methods()}; "
-            "with --search optuna: relif)",
+            f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
         )
         grid.add_argument(
             "--r-star", default=f"{defaults.r_star:g}", help="ReLiF controller targets (list)"
@@ -442,7 +449,8 @@ def run(argv: list[str] | None, defaults: DatasetDefaults) -> str:
     args = build_parser(defaults, description).parse_args(argv)
     seeds = seeds_of(args, defaults)
     optuna = args.search == "optuna"
-    labels = parse_labels(args.methods or ("relif" if optuna else default_methods()))
+    default = defaults.demo_train["methods"] if args.demo else default_methods()
+    labels = parse_labels(args.methods or ("relif" if optuna else default))
     r_stars, etas = parse_floats(args.r_star, "--r-star"), parse_floats(args.eta, "--eta")
     if optuna:
         plan = optuna_plan(args, labels, seeds)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import ray
+import torch
 from ray import tune
 
 import analysis
@@ -524,10 +525,16 @@ def _assert_matches_an_uninterrupted_run(loaded, trial: str) -> None:
     from relif_ray.engine import TrainingRun
 
     row = loaded.trials.set_index("trial").loc[trial]
-    run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
-    while not run.finished:
-        run.train_epoch()
-    for name, value in run.evaluate("val").metrics.items():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the trial's: float reductions depend on the thread count
+    try:
+        run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
+        while not run.finished:
+            run.train_epoch()
+        metrics = run.evaluate("val").metrics
+    finally:
+        torch.set_num_threads(threads)
+    for name, value in metrics.items():
         assert row[f"val_{name}"] == value, name
 
 
