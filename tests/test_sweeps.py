@@ -27,7 +27,7 @@ import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.errors import UserError
 from relif_ray.outputs import read_trial_info
-from relif_ray.sweep import NYUV2, controller_variants, main
+from relif_ray.sweep import NYUV2, controller_variants, main, run_controller_sensitivity
 from relif_ray.variants import experiment_config, grid_variants, split_label, variant
 from tests.conftest import TINY_DATA, tiny_config
 
@@ -267,6 +267,22 @@ def test_bad_flags_are_one_line_errors_before_ray_starts(args, fragment, nyuv2_d
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert fragment in err[0] and err[0].split(": error: ")[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--static-lambdas", "0.001"], "relif.lambda0: need 0 <= lambda_min <= lambda0"),
+        (["--etas", "1e-3,x"], "--etas: expected comma-separated numbers"),
+        (["--dataset", "nosuch"], "argument --dataset: invalid choice"),
+        (["--methods", "erm"], "unrecognized arguments: --methods erm"),
+    ],
+)
+def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, capsys):
+    argv = ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"]
+    status = main(NYUV2, argv, runner=run_controller_sensitivity)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and fragment in err[0], err
 
 
 # --- in-process sweeps on the session's Ray -------------------------------------------------
