@@ -205,7 +205,8 @@ def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults)
     launch.add_argument("--num-cpus", type=int, help="CPUs of local Ray (default: all)")
     launch.add_argument(
         "--address",
-        help="an existing Ray cluster, e.g. auto or ray://head:10001 (default: start local Ray)",
+        help="an existing Ray cluster: auto (the one this node belongs to) or HEAD_IP:6379 "
+        "(default: start local Ray)",
     )
     launch.add_argument(
         "--storage", default="relif-results", help="experiment storage: local, NFS or s3:// URI"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import socket
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -348,8 +349,8 @@ class Resources:
     num_gpus: GPUs the sweep may use in total; with gpus_per_trial it caps concurrency at
         floor(num_gpus / gpus_per_trial) (8 and 0.5 -> 16 trials at once).
     num_cpus: CPUs of the local Ray instance (None = all); ignored with `address`.
-    address: an existing Ray cluster ("auto", "ray://host:10001", "host:6379"); None starts
-        local Ray, which detects the machine's real GPUs.
+    address: an existing Ray cluster ("auto" or "HEAD_IP:6379"); None starts local Ray, which
+        detects the machine's real GPUs.
     """
 
     cpus_per_trial: float = 1.0
@@ -365,13 +366,27 @@ class Resources:
         return max(1, math.floor(self.num_gpus / self.gpus_per_trial + 1e-9))
 
 
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A `host:port` (or `ray://host:port`) address must accept a TCP connection: Ray itself
+    retries an unreachable address for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms: ray.init reports those itself, and quickly
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(f"--address {address}: no Ray cluster answers there ({reason})") from None
+
+
 def connect(resources: Resources) -> None:
     """Start local Ray or join the cluster at `resources.address` (unless already connected)."""
     if ray.is_initialized():
         return
     if resources.address:
+        check_reachable(resources.address)
         try:
-            ray.init(address=resources.address, log_to_driver=True)
+            ray.init(address=resources.address)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"--address {resources.address}: cannot connect ({message})") from None

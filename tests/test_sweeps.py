@@ -230,6 +230,33 @@ def test_study_groups_give_each_label_and_seed_its_budget_in_range():
     assert replay[0] == suggestions[0]  # seeded samplers: the same plan suggests the same
 
 
+def test_study_groups_survive_a_save_and_restore(tmp_path):
+    """What Tune does to the searcher when a killed Optuna sweep is resumed."""
+    from relif_ray.tune import OptunaPlan, StudyGroups
+
+    plan = OptunaPlan(["relif"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
+    searcher = StudyGroups(plan)
+    first = searcher.suggest("t0")
+    searcher.on_trial_complete("t0", {"val_bias": 0.1, "worst": 0.5})
+    searcher.save(str(tmp_path / "state.pkl"))
+    restored = StudyGroups(OptunaPlan(["other"], [9], 5, (0.2, 0.3), (1e-3, 2e-3)))
+    restored.restore(str(tmp_path / "state.pkl"))
+    studies = {study["name"]: study for study in restored._studies}
+    trials = studies[first["study"]]["searcher"]._ot_study.trials
+    assert [trial.values for trial in trials] == [[0.1, 0.5]]
+    later = [restored.suggest(f"t{i}") for i in range(1, 4)]
+    assert sorted(s["study"] for s in later) == ["relif/seed0", "relif/seed1", "relif/seed1"]
+    assert restored.suggest("t4") == "FINISHED"
+
+
+def test_an_unreachable_cluster_address_is_reported_at_once():
+    from relif_ray.tune import check_reachable
+
+    with pytest.raises(UserError, match="--address 127.0.0.1:1: no Ray cluster answers there"):
+        check_reachable("127.0.0.1:1")
+    check_reachable("auto")  # left to ray.init, which fails fast for it
+
+
 def test_storage_probe_reports_what_is_wrong(tmp_path):
     from relif_ray.tune import storage_problem
 
