@@ -483,13 +483,15 @@ def run_sweep(
     search: OptunaPlan | None = None,
     callbacks: list[tune.Callback] | None = None,
     verbose: int = 1,
+    trainable: type[ReLiFTrainable] = ReLiFTrainable,
 ) -> str:
     """Run (or resume) one sweep; return the experiment directory (a path or a URI).
 
     Checks that fail fast, before any trial starts: resources (`check_cluster`) and, on a
     multi-node cluster, shared storage (`check_storage_visible`). `resume` continues a killed
     sweep from its experiment state: finished trials are kept, unfinished and errored ones
-    continue from their last checkpoint.
+    continue from their last checkpoint. `trainable` may be an instrumented subclass (the
+    efficiency benchmark times its trials that way).
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
@@ -498,16 +500,16 @@ def run_sweep(
     connect(resources)
     check_cluster(resources)
     check_storage_visible(storage_path)
-    trainable = tune.with_resources(
-        ReLiFTrainable, {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
+    with_resources = tune.with_resources(
+        trainable, {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
     )
     if resume:
         if not tune.Tuner.can_restore(experiment_dir):
             raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
-        tuner = tune.Tuner.restore(experiment_dir, trainable, resume_errored=True)
+        tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
         tuner = tune.Tuner(
-            trainable,
+            with_resources,
             param_space=space,
             tune_config=tune.TuneConfig(
                 reuse_actors=True,
