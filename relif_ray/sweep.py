@@ -26,8 +26,8 @@ from relif_ray.variants import (
     apply_overrides,
     experiment_config,
     grid_variants,
-    is_relif,
     split_label,
+    uses_controller,
 )
 
 
@@ -474,11 +474,11 @@ def run(argv: list[str] | None, defaults: DatasetDefaults) -> str:
 def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]):
     from relif_ray.tune import OptunaPlan
 
-    others = [label for label in labels if not is_relif(label)]
+    others = [label for label in labels if not uses_controller(label)]
     if others:
         raise UserError(
-            f"--search optuna: tunes (r*, eta) of ReLiF labels only; '{others[0]}' has none "
-            "(run it in a grid sweep)"
+            f"--search optuna: tunes the ReLiF controller's (r*, eta); '{others[0]}' does not "
+            "use them (run it in a grid sweep)"
         )
     if args.num_samples <= 0:
         raise UserError(f"--num-samples: must be > 0, got {args.num_samples}")

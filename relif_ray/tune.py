@@ -113,13 +113,14 @@ class ReLiFTrainable(tune.Trainable):
         self.last_eval = self.run.evaluate("val")
         audit = live_validation_audit(self.last_eval.scores, self.probability_tasks, self.delta)
         relif = self.run.config.relif
+        controlled = relif.enabled and relif.controller == "adaptive"
         metrics = {f"val_{key}": value for key, value in self.last_eval.metrics.items()}
         return {
             **metrics,
             "label": self.label,
             "seed": self.run.config.seed,
-            "r_star": relif.r_star if relif.enabled else math.nan,
-            "eta": relif.eta if relif.enabled else math.nan,
+            "r_star": relif.r_star if controlled else math.nan,
+            "eta": relif.eta if controlled else math.nan,
             "worst": self.last_eval.metrics["worst"],
             "macro": self.last_eval.metrics["macro"],
             "val_bias": audit.bias if audit else math.nan,

@@ -12,7 +12,8 @@ Labels:
   static-lambda baseline of section 5): no Lipschitz branch (lambda = 0), no quantile alignment
   (tau = kappa = 1), lambda fixed at lambda0;
 - `<method>+<relif label>`, e.g. `pcgrad+relif`: that method with ReLiF switched on.
-ReLiF labels are crossed with the controller settings (r*, eta); other labels are not.
+ReLiF labels with the adaptive controller are crossed with the controller settings (r*, eta);
+other labels (including `relif-static` and `relif-nolip`, which ignore them) are not.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def is_relif(label: str) -> bool:
     return split_label(label)[1] is not None
 
 
+def uses_controller(label: str) -> bool:
+    """Whether (r*, eta) matter: ReLiF with its adaptive controller (not `relif-static`, and
+    not `relif-nolip`, whose lambda is 0)."""
+    relif = split_label(label)[1]
+    return relif is not None and relif not in ("relif-static", "relif-nolip")
+
+
 def variant(
     label: str,
     r_star: float | None = None,
@@ -92,10 +100,11 @@ def variant(
 
 
 def grid_variants(labels: list[str], r_stars: list[float], etas: list[float]) -> list[dict]:
-    """ReLiF labels crossed with every (r*, eta); every other label appears once."""
+    """Labels whose controller uses (r*, eta) are crossed with every (r*, eta); every other
+    label appears once (with the config's r* and eta, which it ignores)."""
     variants = []
     for label in labels:
-        if is_relif(label):
+        if uses_controller(label):
             variants += [variant(label, r, e) for r in r_stars for e in etas]
         else:
             variants.append(variant(label))

@@ -77,16 +77,25 @@ def trial_states(experiment: Path) -> dict[str, tuple[str, int]]:
 # --- without Ray -------------------------------------------------------------------------
 
 
-def test_relif_labels_are_crossed_with_the_controller_grid_and_others_are_not():
-    variants = grid_variants(["erm", "relif", "pcgrad+relif-nolip"], [0.2, 0.3], [1e-3])
-    assert [v["label"] for v in variants] == ["erm"] + ["relif"] * 2 + ["pcgrad+relif-nolip"] * 2
+def test_controller_labels_are_crossed_with_the_controller_grid_and_others_are_not():
+    labels = ["erm", "relif", "pcgrad+relif-noalign", "relif-static", "gradnorm+relif-nolip"]
+    variants = grid_variants(labels, [0.2, 0.3], [1e-3])
+    assert [v["label"] for v in variants] == [
+        "erm", "relif", "relif", "pcgrad+relif-noalign", "pcgrad+relif-noalign", "relif-static",
+        "gradnorm+relif-nolip",
+    ]  # fmt: skip
     assert variants[0]["overrides"] == {"method.name": "erm", "relif.enabled": False}
     assert variants[4]["overrides"] == {
         "method.name": "pcgrad",
         "relif.enabled": True,
-        "relif.lipschitz_branch": False,
+        "relif.quantile_alignment": False,
         "relif.r_star": 0.3,
         "relif.eta": 1e-3,
+    }
+    assert variants[6]["overrides"] == {
+        "method.name": "gradnorm",
+        "relif.enabled": True,
+        "relif.lipschitz_branch": False,
     }
     assert split_label("relif-static") == ("erm", "relif-static")
     with pytest.raises(UserError, match="cannot parse 'erm\\+foo'"):
@@ -268,13 +277,25 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
     assert storage_problem(str(probe), "token") is None
 
 
+@pytest.fixture
+def no_sweep(monkeypatch):
+    """A flag set that passes every check must fail the test, not start a sweep."""
+    import relif_ray.tune
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the flags were accepted and a sweep would start")
+
+    monkeypatch.setattr(relif_ray.tune, "run_sweep", refuse)
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
         (["--seeds", "0,0"], "--seeds: a list needs distinct"),
         (["--methods", "erm,nosuch"], "unknown method 'nosuch'"),
         (["--methods", "erm+relif-foo"], "cannot parse 'erm+relif-foo'"),
-        (["--search", "optuna", "--methods", "erm,relif"], "ReLiF labels only; 'erm'"),
+        (["--search", "optuna", "--methods", "erm,relif"], "'erm' does not use them"),
+        (["--search", "optuna", "--methods", "relif-static"], "'relif-static' does not use"),
         (["--search", "optuna", "--r-star-range", "0.3,0.1"], "--r-star-range"),
         (["--search", "optuna", "--eta-range", "0,1e-2"], "--eta-range"),
         (["--search", "bayes"], "argument --search: invalid choice"),
@@ -285,11 +306,14 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
         (["--cpus-per-trial", "0"], "--cpus-per-trial: must be > 0"),
         (["--delta", "2"], "--delta: must be in [0, 1]"),
         (["--epochs", "0"], "train.epochs"),
-        (["--methods", "relif-static", "--eta", "-1"], "relif.eta"),
+        (["--methods", "erm,relif", "--eta", "-1"], "relif.eta"),
+        (["--methods", "relif-static", "--warmup-steps", "-1"], "relif.warmup_steps"),
         (["--name", "../x"], "--name: must be a plain folder name"),
     ],
 )
-def test_bad_flags_are_one_line_errors_before_ray_starts(args, fragment, nyuv2_dir, capsys):
+def test_bad_flags_are_one_line_errors_before_ray_starts(
+    args, fragment, nyuv2_dir, capsys, no_sweep
+):
     status = main(NYUV2, ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
@@ -305,7 +329,7 @@ def test_bad_flags_are_one_line_errors_before_ray_starts(args, fragment, nyuv2_d
         (["--methods", "erm"], "unrecognized arguments: --methods erm"),
     ],
 )
-def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, capsys):
+def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, capsys, no_sweep):
     argv = ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"]
     status = main(NYUV2, argv, runner=run_controller_sensitivity)
     err = capsys.readouterr().err.strip().splitlines()
