@@ -504,9 +504,15 @@ def run_sweep(
     with_resources = tune.with_resources(
         trainable, {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
     )
+    exists = tune.Tuner.can_restore(experiment_dir)
+    if resume and not exists:
+        raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
+    if not resume and exists:
+        raise UserError(
+            f"--name: a sweep already exists at {experiment_dir} (use --resume to continue it, "
+            "or another --name)"
+        )
     if resume:
-        if not tune.Tuner.can_restore(experiment_dir):
-            raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
         tuner = tune.Tuner(
