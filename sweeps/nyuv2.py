@@ -1,7 +1,9 @@
 """NYUv2 sweep: methods x seeds (x ReLiF controller grid) as one Ray Tune run.
 
-python sweeps/nyuv2.py --demo                       # synthetic data, CPU, minutes
-python sweeps/nyuv2.py --data-dir /data/nyuv2 --methods erm,pcgrad,relif --num-gpus 8
+python sweeps/nyuv2.py --demo                                  # synthetic data, CPU, minutes
+python sweeps/nyuv2.py --data-dir /data/nyuv2 --num-gpus 8     # every method + ReLiF, 7 seeds
+python sweeps/nyuv2.py --data-dir /data/nyuv2 --methods relif --search optuna --num-samples 20
+python sweeps/nyuv2.py --help                                  # every flag with its default
 """
 
 import sys

@@ -37,9 +37,10 @@ def nyuv2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """Local Ray with 2 CPUs, no dashboard, started once for all sweep tests."""
+    """Local Ray with 2 CPUs and 2 logical GPUs (for fractional-GPU packing; trials still run
+    on the CPU), no dashboard, started once for all sweep tests."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, ignore_reinit_error=True)
     yield ray
     ray.shutdown()

@@ -1,0 +1,133 @@
+"""The vocabulary of a sweep: method labels, variants and the trial config (no Ray import).
+
+A variant is {"label": str, "overrides": {dotted ExperimentConfig field: value}}; a trial's
+Tune config is {"variant", "seed", "base", "delta"} (+ "study" for Optuna trials, + the
+test-only "fault_injection_step"). `base` is the ExperimentConfig dict shared by the sweep;
+the trial's config is `base`, then the variant's overrides, then the seed.
+
+Labels:
+- a registered method name (`erm`, `pcgrad`, ...): that method, ReLiF off;
+- `relif`: ERM + ReLiF, the paper's "ReLiF";
+- `relif-nolip`, `relif-noalign`, `relif-static`: the paper's ablations (Table 4 and the
+  static-lambda baseline of section 5): no Lipschitz branch (lambda = 0), no quantile alignment
+  (tau = kappa = 1), lambda fixed at lambda0;
+- `<method>+<relif label>`, e.g. `pcgrad+relif`: that method with ReLiF switched on.
+ReLiF labels with the adaptive controller are crossed with the controller settings (r*, eta);
+other labels (including `relif-static` and `relif-nolip`, which ignore them) are not.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.errors import UserError
+
+RELIF_LABELS: dict[str, dict[str, Any]] = {
+    "relif": {},
+    "relif-nolip": {"relif.lipschitz_branch": False},
+    "relif-noalign": {"relif.quantile_alignment": False},
+    "relif-static": {"relif.controller": "static"},
+}
+"""ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`."""
+
+
+def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of the config dict `values` with dotted fields set, e.g. `relif.r_star`."""
+    result = copy.deepcopy(values)
+    for dotted, value in overrides.items():
+        section, _, field = dotted.rpartition(".")
+        target = result
+        for key in filter(None, section.split(".")):
+            target = target.setdefault(key, {})
+        target[field] = value
+    return result
+
+
+def experiment_config(trial_config: dict[str, Any]) -> ExperimentConfig:
+    """The validated ExperimentConfig of one trial: base, the variant's overrides, the seed."""
+    values = apply_overrides(trial_config["base"], trial_config["variant"]["overrides"])
+    values["seed"] = int(trial_config["seed"])
+    return ExperimentConfig.from_dict(values)
+
+
+def split_label(label: str) -> tuple[str, str | None]:
+    """(MTL method name, ReLiF label or None): `pcgrad+relif` -> ("pcgrad", "relif"),
+    `relif-static` -> ("erm", "relif-static"), `gradnorm` -> ("gradnorm", None)."""
+    if label in RELIF_LABELS:
+        return "erm", label
+    method, plus, relif = label.partition("+")
+    if not plus:
+        return method, None
+    if relif not in RELIF_LABELS or not method:
+        raise UserError(
+            f"--methods: cannot parse '{label}' (expected <method>, a ReLiF label "
+            f"({', '.join(RELIF_LABELS)}) or <method>+<ReLiF label>)"
+        )
+    return method, relif
+
+
+def is_relif(label: str) -> bool:
+    return split_label(label)[1] is not None
+
+
+def uses_controller(label: str) -> bool:
+    """Whether (r*, eta) matter: ReLiF with its adaptive controller (not `relif-static`, and
+    not `relif-nolip`, whose lambda is 0)."""
+    relif = split_label(label)[1]
+    return relif is not None and relif not in ("relif-static", "relif-nolip")
+
+
+def variant(
+    label: str,
+    r_star: float | None = None,
+    eta: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The variant of a method label; ReLiF labels take the controller's r* and eta, and
+    `extra` adds any further dotted overrides (e.g. {"relif.lambda0": 0.3})."""
+    method, relif = split_label(label)
+    overrides: dict[str, Any] = {"method.name": method, "relif.enabled": relif is not None}
+    if relif is not None:
+        overrides.update(RELIF_LABELS[relif])
+        if r_star is not None:
+            overrides["relif.r_star"] = float(r_star)
+        if eta is not None:
+            overrides["relif.eta"] = float(eta)
+    overrides.update(extra or {})
+    return {"label": label, "overrides": overrides}
+
+
+def grid_variants(labels: list[str], r_stars: list[float], etas: list[float]) -> list[dict]:
+    """Labels whose controller uses (r*, eta) are crossed with every (r*, eta); every other
+    label appears once (with the config's r* and eta, which it ignores)."""
+    variants = []
+    for label in labels:
+        if uses_controller(label):
+            variants += [variant(label, r, e) for r in r_stars for e in etas]
+        else:
+            variants.append(variant(label))
+    return variants
+
+
+def unique_variants(variants: list[dict]) -> list[dict]:
+    """`variants` without repeats (same label and overrides), first occurrence kept."""
+    seen, result = set(), []
+    for item in variants:
+        key = (item["label"], tuple(sorted(item["overrides"].items())))
+        if key not in seen:
+            seen.add(key)
+            result.append(item)
+    return result
+
+
+def describe(trial_config: dict[str, Any]) -> str:
+    """A short, file-name-safe name of a trial: label, r*, eta, lambda0 (static), seed."""
+    overrides = trial_config["variant"]["overrides"]
+    parts = [trial_config["variant"]["label"].replace("+", "_")]
+    for field, short in (("relif.r_star", "r"), ("relif.eta", "eta"), ("relif.lambda0", "lam")):
+        if field in overrides:
+            parts.append(f"{short}{overrides[field]:g}")
+    parts.append(f"seed{trial_config['seed']}")
+    return "_".join(parts)

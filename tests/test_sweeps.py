@@ -1,0 +1,633 @@
+"""The sweep system: grid, Optuna, logical-GPU packing, crash recovery, resume, flag checks.
+
+In-process sweeps share the session's local Ray (2 CPUs, 2 logical GPUs); only the kill-and-
+resume test and the local-GPU check run the sweep driver as a subprocess, because the driver
+itself is under test there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import ray
+import torch
+from ray import tune
+
+import analysis
+from relif_ray.audit import fixed_delta_audit
+from relif_ray.errors import UserError
+from relif_ray.outputs import read_trial_info
+from relif_ray.sweep import NYUV2, controller_variants, main, run_controller_sensitivity
+from relif_ray.variants import experiment_config, grid_variants, split_label, variant
+from tests.conftest import TINY_DATA, tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS_PER_EPOCH = 2
+VAL_SIZE = 6
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory) -> Path:
+    """12 train / 6 val images of 32x40 and a test split (a copy of val), so outputs cover val
+    AND test; with batch 6 an epoch is 2 steps."""
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    sizes = {**TINY_DATA, "train": 12, "val": 6}
+    root = write_synthetic_nyuv2(tmp_path_factory.mktemp("small") / "data", seed=0, **sizes)
+    shutil.copytree(root / "val", root / "test")
+    return root
+
+
+def base_config(root: Path, **train) -> dict:
+    config = tiny_config(root, **train)
+    config["relif"] = {"warmup_steps": 2}
+    return config
+
+
+def trial_params(outputs: Path) -> dict:
+    """The Tune config of the trial that wrote `outputs` (trial/checkpoint_N/outputs)."""
+    return json.loads((Path(outputs).parents[1] / "params.json").read_text())
+
+
+def last_result(outputs: Path) -> dict:
+    lines = (Path(outputs).parents[1] / "result.json").read_text().splitlines()
+    return json.loads(lines[-1])
+
+
+def trial_states(experiment: Path) -> dict[str, tuple[str, int]]:
+    """trial id -> (status, num_failures) from Tune's latest experiment state."""
+    from ray.tune import ExperimentAnalysis
+
+    return {
+        trial.trial_id: (trial.status, trial.run_metadata.num_failures)
+        for trial in ExperimentAnalysis(str(experiment)).trials
+    }
+
+
+# --- without Ray -------------------------------------------------------------------------
+
+
+def test_controller_labels_are_crossed_with_the_controller_grid_and_others_are_not():
+    labels = ["erm", "relif", "pcgrad+relif-noalign", "relif-static", "gradnorm+relif-nolip"]
+    variants = grid_variants(labels, [0.2, 0.3], [1e-3])
+    assert [v["label"] for v in variants] == [
+        "erm", "relif", "relif", "pcgrad+relif-noalign", "pcgrad+relif-noalign", "relif-static",
+        "gradnorm+relif-nolip",
+    ]  # fmt: skip
+    assert variants[0]["overrides"] == {"method.name": "erm", "relif.enabled": False}
+    assert variants[4]["overrides"] == {
+        "method.name": "pcgrad",
+        "relif.enabled": True,
+        "relif.quantile_alignment": False,
+        "relif.r_star": 0.3,
+        "relif.eta": 1e-3,
+    }
+    assert variants[6]["overrides"] == {
+        "method.name": "gradnorm",
+        "relif.enabled": True,
+        "relif.lipschitz_branch": False,
+    }
+    assert split_label("relif-static") == ("erm", "relif-static")
+    with pytest.raises(UserError, match="cannot parse 'erm\\+foo'"):
+        split_label("erm+foo")
+
+
+def test_trial_config_is_base_then_overrides_then_seed(tmp_path):
+    trial = {
+        "base": base_config(tmp_path),
+        "variant": variant("relif-static", extra={"relif.lambda0": 0.3}),
+        "seed": 4,
+    }
+    config = experiment_config(trial)
+    assert config.seed == 4 and config.relif.enabled and config.relif.controller == "static"
+    assert config.relif.lambda0 == 0.3 and config.relif.warmup_steps == 2
+    assert trial["base"]["relif"] == {"warmup_steps": 2}  # the shared base is not mutated
+
+
+def test_controller_sensitivity_grid_matches_the_paper():
+    variants = controller_variants(
+        0.16,
+        [1e-4, 1e-3, 1e-2],
+        [0.16 + 0.02 * i for i in range(7)],
+        1e-3,
+        [0.01, 0.03, 0.1, 0.3, 1.0],
+    )
+    relif = [v["overrides"] for v in variants if v["label"] == "relif"]
+    static = [v["overrides"]["relif.lambda0"] for v in variants if v["label"] == "relif-static"]
+    assert [v["label"] for v in variants].count("erm") == 1
+    assert sorted(o["relif.eta"] for o in relif if o["relif.r_star"] == 0.16) == [1e-4, 1e-3, 1e-2]
+    r_stars = sorted(o["relif.r_star"] for o in relif if o["relif.eta"] == 1e-3)
+    np.testing.assert_allclose(r_stars, np.arange(0.16, 0.2801, 0.02))
+    assert len(relif) == 3 + 7 - 1  # (0.16, 1e-3) is in both checks and trained once
+    assert static == [0.01, 0.03, 0.1, 0.3, 1.0]
+
+
+def test_gpu_packing_concurrency():
+    from relif_ray.tune import Resources
+
+    assert Resources(gpus_per_trial=0.5, num_gpus=8).max_concurrent_trials == 16
+    assert Resources(gpus_per_trial=0.3, num_gpus=1).max_concurrent_trials == 3
+    assert Resources(gpus_per_trial=0, num_gpus=0).max_concurrent_trials is None
+
+
+def _score_frame(seg: np.ndarray, depth: np.ndarray) -> pd.DataFrame:
+    n = depth.size
+    return pd.DataFrame(
+        {
+            "task": ["seg"] * n + ["depth"] * n,
+            "example_id": np.tile(np.arange(n), 2),
+            "score": np.concatenate([seg, depth]),
+            "valid": True,
+        }
+    )
+
+
+def test_live_audit_squashes_raw_scores_with_their_own_quantiles():
+    from relif_ray.tune import live_validation_audit
+
+    rng = np.random.default_rng(0)
+    seg, depth = rng.uniform(0, 1, 40), rng.gamma(2.0, 3.0, 40)
+    frame = _score_frame(seg, depth)
+    result = live_validation_audit(frame, {"seg"}, delta=0.1)
+    low, high = np.quantile(depth, [0.1, 0.9])
+    squashed = frame.assign(score=frame["score"].astype(float))
+    squashed.loc[squashed["task"] == "depth", "score"] = np.clip(
+        (depth - low) / (high - low + 1e-6), 0, 1
+    )
+    assert result.bias == pytest.approx(fixed_delta_audit(squashed, 0.1).bias, abs=1e-12)
+    # An affine change of the raw depth scale barely moves the self-squashed audit
+    rescaled = _score_frame(seg, 7.0 * depth + 3.0)
+    again = live_validation_audit(rescaled, {"seg"}, delta=0.1)
+    assert again.bias == pytest.approx(result.bias, abs=1e-6)
+
+
+def test_live_audit_drops_invalid_and_non_finite_rows():
+    from relif_ray.tune import live_validation_audit
+
+    rng = np.random.default_rng(1)
+    frame = _score_frame(rng.uniform(0, 1, 20), rng.uniform(0, 5, 20))
+    clean = live_validation_audit(frame, {"seg"}, delta=0.2)
+    noisy = pd.concat(
+        [
+            frame,
+            pd.DataFrame(
+                {
+                    "task": ["depth", "depth"],
+                    "example_id": [98, 99],
+                    "score": [np.nan, 1e9],
+                    "valid": [True, False],
+                }
+            ),
+        ],
+        ignore_index=True,
+    )
+    assert live_validation_audit(noisy, {"seg"}, delta=0.2).bias == clean.bias
+    assert live_validation_audit(frame[frame["task"] == "seg"], {"seg"}, delta=0.2) is None
+
+
+def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
+    from relif_ray.tune import pareto_front
+
+    rows = pd.DataFrame(
+        {
+            "study": ["a", "a", "a", "a", "b"],
+            "val_bias": [0.1, 0.2, 0.05, 0.2, 0.9],
+            "val_worst": [0.5, 0.6, 0.4, 0.5, 0.1],
+        }
+    )
+    front = pareto_front(rows)
+    assert front[["study", "val_bias", "val_worst"]].values.tolist() == [
+        ["a", 0.05, 0.4],
+        ["a", 0.1, 0.5],
+        ["a", 0.2, 0.6],
+        ["b", 0.9, 0.1],
+    ]
+
+
+def test_study_groups_give_each_label_and_seed_its_budget_in_range():
+    from ray.tune.search import Searcher
+
+    from relif_ray.tune import OptunaPlan, StudyGroups
+
+    plan = OptunaPlan(["relif", "relif-noalign"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
+    searcher = StudyGroups(plan)
+    suggestions = [searcher.suggest(f"t{i}") for i in range(8)]
+    assert searcher.suggest("t8") == Searcher.FINISHED
+    studies = [s["study"] for s in suggestions]
+    assert sorted(set(studies)) == [
+        "relif-noalign/seed0",
+        "relif-noalign/seed1",
+        "relif/seed0",
+        "relif/seed1",
+    ]
+    assert all(studies.count(name) == 2 for name in set(studies))
+    for s in suggestions:
+        overrides = s["variant"]["overrides"]
+        assert 0.1 <= overrides["relif.r_star"] <= 0.4 and 1e-4 <= overrides["relif.eta"] <= 1e-2
+        assert s["seed"] == int(s["study"][-1]) and s["variant"]["label"] == s["study"][:-6]
+    replay = [StudyGroups(plan).suggest(f"t{i}") for i in range(1)]
+    assert replay[0] == suggestions[0]  # seeded samplers: the same plan suggests the same
+
+
+def test_study_groups_survive_a_save_and_restore(tmp_path):
+    """What Tune does to the searcher when a killed Optuna sweep is resumed."""
+    from relif_ray.tune import OptunaPlan, StudyGroups
+
+    plan = OptunaPlan(["relif"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
+    searcher = StudyGroups(plan)
+    first = searcher.suggest("t0")
+    searcher.on_trial_complete("t0", {"val_bias": 0.1, "worst": 0.5})
+    searcher.save(str(tmp_path / "state.pkl"))
+    restored = StudyGroups(OptunaPlan(["other"], [9], 5, (0.2, 0.3), (1e-3, 2e-3)))
+    restored.restore(str(tmp_path / "state.pkl"))
+    studies = {study["name"]: study for study in restored._studies}
+    trials = studies[first["study"]]["searcher"]._ot_study.trials
+    assert [trial.values for trial in trials] == [[0.1, 0.5]]
+    later = [restored.suggest(f"t{i}") for i in range(1, 4)]
+    assert sorted(s["study"] for s in later) == ["relif/seed0", "relif/seed1", "relif/seed1"]
+    assert restored.suggest("t4") == "FINISHED"
+
+
+def test_an_unreachable_cluster_address_is_reported_at_once():
+    from relif_ray.tune import check_reachable
+
+    with pytest.raises(UserError, match="--address 127.0.0.1:1: no Ray cluster answers there"):
+        check_reachable("127.0.0.1:1")
+    check_reachable("auto")  # left to ray.init, which fails fast for it
+
+
+def test_storage_probe_reports_what_is_wrong(tmp_path):
+    from relif_ray.tune import storage_problem
+
+    probe = tmp_path / "probe"
+    assert storage_problem(str(probe), "token") == "the directory is not visible there"
+    probe.write_text("other")
+    assert "different directory" in storage_problem(str(probe), "token")
+    probe.write_text("token")
+    assert storage_problem(str(probe), "token") is None
+
+
+@pytest.fixture
+def no_sweep(monkeypatch):
+    """A flag set that passes every check must fail the test, not start a sweep."""
+    import relif_ray.tune
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the flags were accepted and a sweep would start")
+
+    monkeypatch.setattr(relif_ray.tune, "run_sweep", refuse)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--seeds", "0,0"], "--seeds: a list needs distinct"),
+        (["--methods", "erm,nosuch"], "unknown method 'nosuch'"),
+        (["--methods", "erm+relif-foo"], "cannot parse 'erm+relif-foo'"),
+        (["--search", "optuna", "--methods", "erm,relif"], "'erm' does not use them"),
+        (["--search", "optuna", "--methods", "relif-static"], "'relif-static' does not use"),
+        (["--search", "optuna", "--r-star-range", "0.3,0.1"], "--r-star-range"),
+        (["--search", "optuna", "--eta-range", "0,1e-2"], "--eta-range"),
+        (["--search", "bayes"], "argument --search: invalid choice"),
+        (["--epochs", "x"], "argument --epochs: invalid int value"),
+        (["--gpus-per-trial", "1"], "--gpus-per-trial 1: trials ask for GPUs but --num-gpus"),
+        (["--num-gpus", "2", "--gpus-per-trial", "1.5"], "whole number of GPUs"),
+        (["--num-gpus", "1", "--gpus-per-trial", "2"], "exceeds --num-gpus 1"),
+        (["--cpus-per-trial", "0"], "--cpus-per-trial: must be > 0"),
+        (["--delta", "2"], "--delta: must be in [0, 1]"),
+        (["--epochs", "0"], "train.epochs"),
+        (["--methods", "erm,relif", "--eta", "-1"], "relif.eta"),
+        (["--methods", "relif-static", "--warmup-steps", "-1"], "relif.warmup_steps"),
+        (["--name", "../x"], "--name: must be a plain folder name"),
+    ],
+)
+def test_bad_flags_are_one_line_errors_before_ray_starts(
+    args, fragment, nyuv2_dir, capsys, no_sweep
+):
+    status = main(NYUV2, ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert fragment in err[0] and err[0].split(": error: ")[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--static-lambdas", "0.001"], "relif.lambda0: need 0 <= lambda_min <= lambda0"),
+        (["--etas", "1e-3,x"], "--etas: expected comma-separated numbers"),
+        (["--dataset", "nosuch"], "argument --dataset: invalid choice"),
+        (["--methods", "erm"], "unrecognized arguments: --methods erm"),
+    ],
+)
+def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, capsys, no_sweep):
+    argv = ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"]
+    status = main(NYUV2, argv, runner=run_controller_sensitivity)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and fragment in err[0], err
+
+
+# --- in-process sweeps on the session's Ray -------------------------------------------------
+
+
+class LowestFreeGpus(tune.Callback):
+    """Records the lowest number of unreserved GPUs seen while the sweep runs."""
+
+    def __init__(self) -> None:
+        self.lowest = float("inf")
+
+    def on_step_begin(self, iteration, trials, **info):
+        self.lowest = min(self.lowest, ray.available_resources().get("GPU", 0.0))
+
+
+@pytest.fixture(scope="module")
+def packed_sweep(ray_session, small_data, tmp_path_factory) -> tuple[Path, LowestFreeGpus]:
+    """erm and relif (r* = 0.2), seed 0, 2 epochs of 2 steps, each twice: once plain and once
+    crashing at step 3 (after the epoch-1 checkpoint) and retried. Each trial asks for half a
+    logical GPU and half a CPU, so all 4 fit on the session's 2 logical GPUs at once."""
+    from relif_ray.tune import Resources, param_space, run_sweep
+
+    base = base_config(small_data)
+    base["device"] = "auto"  # what the sweep CLI sets for GPU trials
+    variants = grid_variants(["erm", "relif"], [0.2], [1e-3])
+    space = param_space(base, variants, [0], 0.2, fault_injection_step=3)
+    space["fault_injection_step"] = tune.grid_search([None, 3])
+    callback = LowestFreeGpus()
+    experiment = run_sweep(
+        space,
+        name="grid",
+        storage=str(tmp_path_factory.mktemp("grid")),
+        resources=Resources(cpus_per_trial=0.5, gpus_per_trial=0.5, num_gpus=2),
+        callbacks=[callback],
+        verbose=0,
+    )
+    return Path(experiment), callback
+
+
+@pytest.fixture(scope="module")
+def grid_sweep(packed_sweep) -> Path:
+    return packed_sweep[0]
+
+
+@pytest.mark.slow
+def test_grid_sweep_terminates_every_trial_with_readable_outputs(grid_sweep):
+    states = trial_states(grid_sweep)
+    assert len(states) == 4 and {status for status, _ in states.values()} == {"TERMINATED"}
+    loaded = analysis.load(grid_sweep)
+    assert loaded.problems.empty and len(loaded.trials) == 4
+    assert sorted(loaded.trials["label"]) == ["erm", "erm", "relif", "relif"]
+    assert set(loaded.trials.loc[loaded.trials["relif"], "r_star"]) == {0.2}
+    assert set(loaded.scores["split"]) == {"val", "test"}
+    assert len(loaded.scores) == 4 * 2 * 3 * VAL_SIZE
+    for trial, outputs in loaded.outputs.items():
+        info = read_trial_info(outputs)
+        assert info["steps"] == 2 * STEPS_PER_EPOCH
+        trace = loaded.traces[loaded.traces["trial"] == trial]
+        assert sorted(trace["step"]) == list(range(2 * STEPS_PER_EPOCH))
+        for split in ("val", "test"):
+            ids, matrix = loaded.representations(trial, split)
+            assert sorted(ids.tolist()) == list(range(VAL_SIZE)) and matrix.shape[1] == 512
+
+
+@pytest.mark.slow
+def test_half_gpu_trials_pack_four_to_two_logical_gpus_and_run_on_cpu(packed_sweep):
+    experiment, callback = packed_sweep
+    assert callback.lowest == pytest.approx(0.0)  # 4 x 0.5 GPU reserved at the same time
+    loaded = analysis.load(experiment)
+    assert {read_trial_info(p)["device"] for p in loaded.outputs.values()} == {"cpu"}
+
+
+@pytest.mark.slow
+def test_live_val_bias_is_the_audit_of_the_trials_own_val_scores(grid_sweep):
+    from relif_ray.tune import live_validation_audit
+
+    loaded = analysis.load(grid_sweep)
+    for trial, outputs in loaded.outputs.items():
+        scores = loaded.scores[
+            (loaded.scores["trial"] == trial) & (loaded.scores["split"] == "val")
+        ]
+        expected = live_validation_audit(scores, {"seg"}, 0.2)
+        result = last_result(outputs)
+        assert result["val_bias"] == pytest.approx(expected.bias, abs=1e-12)
+        assert result["worst"] == loaded.trials.set_index("trial").loc[trial, "val_worst"]
+
+
+@pytest.mark.slow
+def test_a_trial_crashing_once_recovers_with_the_uninterrupted_numbers(grid_sweep):
+    loaded = analysis.load(grid_sweep)
+    states = trial_states(grid_sweep)
+    runs = {}
+    for trial, outputs in loaded.outputs.items():
+        faulted = trial_params(outputs).get("fault_injection_step") is not None
+        info = read_trial_info(outputs)
+        assert info["restored_from_checkpoint"] == faulted
+        assert states[trial][1] == (1 if faulted else 0)  # one failure, then a retry
+        runs[(info["label"], faulted)] = (info, loaded.traces[loaded.traces["trial"] == trial])
+    for label in ("erm", "relif"):
+        (plain, plain_trace), (retried, retried_trace) = runs[(label, False)], runs[(label, True)]
+        assert retried["metrics"] == plain["metrics"]
+        columns = [c for c in plain_trace.columns if c != "trial"]
+        pd.testing.assert_frame_equal(
+            retried_trace[columns].reset_index(drop=True),
+            plain_trace[columns].reset_index(drop=True),
+        )
+
+
+@pytest.mark.slow
+def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
+    from relif_ray.tune import OptunaPlan, run_sweep
+
+    plan = OptunaPlan(["relif"], [0], 2, (0.1, 0.4), (1e-4, 1e-2))
+    experiment = run_sweep(
+        plan.space(base_config(small_data, epochs=1), 0.2),
+        name="optuna",
+        storage=str(tmp_path),
+        search=plan,
+        verbose=0,
+    )
+    states = trial_states(Path(experiment))
+    assert len(states) == 2 and {status for status, _ in states.values()} == {"TERMINATED"}
+    trials = analysis.load(experiment).trials
+    front = pd.read_csv(Path(experiment) / "pareto.csv")
+    assert set(front["study"]) == {"relif/seed0"} and 1 <= len(front) <= 2
+    assert set(front["trial_id"]) <= set(trials["trial"])
+    by_trial = trials.set_index("trial")
+    for row in front.itertuples():
+        assert row.val_worst == by_trial.loc[row.trial_id, "val_worst"]
+        assert row.r_star == by_trial.loc[row.trial_id, "r_star"]
+        assert 0.1 <= row.r_star <= 0.4 and 1e-4 <= row.eta <= 1e-2
+    for row in front.itertuples():  # no front member is dominated by another one
+        others = front.drop(index=row.Index)
+        no_worse = (others.val_bias <= row.val_bias) & (others.val_worst >= row.val_worst)
+        better = (others.val_bias < row.val_bias) | (others.val_worst > row.val_worst)
+        assert not (no_worse & better).any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--num-gpus", "4", "--gpus-per-trial", "1"], "--num-gpus 4: local Ray has 2 GPU(s)"),
+        (["--cpus-per-trial", "3"], "--cpus-per-trial 3: the largest node of local Ray has 2"),
+    ],
+)
+def test_impossible_requests_fail_before_any_trial(
+    args, fragment, ray_session, nyuv2_dir, tmp_path, capsys
+):
+    status = main(NYUV2, ["--data-dir", str(nyuv2_dir), "--storage", str(tmp_path), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and fragment in err[0], err
+    assert not any(tmp_path.iterdir())  # no experiment was started
+
+
+# --- the driver as a subprocess -------------------------------------------------------------
+
+
+EPOCHS_KILLED = 3
+
+
+def sweep_command(data: Path, storage: Path, address: str, *extra: str) -> list[str]:
+    """2 erm trials of 3 one-step epochs, one after the other (2 CPUs each), on the Ray
+    cluster at `address` (the test session's), as on a cluster where drivers come and go."""
+    flags = {
+        "--data-dir": data, "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS_KILLED,
+        "--backbone": "resnet18", "--batch-size": 12, "--lr": 1e-3, "--storage": storage,
+        "--name": "killed", "--address": address, "--cpus-per-trial": 2,
+    }  # fmt: skip
+    pairs = [str(item) for flag, value in flags.items() for item in (flag, value)]
+    return [sys.executable, "sweeps/nyuv2.py", *pairs, *extra]
+
+
+def driver_env() -> dict[str, str]:
+    """Tune saves its experiment state on every loop step, so the test can wait for it."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TUNE_GLOBAL_CHECKPOINT_S": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+
+def statuses(experiment: Path) -> dict[str, str]:
+    """trial id -> status in Tune's latest experiment state ({} while none is readable)."""
+    states = sorted(experiment.glob("experiment_state-*.json"))
+    try:
+        data = json.loads(states[-1].read_text())
+    except (IndexError, json.JSONDecodeError):
+        return {}
+    trials = [json.loads(entry[0]) for entry in data["trial_data"]]
+    return {trial["trial_id"]: trial["status"] for trial in trials}
+
+
+def mid_sweep(experiment: Path) -> tuple[set[str], set[str]]:
+    """(finished trials, trials with a checkpoint that have not finished)."""
+    states = statuses(experiment)
+    finished = {trial for trial, status in states.items() if status == "TERMINATED"}
+    started = {
+        "_".join(path.parent.name.rsplit("_", 2)[-2:])  # <label>_seed<k>_<trial id>
+        for path in experiment.glob("*/checkpoint_000000")
+    }
+    return finished, started - finished
+
+
+@pytest.mark.slow
+def test_killed_driver_resumes_without_rerunning_finished_trials(ray_session, small_data, tmp_path):
+    experiment = tmp_path / "killed"
+    address = ray_session.get_runtime_context().gcs_address
+    driver = subprocess.Popen(
+        sweep_command(small_data, tmp_path, address),
+        cwd=REPO,
+        env=driver_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    finished, interrupted = set(), set()
+    while not (finished and interrupted) and time.monotonic() < deadline:
+        if driver.poll() is not None:
+            break
+        time.sleep(0.2)
+        finished, interrupted = mid_sweep(experiment)
+    time.sleep(0.3)  # let the driver record the new checkpoint in its experiment state
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert finished and interrupted, "the kill must land while a second trial is running"
+    results_before = {
+        trial: next(experiment.glob(f"*_{trial}/result.json")).read_bytes() for trial in finished
+    }
+
+    resumed = subprocess.run(
+        sweep_command(small_data, tmp_path, address, "--resume"),
+        cwd=REPO,
+        env=driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert list(statuses(experiment).values()) == ["TERMINATED"] * 2
+    for trial, before in results_before.items():  # finished trials are not run again
+        assert next(experiment.glob(f"*_{trial}/result.json")).read_bytes() == before
+    loaded = analysis.load(experiment)
+    assert sorted(loaded.trials["seed"]) == [0, 1] and loaded.problems.empty
+    for trial, outputs in loaded.outputs.items():
+        steps = loaded.traces[loaded.traces["trial"] == trial]["step"].tolist()
+        assert steps == list(range(EPOCHS_KILLED))
+        assert read_trial_info(outputs)["restored_from_checkpoint"] == (trial in interrupted)
+    _assert_matches_an_uninterrupted_run(loaded, interrupted.pop())
+
+
+def _assert_matches_an_uninterrupted_run(loaded, trial: str) -> None:
+    from relif_ray.config import ExperimentConfig
+    from relif_ray.engine import TrainingRun
+
+    row = loaded.trials.set_index("trial").loc[trial]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the trial's: float reductions depend on the thread count
+    try:
+        run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
+        while not run.finished:
+            run.train_epoch()
+        metrics = run.evaluate("val").metrics
+    finally:
+        torch.set_num_threads(threads)
+    for name, value in metrics.items():
+        assert row[f"val_{name}"] == value, name
+
+
+@pytest.mark.slow
+def test_asking_local_ray_for_absent_gpus_is_a_one_line_error(nyuv2_dir, tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "sweeps/nyuv2.py",
+            "--data-dir",
+            str(nyuv2_dir),
+            "--methods",
+            "erm",
+            "--num-gpus",
+            "1",
+            "--storage",
+            str(tmp_path),
+            "--num-cpus",
+            "1",
+        ],
+        cwd=REPO,
+        env=driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("nyuv2.py: error: --num-gpus 1: local Ray has 0 GPU(s)"), last
