@@ -28,14 +28,12 @@ function of the seed, and the val scenes do not change with the number of train 
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from relif_ray.data.atomic_dir import atomic_directory
 from relif_ray.errors import UserError
 
 CLASS_NAMES = (
@@ -157,18 +155,12 @@ def write_synthetic_nyuv2(
             raise UserError(f"synthetic NYUv2 {name}: must be a positive integer, got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserError(f"synthetic NYUv2 seed: must be a non-negative integer, got {seed!r}")
-    out = Path(out)
-    _check_replaceable(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
+    replaceable = frozenset({"train", "val", "test"})
+    with atomic_directory(out, overwrite=overwrite, replaceable=replaceable) as staging:
         for split_number, (split, count) in enumerate(zip(SPLITS, (train, val), strict=True)):
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(split_number,)))
             _write_split(staging / split, rng, count, height, width)
-        _move_into_place(staging, out, overwrite)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out
+    return Path(out)
 
 
 def pinhole_rays(height: int, width: int) -> np.ndarray:
@@ -452,31 +444,3 @@ def _pitch_rotation(angle: float) -> np.ndarray:
     """Turn about the camera x axis; positive tilts the view up."""
     cos, sin = np.cos(angle), np.sin(angle)
     return np.array([[1.0, 0.0, 0.0], [0.0, cos, sin], [0.0, -sin, cos]])
-
-
-def _check_replaceable(out: Path, overwrite: bool) -> None:
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UserError(f"{out}: exists and is not a directory")
-    entries = {entry.name for entry in out.iterdir()}
-    if not entries:
-        return
-    if not overwrite:
-        raise UserError(f"{out}: exists and is not empty (use --force to replace it)")
-    if not entries <= {"train", "val", "test"}:
-        raise UserError(
-            f"{out}: holds files other than train/val/test split folders; refusing to replace it"
-        )
-
-
-def _move_into_place(staging: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished data set to `out`, replacing an old one only once the new is ready."""
-    _check_replaceable(out, overwrite)
-    if out.exists() and any(out.iterdir()):
-        retired = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, retired)
-        os.replace(staging, out)
-        shutil.rmtree(retired)
-    else:
-        os.replace(staging, out)
