@@ -1,75 +1,481 @@
-"""`relif report`: tables over seeds (mean +- sample std per method label) as Markdown and CSV."""
+"""`relif report`: every table and figure of the paper for experiment directories, and a
+`report.md` that follows the paper's reporting checklist (section 6): the source of delta_ref
+and its calibration distribution, the pair seed and pool construction, fixed-delta Bias/VR,
+method-induced thresholds as diagnostics only, utility of the same checkpoint, and the
+controller settings.
+
+Output folder:
+    report.md                 the report (all tables inline)
+    utility.{md,tex,csv}      every utility metric of the report split
+    tables/<name>.{md,tex,csv}  main, violation, drift, shift, certificate, ablation,
+                              delta_sensitivity, controller (applicable ones)
+    figures/pareto.png, figures/delta_sensitivity.png, figures/controller_<variant>.png
+    per_trial.csv             the per-trial numbers every table aggregates
+    pareto_points.csv, pareto_means.csv, induced_thresholds.csv, squash_quantiles.csv
+    delta_ref.json            the held-fixed thresholds and their sources
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from analysis import delta as delta_options
+from analysis.audits import AuditSettings, ExperimentAudit
+from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
 from analysis.experiment import Experiment
+from analysis.interface import SQUASHED_TASKS, squash_quantiles
+from analysis.pareto import pareto_means, pareto_points
+from analysis.render import Column, Table, latex_escape, summarize
+from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
+from analysis.tables import (
+    CISettings,
+    Skipped,
+    ablation_table,
+    certificate_table,
+    controller_table,
+    drift_table,
+    main_table,
+    sensitivity_table,
+    shift_table,
+    violation_table,
+)
+from relif_ray.errors import UserError
 
-LEADING_METRICS = ("worst", "macro")
+SPLITS = ("val", "test")
+CONTROLLER_FIELDS = (
+    "r_star",
+    "eta",
+    "lambda0",
+    "lambda_min",
+    "lambda_max",
+    "warmup_steps",
+    "violation_ema",
+    "beta",
+    "mu",
+    "prototypes_per_task",
+    "prototype_pairing",
+    "quantile_alignment",
+    "controller",
+    "lipschitz_branch",
+)
+"""ReLiF settings listed in the report (the paper's Table 7 rows)."""
+HIGHER_IS_BETTER = ("miou", "pixel_acc", "worst", "macro", "score", "auroc", "auprc", "kappa")
+LOWER_IS_BETTER = ("abs_err", "rel_err", "rmse", "angle_mean", "angle_median", "mad")
+"""Directions of utility metrics by name without the task prefix (`within_*` is higher)."""
 
 
-def report_split(trials: pd.DataFrame) -> str:
-    """Utility is reported on the test split where trials have one, else on validation."""
-    return "test" if "test_worst" in trials.columns else "val"
+@dataclass
+class ReportOptions:
+    """Everything `relif report` can be told. `deltas` empty: the data set's default
+    (NYUv2: erm:p75 and erm:p50; MIMIC-III 0.275; eICU 0.06); the first is the primary."""
+
+    deltas: list[DeltaSpec] = field(default_factory=list)
+    distribution: str = "distances"
+    split: str | None = None
+    settings: AuditSettings = field(default_factory=AuditSettings)
+    sensitivity: tuple[float, ...] = SENSITIVITY_DELTAS
+    drift_baseline: str | None = None
+    ci: CISettings = field(default_factory=CISettings)
+    figures: bool = True
 
 
-def utility_table(trials: pd.DataFrame, split: str) -> pd.DataFrame:
-    """One row per method label: n seeds, then mean and sample std (ddof=1) of each metric."""
-    prefix = f"{split}_"
-    metrics = [c[len(prefix) :] for c in trials.columns if c.startswith(prefix)]
-    metrics = [m for m in LEADING_METRICS if m in metrics] + [
-        m for m in metrics if m not in LEADING_METRICS and not m.endswith("_score")
-    ]
-    grouped = trials.groupby("label", sort=True)
-    table = pd.DataFrame({"n_seeds": grouped["seed"].nunique()})
-    for metric in metrics:
-        values = grouped[prefix + metric]
-        table[f"{metric}_mean"] = values.mean()
-        table[f"{metric}_std"] = values.std(ddof=1)
-    return table.reset_index()
-
-
-def mean_std_markdown(table: pd.DataFrame, digits: int = 4) -> str:
-    """Render `<metric>_mean`/`<metric>_std` column pairs as `mean ± std` cells."""
-    metrics = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
-    header = ["Method", "Seeds", *metrics]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, row in table.iterrows():
-        cells = [str(row["label"]), str(int(row["n_seeds"]))]
-        for metric in metrics:
-            mean, std = row[f"{metric}_mean"], row[f"{metric}_std"]
-            cells.append(f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def write_report(experiment: Experiment, out_dir: str | Path) -> Path:
-    """Write utility.md, utility.csv and report.md into `out_dir`; return report.md's path."""
+def write_report(
+    experiment: Experiment, out_dir: str | Path, options: ReportOptions | None = None
+) -> Path:
+    """Write the report folder (see module doc); return report.md's path."""
+    options = options or ReportOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sections = ["# relif-ray report\n"]
-    trials = experiment.trials
-    if not trials.empty:
-        split = report_split(trials)
-        table = utility_table(trials, split)
-        table.to_csv(out / "utility.csv", index=False)
-        markdown = mean_std_markdown(table)
-        (out / "utility.md").write_text(markdown)
-        sections += [
-            f"## Utility ({split} split, mean ± sample std over seeds)\n",
-            markdown,
-            f"{len(trials)} finished trials from: "
-            + ", ".join(sorted(set(trials["experiment"])))
-            + "\n",
-        ]
-    if not experiment.problems.empty:
-        sections.append("## Trials without outputs (listed, not dropped)\n")
-        for _, problem in experiment.problems.iterrows():
-            sections.append(f"- {problem['status']}: `{problem['path']}` {problem['error']}")
-        sections.append("")
+    sections = ["# relif-ray report\n", _sources(experiment)]
+    if experiment.trials.empty:
+        sections.append("No finished trials: nothing to audit.\n")
+    else:
+        sections += _audited_sections(experiment, out, options)
+    sections.append(_problems(experiment))
     report = out / "report.md"
     report.write_text("\n".join(sections))
     return report
+
+
+def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions) -> list[str]:
+    trials = experiment.trials
+    split = options.split or report_split(trials)
+    if split not in SPLITS or f"{split}_worst" not in trials.columns:
+        raise UserError(f"--split {split}: the trials have no {split} split")
+    specs = options.deltas or delta_options.default_specs(
+        list(trials["dataset"]), list(trials["label"])
+    )
+    audit = ExperimentAudit(experiment, options.settings)
+    deltas = [delta_options.resolve(spec, audit, options.distribution) for spec in specs]
+    keys = [d.key for d in deltas]
+    if len(set(keys)) < len(keys):
+        raise UserError(f"delta options: the same threshold is given twice ({keys})")
+    results = compute_results(audit, deltas, split, options.sensitivity)
+    baseline = options.drift_baseline or (
+        "relif" if "relif" in results.variants else results.variants[0]
+    )
+    if baseline not in results.variants:
+        raise UserError(
+            f"--drift-baseline: no method {baseline!r} (methods: {', '.join(results.variants)})"
+        )
+    utility = utility_table(trials, split)
+    utility.write(out)
+    tables = [
+        main_table(results, options.ci),
+        violation_table(results),
+        drift_table(results, baseline),
+        shift_table(results, options.ci),
+        certificate_table(results),
+        ablation_table(results, experiment, options.ci),
+        sensitivity_table(results, options.ci),
+        controller_table(results, experiment, options.ci),
+    ]
+    for table in tables:
+        if isinstance(table, Table):
+            table.write(out / "tables")
+    _write_data(out, experiment, results, deltas, options)
+    figures = _write_figures(out, experiment, results) if options.figures else {}
+    named = {table.name: table for table in tables}
+    return [
+        _protocol(experiment, results, options),
+        _section(
+            "Utility and fixed-δ Bias",
+            named["main"],
+            options.ci,
+            "Utility metrics and audit scores come from the same (final) checkpoint.",
+        ),
+        _section("Violation rates", named["violation"], options.ci),
+        _pareto_section(results, figures.get("pareto")),
+        "## Threshold-drift diagnostics (not the comparison metric)\n",
+        _section("Method-induced thresholds", named["drift"], options.ci, level=3),
+        _section("Raw versus fixed-δ ranking", named["shift"], options.ci, level=3),
+        _section("Theorem B.2 ranking certificate", named["certificate"], options.ci, level=3),
+        _section("ReLiF component ablation", named["ablation"], options.ci),
+        _section(
+            "δ-sensitivity",
+            named["delta_sensitivity"],
+            options.ci,
+            _figure_line(figures.get("delta_sensitivity")),
+        ),
+        _section(
+            "Controller sensitivity",
+            named["controller"],
+            options.ci,
+            "\n".join(_figure_line(path) for path in figures.get("controller", [])),
+        ),
+        _controller_settings(trials),
+        _section("All utility metrics", utility, options.ci),
+    ]
+
+
+def utility_table(trials: pd.DataFrame, split: str) -> Table:
+    """Every metric of `split` (normalized `<task>_score` columns left out) per method."""
+    prefix = f"{split}_"
+    metrics = [c[len(prefix) :] for c in trials.columns if c.startswith(prefix)]
+    leading = [m for m in ("worst", "macro") if m in metrics]
+    metrics = leading + [m for m in metrics if m not in leading and not m.endswith("_score")]
+    per_trial = trials[["variant", "seed"]].copy()
+    for metric in metrics:
+        per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
+    order = list(dict.fromkeys(trials["variant"]))
+    rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
+    columns = [Column(m, m, latex_escape(m), _direction(m)) for m in metrics]
+    title = f"All utility metrics ({split} split), mean ± sample std over seeds."
+    return Table("utility", title, "label", columns, rows)
+
+
+def _direction(metric: str) -> str | None:
+    name = metric.partition("_")[2] or metric
+    if name in LOWER_IS_BETTER:
+        return "lower"
+    if name in HIGHER_IS_BETTER or name.startswith("within_"):
+        return "higher"
+    return None
+
+
+def _section(
+    title: str, table: Table | Skipped, ci: CISettings, extra: str = "", level: int = 2
+) -> str:
+    heading = "#" * level + f" {title}\n"
+    if isinstance(table, Skipped):
+        return heading + f"Skipped: {table.reason}.\n"
+    lines = [heading, table.title + "\n", table.markdown()]
+    if ci.n_boot > 0 and any(
+        c.key.startswith("bias") or c.key == "raw_bias" for c in table.columns if c.kind == "stat"
+    ):
+        lines.append(
+            f"Bias cells: mean ± sample std over seeds [{ci.level:.0%} percentile bootstrap "
+            f"interval of the seed mean over the sampled pairs, {ci.n_boot} replicates].\n"
+        )
+    lines.append(f"Files: `tables/{table.name}.md`, `.tex`, `.csv`.\n")
+    if extra:
+        lines.append(extra + "\n")
+    return "\n".join(lines)
+
+
+def _figure_line(path: Path | None) -> str:
+    return f"![{path.stem}](figures/{path.name})" if path else ""
+
+
+def _sources(experiment: Experiment) -> str:
+    trials = experiment.trials
+    lines = ["Experiment directories: " + ", ".join(f"`{p}`" for p in experiment.paths)]
+    if not trials.empty:
+        counts = trials.groupby("variant", sort=False)["seed"].apply(
+            lambda seeds: ", ".join(map(str, sorted(seeds)))
+        )
+        lines.append(
+            f"Finished trials: {len(trials)} (data set: "
+            f"{', '.join(sorted(set(trials['dataset'])))})"
+        )
+        lines += [f"- {variant}: seeds {seeds}" for variant, seeds in counts.items()]
+    lines.append(f"Trials without outputs: {len(experiment.problems)} (listed at the end)")
+    return "\n".join(lines) + "\n"
+
+
+def _protocol(experiment: Experiment, results: Results, options: ReportOptions) -> str:
+    settings = options.settings
+    datasets = sorted(set(experiment.trials["dataset"]))
+    squashed = sorted({t for d in datasets for t in SQUASHED_TASKS.get(d, ())})
+    interface = (
+        f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
+        "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1) with q10/q90 of the SAME-SEED ERM trial's "
+        "validation scores, identically for every method (values in `squash_quantiles.csv`); "
+        "the other tasks' scores are probabilities and pass unchanged"
+        if squashed
+        else "all audit scores are probabilities in [0, 1] and are used unchanged"
+    )
+    lines = [
+        "## Audit protocol (reporting checklist)\n",
+        f"- Audit split: **{results.split}**. Audit interface: {interface}.",
+        f"- Pools and pairs (Algorithm 1): per task a pool of N_eval = {settings.pool_size} "
+        f"valid examples drawn without replacement with eval_seed = {settings.eval_seed} "
+        f"(all of them when a task has fewer); per unordered task pair S = {settings.pairs} "
+        f"pairs drawn uniformly with replacement with pair_seed = {settings.pair_seed}. "
+        "Bias = mean (|p_a(x) - p_b(y)| - δ)_+, VR = mean 1[gap > δ], averaged over task "
+        "pairs (weights 1/#pairs).",
+        "- δ_ref, chosen once and held fixed for every method and every table "
+        f"(primary: {results.primary.symbol}):",
+    ]
+    for delta in results.deltas:
+        lines.append(f"  - {delta.symbol} = {delta.value:.6f}: {delta.source}.")
+    lines += [
+        "- Method-induced thresholds (validation split, the mean cosine-induced distance of "
+        "each method's own representations over the audit's pairs) are reported only as "
+        "threshold-drift diagnostics; methods are compared under δ_ref.",
+        "- Utility metrics are those of the same checkpoint whose audit scores are audited "
+        "(each trial's final checkpoint).",
+        "- Controller settings of every ReLiF variant: see *Controller settings* below.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _pareto_section(results: Results, figure: Path | None) -> str:
+    means = pareto_means(results)
+    front = ", ".join(means.loc[means["on_front"], "variant"])
+    return "\n".join(
+        [
+            "## Utility-fairness Pareto front\n",
+            f"Fixed-δ Bias@{results.primary.symbol} (lower is better) against Worst (higher is "
+            f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
+            "per-method means: `pareto_points.csv`, `pareto_means.csv`.\n",
+            _figure_line(figure) + "\n",
+        ]
+    )
+
+
+def _controller_settings(trials: pd.DataFrame) -> str:
+    relif = trials[trials["relif"].astype(bool)]
+    heading = "## Controller settings (for reproducibility; not audit thresholds)\n"
+    if relif.empty:
+        return heading + "No ReLiF trials.\n"
+    rows = []
+    for variant, group in relif.groupby("variant", sort=False):
+        config = group["config"].iloc[0]["relif"]
+        rows.append(
+            "| " + " | ".join([variant, *(str(config[f]) for f in CONTROLLER_FIELDS)]) + " |"
+        )
+    header = "| variant | " + " | ".join(CONTROLLER_FIELDS) + " |"
+    return "\n".join([heading, header, "|" + "---|" * (len(CONTROLLER_FIELDS) + 1), *rows, ""])
+
+
+def _problems(experiment: Experiment) -> str:
+    if experiment.problems.empty:
+        return "## Trials without outputs\n\nNone.\n"
+    lines = ["## Trials without outputs (listed, not dropped)\n"]
+    for _, problem in experiment.problems.iterrows():
+        lines.append(f"- {problem['status']}: `{problem['path']}` {problem['error']}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _write_data(
+    out: Path,
+    experiment: Experiment,
+    results: Results,
+    deltas: list[DeltaRef],
+    options: ReportOptions,
+) -> None:
+    results.per_trial.to_csv(out / "per_trial.csv", index=False)
+    results.induced.to_csv(out / "induced_thresholds.csv", index=False)
+    squash_quantiles(experiment).to_csv(out / "squash_quantiles.csv", index=False)
+    pareto_points(results).to_csv(out / "pareto_points.csv", index=False)
+    pareto_means(results).to_csv(out / "pareto_means.csv", index=False)
+    record = {
+        "primary": deltas[0].key,
+        "reference_distribution": options.distribution,
+        "audit": vars(options.settings),
+        "deltas": [vars(d) for d in deltas],
+    }
+    (out / "delta_ref.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
+    from analysis.figures import (
+        controller_figure,
+        controller_variants,
+        pareto_figure,
+        sensitivity_figure,
+        slug,
+    )
+
+    folder = out / "figures"
+    folder.mkdir(exist_ok=True)
+    written: dict = {
+        "pareto": folder / "pareto.png",
+        "delta_sensitivity": folder / "delta_sensitivity.png",
+        "controller": [],
+    }
+    pareto_figure(results).savefig(written["pareto"], dpi=150)
+    sensitivity_figure(results).savefig(written["delta_sensitivity"], dpi=150)
+    for variant in controller_variants(experiment):
+        path = folder / f"controller_{slug(variant)}.png"
+        controller_figure(experiment, variant).savefig(path, dpi=150)
+        written["controller"].append(path)
+    return written
+
+
+# --- command line -------------------------------------------------------------------------
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `relif report`."""
+    parser = subparsers.add_parser(
+        "report",
+        help="tables and figures for experiment directories",
+        description="Audit every trial under one held-fixed delta_ref and write the paper's "
+        "tables (Markdown, LaTeX, CSV), figures and report.md. Delta options may be repeated; "
+        "the first is the primary delta_ref (Pareto front, drift, certificate).",
+    )
+    parser.add_argument("experiments", nargs="+", help="experiment directories")
+    parser.add_argument("--out", required=True, help="output folder for the report")
+    parser.add_argument(
+        "--delta",
+        dest="deltas",
+        action="append",
+        type=delta_options.fixed,
+        metavar="D",
+        help="a fixed delta_ref in [0, 1]",
+    )
+    parser.add_argument(
+        "--delta-from",
+        dest="deltas",
+        action="append",
+        type=delta_options.quantile,
+        metavar="M:pQQ",
+        help="the QQ-th percentile of method M's validation reference distribution, e.g. erm:p75",
+    )
+    parser.add_argument(
+        "--delta-conformal",
+        dest="deltas",
+        action="append",
+        type=delta_options.conformal,
+        metavar="M:ALPHA",
+        help="split-conformal delta_ref (Theorem B.3) on M's reference distribution, e.g. erm:0.1",
+    )
+    parser.add_argument(
+        "--reference-distribution",
+        choices=DISTRIBUTIONS,
+        default="distances",
+        help="what --delta-from/--delta-conformal calibrate on: the reference "
+        "method's representation distances (default) or its score gaps",
+    )
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        help="split audited and reported (default: test if present, else val)",
+    )
+    parser.add_argument("--pool-size", type=int, default=256, help="N_eval per task (256)")
+    parser.add_argument("--pairs", type=int, default=4096, help="S pairs per task pair (4096)")
+    parser.add_argument("--pair-seed", type=int, default=42, help="pair sampling seed (42)")
+    parser.add_argument("--eval-seed", type=int, default=0, help="pool sampling seed (0)")
+    parser.add_argument(
+        "--sensitivity-deltas",
+        default=",".join(f"{d:g}" for d in SENSITIVITY_DELTAS),
+        help="deltas of the sensitivity table (comma-separated)",
+    )
+    parser.add_argument(
+        "--drift-baseline",
+        metavar="METHOD",
+        help="method the induced-threshold drift is compared to "
+        "(default: relif if present, else the first method)",
+    )
+    parser.add_argument(
+        "--n-boot",
+        type=int,
+        default=1000,
+        help="bootstrap replicates for Bias intervals (0: none; 1000)",
+    )
+    parser.add_argument("--ci-level", type=float, default=0.95, help="interval level (0.95)")
+    parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    parser.set_defaults(handler=run_report)
+
+
+def options_from_args(args: argparse.Namespace) -> ReportOptions:
+    """Validate the flags (one-line errors) and build the options."""
+    for flag, value in (("--pool-size", args.pool_size), ("--pairs", args.pairs)):
+        if value <= 0:
+            raise UserError(f"{flag}: must be a positive integer, got {value}")
+    for flag, value in (
+        ("--pair-seed", args.pair_seed),
+        ("--eval-seed", args.eval_seed),
+        ("--n-boot", args.n_boot),
+    ):
+        if value < 0:
+            raise UserError(f"{flag}: must be >= 0, got {value}")
+    if not 0.0 < args.ci_level < 1.0:
+        raise UserError(f"--ci-level: must be in (0, 1), got {args.ci_level}")
+    return ReportOptions(
+        deltas=args.deltas or [],
+        distribution=args.reference_distribution,
+        split=args.split,
+        settings=AuditSettings(args.pool_size, args.pairs, args.pair_seed, args.eval_seed),
+        sensitivity=_parse_deltas(args.sensitivity_deltas),
+        drift_baseline=args.drift_baseline,
+        ci=CISettings(args.n_boot, args.ci_level),
+        figures=not args.no_figures,
+    )
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from analysis import load
+
+    options = options_from_args(args)
+    report = write_report(load(*args.experiments), args.out, options)
+    print(report)
+    return 0
+
+
+def _parse_deltas(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"--sensitivity-deltas: expected numbers, got {text!r}") from None
+    if not values or not all(0.0 <= v <= 1.0 for v in values):
+        raise UserError(f"--sensitivity-deltas: need numbers in [0, 1], got {text!r}")
+    return values

@@ -9,32 +9,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from analysis.report import add_parser as add_report_parser
 from relif_ray.cli_audit import add_parser as add_audit_parser
 from relif_ray.cli_data import add_parser as add_make_data_parser
 from relif_ray.errors import UserError
-
-
-def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("report", help="tables and figures for experiment directories")
-    parser.add_argument("experiments", nargs="+", help="experiment directories")
-    parser.add_argument("--out", required=True, help="output folder for the report")
-    parser.set_defaults(handler=_report)
-
-
-def _report(args: argparse.Namespace) -> int:
-    from analysis import load
-    from analysis.report import write_report
-
-    report = write_report(load(*args.experiments), args.out)
-    print(report)
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relif", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_make_data_parser(subparsers)
-    _add_report_parser(subparsers)
+    add_report_parser(subparsers)
     add_audit_parser(subparsers)
     return parser
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from relif_ray.data.synthetic_eicu import write_synthetic_eicu
+from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 
 
@@ -43,6 +45,22 @@ DATA_WRITERS: dict[str, DataWriter] = {
             WriterOption("val", int, 654, "number of val examples (default 654)"),
             WriterOption("height", int, 288, "image height in pixels (default 288)"),
             WriterOption("width", int, 384, "image width in pixels (default 384)"),
+            WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
+        ),
+    ),
+    "mimic3": DataWriter(
+        write=write_synthetic_mimic3,
+        help="synthetic ICU stays in the MIMIC-III multitask benchmark layout (Harutyunyan et al.)",
+        options=(
+            WriterOption("patients", int, 1000, "number of patients (default 1000)"),
+            WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
+        ),
+    ),
+    "eicu": DataWriter(
+        write=write_synthetic_eicu,
+        help="synthetic ICU stays in the eICU benchmark layout (Sheikhalishahi et al.)",
+        options=(
+            WriterOption("patients", int, 1000, "number of patients/unit stays (default 1000)"),
             WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
         ),
     ),

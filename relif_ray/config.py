@@ -52,7 +52,23 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    """Optimisation budget and optimiser. Defaults follow LibMTL's NYUv2 setting (Adam 1e-4)."""
+    """Optimisation budget, optimiser and the fast GPU path.
+
+    Budget and optimiser defaults follow LibMTL's NYUv2 setting (Adam 1e-4). The speed fields
+    default to the exact fp32 path, so a CPU run is deterministic and unchanged by them:
+
+    precision: "bf16" runs the model forward under bfloat16 autocast; the predictions, features
+        and representation are cast back to fp32 before the task losses, the audit scores and
+        the ReLiF regularizer (its statistics and controller), and evaluation scores are fp32.
+        Weights, gradients and optimiser state stay fp32 (no loss scaling is needed for bf16).
+    channels_last: model weights and image batches in NHWC memory order (faster convolutions
+        on tensor-core GPUs); numbers differ from the default layout only by float rounding.
+    compile: run the model forward through `torch.compile` (first steps are slow while it
+        compiles; checkpoints are unaffected).
+    cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
+        fastest (a speed choice; the chosen kernels may differ between runs, so CUDA runs are
+        not bitwise repeatable with it). CPU runs always use deterministic algorithms.
+    """
 
     epochs: int = 1
     max_steps: int | None = None
@@ -62,6 +78,10 @@ class TrainConfig:
     lr: float = 1e-4
     weight_decay: float = 1e-5
     grad_clip: float | None = None
+    precision: Literal["fp32", "bf16"] = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+    cudnn_benchmark: bool = True
 
     def validate(self) -> None:
         _positive("train.epochs", self.epochs)

@@ -5,9 +5,18 @@ e is a permutation drawn from a generator seeded by (seed, e), so it does not de
 many steps ran in this process; the global torch RNG (dropout) is part of the state. A run
 restored from `state_dict()` at any step therefore ends with exactly the numbers of an
 uninterrupted run (on CPU).
+
+Fast path (the `train` fields precision, channels_last, compile, cudnn_benchmark; see
+`TrainConfig`): the model forward may run under bf16 autocast, in channels-last layout and
+through `torch.compile`; everything after the forward (task losses, audit scores, ReLiF,
+metrics) sees fp32 outputs. The engine and the ReLiF regularizer read no device value on the
+host during a step: the trace keeps detached device tensors and converts them once per
+`train_steps` call.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pandas as pd
@@ -18,8 +27,8 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.methods import StepContext, build_method
 from relif_ray.outputs import EvalResult
-from relif_ray.problem import Problem, Split, load_problem, move_batch
-from relif_ray.tasks.base import worst_and_macro
+from relif_ray.problem import Problem, load_problem, move_batch
+from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
 
 
 def resolve_device(name: str) -> torch.device:
@@ -28,6 +37,23 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("config field device: 'cuda' requested but no CUDA device is available")
     return torch.device(name)
+
+
+def fp32_output(output: ModelOutput) -> ModelOutput:
+    """The model output with every floating tensor in fp32 (a no-op for an fp32 model).
+
+    Under bf16 autocast the losses, audit scores and ReLiF statistics are computed from this,
+    so quantiles, squashes and metrics never run in bf16.
+    """
+
+    def cast(value: Tensor) -> Tensor:
+        return value.float() if value.is_floating_point() else value
+
+    return ModelOutput(
+        predictions={name: cast(value) for name, value in output.predictions.items()},
+        representation=cast(output.representation),
+        features={name: cast(value) for name, value in output.features.items()},
+    )
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
@@ -46,8 +72,13 @@ class TrainingRun:
             torch.use_deterministic_algorithms(True)
         self.problem = problem if problem is not None else load_problem(config.data)
         self.tasks = self.problem.tasks
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = config.train.cudnn_benchmark
         torch.manual_seed(config.seed)
         self.model = self.problem.build_model(config.model).to(self.device)
+        if config.train.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.forward_model = torch.compile(self.model) if config.train.compile else self.model
         task_names = self.problem.task_names
         self.method = build_method(
             config.method.name, task_names, config.seed, **config.method.options
@@ -62,6 +93,7 @@ class TrainingRun:
         self.step = 0
         self.trace: list[dict[str, float]] = []
         self._pending: list[dict[str, Tensor]] = []
+        self._order: tuple[int, Tensor] | None = None
 
     def _build_regularizer(self, task_names: list[str]) -> torch.nn.Module | None:
         if not self.config.relif.enabled:
@@ -104,18 +136,44 @@ class TrainingRun:
             self._train_step()
         self._flush_trace()
 
-    def _train_batch(self) -> dict[str, Tensor]:
+    def _epoch_order(self) -> Tensor:
+        """This epoch's permutation, drawn once per epoch rather than once per step."""
+        if self._order is None or self._order[0] != self.epoch:
+            self._order = (
+                self.epoch,
+                epoch_permutation(len(self.train_split), self.config.seed, self.epoch),
+            )
+        return self._order[1]
+
+    def _train_batch(self) -> Batch:
         size = self.config.train.batch_size
-        order = epoch_permutation(len(self.train_split), self.config.seed, self.epoch)
         position = self.step % self.steps_per_epoch
-        return move_batch(
-            self.train_split.batch(order[position * size : (position + 1) * size]), self.device
+        index = self._epoch_order()[position * size : (position + 1) * size]
+        return self._to_device(self.train_split.batch(index))
+
+    def _to_device(self, batch: Batch) -> Batch:
+        """Move a batch to the device; images in channels-last order when configured."""
+        batch = move_batch(batch, self.device)
+        image = batch["input"]
+        if self.config.train.channels_last and image.dim() == 4:
+            batch["input"] = image.contiguous(memory_format=torch.channels_last)
+        return batch
+
+    def _forward(self, batch: Batch) -> ModelOutput:
+        """The model forward (bf16 autocast when configured), returned in fp32."""
+        autocast = (
+            torch.autocast(self.device.type, dtype=torch.bfloat16)
+            if self.config.train.precision == "bf16"
+            else contextlib.nullcontext()
         )
+        with autocast:
+            output = self.forward_model(batch)
+        return fp32_output(output)
 
     def _train_step(self) -> None:
         batch = self._train_batch()
         self.model.train()
-        output = self.model(batch)
+        output = self._forward(batch)
         losses = {
             task.name: task.loss(output.predictions[task.name], batch[task.name])
             for task in self.tasks
@@ -159,8 +217,9 @@ class TrainingRun:
         score_parts: list[pd.DataFrame] = []
         representations: list[np.ndarray] = []
         example_ids: list[np.ndarray] = []
-        for batch in _batches(split, self.config.train.eval_batch_size, self.device):
-            output = self.model(batch)
+        for index in _batch_indices(len(split), self.config.train.eval_batch_size):
+            batch = self._to_device(split.batch(index))
+            output = self._forward(batch)
             ids = batch["example_id"].cpu().numpy()
             example_ids.append(ids)
             representations.append(output.representation.float().cpu().numpy())
@@ -223,7 +282,6 @@ class TrainingRun:
         self._pending.clear()
 
 
-def _batches(split: Split, size: int, device: torch.device):
-    for start in range(0, len(split), size):
-        index = torch.arange(start, min(start + size, len(split)))
-        yield move_batch(split.batch(index), device)
+def _batch_indices(n: int, size: int):
+    for start in range(0, n, size):
+        yield torch.arange(start, min(start + size, n))

@@ -106,5 +106,13 @@ def _cached_problem(dataset: str, root: str) -> Problem:
 
 
 def move_batch(batch: Batch, device: torch.device) -> Batch:
-    """Copy a batch to `device` (non-blocking from pinned memory on CUDA)."""
-    return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+    """Copy a batch to `device`; to CUDA it goes through pinned (page-locked) host memory, so
+    the copy is asynchronous and the host goes on queueing work. The pinned staging buffers
+    come from PyTorch's caching host allocator, which keeps each one until its copy is done."""
+    if device.type != "cuda":
+        return {key: value.to(device) for key, value in batch.items()}
+    return {key: _pinned(value).to(device, non_blocking=True) for key, value in batch.items()}
+
+
+def _pinned(value: Tensor) -> Tensor:
+    return value if value.is_cuda or value.is_pinned() else value.pin_memory()

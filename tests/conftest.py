@@ -6,8 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# One thread, as in a 1-CPU Ray trial: the same float reductions, and no oversubscription
+# of a 2-core machine while Ray workers run beside the test process.
+torch.set_num_threads(1)
 
 TINY_DATA = {"train": 24, "val": 12, "height": 32, "width": 40}
 

@@ -83,3 +83,20 @@ def test_returned_lambda_is_a_detached_copy() -> None:
     kept = first.item()
     controller.update(torch.tensor(0.9))
     assert not first.requires_grad and first.item() == kept
+
+
+def test_an_inactive_update_changes_nothing() -> None:
+    """A step without pairs (active=False, a device tensor) neither ages the EMA nor the warmup."""
+    controller = make(warmup_steps=1, eta=2.0)
+    reference = make(warmup_steps=1, eta=2.0)
+    for r in (0.5, 0.9, 0.1):
+        before = {key: value.clone() for key, value in controller.state_dict().items()}
+        returned = controller.update(torch.tensor(0.7), active=torch.tensor(False))
+        assert returned.item() == before["lambda_"].item()
+        for key, value in controller.state_dict().items():
+            assert torch.equal(value.isnan(), before[key].isnan()), key
+            assert torch.equal(value.nan_to_num(), before[key].nan_to_num()), key
+        assert controller.update(torch.tensor(r), active=torch.tensor(True)).item() == (
+            reference.update(torch.tensor(r)).item()
+        )
+    assert controller.updates.item() == 3 and controller.lambda_.item() != 0.1

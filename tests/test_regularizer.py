@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from relif_ray.config import ReLiFConfig
 from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
@@ -144,14 +146,31 @@ def test_no_valid_pair_changes_nothing(warm: bool) -> None:
     before = snapshot(regularizer)
     scores, representation = batch(valid_b=(False, False, False))
     loss, stats = regularizer(scores, representation, PROBABILITY)
-    assert loss is None
+    loss.backward()  # an exact zero with exactly zero (finite) gradients, even with NaN scales
+    assert loss.item() == 0.0
+    assert scores["a"][0].grad.abs().max().item() == 0.0
+    assert representation.grad.abs().max().item() == 0.0
     assert_same_state(before, snapshot(regularizer))
     assert math.isnan(stats["r"].item()) and math.isnan(stats["loss_lip"].item())
     assert stats["lambda"].item() == before["controller.lambda_"].item()
     # non-finite values drop pairs the same way
     nan_scores, representation = batch(b=(float("nan"),) * 3)
-    assert regularizer(nan_scores, representation, PROBABILITY)[0] is None
+    assert regularizer(nan_scores, representation, PROBABILITY)[0].item() == 0.0
     assert_same_state(before, snapshot(regularizer))
+
+
+def test_a_step_without_pairs_leaves_the_following_steps_unchanged() -> None:
+    """Interleaving pair-less steps changes no later number (section 4.5)."""
+    plain = ReLiFRegularizer(config(warmup_steps=1), TASKS).double()
+    interleaved = ReLiFRegularizer(config(warmup_steps=1), TASKS).double()
+    interleaved(*batch(valid_b=(False, False, False)), PROBABILITY)
+    for a, b in [((0.9, 0.5, 0.1), (0.1, 0.45, 0.2)), ((0.6, 0.55, 0.1), (0.05, 0.9, 0.3))] * 2:
+        expected_loss, expected = plain(*batch(a, b), PROBABILITY)
+        interleaved(*batch(valid_b=(False, False, False)), PROBABILITY)
+        loss, stats = interleaved(*batch(a, b), PROBABILITY)
+        assert loss.item() == expected_loss.item()
+        assert {k: v.item() for k, v in stats.items()} == {k: v.item() for k, v in expected.items()}
+    assert interleaved.controller.updates.item() == plain.controller.updates.item() == 4
 
 
 def test_stats_are_detached_fresh_scalars() -> None:
@@ -262,3 +281,76 @@ def test_state_dict_and_deterministic_mode() -> None:
     restored = ReLiFRegularizer(config(), TASKS)
     restored.load_state_dict(state)
     assert_same_state(snapshot(regularizer), snapshot(restored))
+
+
+class HostSyncGuard(TorchDispatchMode):
+    """Fails on every operation that would need a device value on the host.
+
+    On CUDA these block the CPU until the GPU catches up: reading a value (`.item()`,
+    `bool()`, `float()`: aten._local_scalar_dense), data-dependent shapes (nonzero,
+    masked_select, boolean-mask indexing) and tensors built from Python data inside the step
+    (aten.lift_fresh: a host-to-device copy). `.cpu()`, `.numpy()` and `.tolist()` do not
+    dispatch on a CPU tensor, so they are patched separately (see `no_host_sync`).
+    """
+
+    FORBIDDEN = (
+        torch.ops.aten._local_scalar_dense.default,
+        torch.ops.aten.nonzero.default,
+        torch.ops.aten.masked_select.default,
+        torch.ops.aten.lift_fresh.default,
+    )
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        boolean_index = func is torch.ops.aten.index.Tensor and any(
+            index is not None and index.dtype == torch.bool for index in args[1]
+        )
+        if func in self.FORBIDDEN or boolean_index:
+            raise AssertionError(f"host synchronisation: {func}")
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def no_host_sync(monkeypatch: pytest.MonkeyPatch):
+    def refuse(self: torch.Tensor, *args: object, **kwargs: object) -> None:
+        raise AssertionError("host synchronisation: tensor copied to the host")
+
+    with monkeypatch.context() as patch:
+        for name in ("cpu", "numpy", "tolist"):
+            patch.setattr(torch.Tensor, name, refuse)
+        with HostSyncGuard():
+            yield
+
+
+def test_the_guard_catches_host_synchronisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = torch.tensor([0.5, -1.0, 2.0])
+    attempts = [
+        lambda: values.sum().item(),
+        lambda: bool(values.sum() > 0),
+        lambda: float(values.max()),
+        lambda: values[values > 0],
+        lambda: values[[0, 2]],
+        lambda: torch.tensor([0.1, 0.9]),
+        lambda: values.cpu(),
+        lambda: values.tolist(),
+    ]
+    for attempt in attempts:
+        with (
+            pytest.raises(AssertionError, match="host synchronisation"),
+            no_host_sync(monkeypatch),
+        ):
+            attempt()
+
+
+@pytest.mark.parametrize("pairing", ["cross", "rank"])
+@pytest.mark.parametrize("valid_b", [(True, True, True), (False, False, False)])
+def test_a_training_step_has_no_host_synchronisation(
+    monkeypatch: pytest.MonkeyPatch, pairing: str, valid_b: tuple[bool, ...]
+) -> None:
+    """Forward (squash, pairs, scales, controller, stats) and backward, with and without pairs."""
+    regularizer = ReLiFRegularizer(config(prototype_pairing=pairing), TASKS).double()
+    regularizer(*batch(), PROBABILITY)  # warm state, as in the middle of training
+    scores, representation = batch(b=(2.0, 7.0, 4.0), valid_b=valid_b)
+    with no_host_sync(monkeypatch):
+        loss, stats = regularizer(scores, representation, {"a": True, "b": False})
+        loss.backward()
+    assert set(stats) == set(STAT_KEYS) and representation.grad is not None

@@ -20,7 +20,9 @@ def build_method(name: str, task_names: list[str], seed: int, **options: Any) ->
     """Instantiate a registered method; unknown names and options are user errors."""
     if name not in METHODS:
         known = ", ".join(sorted(METHODS))
-        raise UserError(f"method.name: unknown method '{name}' (known: {known})")
+        raise UserError(
+            f"method.name: unknown method '{name}'; the implemented methods are: {known}"
+        )
     try:
         return METHODS[name](task_names, seed=seed, **options)
     except TypeError as exc:

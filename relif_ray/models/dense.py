@@ -99,4 +99,6 @@ class DenseMTLModel(MultiTaskModel):
         return list(self.encoder.parameters())
 
     def last_shared_parameters(self) -> list[nn.Parameter]:
-        return list(self.encoder[-1][-1].parameters())
+        """The last convolution of the encoder: GradNorm's W, "the last shared layer"."""
+        last_conv = [m for m in self.encoder.modules() if isinstance(m, nn.Conv2d)][-1]
+        return list(last_conv.parameters())

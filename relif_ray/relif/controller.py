@@ -10,7 +10,9 @@ it neither ages the violation EMA nor advances the warmup. Lambda changes only o
 one applied to the current step's loss (section 4.4).
 
 The state lives in buffers (lambda, r_ema, updates), so it travels in `state_dict()` and
-with `.to(device)`; `update` is pure tensor arithmetic with no host synchronisation.
+with `.to(device)`; `update` is pure tensor arithmetic with no host synchronisation. Whether a
+step had pairs arrives as a 0-dim bool tensor `active` (computed on the device), and an
+inactive update leaves every buffer as it was through `torch.where`, not a Python `if`.
 """
 
 from __future__ import annotations
@@ -53,15 +55,22 @@ class ViolationController(nn.Module):
         self.register_buffer("r_ema", torch.tensor(float("nan")))
         self.register_buffer("updates", torch.tensor(0, dtype=torch.long))
 
-    def update(self, r: Tensor) -> Tensor:
-        """Feed the violation rate r_t of one step with pairs; return lambda_t (detached)."""
+    def update(self, r: Tensor, active: Tensor | bool = True) -> Tensor:
+        """Feed the violation rate r_t of one step; return lambda_t (detached).
+
+        active: whether the step had pairs (a bool or 0-dim bool tensor); when False the state
+        is left exactly as it was and the current lambda is returned.
+        """
+        if isinstance(active, bool):  # filled on the device: no host-to-device copy
+            active = torch.full((), active, device=self.r_ema.device)
         r = r.detach().to(self.r_ema.dtype)
         smoothed = self.violation_ema * r + (1 - self.violation_ema) * self.r_ema
-        self.r_ema.copy_(torch.where(torch.isnan(self.r_ema), r, smoothed))
-        self.updates.add_(1)
+        r_ema = torch.where(torch.isnan(self.r_ema), r, smoothed)
+        self.r_ema.copy_(torch.where(active, r_ema, self.r_ema))
+        self.updates.add_(active.to(self.updates.dtype))
         if self.adaptive:
             factor = 1 + self.eta * (self.r_ema - self.r_star)
             proposed = (self.lambda_ * factor).clamp(self.lambda_min, self.lambda_max)
-            after_warmup = self.updates > self.warmup_steps
-            self.lambda_.copy_(torch.where(after_warmup, proposed, self.lambda_))
+            change = active & (self.updates > self.warmup_steps)
+            self.lambda_.copy_(torch.where(change, proposed, self.lambda_))
         return self.lambda_.clone()

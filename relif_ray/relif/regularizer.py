@@ -19,9 +19,16 @@ Per step, given every task's per-example audit score and the shared representati
 4. z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, L_lip = mean phi_mu(z), r_t = mean 1[z > 0].
 5. The controller turns r_t into lambda_t; the returned loss is lambda_t (detached) * L_lip.
 
-A step with no valid finite pair returns no loss and changes no state (section 4.5); deciding
-that is the one host synchronisation of a step. Gradients reach the scores and the
-representation through L_lip only; every buffer update is computed from detached values.
+A step with no valid finite pair changes no state (section 4.5): its loss is an exact zero
+(with exactly zero gradients) and its trace r / loss_lip are NaN. That case is decided on the
+device, never on the host: every buffer update is a `torch.where` on the step's `has_pairs`
+flag, so a training step has no host synchronisation here (no `.item()`, no `bool(tensor)`),
+and a CUDA step can be queued while the previous one still runs. Gradients reach the scores and
+the representation through L_lip only; every buffer update is computed from detached values.
+
+Precision: the regularizer computes in the dtype of the scores it is given; under bf16
+autocast the engine hands it fp32 scores and representation, so quantiles, scales and the
+controller always run in fp32 (or fp64 in tests).
 """
 
 from __future__ import annotations
@@ -81,11 +88,15 @@ class ReLiFRegularizer(nn.Module):
         representation: Tensor,
         score_is_probability: dict[str, bool],
     ) -> tuple[Tensor | None, dict[str, Tensor]]:
-        """(lambda_t * L_lip or None, detached scalar stats keyed by `STAT_KEYS`).
+        """(lambda_t * L_lip, detached scalar stats keyed by `STAT_KEYS`).
 
         scores: task -> (raw audit score (B,), bool valid mask (B,)), differentiable.
         representation: (B, D) shared representation.
         score_is_probability: task -> whether its raw score is already in [0, 1].
+
+        The loss is a 0-dim tensor on every step (exactly 0, with zero gradients, on a step
+        without pairs); it is None only for the lipschitz_branch=False ablation, a fixed choice
+        of the config.
         """
         raw = torch.stack([scores[name][0] for name in self.task_names])
         valid = torch.stack([scores[name][1].bool() for name in self.task_names])
@@ -100,33 +111,41 @@ class ReLiFRegularizer(nn.Module):
             distance_floor=self.config.distance_floor,
             rank_scores=raw,
         )
-        if not bool(pairs.mask.any()):
-            nan = torch.full_like(self.tau, float("nan"))
-            return None, self._stats(r=nan, loss_lip=nan)
-        self.squash_low.copy_(low)
-        self.squash_high.copy_(high)
+        has_pairs = pairs.mask.any()
+        self.squash_low.copy_(torch.where(has_pairs, low, self.squash_low))
+        self.squash_high.copy_(torch.where(has_pairs, high, self.squash_high))
         if self.config.quantile_alignment:
-            self._update_scales(pairs)
-        margin = self.margin(pairs)
-        count = pairs.mask.sum()
+            self._update_scales(pairs, has_pairs)
+        margin = self.margin(pairs, has_pairs)
+        count = pairs.mask.sum().clamp_min(1)
         loss_lip = torch.where(pairs.mask, huberized_hinge(margin, self.config.mu), 0.0).sum()
         loss_lip = loss_lip / count
         violation_rate = (pairs.mask & (margin.detach() > 0)).sum() / count
-        weight = self.controller.update(violation_rate)
-        stats = self._stats(r=violation_rate, loss_lip=loss_lip)
+        weight = self.controller.update(violation_rate, active=has_pairs)
+        nan = torch.full_like(loss_lip, float("nan"))
+        stats = self._stats(
+            r=torch.where(has_pairs, violation_rate, nan),
+            loss_lip=torch.where(has_pairs, loss_lip.detach(), nan),
+        )
         if not self.config.lipschitz_branch:
             return None, stats
         return weight.to(loss_lip.dtype) * loss_lip, stats
 
-    def margin(self, pairs: PrototypePairs) -> Tensor:
-        """z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, with the current scale buffers."""
-        return huber_rho(pairs.gap.abs(), self.config.beta) / self.tau - pairs.distance / self.kappa
+    def margin(self, pairs: PrototypePairs, has_pairs: Tensor | bool = True) -> Tensor:
+        """z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, with the current scale buffers.
+
+        Without pairs the scales may still be NaN (never initialised); unit placeholders then
+        keep the (masked-out) margins and their zero gradients finite.
+        """
+        tau = torch.where(has_pairs, self.tau, 1.0)
+        kappa = torch.where(has_pairs, self.kappa, 1.0)
+        return huber_rho(pairs.gap.abs(), self.config.beta) / tau - pairs.distance / kappa
 
     def _squash_quantiles(self, raw: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
         """Candidate running (q10, q90) per task after seeing this batch (not yet stored)."""
         usable = torch.where(valid & torch.isfinite(raw), raw, torch.nan)
-        levels = torch.tensor(SQUASH_QUANTILES, dtype=raw.dtype, device=raw.device)
-        batch_low, batch_high = torch.nanquantile(usable, levels, dim=1)
+        # One scalar level per call: a tensor of levels built here would be a host-to-device copy.
+        batch_low, batch_high = (torch.nanquantile(usable, q, dim=1) for q in SQUASH_QUANTILES)
         return (
             _ema(self.squash_low, batch_low.to(self.squash_low.dtype), self.config.squash_ema),
             _ema(self.squash_high, batch_high.to(self.squash_high.dtype), self.config.squash_ema),
@@ -145,14 +164,15 @@ class ReLiFRegularizer(nn.Module):
         ]
         return torch.stack(rows)
 
-    def _update_scales(self, pairs: PrototypePairs) -> None:
+    def _update_scales(self, pairs: PrototypePairs, has_pairs: Tensor) -> None:
         level = self.config.scale_quantile
         gaps = torch.where(pairs.mask, pairs.gap.detach().abs(), torch.nan)
         distances = torch.where(pairs.mask, pairs.distance.detach(), torch.nan)
         for buffer, values in ((self.tau, gaps), (self.kappa, distances)):
             estimate = torch.nanquantile(values, level).to(buffer.dtype)
             updated = _ema(buffer, estimate, self.config.scale_ema)
-            buffer.copy_(updated.clamp_min(self.config.scale_floor))
+            updated = updated.clamp_min(self.config.scale_floor)
+            buffer.copy_(torch.where(has_pairs, updated, buffer))
 
     def _stats(self, r: Tensor, loss_lip: Tensor) -> dict[str, Tensor]:
         """Fresh detached copies: the engine keeps them past later in-place buffer updates."""

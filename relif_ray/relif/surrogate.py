@@ -11,7 +11,6 @@ Everything here is a pure tensor function: no state, no host synchronisation.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,10 +65,14 @@ class PrototypePairs:
     mask: Tensor
 
 
-def task_pairs(num_tasks: int) -> tuple[list[int], list[int]]:
-    """Indices (i, j), i < j, of every unordered task pair, in lexicographic order."""
-    pairs = list(itertools.combinations(range(num_tasks), 2))
-    return [i for i, _ in pairs], [j for _, j in pairs]
+def task_pairs(num_tasks: int, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
+    """Indices (i, j), i < j, of every unordered task pair, in lexicographic order.
+
+    Built on `device` directly (indexing with Python lists would copy them from the host, a
+    synchronising copy on CUDA).
+    """
+    first, second = torch.triu_indices(num_tasks, num_tasks, offset=1, device=device)
+    return first, second
 
 
 def select_prototypes(rank_scores: Tensor, usable: Tensor, per_task: int) -> tuple[Tensor, Tensor]:
@@ -124,7 +127,7 @@ def prototype_pairs(
     order = clean_scores.detach() if rank_scores is None else rank_scores.detach()
     index, selected_ok = select_prototypes(order, usable, per_task)
     selected = clean_scores.gather(1, index)
-    first, second = task_pairs(scores.shape[0])
+    first, second = task_pairs(scores.shape[0], scores.device)
     if pairing == "cross":
         left, right = (slice(None), slice(None), None), (slice(None), None, slice(None))
     elif pairing == "rank":

@@ -1,0 +1,129 @@
+"""The shared audit interface applied at analysis time (paper appendix A, audit scores).
+
+Trials store RAW audit scores. Scores that are not probabilities - NYUv2 depth and normal, the
+valid-region mean decoder-feature norm - are mapped into [0, 1] here, identically for every
+method: s -> clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), where q10 and q90 are the 10th and
+90th percentiles (numpy's linear interpolation) of that task's valid VALIDATION raw scores of
+the ERM trial with the SAME seed (and data set). Both the val and the test scores of a seed are
+squashed with those validation quantiles. Every other task (segmentation's max softmax, the
+clinical probabilities) passes through unchanged.
+
+ERM is the trial whose method is `erm` with ReLiF off. Where several such trials share a seed
+(several experiment directories loaded together), the one from the trial's own experiment
+directory is used; if that still leaves several, or there is none, it is an error naming the
+seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.experiment import Experiment
+from relif_ray.errors import UserError
+
+SQUASHED_TASKS: dict[str, frozenset[str]] = {"nyuv2": frozenset({"depth", "normal"})}
+"""Data set -> tasks whose stored audit score is not a probability (the ONE place this is
+stated for analysis; `relif_ray.tasks` marks the same tasks `score_is_probability = False`)."""
+
+SQUASH_EPSILON = 1e-6
+SQUASH_QUANTILES = (0.10, 0.90)
+
+
+def needs_squash(dataset: str, task: str) -> bool:
+    """Whether `task` of `dataset` stores a raw, non-probability audit score."""
+    return task in SQUASHED_TASKS.get(dataset, frozenset())
+
+
+def squash(
+    scores: np.ndarray | pd.Series, q10: float | np.ndarray, q90: float | np.ndarray
+) -> np.ndarray:
+    """clip((s - q10) / (q90 - q10 + 1e-6), 0, 1) (paper appendix A); q10/q90 broadcast."""
+    values = np.asarray(scores, dtype=np.float64)
+    return np.clip((values - q10) / (q90 - q10 + SQUASH_EPSILON), 0.0, 1.0)
+
+
+def is_erm(trials: pd.DataFrame) -> pd.Series:
+    """The plain ERM trials (method erm, ReLiF off): the squash reference."""
+    return (trials["method"] == "erm") & ~trials["relif"].astype(bool)
+
+
+def squash_reference(trials: pd.DataFrame) -> dict[str, str]:
+    """For every trial that has squashed tasks, the trial id of its same-seed ERM trial."""
+    erm: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    for row in trials[is_erm(trials)].itertuples():
+        erm.setdefault((row.dataset, row.seed), []).append((row.experiment, row.trial))
+    references = {}
+    for row in trials.itertuples():
+        if row.dataset not in SQUASHED_TASKS:
+            continue
+        same = erm.get((row.dataset, row.seed), [])
+        if any(experiment == row.experiment for experiment, _ in same):
+            same = [(e, trial) for e, trial in same if e == row.experiment]
+        tasks = "/".join(sorted(SQUASHED_TASKS[row.dataset]))
+        if not same:
+            raise UserError(
+                f"no ERM trial with seed {row.seed} ({row.dataset}): the {tasks} audit "
+                f"scores of seed {row.seed} are squashed with the validation quantiles of "
+                "the same-seed ERM trial; add it or drop this seed"
+            )
+        if len(same) > 1:
+            names = ", ".join(trial for _, trial in same)
+            raise UserError(
+                f"several ERM trials with seed {row.seed} ({names}); cannot choose the squash "
+                "reference: load one experiment directory per sweep"
+            )
+        references[row.trial] = same[0][1]
+    return references
+
+
+def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
+    """q10/q90 per (trial, squashed task): trial, task, reference (the ERM trial), q10, q90."""
+    references = squash_reference(experiment.trials)
+    scores = experiment.scores
+    val = scores[(scores["split"] == "val") & scores["valid"]]
+    val = val[val["trial"].isin(set(references.values()))]
+    quantiles = {
+        (str(trial), str(task)): np.quantile(values.to_numpy(np.float64), SQUASH_QUANTILES)
+        for (trial, task), values in val.groupby(["trial", "task"], observed=True)["score"]
+    }
+    datasets = dict(zip(experiment.trials["trial"], experiment.trials["dataset"], strict=True))
+    rows = []
+    for trial, reference in references.items():
+        for task in sorted(SQUASHED_TASKS[datasets[trial]]):
+            if (reference, task) not in quantiles:
+                raise UserError(
+                    f"ERM trial {reference}: no valid validation scores of task {task!r} for "
+                    "the squash quantiles"
+                )
+            q10, q90 = quantiles[reference, task]
+            rows.append((trial, task, reference, float(q10), float(q90)))
+    return pd.DataFrame(rows, columns=["trial", "task", "reference", "q10", "q90"])
+
+
+def audit_scores(experiment: Experiment) -> pd.DataFrame:
+    """Every trial's scores on the shared audit interface, all splits: `score` squashed where
+    the task needs it, the stored value kept as `raw_score`."""
+    scores = experiment.scores.copy()
+    scores["raw_score"] = scores["score"]
+    scores["score"] = scores["score"].to_numpy(dtype=np.float64)
+    quantiles = squash_quantiles(experiment)
+    if quantiles.empty:
+        return scores
+    trials, tasks = categorical(scores["trial"]), categorical(scores["task"])
+    table = np.full((2, len(trials.categories), len(tasks.categories)), np.nan)
+    trial_index = trials.categories.get_indexer(quantiles["trial"])
+    task_index = tasks.categories.get_indexer(quantiles["task"])
+    table[0, trial_index, task_index] = quantiles["q10"]
+    table[1, trial_index, task_index] = quantiles["q90"]
+    low, high = table[:, trials.codes, tasks.codes]
+    rows = ~np.isnan(low)
+    scores.loc[rows, "score"] = squash(scores["raw_score"].to_numpy()[rows], low[rows], high[rows])
+    return scores
+
+
+def categorical(column: pd.Series) -> pd.Categorical:
+    """The column as a Categorical (free when it already is one, as `analysis.load` makes)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.array
+    return pd.Categorical(column.astype(object))

@@ -1,0 +1,166 @@
+"""Per-trial results under one held-fixed delta_ref: the single source every table reads.
+
+`compute_results` audits every finished trial on the report split and collects, per trial:
+utility of the same checkpoint (Worst, Macro, native metrics), fixed-delta Bias and VR at every
+delta_ref, Bias at the delta-sensitivity grid, the validation-induced thresholds (diagnostics),
+the "raw" Bias/VR at the trial's own induced thresholds, and its drift budget
+eps = sum_ab w_ab |delta_m,ab - delta_ref| (Theorem B.2, w_ab = 1 / #task pairs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.audits import ExperimentAudit
+from analysis.delta import DeltaRef
+from analysis.render import latex_escape
+from relif_ray.audit import AuditGaps, bootstrap_bias_ci, drift_budget
+from relif_ray.errors import UserError
+
+NATIVE_METRICS = {
+    "nyuv2": [
+        ("seg_miou", "Seg mIoU", "Seg mIoU", "higher"),
+        ("depth_rmse", "Depth RMSE", "Depth RMSE", "lower"),
+        ("normal_angle_mean", "Normal mean", "Normal mean", "lower"),
+    ]
+}
+"""Data set -> the native task metrics of the paper's main table: (metric, header, LaTeX
+header, better). Data sets not listed show each task's normalized score `<task>_score`."""
+
+SENSITIVITY_DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
+"""The delta grid of the paper's fixed-delta sensitivity table (appendix B.2)."""
+
+
+@dataclass
+class Results:
+    """per_trial: one row per finished trial: trial, variant, label, method, relif, seed,
+    worst, macro, native metrics, bias_<key> / vr_<key> per delta_ref, bias_at_<delta> per
+    sensitivity delta, induced_mean, raw_bias, raw_vr, drift (for the primary delta_ref).
+    induced: trial, pair, induced (validation-induced thresholds, diagnostics only)."""
+
+    per_trial: pd.DataFrame
+    induced: pd.DataFrame
+    deltas: list[DeltaRef]
+    sensitivity: list[float]
+    split: str
+    native: list[tuple[str, str, str, str]]
+    variants: list[str]
+    audit: ExperimentAudit
+    _intervals: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def primary(self) -> DeltaRef:
+        return self.deltas[0]
+
+    def bias_ci(
+        self, trials: list[str], delta: float | None, n_boot: int, level: float
+    ) -> tuple[float, float]:
+        """Percentile bootstrap interval of the mean Bias of `trials` (the seeds of one
+        method) at `delta`, or each at its own induced thresholds when `delta` is None.
+
+        `relif_ray.audit.bootstrap_bias_ci` on the trials' gaps stacked as one audit with a
+        stratum per (task pair, trial), whose aggregate is the mean over the trials: each
+        replicate resamples every trial's S gaps within every task pair. It measures the
+        pair-sampling uncertainty, not the spread over seeds (that is the ± std). Cached, as
+        several tables show the same Bias.
+        """
+        cache_key = (tuple(trials), delta, n_boot, level)
+        if cache_key not in self._intervals:
+            self._intervals[cache_key] = self._bias_ci(trials, delta, n_boot, level)
+        return self._intervals[cache_key]
+
+    def _bias_ci(
+        self, trials: list[str], delta: float | None, n_boot: int, level: float
+    ) -> tuple[float, float]:
+        gaps = self.audit.gaps(self.split)
+        stacked = AuditGaps(
+            {f"{pair}@{t}": values for t in trials for pair, values in gaps[t].gaps.items()}
+        )
+        if delta is not None:
+            return bootstrap_bias_ci(stacked, delta, n_boot, level)
+        induced = self.induced.set_index(["trial", "pair"])["induced"]
+        thresholds = {}
+        for key in stacked.gaps:
+            pair, trial = key.rsplit("@", 1)
+            thresholds[key] = float(induced[trial, pair])
+        return bootstrap_bias_ci(stacked, thresholds, n_boot, level)
+
+
+def report_split(trials: pd.DataFrame) -> str:
+    """Utility is reported on the test split where trials have one, else on validation."""
+    return "test" if "test_worst" in trials.columns else "val"
+
+
+def sensitivity_key(delta: float) -> str:
+    return f"bias_at_{delta:g}"
+
+
+def compute_results(
+    audit: ExperimentAudit,
+    deltas: list[DeltaRef],
+    split: str,
+    sensitivity: Sequence[float] = SENSITIVITY_DELTAS,
+) -> Results:
+    """Audit every finished trial of `audit.experiment` on `split` (see module doc)."""
+    trials = audit.experiment.trials
+    if f"{split}_worst" not in trials.columns or trials[f"{split}_worst"].isna().any():
+        missing = (
+            trials["trial"].iloc[0]
+            if f"{split}_worst" not in trials.columns
+            else trials.loc[trials[f"{split}_worst"].isna(), "trial"].iloc[0]
+        )
+        raise UserError(f"--split {split}: trial {missing} has no {split} metrics")
+    datasets = sorted(set(trials["dataset"]))
+    native = NATIVE_METRICS.get(datasets[0]) if len(datasets) == 1 else None
+    if native is None:
+        tasks = sorted(audit.scores["task"].astype(str).unique())
+        native = [(f"{t}_score", f"{t} score", latex_escape(f"{t} score"), "higher") for t in tasks]
+    native = [entry for entry in native if f"{split}_{entry[0]}" in trials.columns]
+    per_trial = trials[["trial", "variant", "label", "method", "relif", "seed"]].copy()
+    for metric in ["worst", "macro", *(entry[0] for entry in native)]:
+        per_trial[metric] = trials[f"{split}_{metric}"].to_numpy(dtype=np.float64)
+    fixed = audit.fixed([d.value for d in deltas], split)
+    for delta in deltas:
+        chosen = fixed[fixed["delta"] == delta.value].set_index("trial")
+        per_trial[f"bias_{delta.key}"] = chosen.loc[per_trial["trial"], "bias"].to_numpy()
+        per_trial[f"vr_{delta.key}"] = chosen.loc[per_trial["trial"], "vr"].to_numpy()
+    grid = audit.fixed(list(sensitivity), split)
+    for delta in sensitivity:
+        chosen = grid[grid["delta"] == delta].set_index("trial")
+        per_trial[sensitivity_key(delta)] = chosen.loc[per_trial["trial"], "bias"].to_numpy()
+    induced = audit.induced()
+    _add_raw(per_trial, induced, audit.gaps(split), deltas[0].value)
+    return Results(
+        per_trial=per_trial,
+        induced=induced,
+        deltas=deltas,
+        sensitivity=list(sensitivity),
+        split=split,
+        native=native,
+        variants=list(dict.fromkeys(per_trial["variant"])),
+        audit=audit,
+    )
+
+
+def _add_raw(
+    per_trial: pd.DataFrame, induced: pd.DataFrame, gaps: dict[str, AuditGaps], ref: float
+) -> None:
+    """Raw audit (each trial at its own induced thresholds) and drift budget per trial."""
+    raw_bias, raw_vr, drift, means = [], [], [], []
+    by_trial = {trial: rows for trial, rows in induced.groupby("trial", sort=False)}
+    for trial in per_trial["trial"]:
+        rows = by_trial[trial]
+        per_pair = dict(zip(rows["pair"], rows["induced"], strict=True))
+        means.append(per_pair.pop("mean"))
+        result = gaps[trial].audit(per_pair)
+        raw_bias.append(result.bias)
+        raw_vr.append(result.vr)
+        drift.append(drift_budget(per_pair, ref))
+    per_trial["induced_mean"] = means
+    per_trial["raw_bias"] = raw_bias
+    per_trial["raw_vr"] = raw_vr
+    per_trial["drift"] = drift

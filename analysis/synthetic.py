@@ -1,0 +1,231 @@
+"""Synthetic experiment directories in the exact on-disk format of finished sweeps.
+
+For tests, the load benchmark and trying the report without training: every trial is written
+with `relif_ray.outputs.write_trial_outputs` into `<root>/<trial folder>/checkpoint_000000/`,
+next to a `params.json`, as Ray Tune leaves it. The numbers are random but shaped like real
+ones: NYUv2 trials store seg probabilities and raw (unsquashed) depth/normal feature norms,
+clinical trials store probabilities; ReLiF trials carry a controller trace that follows the
+paper's recursion (Eq. lambda_update) on a synthetic violation rate.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.outputs import EvalResult, write_trial_outputs
+
+TASKS = {
+    "nyuv2": ("seg", "depth", "normal"),
+    "mimic3": ("mortality", "decompensation", "los", "phenotype"),
+    "eicu": ("mortality", "los"),
+}
+
+ABLATIONS = {
+    "relif-no-align": {"quantile_alignment": False},
+    "relif-static": {"controller": "static"},
+    "relif-no-lip": {"lipschitz_branch": False},
+}
+"""Ablation labels -> the ReLiF config fields they switch (docs/relif.md, Ablations)."""
+
+
+def label_config(label: str) -> tuple[str, dict[str, Any]]:
+    """(method name, relif overrides) of a label: `erm`, `relif`, `<method>+relif`, or an
+    ablation label of `ABLATIONS` (ERM + ReLiF with one component switched)."""
+    if label in ABLATIONS:
+        return "erm", {"enabled": True, **ABLATIONS[label]}
+    if label == "relif":
+        return "erm", {"enabled": True}
+    method, plus, _ = label.partition("+")
+    return method, {"enabled": bool(plus)}
+
+
+def write_synthetic_experiment(
+    root: str | Path,
+    labels: Sequence[str] = ("erm", "relif"),
+    seeds: int | Sequence[int] = 3,
+    dataset: str = "nyuv2",
+    n_examples: int = 40,
+    splits: Sequence[str] = ("val",),
+    representation_dim: int = 16,
+    trace_steps: int = 30,
+    controller_grid: Sequence[tuple[float, float]] = ((0.24, 1e-3),),
+    warmup_steps: int = 5,
+    errored: int = 0,
+    incomplete: int = 0,
+    seed: int = 0,
+) -> Path:
+    """Write one experiment directory: every label x seed (ReLiF labels x every (r*, eta) of
+    `controller_grid`) as a finished trial, plus `errored` trials with an `error.txt` and
+    `incomplete` trials without outputs. Trial ids are `<root folder name>_<index>`. ReLiF
+    trials get `warmup_steps` (short, so that lambda moves within a short trace). Returns
+    `root`."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    masks = _valid_masks(dataset, splits, n_examples, seed)
+    index = 0
+    for label in labels:
+        method, relif = label_config(label)
+        grid = controller_grid if relif["enabled"] else [(None, None)]
+        for r_star, eta in grid:
+            for trial_seed in seed_list:
+                overrides = dict(relif, warmup_steps=warmup_steps)
+                if r_star is not None:
+                    overrides.update(r_star=r_star, eta=eta)
+                config = _config(dataset, method, overrides, trial_seed)
+                rng = np.random.default_rng([seed, index, zlib.crc32(label.encode())])
+                _write_trial(
+                    root, index, label, config, rng, masks, representation_dim, trace_steps
+                )
+                index += 1
+    for number in range(errored + incomplete):
+        folder = root / f"ReLiFTrainable_{index + number:05d}_broken"
+        folder.mkdir()
+        (folder / "params.json").write_text(json.dumps({"seed": number}))
+        if number < errored:
+            (folder / "error.txt").write_text(f"Traceback ...\nRuntimeError: synthetic {number}\n")
+    return root
+
+
+def _config(dataset: str, method: str, relif: dict[str, Any], seed: int) -> dict[str, Any]:
+    values = ExperimentConfig().to_dict()
+    values["data"] = {"dataset": dataset, "root": "/synthetic"}
+    values["method"]["name"] = method
+    values["relif"].update(relif)
+    values["seed"] = seed
+    return ExperimentConfig.from_dict(values).to_dict()
+
+
+def _write_trial(
+    root: Path,
+    index: int,
+    label: str,
+    config: dict[str, Any],
+    rng: np.random.Generator,
+    masks: dict[str, dict[str, np.ndarray]],
+    representation_dim: int,
+    trace_steps: int,
+) -> None:
+    folder = root / f"ReLiFTrainable_{index:05d}"
+    checkpoint = folder / "checkpoint_000000"
+    checkpoint.mkdir(parents=True)
+    (folder / "params.json").write_text(json.dumps({"seed": config["seed"], "label": label}))
+    tasks = TASKS[config["data"]["dataset"]]
+    spread = 0.5 if config["relif"]["enabled"] else 1.0
+    results = {
+        split: _eval_result(config["data"]["dataset"], rng, valid, spread, representation_dim)
+        for split, valid in masks.items()
+    }
+    info = {
+        "trial_id": f"{root.name}_{index:05d}",
+        "label": label,
+        "method": config["method"]["name"],
+        "relif": config["relif"]["enabled"],
+        "seed": config["seed"],
+        "steps": trace_steps,
+        "status": "completed",
+        "config": config,
+    }
+    write_trial_outputs(checkpoint, info, results, _trace(tasks, config["relif"], rng, trace_steps))
+
+
+def _valid_masks(
+    dataset: str, splits: Sequence[str], n_examples: int, seed: int
+) -> dict[str, dict[str, np.ndarray]]:
+    """Which examples have a valid audit score, per split and task. As with real data this
+    depends on the data only (NYUv2 depth/normal: some images without valid pixels), so it is
+    the same for every trial."""
+    rng = np.random.default_rng([seed, 7])
+    return {
+        split: {
+            task: rng.random(n_examples) > (0.05 if dataset == "nyuv2" and task != "seg" else 0)
+            for task in TASKS[dataset]
+        }
+        for split in splits
+    }
+
+
+def _eval_result(
+    dataset: str,
+    rng: np.random.Generator,
+    valid: dict[str, np.ndarray],
+    spread: float,
+    representation_dim: int,
+) -> EvalResult:
+    parts, normalized = [], {}
+    for task, mask in valid.items():
+        ids = np.arange(mask.size)
+        if dataset == "nyuv2" and task in ("depth", "normal"):
+            score = np.exp(rng.normal(1.0, 0.4 * spread, mask.size))
+        else:
+            score = np.clip(rng.normal(0.6, 0.2 * spread, mask.size), 0.0, 1.0)
+        parts.append(
+            pd.DataFrame(
+                {"task": task, "example_id": ids, "score": score.astype(np.float32), "valid": mask}
+            )
+        )
+        normalized[task] = float(rng.uniform(0.4, 0.9))
+    metrics = _metrics(dataset, normalized)
+    n_examples = ids.size
+    offset = rng.normal(0.0, 1.0, representation_dim)
+    matrix = offset + rng.normal(0.0, 1.0 + spread, (n_examples, representation_dim))
+    return EvalResult(metrics, pd.concat(parts, ignore_index=True), matrix.astype(np.float32), ids)
+
+
+def _metrics(dataset: str, normalized: dict[str, float]) -> dict[str, float]:
+    """Native metrics consistent with the normalized scores (NYUv2: seg = mIoU, depth =
+    1/(1+RMSE), normal = 1 - mean angle/180), Worst and Macro."""
+    metrics = {f"{task}_score": value for task, value in normalized.items()}
+    if dataset == "nyuv2":
+        metrics["seg_miou"] = normalized["seg"]
+        metrics["depth_rmse"] = 1.0 / normalized["depth"] - 1.0
+        metrics["normal_angle_mean"] = 180.0 * (1.0 - normalized["normal"])
+    values = list(normalized.values())
+    metrics["worst"], metrics["macro"] = float(min(values)), float(np.mean(values))
+    return metrics
+
+
+def _trace(
+    tasks: Sequence[str], relif: dict[str, Any], rng: np.random.Generator, steps: int
+) -> list[dict[str, float]]:
+    """Per-step losses and weights; ReLiF trials add lambda, r, r_ema, tau, kappa, loss_lip
+    from the controller recursion driven by a noisy violation rate (as the regularizer does:
+    a static controller keeps lambda0, no Lipschitz branch keeps lambda at 0)."""
+    lipschitz = relif["lipschitz_branch"]
+    adaptive = relif["controller"] == "adaptive" and lipschitz
+    rows, lam, r_ema = [], relif["lambda0"] if lipschitz else 0.0, float("nan")
+    for step in range(steps):
+        row = {"step": float(step)}
+        for task in tasks:
+            row[f"loss_{task}"] = float(rng.gamma(2.0, 0.5))
+            row[f"weight_{task}"] = 1.0
+        if relif["enabled"]:
+            r = float(np.clip(rng.normal(0.3, 0.1), 0.0, 1.0))
+            r_ema = (
+                r
+                if np.isnan(r_ema)
+                else relif["violation_ema"] * r + (1 - relif["violation_ema"]) * r_ema
+            )
+            if adaptive and step + 1 > relif["warmup_steps"]:
+                lam = lam * (1 + relif["eta"] * (r_ema - relif["r_star"]))
+                lam = min(max(lam, relif["lambda_min"]), relif["lambda_max"])
+            row.update(
+                {
+                    "lambda": lam,
+                    "r": r,
+                    "r_ema": r_ema,
+                    "tau": 0.2,
+                    "kappa": 0.1,
+                    "loss_lip": float(rng.gamma(1.0, 0.1)),
+                }
+            )
+        rows.append(row)
+    return rows

@@ -1,0 +1,331 @@
+"""The paper's tables from `Results` (mean +- sample std over seeds per method variant).
+
+Each builder returns a `Table`, or a `Skipped` note when the experiment has no data for it
+(e.g. no ReLiF variants): tables are skipped with a note, never an error.
+
+- main: Worst, Macro, native metrics, Bias at every delta_ref (paper Table 1 / Table 4)
+- violation: VR at every delta_ref (Table 10)
+- drift: mean validation-induced threshold per method, difference and ratio to a chosen
+  method (Table 3) - a diagnostic only
+- shift: raw (own induced thresholds) versus fixed-delta Bias and the ranks (Table 4, Shift)
+- certificate: Theorem B.2 for every pair of methods
+- ablation: ReLiF component variants (Table 5)
+- sensitivity: Bias over a list of deltas (Table 9)
+- controller: per (r*, eta): Worst, Macro, Bias, share of steps at a lambda bound (B.3)
+Bias columns carry bootstrap intervals (`Results.bias_ci`) where `n_boot` > 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.experiment import Experiment
+from analysis.render import Column, Table, summarize
+from analysis.results import Results, sensitivity_key
+from relif_ray.audit import ranking_is_robust
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A table that does not apply to this experiment, and why."""
+
+    name: str
+    title: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CISettings:
+    """Bootstrap intervals for Bias columns: n_boot replicates (0 = none) at `level`."""
+
+    n_boot: int = 1000
+    level: float = 0.95
+
+
+def bias_column(key: str, symbol: str, latex: str) -> Column:
+    return Column(key, f"Bias@{symbol}", f"Bias@${latex}$", "lower")
+
+
+def main_table(results: Results, ci: CISettings) -> Table:
+    columns = [
+        Column("worst", "Worst", "Worst", "higher"),
+        Column("macro", "Macro", "Macro", "higher"),
+        *(
+            Column(metric, header, latex, better)
+            for metric, header, latex, better in results.native
+        ),
+        *(bias_column(f"bias_{d.key}", d.symbol, d.latex) for d in results.deltas),
+    ]
+    rows = _stats(results, [c.key for c in columns])
+    for delta in results.deltas:
+        _add_ci(rows, results, f"bias_{delta.key}", delta.value, ci)
+    deltas = "; ".join(f"{d.symbol} = {d.value:.4f}" for d in results.deltas)
+    title = (
+        f"Utility and fixed-delta Bias ({results.split} split), mean ± sample std over seeds; "
+        f"Bias under thresholds chosen once and held fixed for all methods ({deltas}), "
+        f"pair_seed={results.audit.settings.pair_seed}."
+    )
+    return Table("main", title, "Method", columns, rows)
+
+
+def violation_table(results: Results) -> Table:
+    columns = [
+        Column(f"vr_{d.key}", f"VR@{d.symbol}", f"VR@${d.latex}$", "lower") for d in results.deltas
+    ]
+    title = (
+        f"Fixed-threshold violation rates ({results.split} split) under the same audit as the "
+        "main table, mean ± sample std over seeds."
+    )
+    return Table("violation", title, "Method", columns, _stats(results, [c.key for c in columns]))
+
+
+def drift_table(results: Results, baseline: str) -> Table:
+    """Mean validation-induced threshold per method; difference and ratio of the means to
+    the `baseline` method's mean (Table 3 layout)."""
+    rows = _stats(results, ["induced_mean"])
+    reference = float(rows.loc[rows["row"] == baseline, "induced_mean_mean"].iloc[0])
+    rows["difference"] = rows["induced_mean_mean"] - reference
+    rows["ratio"] = rows["induced_mean_mean"] / reference
+    columns = [
+        Column("induced_mean", "Mean induced δ (val)", r"$\bar{\delta}_{\mathrm{val}}$", "lower"),
+        Column("difference", f"Δ vs {baseline}", f"$\\Delta$ vs {baseline}", None, "number"),
+        Column("ratio", "Ratio", "Ratio", None, "number", digits=2),
+    ]
+    title = (
+        "Method-induced thresholds on the validation split (mean over task pairs of the mean "
+        "cosine-induced distance (1-cos)/2 of each method's own shared representations over "
+        "the audit's sampled pairs), mean ± std over seeds. A threshold-drift diagnostic "
+        "only: Bias is compared under the held-fixed delta_ref."
+    )
+    return Table("drift", title, "Method", columns, rows)
+
+
+def shift_table(results: Results, ci: CISettings) -> Table:
+    """Bias at each method's own induced thresholds ("raw") versus at delta_ref, with the
+    method ranks (1 = lowest mean Bias, ties share the lower rank)."""
+    delta = results.primary
+    fixed_key = f"bias_{delta.key}"
+    rows = _stats(results, ["raw_bias", fixed_key])
+    _add_ci(rows, results, "raw_bias", None, ci)
+    _add_ci(rows, results, fixed_key, delta.value, ci)
+    rows["raw_rank"] = rows["raw_bias_mean"].rank(method="min").astype(int)
+    rows["fixed_rank"] = rows[f"{fixed_key}_mean"].rank(method="min").astype(int)
+    rows["shift"] = [f"{a}→{b}" for a, b in zip(rows["raw_rank"], rows["fixed_rank"], strict=True)]
+    columns = [
+        Column("raw_bias", "Raw Bias (own induced δ)", r"Bias@$\delta_m$", "lower"),
+        bias_column(fixed_key, delta.symbol, delta.latex),
+        Column("shift", "Shift (raw→fixed rank)", "Shift", None, "text"),
+    ]
+    title = (
+        f"Raw versus fixed-delta Bias ({results.split} split): raw audits each method at its "
+        f"own validation-induced thresholds, fixed at {delta.symbol} = {delta.value:.4f}; "
+        "rank 1 = lowest mean Bias."
+    )
+    return Table("shift", title, "Method", columns, rows)
+
+
+def certificate_table(results: Results) -> Table | Skipped:
+    """Theorem B.2 for every pair of methods, on seed means: with B the mean fixed-delta Bias
+    and eps the mean over seeds of each trial's drift budget, |B_A - B_B| > eps_A + eps_B
+    certifies that the methods' own induced thresholds cannot reverse their order (the
+    seed-mean raw Bias moves by at most the mean budget, by the triangle inequality)."""
+    if len(results.variants) < 2:
+        return Skipped("certificate", "Theorem B.2 ranking certificate", "needs two methods")
+    key = f"bias_{results.primary.key}"
+    means = results.per_trial.groupby("variant", sort=False)[[key, "drift", "raw_bias"]].mean()
+    rows = []
+    for a, b in itertools.combinations(results.variants, 2):
+        bias_a, bias_b = means.loc[a, key], means.loc[b, key]
+        eps_a, eps_b = means.loc[a, "drift"], means.loc[b, "drift"]
+        raw_a, raw_b = means.loc[a, "raw_bias"], means.loc[b, "raw_bias"]
+        rows.append(
+            {
+                "row": f"{a} vs {b}",
+                "bias_a": bias_a,
+                "bias_b": bias_b,
+                "gap": abs(bias_a - bias_b),
+                "eps_a": eps_a,
+                "eps_b": eps_b,
+                "margin": abs(bias_a - bias_b) - (eps_a + eps_b),
+                "robust": "yes" if ranking_is_robust(bias_a, bias_b, eps_a, eps_b) else "no",
+                "flipped": "yes" if np.sign(bias_a - bias_b) * np.sign(raw_a - raw_b) < 0 else "no",
+            }
+        )
+    columns = [
+        Column("bias_a", "Bias A", "$B_A$", None, "number"),
+        Column("bias_b", "Bias B", "$B_B$", None, "number"),
+        Column("gap", "|B_A − B_B|", r"$|B_A-B_B|$", None, "number"),
+        Column("eps_a", "ε_A", r"$\varepsilon_A$", None, "number"),
+        Column("eps_b", "ε_B", r"$\varepsilon_B$", None, "number"),
+        Column("margin", "Margin", "Margin", None, "number"),
+        Column("robust", "Certified robust", "Certified", None, "text"),
+        Column("flipped", "Raw order flipped", "Flipped (raw)", None, "text"),
+    ]
+    title = (
+        f"Theorem B.2 ranking certificate at {results.primary.symbol} = "
+        f"{results.primary.value:.4f}: B = mean fixed-delta Bias, eps = mean drift budget "
+        "sum_ab w_ab |delta_m,ab - delta_ref| (w_ab = 1/#task pairs); certified when the "
+        "margin |B_A - B_B| - (eps_A + eps_B) > 0. A flipped raw order is only possible "
+        "without the certificate."
+    )
+    return Table("certificate", title, "Pair (A vs B)", columns, pd.DataFrame(rows))
+
+
+ABLATION_FIELDS = (
+    ("quantile_alignment", "Alignment", {True: "on", False: "off"}),
+    ("controller", "Controller", {"adaptive": "adaptive", "static": "static"}),
+    ("lipschitz_branch", "Lip branch", {True: "on", False: "off"}),
+)
+"""ReLiF component switches of the ablation table (docs/relif.md, Ablations)."""
+FULL_RELIF = {"quantile_alignment": True, "controller": "adaptive", "lipschitz_branch": True}
+
+
+def ablation_table(results: Results, experiment: Experiment, ci: CISettings) -> Table | Skipped:
+    """ERM + ReLiF variants by label: the full configuration and every ablated one."""
+    trials = experiment.trials
+    relif = trials[trials["relif"].astype(bool) & (trials["method"] == "erm")]
+    components = {
+        variant: {name: _setting(group, name) for name, _, _ in ABLATION_FIELDS}
+        for variant, group in relif.groupby("variant", sort=False)
+    }
+    if not any(c != FULL_RELIF for c in components.values()):
+        return Skipped(
+            "ablation",
+            "ReLiF component ablation",
+            "no ReLiF variant with a component switched off "
+            "(relif.quantile_alignment / controller / lipschitz_branch)",
+        )
+    key = f"bias_{results.primary.key}"
+    rows = _stats(results, ["worst", "macro", key], order=list(components))
+    for name, _, words in ABLATION_FIELDS:
+        rows[name] = [words.get(components[v][name], "mixed") for v in rows["row"]]
+    _add_ci(rows, results, key, results.primary.value, ci)
+    columns = [
+        *(Column(name, header, header, None, "text") for name, header, _ in ABLATION_FIELDS),
+        Column("worst", "Worst", "Worst", "higher"),
+        Column("macro", "Macro", "Macro", "higher"),
+        bias_column(key, results.primary.symbol, results.primary.latex),
+    ]
+    title = (
+        f"ReLiF component ablation under the same fixed-delta audit ({results.split} split), "
+        "mean ± std over seeds."
+    )
+    return Table("ablation", title, "Variant", columns, rows)
+
+
+def sensitivity_table(results: Results, ci: CISettings) -> Table:
+    keys = [sensitivity_key(delta) for delta in results.sensitivity]
+    rows = _stats(results, keys)
+    for delta, key in zip(results.sensitivity, keys, strict=True):
+        _add_ci(rows, results, key, delta, ci)
+    columns = [
+        Column(key, f"{delta:g}", f"${delta:g}$", "lower")
+        for delta, key in zip(results.sensitivity, keys, strict=True)
+    ]
+    title = (
+        f"Fixed-delta sensitivity: Bias at each delta (columns), {results.split} split, "
+        "mean ± std over seeds."
+    )
+    return Table("delta_sensitivity", title, "Method", columns, rows)
+
+
+def controller_table(results: Results, experiment: Experiment, ci: CISettings) -> Table | Skipped:
+    """ReLiF variants whose controller adapts lambda (adaptive controller and the Lipschitz
+    branch on; without it lambda stays 0); one row per variant, i.e. per (label, r*, eta),
+    since a label run at several controller settings is split into variants."""
+    trials = experiment.trials
+    adaptive = trials[
+        trials["relif"].astype(bool)
+        & np.array([_adapts(config["relif"]) for config in trials["config"]])
+    ]
+    if adaptive.empty:
+        return Skipped(
+            "controller", "Controller sensitivity", "no ReLiF trials with the adaptive controller"
+        )
+    key = f"bias_{results.primary.key}"
+    per_trial = results.per_trial.merge(
+        lambda_bound_shares(experiment, list(adaptive["trial"])), on="trial"
+    )
+    order = list(dict.fromkeys(adaptive["variant"]))
+    rows = summarize(per_trial, "variant", ["worst", "macro", key, "at_lower", "at_upper"], order)
+    rows = rows.rename(columns={"variant": "row"})
+    settings = adaptive.groupby("variant", sort=False)[["r_star", "eta"]].first()
+    rows["r_star"] = [f"{settings.loc[v, 'r_star']:g}" for v in rows["row"]]
+    rows["eta"] = [f"{settings.loc[v, 'eta']:g}" for v in rows["row"]]
+    _add_ci(rows, results, key, results.primary.value, ci)
+    columns = [
+        Column("r_star", "r*", r"$r^\star$", None, "text"),
+        Column("eta", "η", r"$\eta$", None, "text"),
+        Column("worst", "Worst", "Worst", "higher"),
+        Column("macro", "Macro", "Macro", "higher"),
+        bias_column(key, results.primary.symbol, results.primary.latex),
+        Column("at_lower", "Steps at λ_min", r"$\lambda_{\min}$ share"),
+        Column("at_upper", "Steps at λ_max", r"$\lambda_{\max}$ share"),
+    ]
+    title = (
+        "Controller sensitivity: per target r* and step size eta, utility and fixed-delta Bias "
+        f"({results.split} split) and the share of training steps with lambda at its lower / "
+        "upper bound (from the traces), mean ± std over seeds."
+    )
+    return Table("controller", title, "Variant", columns, rows)
+
+
+def lambda_bound_shares(experiment: Experiment, trials: list[str]) -> pd.DataFrame:
+    """Per trial, the share of trace steps with lambda equal to lambda_min / lambda_max of its
+    config (the controller clips to the bounds exactly; traces store float32 values, hence a
+    1e-6 relative tolerance)."""
+    configs = experiment.trials.set_index("trial")["config"]
+    rows = []
+    for trial in trials:
+        trace = experiment.trace(trial)
+        relif = configs[trial]["relif"]
+        if "lambda" not in trace.columns or trace.empty:
+            rows.append((trial, np.nan, np.nan))
+            continue
+        lam = trace["lambda"].to_numpy(dtype=np.float64)
+        rows.append(
+            (
+                trial,
+                float(np.isclose(lam, relif["lambda_min"], rtol=1e-6, atol=0).mean()),
+                float(np.isclose(lam, relif["lambda_max"], rtol=1e-6, atol=0).mean()),
+            )
+        )
+    return pd.DataFrame(rows, columns=["trial", "at_lower", "at_upper"])
+
+
+def _adapts(relif: dict) -> bool:
+    return relif["controller"] == "adaptive" and relif["lipschitz_branch"]
+
+
+def _setting(group: pd.DataFrame, name: str) -> object:
+    values = {config["relif"][name] for config in group["config"]}
+    return values.pop() if len(values) == 1 else "mixed"
+
+
+def _stats(results: Results, keys: list[str], order: list[str] | None = None) -> pd.DataFrame:
+    rows = summarize(results.per_trial, "variant", keys, order or results.variants)
+    return rows.rename(columns={"variant": "row"})
+
+
+def _add_ci(
+    rows: pd.DataFrame, results: Results, key: str, delta: float | None, ci: CISettings
+) -> None:
+    """`<key>_ci_low/high` per row (a variant): the bootstrap interval of its seed-mean Bias."""
+    if ci.n_boot <= 0:
+        return
+    per_trial = results.per_trial
+    bounds = [
+        results.bias_ci(
+            list(per_trial.loc[per_trial["variant"] == variant, "trial"]),
+            delta,
+            ci.n_boot,
+            ci.level,
+        )
+        for variant in rows["row"]
+    ]
+    rows[f"{key}_ci_low"] = [low for low, _ in bounds]
+    rows[f"{key}_ci_high"] = [high for _, high in bounds]

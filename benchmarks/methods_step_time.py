@@ -1,0 +1,240 @@
+"""Step time of every MTL method relative to ERM, and side by side with TorchJD.
+
+One process, the project's NYUv2 dense model (`DenseMTLModel`: ResNet encoder at output
+stride 8, seg/depth/normal heads) with a small backbone, the project's NYUv2 task losses, and
+one fixed batch of synthetic NYUv2 (written by `write_synthetic_nyuv2` to a temporary
+directory). All variants share that one model instance (so memory placement cannot favour any
+of them) and each has its own SGD optimizer with learning rate 0 (the step runs at full cost
+but the parameters stay fixed, so every variant is timed at the same point). A step is
+zero_grad -> forward -> task losses -> backward (the method's, or TorchJD's) -> optimizer
+step. The variants are timed interleaved, one step each per round in a shuffled order, so
+machine noise hits all of them alike; each ratio is the median over rounds of the per-round
+ratio, with a ~95% distribution-free confidence interval.
+
+TorchJD has PCGrad and FairGrad as aggregators, run through `torchjd.autojac.mtl_backward`
+(features: the encoder's output map, the heads' input) + `jac_to_grad`, and Uncertainty
+weighting as the `UW` scalarizer; for those the table compares our method with TorchJD's
+(target: ratio <= 1.0). ERM+ReLiF is not timed here (see the ReLiF benchmarks).
+
+    python benchmarks/methods_step_time.py --quick     # < 1 minute on one CPU thread
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from timing import Step, interleaved_times, ratio_with_interval, verdict_at_most
+from torch import Tensor
+from torchjd.aggregation import FairGrad as JDFairGrad
+from torchjd.aggregation import PCGrad as JDPCGrad
+from torchjd.autojac import jac_to_grad, mtl_backward
+from torchjd.scalarization import UW
+
+from relif_ray.config import DataConfig, ModelConfig
+from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+from relif_ray.methods import StepContext, build_method
+from relif_ray.problem import Problem, load_problem, move_batch
+from relif_ray.tasks.base import Batch
+
+OURS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
+TORCHJD_COUNTERPART = {
+    "pcgrad": "torchjd-pcgrad",
+    "fairgrad": "torchjd-fairgrad",
+    "uncertainty": "torchjd-uw",
+}
+FAIRGRAD_ALPHA = 2.0
+TARGET = 1.0
+
+
+class Setup:
+    """The shared model, its tasks and one batch on the device."""
+
+    def __init__(self, problem: Problem, model_config: ModelConfig, batch_size: int, device):
+        torch.manual_seed(0)
+        self.tasks = problem.tasks
+        self.task_names = problem.task_names
+        self.model = problem.build_model(model_config).to(device)
+        self.model.train()
+        index = torch.arange(batch_size)
+        self.batch: Batch = move_batch(problem.splits["train"].batch(index), device)
+        self.encoded: list[Tensor] = []
+        self.model.encoder.register_forward_hook(lambda _m, _i, out: self.encoded.append(out))
+
+    def losses(self) -> dict[str, Tensor]:
+        """Forward and task losses; the encoder output is left in `self.encoded[-1]`."""
+        self.encoded.clear()
+        output = self.model(self.batch)
+        return {
+            task.name: task.loss(output.predictions[task.name], self.batch[task.name])
+            for task in self.tasks
+        }
+
+
+def our_step(name: str, setup: Setup) -> Step:
+    model = setup.model
+    options = {"alpha": FAIRGRAD_ALPHA} if name == "fairgrad" else {}
+    device = next(model.parameters()).device
+    method = build_method(name, setup.task_names, seed=0, **options).to(device)
+    optimizer = torch.optim.SGD([*model.parameters(), *method.parameters()], lr=0.0)
+    shared, last_shared = model.shared_parameters(), model.last_shared_parameters()
+    counter = iter(range(10**9))
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        losses = setup.losses()
+        method.backward(losses, StepContext(shared, last_shared, next(counter)), None)
+        optimizer.step()
+
+    return step
+
+
+def torchjd_step(name: str, setup: Setup) -> Step:
+    model = setup.model
+    if name == "torchjd-uw":
+        scalarizer = UW(len(setup.task_names)).to(next(model.parameters()).device)
+        optimizer = torch.optim.SGD([*model.parameters(), *scalarizer.parameters()], lr=0.0)
+
+        def uw_step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            losses = setup.losses()
+            scalarizer(torch.stack([losses[t] for t in setup.task_names])).backward()
+            optimizer.step()
+
+        return uw_step
+
+    aggregator = JDPCGrad() if name == "torchjd-pcgrad" else JDFairGrad(alpha=FAIRGRAD_ALPHA)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    shared = model.shared_parameters()
+    heads = [list(model.heads[t].parameters()) for t in setup.task_names]
+
+    def jd_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        losses = setup.losses()
+        mtl_backward(
+            [losses[t] for t in setup.task_names],
+            features=setup.encoded[-1],
+            tasks_params=heads,
+            shared_params=shared,
+        )
+        jac_to_grad(shared, aggregator)
+        optimizer.step()
+
+    return jd_step
+
+
+@dataclass
+class MethodTiming:
+    """One variant's median step time, its ratio to ERM and, where TorchJD has the method,
+    its ratio to TorchJD's with the ~95% interval and the verdict (target <= 1.0)."""
+
+    ms_per_step: float
+    vs_erm: float
+    vs_torchjd: tuple[float, float, float] | None = None
+    verdict: str | None = None
+
+
+def summarize(times: dict[str, list[float]]) -> dict[str, MethodTiming]:
+    summary = {}
+    for name in times:
+        timing = MethodTiming(
+            ms_per_step=1e3 * statistics.median(times[name]),
+            vs_erm=ratio_with_interval(times, name, "erm")[0],
+        )
+        if name in TORCHJD_COUNTERPART:
+            median, lower, upper = ratio_with_interval(times, name, TORCHJD_COUNTERPART[name])
+            timing.vs_torchjd = (median, lower, upper)
+            timing.verdict = verdict_at_most(median, lower, TARGET)
+        summary[name] = timing
+    return summary
+
+
+def report(summary: dict[str, MethodTiming]) -> bool:
+    """Print the table; False when some method is measurably slower than TorchJD's."""
+    header = f"{'variant':<18}{'ms/step':>9}{'vs erm':>8}   {'vs torchjd [95% CI]':>22}"
+    print(f"{header}  target  result")
+    for name, timing in summary.items():
+        line = f"{name:<18}{timing.ms_per_step:>9.1f}{timing.vs_erm:>8.2f}"
+        if timing.vs_torchjd is not None:
+            median, lower, upper = timing.vs_torchjd
+            interval = f"{median:.2f} [{lower:.2f}, {upper:.2f}]"
+            line += f"   {interval:>22}  <= {TARGET}  {timing.verdict}"
+        print(line)
+    return all(timing.verdict != "FAIL" for timing in summary.values())
+
+
+def measure(
+    device: str = "cpu",
+    quick: bool = False,
+    rounds: int | None = None,
+    batch_size: int | None = None,
+    height: int | None = None,
+    width: int | None = None,
+    backbone: str = "resnet18",
+    head_channels: int | None = None,
+) -> tuple[str, dict[str, MethodTiming]]:
+    """Time every variant interleaved; return a one-line description of the setting and the
+    summary. Sizes default to tiny ones with `quick` (CPU, < 1 minute), else moderate ones."""
+    rounds = rounds or (10 if quick else 40)
+    batch_size = batch_size or (4 if quick else 8)
+    height = height or (32 if quick else 64)
+    width = width or (40 if quick else 80)
+    head_channels = head_channels or (16 if quick else 64)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_synthetic_nyuv2(
+            Path(tmp) / "nyuv2", train=batch_size, val=1, height=height, width=width, seed=0
+        )
+        problem = load_problem(DataConfig(dataset="nyuv2", root=str(root)))
+    model_config = ModelConfig(backbone=backbone, head_channels=head_channels)
+    setup = Setup(problem, model_config, batch_size, torch.device(device))
+    steps = {name: our_step(name, setup) for name in OURS}
+    steps.update({name: torchjd_step(name, setup) for name in TORCHJD_COUNTERPART.values()})
+    times = interleaved_times(steps, rounds, warmup=2, cuda=device.startswith("cuda"))
+    description = (
+        f"{backbone}, head_channels {head_channels}, batch {batch_size}x3x{height}x{width}, "
+        f"median of {rounds} interleaved rounds"
+    )
+    return description, summarize(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, few rounds (< 1 min)")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--height", type=int, default=None)
+    parser.add_argument("--width", type=int, default=None)
+    parser.add_argument("--backbone", default="resnet18")
+    parser.add_argument("--head-channels", type=int, default=None)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (1 is least disturbed by other processes)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    description, summary = measure(
+        args.device,
+        args.quick,
+        args.rounds,
+        args.batch_size,
+        args.height,
+        args.width,
+        args.backbone,
+        args.head_channels,
+    )
+    print(
+        f"torch {torch.__version__} on {args.device}, {torch.get_num_threads()} CPU thread(s); "
+        f"{description}"
+    )
+    return 0 if report(summary) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,548 @@
+"""Every performance target of relif-ray in one command, side by side (issue 8).
+
+    python benchmarks/run.py --quick          # a few minutes on a 2-core CPU
+    python benchmarks/run.py                  # full sizes (tens of minutes on CPU)
+    python benchmarks/run.py --json           # machine-readable rows
+
+Each row has its target and a result: pass / FAIL / "within noise" (a step-time ratio above
+its target whose ~95% interval still contains the target) / info (no target). Ratios are
+measured in this one process, variants interleaved step by step, so machine noise hits both
+sides alike; the CPU rows use one torch thread. Rows:
+
+- ReLiF overhead: ERM + ReLiF step time over ERM's, dense NYUv2 model and clinical LSTM
+  (target <= 1.05; `relif_step_time.py`);
+- methods: each method's step time over ERM's (info) and over TorchJD's implementation of the
+  same method on the same model and batch where TorchJD has one (target <= 1.0;
+  `methods_step_time.py`);
+- audit: fixed-delta audit pair evaluations per second vs a plain Python loop (target >= 1e7
+  on one core; `audit_throughput.py`);
+- analysis: load and audit 1,000 generated trials (target <= 10 s; `analysis_load.py`; --quick
+  times 100 trials and judges the linear extrapolation to 1,000);
+- sweep efficiency on local Ray (target >= 0.9; `sweep_efficiency.py`, when present);
+- peak memory per trial: one process per variant (`trial_worker.py`): peak RSS on CPU,
+  torch.cuda.max_memory_allocated on CUDA;
+- CUDA only (else "needs a GPU"): training images/s of ResNet-50 at 288x384, batch 8, bf16,
+  channels-last, for ERM, ERM + ReLiF and each method; and aggregate images/s with the GPU's
+  utilisation for 1, 2 and 4 ERM trials packed on one GPU.
+
+Run from the repository root with relif_ray importable (`pip install -e .`, or PYTHONPATH=.).
+The sibling modules are imported inside their sections, so a section runs without the others'
+dependencies (TorchJD for the methods rows, Ray for the sweep row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from timing import verdict_at_most
+
+BENCHMARKS = Path(__file__).resolve().parent
+SWEEP_EFFICIENCY_MODULE = "sweep_efficiency"
+"""benchmarks/sweep_efficiency.py: `measure(trial_seconds=...) -> {"ratio": ...}`, `TARGET`."""
+
+VARIANTS = ("erm", "relif", "uncertainty", "gradnorm", "pcgrad", "fairgrad")
+"""ERM, ERM + ReLiF and every other method of the registry."""
+PACKED_TRIALS = (1, 2, 4)
+GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
+
+
+@dataclass
+class Row:
+    group: str
+    name: str
+    value: float | None
+    unit: str
+    target: str
+    result: str
+    detail: str = ""
+
+
+@dataclass
+class Context:
+    quick: bool
+    device: torch.device
+    workdir: Path
+    compile: bool = False
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+# --- ReLiF overhead -------------------------------------------------------------------------
+
+
+def relif_rows(ctx: Context) -> list[Row]:
+    import relif_step_time as module
+
+    rounds = 20 if ctx.quick else 60
+    fast = {"precision": "bf16", "channels_last": True} if ctx.cuda else {}
+    if ctx.cuda:
+        dense = module.Setting(
+            device="cuda",
+            rounds=rounds,
+            backbone="resnet50",
+            height=288,
+            width=384,
+            batch_size=8,
+            train=fast,
+        )
+    else:
+        size = (64, 80) if ctx.quick else (96, 128)
+        dense = module.Setting(rounds=rounds, height=size[0], width=size[1])
+    lstm = module.Setting(
+        model="lstm",
+        device=str(ctx.device),
+        rounds=rounds,
+        batch_size=16 if ctx.quick and not ctx.cuda else 64,
+        patients=40 if ctx.quick and not ctx.cuda else 120,
+    )
+    rows = []
+    for label, setting in (("dense", dense), ("clinical LSTM", lstm)):
+        result = module.measure(setting)
+        shape = (
+            f"{setting.backbone} {setting.height}x{setting.width}"
+            if setting.model == "dense"
+            else "LSTM 2x256"
+        )
+        rows.append(
+            Row(
+                "relif",
+                f"ERM+ReLiF / ERM step time, {label}",
+                result["ratio"],
+                "x",
+                f"<= {module.TARGET}",
+                verdict_at_most(result["ratio"], result["ratio_low"], module.TARGET),
+                f"[{result['ratio_low']:.3f}, {result['ratio_high']:.3f}]; {shape}, batch "
+                f"{int(result['batch_size'])}; ERM {1e3 * result['erm_step_s']:.1f} ms, "
+                f"ReLiF {1e3 * result['relif_step_s']:.1f} ms; {setting.rounds} rounds",
+            )
+        )
+    return rows
+
+
+# --- methods vs ERM and TorchJD -------------------------------------------------------------
+
+
+def methods_rows(ctx: Context) -> list[Row]:
+    import methods_step_time as module
+
+    if ctx.cuda:
+        description, summary = module.measure(
+            "cuda",
+            quick=ctx.quick,
+            batch_size=GPU_SIZE["batch_size"],
+            height=GPU_SIZE["height"],
+            width=GPU_SIZE["width"],
+            backbone=GPU_SIZE["backbone"],
+            head_channels=128,
+        )
+    else:
+        description, summary = module.measure("cpu", quick=ctx.quick)
+    rows = []
+    for name, timing in summary.items():
+        if name.startswith("torchjd") or name == "erm":
+            continue
+        rows.append(
+            Row(
+                "methods",
+                f"{name} / ERM step time",
+                timing.vs_erm,
+                "x",
+                "-",
+                "info",
+                f"{timing.ms_per_step:.1f} ms/step; {description}",
+            )
+        )
+        if timing.vs_torchjd is not None:
+            median, lower, upper = timing.vs_torchjd
+            rows.append(
+                Row(
+                    "methods",
+                    f"{name} / TorchJD {module.TORCHJD_COUNTERPART[name]} step time",
+                    median,
+                    "x",
+                    f"<= {module.TARGET}",
+                    timing.verdict,
+                    f"[{lower:.2f}, {upper:.2f}]",
+                )
+            )
+    return rows
+
+
+# --- audit throughput -----------------------------------------------------------------------
+
+
+def audit_rows(ctx: Context) -> list[Row]:
+    import audit_throughput as module
+
+    result = module.measure(pairs=2**19 if ctx.quick else 2**21)
+    return [
+        Row(
+            "audit",
+            "fixed-delta audit throughput (1 core)",
+            result["pairs_per_s"],
+            "pairs/s",
+            f">= {module.TARGET:.0e}",
+            "pass" if result["pairs_per_s"] >= module.TARGET else "FAIL",
+            f"{result['pairs']:.3g} pairs in {result['seconds']:.3f} s (sampling included); "
+            f"plain Python loop {result['loop_pairs_per_s']:.3g} pairs/s "
+            f"({result['speedup']:.1f}x)",
+        )
+    ]
+
+
+# --- analysis load --------------------------------------------------------------------------
+
+
+def analysis_rows(ctx: Context) -> list[Row]:
+    import analysis_load as module
+
+    trials = 100 if ctx.quick else 1000
+    root = ctx.workdir / "analysis"
+    generated = module.generate(root, trials, 654)
+    result = module.measure(root)
+    per_thousand = result["total_s"] * 1000 / trials
+    passed = per_thousand <= module.TARGET_SECONDS
+    detail = (
+        f"load {result['load_s']:.2f} s + audit {result['audit_s']:.2f} s; generating took "
+        f"{generated:.0f} s (not timed)"
+    )
+    if ctx.quick:
+        detail = f"{trials} trials (--quick), x10 = {per_thousand:.1f} s for 1000; " + detail
+    return [
+        Row(
+            "analysis",
+            f"load + audit {trials} generated trials",
+            result["total_s"],
+            "s",
+            f"<= {module.TARGET_SECONDS:g} s / 1000",
+            ("pass" if passed else "FAIL") + (" (scaled)" if ctx.quick else ""),
+            detail,
+        )
+    ]
+
+
+# --- sweep efficiency -----------------------------------------------------------------------
+
+
+def sweep_rows(ctx: Context) -> list[Row]:
+    name = "sweep efficiency, local Ray (busy / wall x slots)"
+    if importlib.util.find_spec(SWEEP_EFFICIENCY_MODULE) is None:
+        return [
+            Row(
+                "sweep",
+                name,
+                None,
+                "",
+                ">= 0.9",
+                "not available",
+                "benchmarks/sweep_efficiency.py is not in this checkout",
+            )
+        ]
+    module = importlib.import_module(SWEEP_EFFICIENCY_MODULE)
+    result = module.measure(trial_seconds=8.0 if ctx.quick else 30.0)
+    return [
+        Row(
+            "sweep",
+            name,
+            result["ratio"],
+            "",
+            f">= {module.TARGET}",
+            "pass" if result["ratio"] >= module.TARGET else "FAIL",
+            f"{result['trials']} trials of {result['mean_trial_s']:.1f} s on "
+            f"{result['slots']} slots, wall {result['wall_s']:.1f} s",
+        )
+    ]
+
+
+# --- one process per trial: memory, GPU throughput, packing ---------------------------------
+
+
+def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
+    """A dense NYUv2 trial of `variant` (a method name, or "relif" for ERM + ReLiF)."""
+    if gpu:
+        model = {"backbone": GPU_SIZE["backbone"], "head_channels": 128}
+        train = {
+            "batch_size": GPU_SIZE["batch_size"],
+            "precision": "bf16",
+            "channels_last": True,
+            "compile": ctx.compile,
+        }
+    else:
+        model = {"backbone": "resnet18", "head_channels": 128}
+        train = {"batch_size": 8}
+    return {
+        "device": "cuda" if gpu else "cpu",
+        "data": {"dataset": "nyuv2", "root": str(root)},
+        "model": model,
+        "train": {"epochs": 100_000, "lr": 1e-4, **train},
+        "method": {"name": "erm" if variant == "relif" else variant},
+        "relif": {"enabled": variant == "relif"},
+    }
+
+
+def run_worker(config: dict, warmup: int, steps: int | None = None, **timing: float) -> dict:
+    """One `trial_worker.py` process; its JSON result."""
+    command = [sys.executable, str(BENCHMARKS / "trial_worker.py"), "--config", json.dumps(config)]
+    command += ["--warmup", str(warmup)]
+    if steps is not None:
+        command += ["--steps", str(steps)]
+    for key, value in timing.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
+def data_root(ctx: Context, gpu: bool) -> Path:
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    height, width = (GPU_SIZE["height"], GPU_SIZE["width"]) if gpu else (64, 80)
+    root = ctx.workdir / f"nyuv2-{height}x{width}"
+    if not root.exists():
+        write_synthetic_nyuv2(root, train=32, val=2, height=height, width=width, seed=0)
+    return root
+
+
+def memory_and_throughput_rows(ctx: Context) -> list[Row]:
+    """Peak memory of one trial per variant; on CUDA also its training images/s."""
+    root = data_root(ctx, ctx.cuda)
+    steps = (10 if ctx.quick else 40) if ctx.cuda else 2
+    rows = []
+    for variant in VARIANTS:
+        result = run_worker(trial_config(ctx, root, variant, ctx.cuda), warmup=3, steps=steps)
+        if ctx.cuda:
+            rows.append(
+                Row(
+                    "memory",
+                    f"peak GPU memory per trial, {variant}",
+                    result["cuda_peak_mb"],
+                    "MiB",
+                    "-",
+                    "info",
+                    "ResNet-50 288x384 batch 8 bf16 (torch.cuda.max_memory_allocated); "
+                    f"host peak RSS {result['peak_rss_mb']:.0f} MiB",
+                )
+            )
+            rows.append(
+                Row(
+                    "gpu",
+                    f"training images/s, {variant}",
+                    result["images_per_s"],
+                    "img/s",
+                    "-",
+                    "info",
+                    f"ResNet-50 288x384 batch 8 bf16 channels-last, {result['steps']} steps, "
+                    f"median step {1e3 * result['step_s']:.1f} ms",
+                )
+            )
+        else:
+            rows.append(
+                Row(
+                    "memory",
+                    f"peak RSS per trial, {variant}",
+                    result["peak_rss_mb"],
+                    "MiB",
+                    "-",
+                    "info",
+                    f"resnet18 64x80 batch 8, one process; after imports "
+                    f"{result['rss_imports_mb']:.0f} MiB",
+                )
+            )
+    if not ctx.cuda:
+        rows += [
+            Row("gpu", f"training images/s, {v}", None, "img/s", "-", "needs a GPU")
+            for v in VARIANTS
+        ]
+    return rows
+
+
+def packing_rows(ctx: Context) -> list[Row]:
+    if not ctx.cuda:
+        return [
+            Row("gpu", f"GPU utilisation, {k} ERM trial(s) packed", None, "%", "-", "needs a GPU")
+            for k in PACKED_TRIALS
+        ]
+    root = data_root(ctx, gpu=True)
+    seconds = 10.0 if ctx.quick else 30.0
+    rows = []
+    for count in PACKED_TRIALS:
+        start_at = time.time() + 60.0  # every worker set up and warmed up by then
+        sampler = UtilisationSampler(ctx.device, start_at, seconds)
+        sampler.start()
+        config = trial_config(ctx, root, "erm", gpu=True)
+        job = functools.partial(run_worker, config, 3, seconds=seconds, start_at=start_at)
+        results = _parallel([job] * count)
+        sampler.join()
+        utilisation = sampler.mean()
+        rows.append(
+            Row(
+                "gpu",
+                f"GPU utilisation, {count} ERM trial(s) packed",
+                utilisation,
+                "%",
+                "-",
+                "info" if utilisation is not None else "no reading",
+                f"aggregate {sum(r['images_per_s'] for r in results):.1f} img/s over "
+                f"{seconds:.0f} s; peak GPU memory per trial "
+                f"{max(r['cuda_peak_mb'] for r in results):.0f} MiB",
+            )
+        )
+    return rows
+
+
+def _parallel(jobs: list[Callable[[], dict]]) -> list[dict]:
+    results: list[dict] = [{}] * len(jobs)
+
+    def target(index: int) -> None:
+        results[index] = jobs[index]()
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if any(not result for result in results):
+        raise RuntimeError("a packed trial worker failed")
+    return results
+
+
+class UtilisationSampler(threading.Thread):
+    """GPU utilisation (%) every 0.5 s inside [start_at, start_at + seconds] (NVML through
+    torch.cuda.utilization, else nvidia-smi); `mean()` is None without any reading."""
+
+    def __init__(self, device: torch.device, start_at: float, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.index = device.index or 0
+        self.start_at, self.seconds = start_at, seconds
+        self.samples: list[float] = []
+
+    def read(self) -> float | None:
+        try:
+            return float(torch.cuda.utilization(self.index))
+        except (ModuleNotFoundError, RuntimeError):
+            query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+            try:
+                lines = subprocess.run(
+                    [*query, "-i", str(self.index)], capture_output=True, text=True, check=True
+                ).stdout.split()
+            except (OSError, subprocess.CalledProcessError):
+                return None
+            return float(lines[0]) if lines else None
+
+    def run(self) -> None:
+        time.sleep(max(0.0, self.start_at - time.time()))
+        while time.time() < self.start_at + self.seconds:
+            value = self.read()
+            if value is not None:
+                self.samples.append(value)
+            time.sleep(0.5)
+
+    def mean(self) -> float | None:
+        return statistics.mean(self.samples) if self.samples else None
+
+
+# --- table ----------------------------------------------------------------------------------
+
+SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
+    "relif": relif_rows,
+    "methods": methods_rows,
+    "audit": audit_rows,
+    "analysis": analysis_rows,
+    "sweep": sweep_rows,
+    "memory": memory_and_throughput_rows,
+    "packing": packing_rows,
+}
+
+
+def machine(device: torch.device) -> dict[str, object]:
+    """Where the figures come from."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines()
+                 if ln.startswith("model name")]  # fmt: skip
+        cpu = names[0] if names else cpu
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def format_value(row: Row) -> str:
+    if row.value is None:
+        return "-"
+    if row.unit == "pairs/s":
+        return f"{row.value:.3g} {row.unit}"
+    if row.unit == "x":
+        return f"{row.value:.3f}x"
+    number = f"{row.value:.0f}" if abs(row.value) >= 100 else f"{row.value:.3g}"
+    return f"{number} {row.unit}".strip()
+
+
+def print_table(rows: list[Row], info: dict[str, object], quick: bool) -> None:
+    print(
+        f"relif-ray benchmarks{' (--quick)' if quick else ''}: {info['cpu']}, {info['cores']} "
+        f"cores, load {info['load_average']:.1f}; GPU {info['gpu'] or 'none'}; "
+        f"torch {info['torch']}, {info['torch_threads']} thread(s)"
+    )
+    widths = (50, 16, 18, 15)
+    header = ("benchmark", "value", "target", "result")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + "  detail")
+    for row in rows:
+        cells = (row.name, format_value(row), row.target, row.result)
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + f"  {row.detail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: minutes on 2 CPUs")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run these sections only")
+    parser.add_argument("--compile", action="store_true", help="GPU rows with torch.compile")
+    args = parser.parse_args(argv)
+    name = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    device = torch.device("cpu" if name == "auto" else name)
+    torch.set_num_threads(1)
+    info = machine(device)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        context = Context(args.quick, device, Path(tmp), args.compile)
+        for section in args.only or list(SECTIONS):
+            rows += SECTIONS[section](context)
+    if args.json:
+        payload = {
+            "machine": info,
+            "quick": args.quick,
+            "rows": [dataclasses.asdict(r) for r in rows],
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print_table(rows, info, args.quick)
+    return 1 if any(row.result.startswith("FAIL") for row in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

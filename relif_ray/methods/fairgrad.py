@@ -1,0 +1,87 @@
+"""FairGrad (Ban & Ji, ICML 2024, "Fair Resource Allocation in Multi-Task Learning").
+
+The shared update is d = G^T w (G: K x P per-task gradients on the shared parameters), with
+alpha-fair weights w > 0 solving the fixed point of the paper's Eq. 4,
+
+    (G G^T) w = w^(-1/alpha)        (elementwise power),
+
+found with `scipy.optimize.least_squares` on that residual with bounds w >= 0 from the uniform
+start 1/K, as the official code (OptMN-Lab/fairgrad, methods/weight_methods.py) does. For
+conditioning the system is solved with the Gramian scaled to unit Frobenius norm: if A w =
+w^(-1/alpha) then (cA) w' = w'^(-1/alpha) for w' = c^(-alpha/(1+alpha)) w, so the solution is
+rescaled exactly afterwards.
+
+alpha (default 2.0, the value of the paper's experiments) selects the fairness: alpha -> 0 is
+utilitarian (linear scalarisation), alpha = 1 proportional fairness, alpha -> inf max-min. The
+equation is undefined at alpha = 0; there we use equal weights w_k = 1, i.e. exactly ERM's
+equal-weight sum (TorchJD uses 1/K; only the step scale differs).
+
+Task-specific parameters (the paper only defines the shared update) get the plain sum of the
+task losses' gradients, as the official code does: it backpropagates each L_k unweighted and
+overwrites only the shared parameters' gradients. (LibMTL's FairGrad instead backpropagates
+sum_k w_k L_k, weighting the heads by w; that would cost one more full backward pass here.)
+The official code also multiplies the shared update by K and clips it to norm 1; neither is in
+the paper's algorithm and neither is done here (the engine's `train.grad_clip` clips).
+The ReLiF term's gradient is added after aggregation. Passes: see
+`relif_ray.methods.gradients`. The returned per-task weights are w.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.optimize import least_squares
+from torch import Tensor
+
+from relif_ray.errors import UserError
+from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.gradients import backward_per_task, finish_backward
+from relif_ray.methods.registry import register
+
+
+def fairgrad_weights(gramian: np.ndarray, alpha: float) -> np.ndarray:
+    """The w > 0 with gramian @ w = w^(-1/alpha).
+
+    Ones when alpha == 0, and when all gradients are zero (no solution exists; the shared
+    update G^T w is zero for any w).
+    """
+    num_tasks = gramian.shape[0]
+    scale = float(np.linalg.norm(gramian))
+    if alpha == 0 or scale == 0.0:
+        return np.ones(num_tasks)
+    scaled = gramian / scale
+
+    def residual(w: np.ndarray) -> np.ndarray:
+        return scaled @ w - np.power(w, -1.0 / alpha)
+
+    def jacobian(w: np.ndarray) -> np.ndarray:
+        return scaled + np.diag(np.power(w, -1.0 / alpha - 1.0) / alpha)
+
+    start = np.full(num_tasks, 1.0 / num_tasks)
+    solution = least_squares(residual, start, jac=jacobian, bounds=(0.0, np.inf)).x
+    return solution * scale ** (-alpha / (1.0 + alpha))
+
+
+@register
+class FairGrad(MTLMethod):
+    """alpha-fair task weights on the shared gradients; see the module docstring."""
+
+    name = "fairgrad"
+
+    def __init__(self, task_names: list[str], seed: int = 0, alpha: float = 2.0) -> None:
+        super().__init__(task_names, seed=seed)
+        if not (math.isfinite(alpha) and alpha >= 0):
+            raise UserError(f"method.options.alpha: must be a finite number >= 0, got {alpha}")
+        self.alpha = float(alpha)
+
+    def backward(
+        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        losses = [task_losses[name] for name in self.task_names]
+        gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
+        gramian = (gradients @ gradients.T).double().cpu().numpy()
+        weights = torch.from_numpy(fairgrad_weights(gramian, self.alpha))
+        finish_backward(ctx.shared_parameters, weights.to(gradients) @ gradients, extra_loss)
+        return dict(zip(self.task_names, weights.float(), strict=True))

@@ -1,0 +1,59 @@
+"""Uncertainty weighting (Kendall, Gal & Cipolla, CVPR 2018).
+
+Each task k has a learned log-variance s_k = log sigma_k^2 and the objective is
+
+    L = sum_k ( 0.5 * exp(-s_k) * L_k + 0.5 * s_k ),
+
+Kendall et al.'s Gaussian-likelihood form (their Eq. 7, 1/(2 sigma^2) L + log sigma, written in
+s = log sigma^2 for numerical stability as the paper recommends). It is the form of LibMTL's
+UW, of Nash-MTL's and of TorchJD's `UW`, and we use it for every task, including the
+classification ones (Kendall's Eq. 10 drops the 1/2 on those; the single form keeps every
+task on the same footing and matches LibMTL, whose NYUv2 setting our training follows).
+For fixed L_k the optimum is s_k = log L_k, where task k's weight 0.5 exp(-s_k) is 1/(2 L_k).
+
+The s_k are an `nn.Parameter` of this module, so the engine's optimizer updates them with the
+network and they are in the checkpoint. Initialisation: s_k = 0 (sigma_k = 1, every weight
+0.5) by default, as in Kendall et al.'s reference code and TorchJD (LibMTL uses -0.5); it is
+the `init_log_variance` option. The ReLiF term is added to L unweighted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from relif_ray.errors import UserError
+from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.registry import register
+
+
+@register
+class Uncertainty(MTLMethod):
+    """Homoscedastic-uncertainty task weighting with learned log-variances."""
+
+    name = "uncertainty"
+
+    def __init__(self, task_names: list[str], seed: int = 0, init_log_variance: float = 0.0):
+        super().__init__(task_names, seed=seed)
+        if not math.isfinite(init_log_variance):
+            raise UserError(
+                f"method.options.init_log_variance: must be finite, got {init_log_variance}"
+            )
+        self.log_variances = nn.Parameter(torch.full((len(task_names),), float(init_log_variance)))
+
+    def objective(self, task_losses: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """L = sum_k 0.5 exp(-s_k) L_k + 0.5 s_k (the module docstring's), and the weights."""
+        losses = torch.stack([task_losses[name] for name in self.task_names])
+        weights = 0.5 * torch.exp(-self.log_variances)
+        return (weights * losses + 0.5 * self.log_variances).sum(), weights.detach()
+
+    def backward(
+        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        loss, weights = self.objective(task_losses)
+        if extra_loss is not None:
+            loss = loss + extra_loss
+        loss.backward()
+        return dict(zip(self.task_names, weights, strict=True))

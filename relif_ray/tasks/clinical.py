@@ -1,0 +1,298 @@
+"""Clinical tasks of the Harutyunyan et al. (2019) multitask benchmark (MIMIC-III) and eICU.
+
+Targets carry their own masks, because the benchmark labels only some stays and steps:
+
+* mortality: (B, 2) = (mask, label); mask = 1 for stays of at least 48 hours with data in
+  the first 48 hours (the benchmark's in-hospital-mortality mask);
+* decompensation: (B, T, 2) = (mask, label) per hourly step;
+* length_of_stay: (B, T, 2) = (mask, remaining length of stay in hours) per hourly step;
+* phenotype: (B, 25) labels, every stay labelled.
+
+Metrics follow the benchmark's `mimic3models/metrics.py`:
+
+* AUROC: the area under the ROC curve (equal to sklearn's `roc_auc_score`, ties averaged).
+* AUPRC: the TRAPEZOID area under the precision-recall curve, i.e. sklearn's
+  `auc(recall, precision)` on `precision_recall_curve` - what the benchmark reports. It is not
+  average precision (sklearn's `average_precision_score`, a step-wise sum); the two differ,
+  most when scores tie.
+* Phenotype: macro AUROC = the mean of the per-label AUROCs (labels whose split lacks one of
+  the two classes have no AUROC and are left out of the mean).
+* Length of stay: the remaining stay in hours falls into 10 bins, half-open in days
+  [0,1), [1,2), ..., [7,8), [8,14), [14, inf) (the benchmark's CustomBins); the predicted bin is
+  the arg-max of the 10 logits. Cohen's kappa with linear weights compares true and predicted
+  bins over the bins that occur in either (sklearn's `cohen_kappa_score(weights="linear")`, as
+  the benchmark calls it). MAD is the mean absolute difference, in hours, between the true
+  remaining stay and the benchmark's mean of the predicted bin (`LOS_BIN_MEAN_HOURS`).
+
+Normalized higher-is-better scores (for Worst = min and Macro = mean over tasks): the paper
+does not define them for the clinical tasks, so we choose: AUROC for mortality and
+decompensation, macro AUROC for phenotype, and (kappa + 1) / 2 for length of stay (kappa lies
+in [-1, 1]; the map is monotone and sends chance agreement to 0.5 like an AUROC). A metric
+that is undefined on a split (one class only) is NaN, and so is its normalized score.
+
+Audit scores p_k(x) in [0, 1] (paper appendix "Confidence computation", DESIGN.md): mortality
+sigmoid; decompensation mean sigmoid over the stay's labelled steps; length of stay max softmax
+over the 10 bins, averaged over the labelled steps the same way (the paper does not say how
+the per-step confidences of this per-step task are pooled); phenotype max sigmoid over the 25
+labels. A stay is valid for a task's audit when the task labels it (mask, or any labelled step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.stats import rankdata
+from torch import Tensor
+
+from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task
+
+LOS_BIN_EDGES_HOURS = (24.0, 48.0, 72.0, 96.0, 120.0, 144.0, 168.0, 192.0, 336.0)
+"""Upper edges of the first nine length-of-stay bins (hours); the tenth bin is [336, inf)."""
+
+LOS_BIN_MEAN_HOURS = (
+    11.450379, 35.070846, 59.206531, 83.382723, 107.487817,
+    131.579534, 155.643957, 179.660558, 254.306624, 585.325890,
+)  # fmt: skip
+"""Mean remaining stay (hours) of each bin in the MIMIC-III benchmark (CustomBins.means)."""
+
+NUM_LOS_BINS = 10
+NUM_PHENOTYPES = 25
+
+
+def los_bins(hours: Tensor) -> Tensor:
+    """Bin index (long) of remaining stays in hours: bin i holds edges[i-1] <= h < edges[i]."""
+    edges = torch.tensor(LOS_BIN_EDGES_HOURS, dtype=hours.dtype, device=hours.device)
+    return torch.bucketize(hours.contiguous(), edges, right=True)
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of `values` where mask is 1; 0 (still differentiable) when nothing is labelled."""
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+# ----------------------------------------------------------------------------------------
+# Metrics (numpy, float64), checked against scikit-learn in the tests.
+
+
+def binary_auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve via the Mann-Whitney statistic (ties count one half)."""
+    positives = labels == 1
+    n_pos, n_neg = int(positives.sum()), int((~positives).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(scores)
+    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def auprc_trapezoid(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Trapezoid area under the precision-recall curve, one point per distinct score.
+
+    The curve starts at (recall 0, precision 1) and visits, for every distinct score taken as
+    a threshold (highest first), the recall and precision of "score >= threshold".
+    """
+    if not (labels == 1).any():
+        return float("nan")
+    order = np.argsort(-scores, kind="mergesort")
+    sorted_scores, sorted_labels = scores[order], labels[order]
+    last_of_each_score = np.r_[np.flatnonzero(np.diff(sorted_scores)), len(scores) - 1]
+    true_pos = np.cumsum(sorted_labels)[last_of_each_score]
+    predicted_pos = last_of_each_score + 1
+    recall = np.r_[0.0, true_pos / true_pos[-1]]
+    precision = np.r_[1.0, true_pos / predicted_pos]
+    return float(np.sum(np.diff(recall) * (precision[1:] + precision[:-1]) / 2))
+
+
+def linear_weighted_kappa(true_bins: np.ndarray, predicted_bins: np.ndarray) -> float:
+    """Cohen's kappa with weights |i - j| over the bins present in either array."""
+    present = np.union1d(true_bins, predicted_bins)
+    rows = np.searchsorted(present, true_bins)
+    cols = np.searchsorted(present, predicted_bins)
+    k = len(present)
+    observed = np.zeros((k, k))
+    np.add.at(observed, (rows, cols), 1.0)
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0)) / observed.sum()
+    weights = np.abs(np.arange(k)[:, None] - np.arange(k)[None, :])
+    disagreement = (weights * expected).sum()
+    if disagreement == 0:
+        return float("nan")
+    return float(1.0 - (weights * observed).sum() / disagreement)
+
+
+class _Collector:
+    """Keeps detached numpy copies of batch values for a whole-split computation."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {}
+
+    def add(self, **values: Tensor) -> None:
+        for key, value in values.items():
+            self.parts.setdefault(key, []).append(value.detach().cpu().double().numpy())
+
+    def get(self, key: str) -> np.ndarray:
+        return np.concatenate(self.parts.get(key, [np.zeros((0,))]))
+
+
+class BinaryMetrics(MetricAccumulator):
+    """AUROC and trapezoid AUPRC over every labelled stay (or step) of a split."""
+
+    def __init__(self) -> None:
+        self.collected = _Collector()
+
+    def update(self, prediction: Tensor, target: Tensor) -> None:
+        labelled = target[..., 0] > 0.5
+        self.collected.add(
+            scores=torch.sigmoid(prediction[labelled].float()), labels=target[..., 1][labelled]
+        )
+
+    def compute(self) -> dict[str, float]:
+        scores, labels = self.collected.get("scores"), self.collected.get("labels")
+        return {"auroc": binary_auroc(scores, labels), "auprc": auprc_trapezoid(scores, labels)}
+
+
+class PhenotypeMetrics(MetricAccumulator):
+    """Macro AUROC over the 25 phenotype labels."""
+
+    def __init__(self) -> None:
+        self.collected = _Collector()
+
+    def update(self, prediction: Tensor, target: Tensor) -> None:
+        self.collected.add(scores=torch.sigmoid(prediction.float()), labels=target)
+
+    def compute(self) -> dict[str, float]:
+        scores, labels = self.collected.get("scores"), self.collected.get("labels")
+        if scores.size == 0:
+            return {"auroc_macro": float("nan")}
+        per_label = [binary_auroc(scores[:, k], labels[:, k]) for k in range(labels.shape[1])]
+        defined = [value for value in per_label if not np.isnan(value)]
+        return {"auroc_macro": float(np.mean(defined)) if defined else float("nan")}
+
+
+class LengthOfStayMetrics(MetricAccumulator):
+    """Linear-weighted kappa over the 10 bins and MAD (hours) against the bin means."""
+
+    def __init__(self) -> None:
+        self.collected = _Collector()
+
+    def update(self, prediction: Tensor, target: Tensor) -> None:
+        labelled = target[..., 0] > 0.5
+        self.collected.add(
+            predicted_bins=prediction[labelled].argmax(dim=-1), hours=target[..., 1][labelled]
+        )
+
+    def compute(self) -> dict[str, float]:
+        predicted = self.collected.get("predicted_bins").astype(np.int64)
+        hours = self.collected.get("hours")
+        if hours.size == 0:
+            return {"kappa": float("nan"), "mad": float("nan")}
+        true_bins = np.searchsorted(np.array(LOS_BIN_EDGES_HOURS), hours, side="right")
+        estimates = np.array(LOS_BIN_MEAN_HOURS)[predicted]
+        return {
+            "kappa": linear_weighted_kappa(true_bins, predicted),
+            "mad": float(np.mean(np.abs(hours - estimates))),
+        }
+
+
+# ----------------------------------------------------------------------------------------
+# Tasks
+
+
+class MortalityTask(Task):
+    """In-hospital mortality from the first 48 hours: one logit per stay, (B,)."""
+
+    score_is_probability = True
+
+    def __init__(self, name: str = "mortality") -> None:
+        self.name = name
+
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        bce = F.binary_cross_entropy_with_logits(prediction, target[:, 1], reduction="none")
+        return masked_mean(bce, target[:, 0])
+
+    def new_metrics(self) -> MetricAccumulator:
+        return BinaryMetrics()
+
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        return metrics["auroc"]
+
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        target = batch[self.name]
+        return torch.sigmoid(output.predictions[self.name]), target[:, 0] > 0.5
+
+
+class DecompensationTask(Task):
+    """Death within the next 24 hours, at every hourly step: logits (B, T)."""
+
+    score_is_probability = True
+
+    def __init__(self, name: str = "decompensation") -> None:
+        self.name = name
+
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        bce = F.binary_cross_entropy_with_logits(prediction, target[..., 1], reduction="none")
+        return masked_mean(bce, target[..., 0])
+
+    def new_metrics(self) -> MetricAccumulator:
+        return BinaryMetrics()
+
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        return metrics["auroc"]
+
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        mask = batch[self.name][..., 0]
+        probabilities = torch.sigmoid(output.predictions[self.name])
+        return _mean_over_steps(probabilities, mask)
+
+
+class LengthOfStayTask(Task):
+    """Remaining length of stay in 10 bins, at every hourly step: logits (B, T, 10)."""
+
+    score_is_probability = True
+
+    def __init__(self, name: str = "length_of_stay") -> None:
+        self.name = name
+
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        bins = los_bins(target[..., 1])
+        cross_entropy = F.cross_entropy(prediction.transpose(1, -1), bins, reduction="none")
+        return masked_mean(cross_entropy, target[..., 0])
+
+    def new_metrics(self) -> MetricAccumulator:
+        return LengthOfStayMetrics()
+
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        return (metrics["kappa"] + 1.0) / 2.0
+
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        mask = batch[self.name][..., 0]
+        confidence = torch.softmax(output.predictions[self.name], dim=-1).amax(dim=-1)
+        return _mean_over_steps(confidence, mask)
+
+
+class PhenotypeTask(Task):
+    """25 acute-care phenotypes of the stay (multi-label): logits (B, 25)."""
+
+    score_is_probability = True
+
+    def __init__(self, name: str = "phenotype") -> None:
+        self.name = name
+
+    def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(prediction, target)
+
+    def new_metrics(self) -> MetricAccumulator:
+        return PhenotypeMetrics()
+
+    def normalized_score(self, metrics: dict[str, float]) -> float:
+        return metrics["auroc_macro"]
+
+    def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
+        probabilities = torch.sigmoid(output.predictions[self.name])
+        valid = torch.ones(probabilities.shape[0], dtype=torch.bool, device=probabilities.device)
+        return probabilities.amax(dim=-1), valid
+
+
+def _mean_over_steps(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-stay mean of (B, T) values over labelled steps, and whether any step is labelled."""
+    counts = mask.sum(dim=1)
+    return (values * mask).sum(dim=1) / counts.clamp(min=1.0), counts > 0

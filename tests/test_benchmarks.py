@@ -1,0 +1,104 @@
+"""The benchmark suite's own logic: interval arithmetic, verdicts, the audit reference loop and
+the rows `benchmarks/run.py` prints on a machine without a GPU (no timings are asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def load(monkeypatch: pytest.MonkeyPatch):
+    """Import a benchmarks/ module by file name, with benchmarks/ on sys.path (as a script)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+
+    def importer(name: str):  # noqa: ANN202
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look it up there
+        spec.loader.exec_module(module)
+        return module
+
+    return importer
+
+
+def test_ratio_interval_is_the_sign_test_interval(load) -> None:
+    timing = load("timing")
+    # per-round ratios 0.5, 0.6, ..., 1.4 (n = 10): k = floor(5 - 0.98 sqrt(10)) = 1
+    times = {"a": [0.5 + 0.1 * i for i in range(10)], "b": [1.0] * 10}
+    median, lower, upper = timing.ratio_with_interval(times, "a", "b")
+    assert median == pytest.approx(0.95)
+    assert (lower, upper) == (pytest.approx(0.6), pytest.approx(1.3))
+    assert timing.verdict_at_most(0.95, 0.6, 1.0) == "pass"
+    assert timing.verdict_at_most(1.1, 0.9, 1.0) == "within noise"
+    assert timing.verdict_at_most(1.1, 1.05, 1.0) == "FAIL"
+
+
+def test_interleaved_times_runs_every_variant_each_round(load) -> None:
+    timing = load("timing")
+    calls: list[str] = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in ("x", "y", "z")}
+    times = timing.interleaved_times(steps, rounds=4, warmup=1, cuda=False)
+    assert {name: len(values) for name, values in times.items()} == {"x": 4, "y": 4, "z": 4}
+    assert all(sorted(calls[3 * r : 3 * r + 3]) == ["x", "y", "z"] for r in range(5))
+    assert calls[:3] != calls[3:6] or calls[3:6] != calls[6:9]  # the order is shuffled
+
+
+def test_python_reference_loop_matches_the_closed_form(load) -> None:
+    audit = load("audit_throughput")
+    scores = [0.1, 0.5, 0.95]
+    # gaps |0.1-0.5| = 0.4, |0.5-0.95| = 0.45, |0.1-0.1| = 0 at delta 0.2
+    bias, vr = audit.python_loop_audit(scores, [0, 1, 0], [1, 2, 0], 0.2)
+    assert bias == pytest.approx((0.2 + 0.25) / 3) and vr == pytest.approx(2 / 3)
+    result = audit.measure(pairs=2**12, repeats=1)  # raises if the loop disagrees
+    assert result["pairs"] == 3 * 2**12
+    assert np.isfinite([result["pairs_per_s"], result["loop_pairs_per_s"]]).all()
+
+
+def test_run_prints_rows_with_target_and_result(load, capsys) -> None:
+    run = load("run")
+    assert run.main(["--quick", "--device", "cpu", "--json", "--only", "packing"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["quick"] and payload["machine"]["cores"] >= 1
+    assert [row["name"] for row in payload["rows"]] == [
+        f"GPU utilisation, {k} ERM trial(s) packed" for k in (1, 2, 4)
+    ]
+    assert all(row["result"] == "needs a GPU" and row["value"] is None for row in payload["rows"])
+
+
+def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> None:
+    run = load("run")
+    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    monkeypatch.setattr(run, "SWEEP_EFFICIENCY_MODULE", "no_such_benchmark_module")
+    (absent,) = run.sweep_rows(context)
+    assert (absent.value, absent.result) == (None, "not available")
+    (tmp_path / "fake_sweep_efficiency.py").write_text(
+        "TARGET = 0.9\n"
+        "def measure(trial_seconds):\n"
+        "    return {'ratio': 0.85, 'trials': 8, 'mean_trial_s': trial_seconds, 'slots': 2,\n"
+        "            'wall_s': 40.0}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(run, "SWEEP_EFFICIENCY_MODULE", "fake_sweep_efficiency")
+    (present,) = run.sweep_rows(context)
+    assert (present.value, present.target, present.result) == (0.85, ">= 0.9", "FAIL")
+    assert "8 trials of 8.0 s on 2 slots" in present.detail
+
+
+def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path) -> None:
+    run = load("run")
+    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    config = run.trial_config(context, run.data_root(context, gpu=False), "relif", gpu=False)
+    config["model"] = {"backbone": "resnet18", "head_channels": 8}
+    result = run.run_worker(config, warmup=1, steps=2)
+    assert result["steps"] == 2 and result["images_per_s"] > 0
+    assert 0 < result["rss_imports_mb"] <= result["peak_rss_mb"]
+    assert result["cuda_peak_mb"] is None

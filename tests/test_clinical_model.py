@@ -1,0 +1,108 @@
+"""The clinical LSTM: packing makes outputs independent of padding; training lowers the loss."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from relif_ray.config import ModelConfig
+from relif_ray.data.mimic3 import HEADS, NUM_FEATURES, load_mimic3
+from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
+from relif_ray.models.clinical import ClinicalMTLModel
+
+CONFIG = ModelConfig(hidden_size=8, num_layers=2, dropout=0.3)
+
+
+def _model(seed: int = 0) -> ClinicalMTLModel:
+    torch.manual_seed(seed)
+    return ClinicalMTLModel(CONFIG, input_size=NUM_FEATURES, heads=HEADS).eval()
+
+
+def _batch(inputs: torch.Tensor, lengths: list[int]) -> dict[str, torch.Tensor]:
+    return {"input": inputs, "lengths": torch.tensor(lengths)}
+
+
+def test_output_shapes_follow_the_head_readouts() -> None:
+    output = _model()(_batch(torch.randn(3, 50, NUM_FEATURES), [50, 12, 49]))
+    assert output.predictions["mortality"].shape == (3,)
+    assert output.predictions["decompensation"].shape == (3, 50)
+    assert output.predictions["length_of_stay"].shape == (3, 50, 10)
+    assert output.predictions["phenotype"].shape == (3, 25)
+    assert output.representation.shape == (3, CONFIG.hidden_size)
+
+
+def test_padding_and_batch_mates_do_not_change_a_stays_outputs() -> None:
+    model = _model()
+    short = torch.randn(1, 20, NUM_FEATURES)
+    alone = model(_batch(short, [20]))
+    padded = torch.cat([short, torch.full((1, 40, NUM_FEATURES), 7.0)], dim=1)
+    together = model(_batch(torch.cat([padded, torch.randn(1, 60, NUM_FEATURES)]), [20, 60]))
+    for name in ("mortality", "phenotype"):
+        assert torch.allclose(alone.predictions[name][0], together.predictions[name][0], atol=1e-6)
+    for name in ("decompensation", "length_of_stay"):
+        assert torch.allclose(
+            alone.predictions[name][0], together.predictions[name][0, :20], atol=1e-6
+        )
+    assert torch.allclose(alone.representation[0], together.representation[0], atol=1e-6)
+
+
+def test_representation_is_the_last_valid_top_layer_state() -> None:
+    model = _model()
+    inputs = torch.randn(2, 30, NUM_FEATURES)
+    output = model(_batch(inputs, [30, 11]))
+    states, _ = model.lstm(inputs[1:, :11])
+    assert torch.allclose(output.representation[1], states[0, -1], atol=1e-6)
+
+
+def test_mortality_reads_hour_48_and_phenotype_the_last_step() -> None:
+    model = _model()
+    inputs = torch.randn(1, 60, NUM_FEATURES)
+    states, _ = model.lstm(inputs)
+    output = model(_batch(inputs, [60]))
+    expected_mortality = model.heads["mortality"](states[0, 47]).squeeze(-1)
+    expected_phenotype = model.heads["phenotype"](states[0, 59])
+    assert torch.allclose(output.predictions["mortality"][0], expected_mortality, atol=1e-6)
+    assert torch.allclose(output.predictions["phenotype"][0], expected_phenotype, atol=1e-6)
+
+
+def test_shared_and_last_shared_parameters() -> None:
+    model = _model()
+    shared = {id(p) for p in model.shared_parameters()}
+    assert shared == {id(p) for p in model.lstm.parameters()}
+    last = model.last_shared_parameters()
+    assert len(last) == 4 and {id(p) for p in last} <= shared
+    assert all(p.shape[-1] == CONFIG.hidden_size for p in last[:2])
+    assert {id(p) for p in model.heads.parameters()}.isdisjoint(shared)
+
+
+def test_a_few_training_steps_reduce_the_loss(tmp_path: Path) -> None:
+    problem = load_mimic3(str(write_synthetic_mimic3(tmp_path / "m", patients=8, seed=0)))
+    torch.manual_seed(0)
+    model = problem.build_model(ModelConfig(hidden_size=16, num_layers=2, dropout=0.0))
+    split = problem.splits["train"]
+    batch = split.batch(torch.arange(len(split)))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def total_loss() -> torch.Tensor:
+        output = model(batch)
+        return sum(
+            task.loss(output.predictions[task.name], batch[task.name]) for task in problem.tasks
+        )
+
+    first = float(total_loss().detach())
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = total_loss()
+        loss.backward()
+        optimizer.step()
+    assert float(total_loss().detach()) < 0.8 * first
+
+
+@pytest.mark.parametrize("num_layers", [1, 3])
+def test_layer_count_comes_from_the_config(num_layers: int) -> None:
+    config = ModelConfig(hidden_size=4, num_layers=num_layers, dropout=0.3)
+    model = ClinicalMTLModel(config, input_size=NUM_FEATURES, heads=HEADS)
+    assert model.lstm.num_layers == num_layers
+    assert model.lstm.dropout == (0.3 if num_layers > 1 else 0.0)

@@ -1,0 +1,112 @@
+"""End to end: sweeps/clinical.py on synthetic MIMIC-III and eICU -> analysis -> relif report."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import analysis
+from relif_ray.data.synthetic_eicu import write_synthetic_eicu
+from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
+from relif_ray.sweep import CLINICAL, base_config, build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+MIMIC3_TASKS = {"mortality", "decompensation", "phenotype", "length_of_stay"}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+
+
+def sweep(dataset: str, data_dir: Path, storage: Path, *flags: str) -> tuple[Path, str]:
+    result = run_cli(
+        "sweeps/clinical.py",
+        *("--dataset", dataset, "--data-dir", str(data_dir), "--epochs", "1"),
+        *("--batch-size", "8", "--warmup-steps", "1", "--num-cpus", "2"),
+        *("--storage", str(storage), "--name", dataset, *flags),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return storage / dataset, result.stdout
+
+
+@pytest.fixture(scope="module")
+def mimic3_experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    # seed 0 with 24 patients: both mortality classes occur in val and test
+    data = write_synthetic_mimic3(tmp_path_factory.mktemp("m3") / "data", patients=24, seed=0)
+    storage = tmp_path_factory.mktemp("results")
+    return sweep("mimic3", data, storage, "--methods", "erm,relif", "--seeds", "1")
+
+
+@pytest.fixture(scope="module")
+def eicu_experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    data = write_synthetic_eicu(tmp_path_factory.mktemp("eicu") / "data", patients=40, seed=0)
+    storage = tmp_path_factory.mktemp("results")
+    return sweep("eicu", data, storage, "--methods", "erm")  # default seeds: 3
+
+
+def test_paper_settings_are_the_clinical_defaults(tmp_path: Path) -> None:
+    for dataset, seeds, delta in (("mimic3", 7, 0.275), ("eicu", 3, 0.06)):
+        defaults = CLINICAL[dataset]
+        assert (defaults.seeds, defaults.delta_ref) == (seeds, delta)
+        args = build_parser(defaults, tuple(CLINICAL)).parse_args(["--dataset", dataset])
+        config = base_config(args, defaults, str(tmp_path))
+        assert config["data"]["dataset"] == dataset
+        model = config["model"]
+        assert (model["hidden_size"], model["num_layers"], model["dropout"]) == (256, 2, 0.3)
+        train = config["train"]
+        assert (train["optimizer"], train["lr"], train["weight_decay"]) == ("adamw", 1e-3, 1e-5)
+        assert (train["batch_size"], train["grad_clip"]) == (64, 1.0)
+        assert args.r_star == "0.16"
+
+
+@pytest.mark.slow
+def test_mimic3_sweep_of_erm_and_relif(mimic3_experiment: tuple[Path, str]) -> None:
+    experiment, stdout = mimic3_experiment
+    assert "delta_ref = 0.275" in stdout
+    loaded = analysis.load(experiment)
+    trials = loaded.trials
+    assert sorted(trials["label"]) == ["erm", "relif"] and set(trials["seed"]) == {0}
+    for split in ("val", "test"):
+        for metric in ("worst", "macro", "mortality_auprc", "length_of_stay_kappa"):
+            assert all(math.isfinite(v) for v in trials[f"{split}_{metric}"]), (split, metric)
+    assert set(loaded.scores["task"]) == MIMIC3_TASKS
+    scores = loaded.scores
+    assert ((scores["score"] >= 0) & (scores["score"] <= 1)).all()
+    relif_trace = loaded.traces[loaded.traces["trial"].isin(trials.loc[trials["relif"], "trial"])]
+    assert "lambda" in relif_trace.columns and relif_trace["lambda"].notna().all()
+
+
+@pytest.mark.slow
+def test_eicu_sweep_uses_three_seeds_by_default(eicu_experiment: tuple[Path, str]) -> None:
+    experiment, stdout = eicu_experiment
+    assert "delta_ref = 0.06" in stdout
+    trials = analysis.load(experiment).trials
+    assert sorted(trials["seed"]) == [0, 1, 2]
+    assert set(analysis.load(experiment).scores["task"]) == {"mortality", "length_of_stay"}
+    config = trials["config"].iloc[0]
+    assert config["data"]["dataset"] == "eicu" and config["train"]["optimizer"] == "adamw"
+
+
+@pytest.mark.slow
+def test_report_turns_both_sweeps_into_utility_tables(
+    mimic3_experiment: tuple[Path, str], eicu_experiment: tuple[Path, str], tmp_path: Path
+) -> None:
+    for experiment, _ in (mimic3_experiment, eicu_experiment):
+        out = tmp_path / experiment.name
+        result = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        header = (out / "utility.csv").read_text().splitlines()[0]
+        assert header.startswith("label,n_seeds,worst_mean,worst_std,macro_mean")
+        assert "mortality_auroc_mean" in header and "length_of_stay_mad_mean" in header
+
+
+def test_unknown_dataset_is_rejected_before_ray_starts(tmp_path: Path) -> None:
+    result = run_cli("sweeps/clinical.py", "--dataset", "physionet", "--storage", str(tmp_path))
+    assert result.returncode == 2
+    assert "invalid choice: 'physionet'" in result.stderr

@@ -1,0 +1,206 @@
+"""The GPU fast path, checked on CPU: bf16 autocast, channels-last, torch.compile, compact data.
+
+Every option must leave the science unchanged: losses, audit scores and ReLiF statistics in
+fp32, the same numbers (channels-last, compact labels, compile) or close ones (bf16).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.engine import TrainingRun
+from relif_ray.errors import UserError
+from relif_ray.problem import Problem, TensorSplit, load_problem, move_batch
+from relif_ray.relif.regularizer import ReLiFRegularizer
+from tests.conftest import tiny_config
+
+RELIF = {"enabled": True, "warmup_steps": 0}
+
+
+def make_run(
+    root, relif: dict | None = None, problem: Problem | None = None, **train
+) -> TrainingRun:
+    values = tiny_config(root, **train)
+    if relif is not None:
+        values["relif"] = relif
+    return TrainingRun(ExperimentConfig.from_dict(values), problem)
+
+
+def loss_rows(run: TrainingRun) -> list[list[float]]:
+    """The task losses of every step."""
+    return [[row[f"loss_{task}"] for task in ("seg", "depth", "normal")] for row in run.trace]
+
+
+def test_speed_fields_are_validated(nyuv2_dir) -> None:
+    for field, value, message in [
+        ("precision", "fp16", "train.precision: must be one of"),
+        ("channels_last", "yes", "train.channels_last: expected true/false"),
+        ("compile", 1, "train.compile: expected true/false"),
+        ("cudnn_benchmark", None, "train.cudnn_benchmark: expected true/false"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            ExperimentConfig.from_dict(tiny_config(nyuv2_dir, **{field: value}))
+    defaults = ExperimentConfig().train
+    assert (defaults.precision, defaults.channels_last, defaults.compile) == ("fp32", False, False)
+
+
+def test_bf16_runs_the_model_in_bf16_and_everything_after_it_in_fp32(
+    nyuv2_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, set] = {"encoder": set(), "scores": set(), "representation": set()}
+    original = ReLiFRegularizer.forward
+
+    def recording_forward(self, scores, representation, is_probability):  # noqa: ANN001
+        seen["scores"] |= {score.dtype for score, _ in scores.values()}
+        seen["representation"].add(representation.dtype)
+        return original(self, scores, representation, is_probability)
+
+    monkeypatch.setattr(ReLiFRegularizer, "forward", recording_forward)
+    fp32 = make_run(nyuv2_dir, RELIF, max_steps=3)
+    bf16 = make_run(nyuv2_dir, RELIF, max_steps=3, precision="bf16")
+    bf16.model.encoder.register_forward_hook(lambda _m, _i, out: seen["encoder"].add(out.dtype))
+    fp32.train_steps(3)
+    bf16.train_steps(3)
+    assert seen == {
+        "encoder": {torch.bfloat16},
+        "scores": {torch.float32},
+        "representation": {torch.float32},
+    }
+    assert all(math.isfinite(value) for row in bf16.trace for value in row.values())
+    # the first step starts from the same weights: its losses agree to bf16 accuracy
+    assert loss_rows(bf16)[0] == pytest.approx(loss_rows(fp32)[0], rel=3e-2)
+    assert loss_rows(bf16)[0] != loss_rows(fp32)[0]  # ... and bf16 really was used
+    result, reference = bf16.evaluate("val"), fp32.evaluate("val")
+    assert result.scores["score"].dtype == "float32" and result.representations.dtype == "float32"
+    assert all(math.isfinite(value) for value in result.metrics.values())
+    assert result.metrics["macro"] == pytest.approx(reference.metrics["macro"], abs=0.05)
+    assert bf16.model.encoder[0].weight.dtype == torch.float32  # weights and optimizer stay fp32
+
+
+def test_channels_last_gives_the_same_numbers(nyuv2_dir) -> None:
+    """One step from the same weights: losses, ReLiF statistics and gradients agree to float
+    rounding. (Later steps drift further apart: Adam's first steps move every weight by about
+    lr whatever the size of its gradient, so rounding-level differences grow.)"""
+    default = make_run(nyuv2_dir, RELIF, max_steps=1)
+    channels_last = make_run(nyuv2_dir, RELIF, max_steps=1, channels_last=True)
+    seen_layouts = []
+    channels_last.model.encoder.register_forward_pre_hook(
+        lambda _m, args: seen_layouts.append(
+            args[0].is_contiguous(memory_format=torch.channels_last)
+        )
+    )
+    default.train_steps(1)
+    channels_last.train_steps(1)
+    assert seen_layouts and all(seen_layouts)
+    assert channels_last.model.encoder[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert channels_last.trace[0] == pytest.approx(default.trace[0], rel=1e-5, nan_ok=True)
+    for (name, param), reference in zip(
+        channels_last.model.named_parameters(), default.model.parameters(), strict=True
+    ):
+        relative_error = (param.grad - reference.grad).norm() / reference.grad.norm()
+        assert relative_error < 1e-4, name
+    result, expected = channels_last.evaluate("val"), default.evaluate("val")
+    # argmax may flip on a pixel whose two top logits tie to rounding: 1 pixel = 6.5e-5 here
+    assert result.metrics == pytest.approx(expected.metrics, rel=1e-4, abs=1e-3)
+    np.testing.assert_allclose(result.scores["score"], expected.scores["score"], rtol=1e-4)
+
+
+def test_compile_traces_the_model_and_changes_no_number(
+    nyuv2_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.compile with a recording eager backend: dynamo must capture the model (dict in,
+    dataclass out) and the run must give exactly the uncompiled numbers and checkpoint keys.
+    Inductor's own C++ code generation takes ~90 s on a 2-core CPU, so it is not run here."""
+    graphs = []
+
+    def recording_backend(graph: torch.fx.GraphModule, example_inputs: list) -> object:
+        graphs.append(graph)
+        return graph.forward
+
+    monkeypatch.setattr(
+        torch, "compile", functools.partial(torch.compile, backend=recording_backend)
+    )
+    torch._dynamo.reset()
+    plain = make_run(nyuv2_dir, RELIF, max_steps=2)
+    compiled = make_run(nyuv2_dir, RELIF, max_steps=2, compile=True)
+    plain.train_steps(2)
+    compiled.train_steps(2)
+    assert graphs, "the compiled forward was never traced"
+    assert compiled.trace == plain.trace
+    assert compiled.evaluate("val").metrics == plain.evaluate("val").metrics
+    assert compiled.state_dict()["model"].keys() == plain.state_dict()["model"].keys()
+    torch._dynamo.reset()
+
+
+def test_labels_are_held_as_int8_with_identical_numbers(nyuv2_dir) -> None:
+    problem = load_problem(ExperimentConfig.from_dict(tiny_config(nyuv2_dir)).data)
+    train = problem.splits["train"]
+    assert isinstance(train, TensorSplit) and train.tensors["seg"].dtype == torch.int8
+    wide = Problem(
+        problem.name,
+        problem.tasks,
+        {
+            name: TensorSplit({**split.tensors, "seg": split.tensors["seg"].long()})
+            for name, split in problem.splits.items()
+        },
+        problem.model_factory,
+    )
+    compact_run = make_run(nyuv2_dir, RELIF, problem, max_steps=2)
+    wide_run = make_run(nyuv2_dir, RELIF, wide, max_steps=2)
+    compact_run.train_steps(2)
+    wide_run.train_steps(2)
+    assert compact_run.trace == wide_run.trace
+    compact, reference = compact_run.evaluate("val"), wide_run.evaluate("val")
+    assert compact.metrics == reference.metrics
+    assert compact.scores.equals(reference.scores)
+
+
+def test_move_batch_keeps_values_and_dtypes() -> None:
+    batch = {"input": torch.rand(2, 3), "seg": torch.tensor([[-1, 12]], dtype=torch.int8)}
+    moved = move_batch(batch, torch.device("cpu"))
+    assert all(torch.equal(moved[key], batch[key]) for key in batch)
+    assert moved["seg"].dtype == torch.int8
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+def test_cuda_batches_come_from_pinned_memory_without_blocking() -> None:
+    batch = {"input": torch.rand(2, 3, 8, 8), "example_id": torch.arange(2)}
+    moved = move_batch(batch, torch.device("cuda"))
+    torch.cuda.synchronize()
+    assert all(
+        value.is_cuda and torch.equal(value.cpu(), batch[key]) for key, value in moved.items()
+    )
+
+
+@needs_cuda
+def test_cuda_relif_step_never_synchronises() -> None:
+    """CUDA's own sync detector: any host synchronisation in the regularizer raises."""
+    regularizer = ReLiFRegularizer(ExperimentConfig().relif, ["a", "b"]).cuda()
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for valid_b in (True, False):
+        scores = {
+            "a": (
+                torch.rand(6, device="cuda", generator=generator),
+                torch.ones(6, dtype=torch.bool, device="cuda"),
+            ),
+            "b": (
+                torch.rand(6, device="cuda", generator=generator),
+                torch.full((6,), valid_b, device="cuda"),
+            ),
+        }
+        representation = torch.randn(6, 4, device="cuda", generator=generator, requires_grad=True)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            loss, _ = regularizer(scores, representation, {"a": True, "b": True})
+            loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")

@@ -1,0 +1,601 @@
+"""MTL methods: shared properties of every registered method, then each method's own math.
+
+The toy problem is a shared MLP (trunk + last shared layer) with three linear regression
+heads whose targets pull the trunk in conflicting directions.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torchjd.aggregation as jd_aggregation
+from torch import Tensor, nn
+from torchjd.scalarization import UW
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.engine import TrainingRun
+from relif_ray.errors import UserError
+from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
+from relif_ray.methods.fairgrad import fairgrad_weights
+from relif_ray.methods.gradients import add_to_grads, backward_per_task, per_task_gradients
+from relif_ray.methods.gradnorm import gradnorm_weight_gradient
+from relif_ray.methods.pcgrad import pcgrad_weights
+from tests.conftest import tiny_config
+
+TASKS = ["a", "b", "c"]
+ALL_METHODS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
+
+
+class ToyModel(nn.Module):
+    """Shared trunk + last shared layer + one linear head per task."""
+
+    def __init__(self, seed: int = 0, in_dim: int = 5, hidden: int = 12) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.trunk = nn.Sequential(nn.Linear(in_dim, hidden), nn.Tanh())
+        self.last = nn.Linear(hidden, hidden)
+        self.heads = nn.ModuleDict({task: nn.Linear(hidden, 1) for task in TASKS})
+        self.trunk_passes = 0
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        return [*self.trunk.parameters(), *self.last.parameters()]
+
+    def last_shared_parameters(self) -> list[nn.Parameter]:
+        return list(self.last.parameters())
+
+    def forward(self, x: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        hidden = self.trunk(x)
+        if hidden.requires_grad:
+            hidden.register_hook(self._count_trunk_pass)
+        representation = torch.tanh(self.last(hidden))
+        return {task: head(representation).squeeze(-1) for task, head in self.heads.items()}, (
+            representation
+        )
+
+    def _count_trunk_pass(self, grad: Tensor) -> None:
+        self.trunk_passes += 1
+
+
+def toy_data(seed: int = 0, n: int = 64, in_dim: int = 5) -> tuple[Tensor, dict[str, Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, in_dim, generator=generator)
+    direction = torch.randn(in_dim, generator=generator)
+    other = torch.randn(in_dim, generator=generator)
+    coefficients = {"a": direction, "b": -direction + 0.3, "c": other}
+    scales = {"a": 1.0, "b": 3.0, "c": 0.5}
+    return x, {task: scales[task] * torch.sin(x @ coefficients[task]) for task in TASKS}
+
+
+def losses_and_extra(model: ToyModel, x: Tensor, y: dict[str, Tensor]):
+    predictions, representation = model(x)
+    losses = {task: (predictions[task] - y[task]).pow(2).mean() for task in TASKS}
+    extra = 0.3 * representation.pow(2).mean()
+    return losses, extra
+
+
+def context(model: ToyModel, step: int = 0) -> StepContext:
+    return StepContext(model.shared_parameters(), model.last_shared_parameters(), step)
+
+
+def new_method(name: str, seed: int = 0, **options) -> MTLMethod:
+    return build_method(name, TASKS, seed, **options)
+
+
+def clone(method: MTLMethod, name: str) -> MTLMethod:
+    """A fresh method with `method`'s state, through a weights-only checkpoint round trip."""
+    buffer = io.BytesIO()
+    torch.save(method.state_dict(), buffer)
+    buffer.seek(0)
+    copy = new_method(name, seed=12345)  # a different seed: the state must carry everything
+    copy.load_state_dict(torch.load(buffer, weights_only=True))
+    return copy
+
+
+def grads_of(*modules: nn.Module) -> list[Tensor]:
+    return [p.grad.clone() for m in modules for p in m.parameters() if p.requires_grad]
+
+
+def one_step(model: ToyModel, method: MTLMethod, x, y, with_extra: bool, step: int = 0):
+    model.zero_grad(set_to_none=True)
+    method.zero_grad(set_to_none=True)
+    losses, extra = losses_and_extra(model, x, y)
+    return method.backward(losses, context(model, step), extra if with_extra else None)
+
+
+# --- registry -------------------------------------------------------------------------------
+
+
+def test_registry_has_the_papers_methods_except_cats():
+    assert set(ALL_METHODS) <= set(METHODS)
+    with pytest.raises(UserError, match=r"unknown method 'cats'; the implemented methods are: "):
+        new_method("cats")
+    for name in ALL_METHODS:
+        assert isinstance(new_method(name), MTLMethod)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "field"),
+    [
+        ("gradnorm", {"alpha": -1.0}, "method.options.alpha"),
+        ("gradnorm", {"weight_lr": 0.0}, "method.options.weight_lr"),
+        ("fairgrad", {"alpha": float("nan")}, "method.options.alpha"),
+        ("uncertainty", {"init_log_variance": float("inf")}, "method.options.init_log_variance"),
+        ("pcgrad", {"alpha": 1.0}, "method.options"),
+    ],
+)
+def test_bad_options_are_one_line_user_errors(name, options, field):
+    with pytest.raises(UserError, match=field) as error:
+        new_method(name, **options)
+    assert "\n" not in str(error.value)
+
+
+# --- properties shared by every method --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_METHODS)
+def test_fills_finite_grads_of_every_parameter_and_returns_task_weights(name):
+    model, method = ToyModel(), new_method(name)
+    x, y = toy_data()
+    weights = one_step(model, method, x, y, with_extra=True)
+    assert set(weights) == set(TASKS)
+    assert all(torch.isfinite(w) and w.dim() == 0 for w in weights.values())
+    for param in [*model.parameters(), *method.parameters()]:
+        assert param.grad is not None and torch.isfinite(param.grad).all()
+
+
+@pytest.mark.parametrize("name", ALL_METHODS)
+def test_extra_loss_gradient_is_added_after_aggregation(name):
+    """grad(method, extra) == grad(method, no extra) + d extra / d theta, for every parameter."""
+    x, y = toy_data()
+    warm_model, method = ToyModel(), new_method(name)
+    for step in range(2):  # leave the initial state so that weights differ from 1
+        one_step(warm_model, method, x, y, with_extra=False, step=step)
+    method_copy = clone(method, name)
+
+    model = ToyModel(seed=3)
+    one_step(model, method, x, y, with_extra=True)
+    with_extra = grads_of(model, method)
+    one_step(model, method_copy, x, y, with_extra=False)
+    without_extra = grads_of(model, method_copy)
+
+    model.zero_grad(set_to_none=True)
+    _, extra = losses_and_extra(model, x, y)
+    extra.backward()
+    extra_grads = [
+        p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()
+    ] + [torch.zeros_like(p) for p in method.parameters()]
+    for got, base, added in zip(with_extra, without_extra, extra_grads, strict=True):
+        torch.testing.assert_close(got, base + added, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ALL_METHODS)
+def test_checkpoint_round_trip_continues_identically(name):
+    x, y = toy_data()
+    model, method = ToyModel(), new_method(name, seed=7)
+    for step in range(3):
+        one_step(model, method, x, y, with_extra=False, step=step)
+    restored = clone(method, name)
+    for a, b in zip(method.state_dict().values(), restored.state_dict().values(), strict=True):
+        if isinstance(a, Tensor):
+            torch.testing.assert_close(a, b, equal_nan=True)
+    for step in range(3, 5):
+        weights = one_step(model, method, x, y, with_extra=False, step=step)
+        grads = grads_of(model)
+        restored_weights = one_step(model, restored, x, y, with_extra=False, step=step)
+        assert weights.keys() == restored_weights.keys()
+        for task in TASKS:
+            torch.testing.assert_close(weights[task], restored_weights[task])
+        for a, b in zip(grads, grads_of(model), strict=True):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", ALL_METHODS)
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_short_training_improves_the_task_losses(name, with_extra):
+    x, y = toy_data()
+    model, method = ToyModel(), new_method(name)
+    optimizer = torch.optim.Adam([*model.parameters(), *method.parameters()], lr=0.02)
+    history = []
+    for step in range(60):
+        model.zero_grad(set_to_none=True)
+        method.zero_grad(set_to_none=True)
+        losses, extra = losses_and_extra(model, x, y)
+        history.append(sum(loss.item() for loss in losses.values()))
+        method.backward(losses, context(model, step), extra if with_extra else None)
+        optimizer.step()
+    assert np.isfinite(history).all()
+    assert history[-1] < 0.6 * history[0]
+
+
+@pytest.mark.parametrize("name", ALL_METHODS)
+def test_same_seed_same_run(name):
+    x, y = toy_data()
+    runs = []
+    for _ in range(2):
+        model, method = ToyModel(), new_method(name, seed=3)
+        for step in range(3):
+            one_step(model, method, x, y, with_extra=True, step=step)
+        runs.append(grads_of(model))
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("name", "trunk_passes", "trunk_passes_with_extra"),
+    [
+        ("erm", 1, 1),
+        ("uncertainty", 1, 1),
+        ("gradnorm", 1, 1),
+        ("pcgrad", 3, 4),
+        ("fairgrad", 3, 4),
+    ],
+)
+def test_backward_passes_through_the_backbone(name, trunk_passes, trunk_passes_with_extra):
+    """K per-task passes only where per-task shared gradients are needed (+1 for extra_loss).
+
+    GradNorm's per-task gradients stop at the last shared layer and never reach the trunk.
+    """
+    x, y = toy_data()
+    for with_extra, expected in [(False, trunk_passes), (True, trunk_passes_with_extra)]:
+        model = ToyModel()
+        one_step(model, new_method(name), x, y, with_extra=with_extra)
+        assert model.trunk_passes == expected
+
+
+# --- gradient helpers --------------------------------------------------------------------------
+
+
+def test_per_task_gradients_rows_are_flattened_task_gradients():
+    model = ToyModel()
+    unused = nn.Parameter(torch.ones(2, 2))
+    losses, _ = losses_and_extra(model, *toy_data())
+    params = [*model.shared_parameters(), unused]
+    matrix = per_task_gradients([losses[t] for t in TASKS], params)
+    assert matrix.shape == (3, sum(p.numel() for p in params))
+    for row, task in enumerate(TASKS):
+        expected = torch.autograd.grad(losses[task], model.shared_parameters(), retain_graph=True)
+        flat = torch.cat([g.reshape(-1) for g in expected] + [torch.zeros(4)])
+        torch.testing.assert_close(matrix[row], flat)
+
+
+def test_backward_per_task_returns_shared_rows_and_leaves_the_plain_sum_on_heads():
+    model = ToyModel()
+    losses, _ = losses_and_extra(model, *toy_data())
+    task_losses = [losses[t] for t in TASKS]
+    expected = per_task_gradients(task_losses, model.shared_parameters())
+    head_params = list(model.heads.parameters())
+    expected_heads = torch.autograd.grad(sum(task_losses), head_params, retain_graph=True)
+
+    matrix = backward_per_task(task_losses, model.shared_parameters(), keep_graph=False)
+    torch.testing.assert_close(matrix, expected)
+    assert all(p.grad is None for p in model.shared_parameters())
+    for param, grad in zip(head_params, expected_heads, strict=True):
+        torch.testing.assert_close(param.grad, grad)
+
+
+def test_add_to_grads_adds_in_parameter_layout():
+    first, second = nn.Parameter(torch.zeros(2, 3)), nn.Parameter(torch.zeros(4))
+    second.grad = torch.ones(4)
+    add_to_grads([first, second], torch.arange(10.0))
+    torch.testing.assert_close(first.grad, torch.arange(6.0).view(2, 3))
+    torch.testing.assert_close(second.grad, 1 + torch.arange(6.0, 10.0))
+
+
+# --- PCGrad --------------------------------------------------------------------------------------
+
+
+def pcgrad_reference(gradients: Tensor, orders: list[list[int]]) -> Tensor:
+    """Algorithm 1 of Yu et al. on the gradient vectors themselves (no Gramian)."""
+    total = torch.zeros_like(gradients[0])
+    for i, g_i in enumerate(gradients):
+        projected = g_i.clone()
+        for j in orders[i]:
+            if j != i and projected @ gradients[j] < 0:
+                projected -= (projected @ gradients[j]) / gradients[j].pow(2).sum() * gradients[j]
+        total += projected
+    return total
+
+
+def random_orders(num_tasks: int, generator: torch.Generator) -> list[list[int]]:
+    return [torch.randperm(num_tasks, generator=generator).tolist() for _ in range(num_tasks)]
+
+
+def test_pcgrad_output_never_conflicts_with_either_task_on_conflicting_pairs():
+    """Yu et al.'s two-task guarantee: the summed projection has g_k . d >= 0 for both tasks."""
+    generator = torch.Generator().manual_seed(0)
+    checked = 0
+    while checked < 200:
+        gradients = torch.randn(2, 7, generator=generator, dtype=torch.float64)
+        if gradients[0] @ gradients[1] >= 0:
+            continue
+        gramian = (gradients @ gradients.T).tolist()
+        update = torch.tensor(pcgrad_weights(gramian, [[0, 1], [1, 0]]), dtype=torch.float64)
+        inner = gradients @ (update @ gradients)
+        assert (inner >= -1e-12).all()
+        # and the projection really changed something (a plain sum can conflict)
+        assert not torch.allclose(update, torch.ones(2, dtype=torch.float64))
+        checked += 1
+
+
+@pytest.mark.parametrize("num_tasks", [2, 3, 5])
+def test_pcgrad_matches_torchjd_and_the_vector_form_for_fixed_orders(num_tasks, monkeypatch):
+    generator = torch.Generator().manual_seed(num_tasks)
+    for _ in range(20):
+        gradients = torch.randn(num_tasks, 11, generator=generator, dtype=torch.float64)
+        orders = random_orders(num_tasks, generator)
+        weights = pcgrad_weights((gradients @ gradients.T).tolist(), orders)
+        ours = torch.tensor(weights, dtype=torch.float64) @ gradients
+
+        queue = iter(orders)
+        monkeypatch.setattr(torch, "randperm", lambda n, q=queue: torch.tensor(next(q)))
+        torchjd_result = jd_aggregation.PCGrad()(gradients)
+        monkeypatch.undo()
+
+        torch.testing.assert_close(ours, torchjd_result, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(ours, pcgrad_reference(gradients, orders))
+
+
+def test_pcgrad_method_projects_shared_and_sums_task_specific_gradients():
+    model, method = ToyModel(), new_method("pcgrad", seed=5)
+    x, y = toy_data()
+    losses, _ = losses_and_extra(model, x, y)
+    gradients = per_task_gradients([losses[t] for t in TASKS], model.shared_parameters())
+    orders = random_orders(3, torch.Generator().manual_seed(5))  # what the method will draw
+    expected_shared = pcgrad_reference(gradients, orders)
+    total = sum(losses.values())
+    head_grads = [
+        torch.autograd.grad(total, list(model.heads[t].parameters()), retain_graph=True)
+        for t in TASKS
+    ]
+
+    one_step(model, method, x, y, with_extra=False)
+    shared = torch.cat([p.grad.reshape(-1) for p in model.shared_parameters()])
+    torch.testing.assert_close(shared, expected_shared, rtol=1e-5, atol=1e-6)
+    for task, expected in zip(TASKS, head_grads, strict=True):
+        for param, grad in zip(model.heads[task].parameters(), expected, strict=True):
+            torch.testing.assert_close(param.grad, grad)
+
+
+def test_pcgrad_draws_a_new_order_each_step_from_its_seeded_generator():
+    first, same_seed, other_seed = (new_method("pcgrad", seed=s) for s in (1, 1, 2))
+    draws = [first.draw_orders() for _ in range(20)]
+    assert draws[0] == random_orders(3, torch.Generator().manual_seed(1))  # one order per task
+    assert draws == [same_seed.draw_orders() for _ in range(20)]
+    assert draws != [other_seed.draw_orders() for _ in range(20)]
+    assert len({str(d) for d in draws}) > 1
+    assert all(sorted(order) == [0, 1, 2] for d in draws for order in d)
+    assert "_extra_state" in first.state_dict()
+
+
+# --- FairGrad ----------------------------------------------------------------------------------
+
+
+def random_gramian(num_tasks: int, generator: torch.Generator, scale: float = 1.0) -> np.ndarray:
+    gradients = scale * torch.randn(num_tasks, 20, generator=generator, dtype=torch.float64)
+    return (gradients @ gradients.T).numpy()
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 2.0, 5.0])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 30.0])
+def test_fairgrad_weights_solve_the_fixed_point(alpha, scale):
+    generator = torch.Generator().manual_seed(int(alpha * 10))
+    for num_tasks in (2, 3, 4):
+        gramian = random_gramian(num_tasks, generator, scale)
+        weights = fairgrad_weights(gramian, alpha)
+        assert (weights > 0).all()
+        target = np.power(weights, -1.0 / alpha)
+        assert np.linalg.norm(gramian @ weights - target) <= 1e-6 * np.linalg.norm(target)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0])
+def test_fairgrad_weights_match_torchjd(alpha):
+    generator = torch.Generator().manual_seed(1)
+    weighting = jd_aggregation.FairGradWeighting(alpha=alpha)
+    for num_tasks in (2, 3, 4):
+        gramian = random_gramian(num_tasks, generator)
+        theirs = weighting(torch.from_numpy(gramian)).numpy()
+        np.testing.assert_allclose(fairgrad_weights(gramian, alpha), theirs, rtol=1e-4)
+
+
+def test_fairgrad_alpha_zero_is_equal_weights_and_equals_erm():
+    assert np.array_equal(fairgrad_weights(random_gramian(3, torch.Generator()), 0.0), np.ones(3))
+    x, y = toy_data()
+    model = ToyModel()
+    one_step(model, new_method("erm"), x, y, with_extra=True)
+    erm_grads = grads_of(model)
+    one_step(model, new_method("fairgrad", alpha=0.0), x, y, with_extra=True)
+    for a, b in zip(erm_grads, grads_of(model), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_fairgrad_shared_update_is_weighted_gradient_sum_and_heads_get_plain_sum():
+    model = ToyModel()
+    x, y = toy_data()
+    losses, _ = losses_and_extra(model, x, y)
+    gradients = per_task_gradients([losses[t] for t in TASKS], model.shared_parameters())
+    expected = fairgrad_weights((gradients @ gradients.T).double().numpy(), 2.0)
+
+    weights = one_step(model, new_method("fairgrad"), x, y, with_extra=False)
+    w = torch.tensor([weights[t].item() for t in TASKS])
+    np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5)
+    shared = torch.cat([p.grad.reshape(-1) for p in model.shared_parameters()])
+    torch.testing.assert_close(shared, w @ gradients, rtol=1e-5, atol=1e-6)
+    for task in TASKS:
+        expected_head = torch.autograd.grad(
+            losses[task], list(model.heads[task].parameters()), retain_graph=True
+        )
+        for param, grad in zip(model.heads[task].parameters(), expected_head, strict=True):
+            torch.testing.assert_close(param.grad, grad)
+
+
+# --- GradNorm ----------------------------------------------------------------------------------
+
+
+def test_gradnorm_weight_gradient_matches_autograd_of_the_gradnorm_loss():
+    model = ToyModel()
+    losses, _ = losses_and_extra(model, *toy_data())
+    task_losses = [losses[t] for t in TASKS]
+    weights = torch.tensor([0.5, 1.7, 0.8], requires_grad=True)
+    initial = torch.tensor([2.0, 5.0, 0.4])
+    alpha = 1.5
+
+    norms = torch.stack(
+        [
+            torch.cat(
+                [
+                    g.reshape(-1)
+                    for g in torch.autograd.grad(
+                        w * loss,
+                        model.last_shared_parameters(),
+                        create_graph=True,
+                        retain_graph=True,
+                    )
+                ]
+            ).norm()
+            for w, loss in zip(weights, task_losses, strict=True)
+        ]
+    )
+    ratios = torch.stack(task_losses).detach() / initial
+    target = (norms.mean() * (ratios / ratios.mean()).pow(alpha)).detach()
+    (expected,) = torch.autograd.grad((norms - target).abs().sum(), weights)
+
+    grad_norms = per_task_gradients(task_losses, model.last_shared_parameters()).norm(dim=1)
+    got = gradnorm_weight_gradient(
+        weights.detach(), grad_norms, torch.stack(task_losses).detach(), initial, alpha
+    )
+    torch.testing.assert_close(got, expected)
+
+
+def test_gradnorm_update_keeps_weights_positive_summing_to_k_and_records_initial_losses():
+    x, y = toy_data()
+    model, method = ToyModel(), new_method("gradnorm", weight_lr=0.05)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    first_losses, _ = losses_and_extra(model, x, y)
+    history = []
+    for step in range(40):
+        before = method.weights.clone()
+        used = one_step(model, method, x, y, with_extra=False, step=step)
+        optimizer.step()
+        torch.testing.assert_close(torch.stack([used[t] for t in TASKS]), before)
+        assert method.weights.sum().item() == pytest.approx(3.0, abs=1e-5)
+        assert (method.weights > 0).all()
+        history.append(method.weights.clone())
+    torch.testing.assert_close(
+        method.initial_losses, torch.stack([first_losses[t] for t in TASKS]).detach()
+    )
+    assert not torch.allclose(history[-1], torch.ones(3))  # the weights did move
+
+
+def test_gradnorm_one_step_is_sgd_on_the_weights_then_renormalisation():
+    x, y = toy_data()
+    model, method = ToyModel(), new_method("gradnorm", alpha=1.5, weight_lr=0.1)
+    method.weights.copy_(torch.tensor([0.6, 1.5, 0.9]))
+    method.initial_losses.copy_(torch.tensor([3.0, 4.0, 0.2]))
+    losses, _ = losses_and_extra(model, x, y)
+    task_losses = [losses[t] for t in TASKS]
+    grad_norms = per_task_gradients(task_losses, model.last_shared_parameters()).norm(dim=1)
+    step = gradnorm_weight_gradient(
+        method.weights, grad_norms, torch.stack(task_losses).detach(), method.initial_losses, 1.5
+    )
+    expected = method.weights - 0.1 * step
+    expected = 3 * expected / expected.sum()
+    weighted_sum = sum(w * loss for w, loss in zip(method.weights, task_losses, strict=True))
+    expected_grads = torch.autograd.grad(weighted_sum, list(model.parameters()))
+
+    one_step(model, method, x, y, with_extra=False)
+    torch.testing.assert_close(method.weights, expected)
+    for param, grad in zip(model.parameters(), expected_grads, strict=True):
+        torch.testing.assert_close(param.grad, grad)
+
+
+# --- Uncertainty -------------------------------------------------------------------------------
+
+
+def test_uncertainty_gradient_wrt_log_variance_has_the_closed_form():
+    model, method = ToyModel(), new_method("uncertainty")
+    log_variances = torch.tensor([-0.7, 0.2, 1.3])
+    with torch.no_grad():
+        method.log_variances.copy_(log_variances)
+    x, y = toy_data()
+    losses, _ = losses_and_extra(model, x, y)
+    values = torch.stack([losses[t] for t in TASKS]).detach()
+
+    weights = one_step(model, method, x, y, with_extra=True)
+    torch.testing.assert_close(
+        method.log_variances.grad, 0.5 - 0.5 * torch.exp(-log_variances) * values
+    )
+    torch.testing.assert_close(
+        torch.stack([weights[t] for t in TASKS]), 0.5 * torch.exp(-log_variances)
+    )
+
+
+def test_uncertainty_is_stationary_at_log_of_the_loss_and_agrees_with_torchjd_uw():
+    model, method = ToyModel(), new_method("uncertainty")
+    losses, _ = losses_and_extra(model, *toy_data())
+    values = torch.stack([losses[t] for t in TASKS])
+    with torch.no_grad():
+        method.log_variances.copy_(values.log())
+    objective, _ = method.objective(losses)
+    (grad,) = torch.autograd.grad(objective, method.log_variances, retain_graph=True)
+    torch.testing.assert_close(grad, torch.zeros(3), atol=1e-6, rtol=0)
+
+    reference = UW(3)
+    with torch.no_grad():
+        reference.log_var.copy_(torch.tensor([0.3, -1.0, 0.0]))
+        method.log_variances.copy_(reference.log_var)
+    torch.testing.assert_close(method.objective(losses)[0], reference(values))
+
+
+def test_uncertainty_log_variances_are_parameters_initialised_from_the_option():
+    default = new_method("uncertainty")
+    assert [name for name, _ in default.named_parameters()] == ["log_variances"]
+    torch.testing.assert_close(default.log_variances.detach(), torch.zeros(3))
+    shifted = new_method("uncertainty", init_log_variance=-0.5)
+    torch.testing.assert_close(shifted.log_variances.detach(), torch.full((3,), -0.5))
+
+
+# --- every method through the engine on tiny synthetic NYUv2 ----------------------------------
+
+
+def engine_run(root, name: str, relif: bool, **train) -> TrainingRun:
+    config = tiny_config(root, **train)
+    config["method"] = {"name": name}
+    if relif:
+        config["relif"] = {"enabled": True, "warmup_steps": 0}
+    return TrainingRun(ExperimentConfig.from_dict(config))
+
+
+def total_loss(row: dict[str, float]) -> float:
+    return row["loss_seg"] + row["loss_depth"] + row["loss_normal"]
+
+
+@pytest.mark.parametrize("relif", [False, True], ids=["plain", "relif"])
+@pytest.mark.parametrize("name", ALL_METHODS)
+def test_training_run_with_every_method_learns(nyuv2_dir, name, relif):
+    run = engine_run(nyuv2_dir, name, relif, epochs=1, lr=2e-3)
+    run.train_epoch()
+    trace = run.trace
+    assert len(trace) == 4
+    assert all(np.isfinite(list(row.values())).all() for row in trace)
+    assert ("lambda" in trace[0]) == relif
+    first = np.mean([total_loss(row) for row in trace[:2]])
+    last = np.mean([total_loss(row) for row in trace[-2:]])
+    assert last < 0.95 * first
+
+
+@pytest.mark.parametrize("name", ["gradnorm", "pcgrad"])
+def test_training_run_resume_restores_the_method_state(nyuv2_dir, name):
+    uninterrupted = engine_run(nyuv2_dir, name, relif=True, max_steps=3)
+    uninterrupted.train_steps(3)
+    interrupted = engine_run(nyuv2_dir, name, relif=True, max_steps=3)
+    interrupted.train_steps(1)
+    buffer = io.BytesIO()
+    torch.save(interrupted.state_dict(), buffer)
+    buffer.seek(0)
+    resumed = engine_run(nyuv2_dir, name, relif=True, max_steps=3)
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    resumed.train_steps(2)
+    assert resumed.trace == uninterrupted.trace
