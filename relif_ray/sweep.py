@@ -184,10 +184,6 @@ def build_parser(
         f"Ray Tune sweep of MTL methods x seeds (x ReLiF settings) on {defaults.dataset}."
     )
     parser = OneLineParser(description=description, formatter_class=DefaultsHelpFormatter)
-    if dataset_choices:
-        parser.add_argument(
-            "--dataset", choices=dataset_choices, default=defaults.dataset, help="data set"
-        )
     data = parser.add_argument_group("data and budget")
     if dataset_choices:
         data.add_argument(
@@ -554,10 +550,7 @@ def run(
         check_variants(base, variants)
         return relif_tune.param_space(base, variants, seeds, args.delta), None
 
-    experiment_dir = launch(args, defaults, name, grid)
-    if defaults.delta_ref is not None:
-        print(f"fixed-delta audit threshold of the paper: delta_ref = {defaults.delta_ref:g}")
-    return experiment_dir
+    return launch(args, defaults, name, grid)
 
 
 def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]):
