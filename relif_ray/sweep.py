@@ -99,14 +99,7 @@ CLINICAL_CONFIG = {
 }
 """The paper's clinical setting: 2-layer LSTM (256, dropout 0.3), AdamW, wd 1e-5, clip 1.0."""
 
-CLINICAL_DEMO = {
-    "epochs": 3,
-    "batch_size": 16,
-    "lr": 3e-3,
-    "backbone": "lstm",
-    "seeds": 2,
-    "methods": "erm,relif",
-}
+CLINICAL_DEMO = {"epochs": 3, "batch_size": 16, "lr": 3e-3, "seeds": 2, "methods": "erm,relif"}
 
 MIMIC3 = DatasetDefaults(
     dataset="mimic3",
@@ -218,7 +211,8 @@ def build_parser(
     data.add_argument("--lr", type=float, help=f"learning rate (default: {defaults.lr:g})")
     data.add_argument(
         "--backbone",
-        help=f"model backbone (default: {defaults.backbone}; demo: {demo['backbone']})",
+        help=f"model backbone (default: {defaults.backbone}; demo: "
+        f"{demo.get('backbone', defaults.backbone)})",
     )
     data.add_argument("--warmup-steps", type=int, help="ReLiF controller warmup steps")
     data.add_argument(
