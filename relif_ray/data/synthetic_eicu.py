@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from relif_ray.data.atomic_dir import atomic_directory
-from relif_ray.errors import UserError
+from relif_ray.data.synthetic_mimic3 import check_synthetic_arguments
 
 VARIABLE_COLUMNS = (
     "Eyes", "FiO2", "GCS Total", "Heart Rate", "Invasive BP Diastolic", "Invasive BP Systolic",
@@ -45,7 +45,7 @@ def write_synthetic_eicu(
     Written atomically (temporary folder, then rename). A non-empty `out` is refused unless
     `overwrite`, and then replaced only if it holds nothing but this layout's files.
     """
-    _check_arguments(patients, seed)
+    check_synthetic_arguments(patients, seed)
     rng = np.random.default_rng(seed)
     order = rng.permutation(patients)
     n_held_out = max(1, round(0.15 * patients))
@@ -116,12 +116,3 @@ def _stay_lines(stay: int, rng: np.random.Generator) -> list[str]:
         )
         for i, hour in enumerate(hours)
     ]
-
-
-def _check_arguments(patients: int, seed: int) -> None:
-    if isinstance(patients, bool) or not isinstance(patients, int) or patients < 3:
-        raise UserError(
-            f"--patients: need an integer of at least 3 (one per split), got {patients!r}"
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UserError(f"--seed: must be a non-negative integer, got {seed!r}")

@@ -78,7 +78,7 @@ def write_synthetic_mimic3(
     Written atomically (temporary folder, then rename). A non-empty `out` is refused unless
     `overwrite`, and then replaced only if it holds nothing but this layout's files.
     """
-    _check_arguments(patients, seed)
+    check_synthetic_arguments(patients, seed)
     rng = np.random.default_rng(seed)
     phenotype_weights = rng.normal(0.0, 1.5, size=(NUM_PHENOTYPES, 3))
     phenotype_bias = rng.normal(-1.0, 0.5, size=NUM_PHENOTYPES)
@@ -220,7 +220,8 @@ def _sigmoid(x: np.ndarray | float) -> np.ndarray | float:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _check_arguments(patients: int, seed: int) -> None:
+def check_synthetic_arguments(patients: int, seed: int) -> None:
+    """--patients and --seed of the clinical synthetic writers (MIMIC-III and eICU)."""
     if isinstance(patients, bool) or not isinstance(patients, int) or patients < 3:
         raise UserError(
             f"--patients: need an integer of at least 3 (one per split), got {patients!r}"
