@@ -17,6 +17,15 @@ Batch = dict[str, Tensor]
 """A mini-batch: "input" (and e.g. "lengths"), one target entry per task name, "example_id"."""
 
 
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of `values` where `mask` is set; 0 (still differentiable) where nothing is.
+
+    A multiply-and-sum rather than boolean indexing (`values[mask].mean()`), whose output
+    shape depends on the data and so makes the host wait for the device every step."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
 @dataclass
 class ModelOutput:
     """What a multi-task model returns for one batch.

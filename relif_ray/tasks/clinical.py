@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from scipy.stats import rankdata
 from torch import Tensor
 
-from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task
+from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task, masked_mean
 
 LOS_BIN_EDGES_HOURS = (24.0, 48.0, 72.0, 96.0, 120.0, 144.0, 168.0, 192.0, 336.0)
 """Upper edges of the first nine length-of-stay bins (hours); the tenth bin is [336, inf)."""
@@ -61,14 +61,13 @@ NUM_PHENOTYPES = 25
 
 
 def los_bins(hours: Tensor) -> Tensor:
-    """Bin index (long) of remaining stays in hours: bin i holds edges[i-1] <= h < edges[i]."""
-    edges = torch.tensor(LOS_BIN_EDGES_HOURS, dtype=hours.dtype, device=hours.device)
-    return torch.bucketize(hours.contiguous(), edges, right=True)
-
-
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of `values` where mask is 1; 0 (still differentiable) when nothing is labelled."""
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    """Bin index (long) of remaining stays in hours: bin i holds edges[i-1] <= h < edges[i],
+    i.e. the number of edges <= h. Counted edge by edge against Python numbers, so no edge
+    tensor is copied to the device (and waited for) every training step."""
+    bins = torch.zeros_like(hours, dtype=torch.long)
+    for edge in LOS_BIN_EDGES_HOURS:
+        bins += hours >= edge
+    return bins
 
 
 # ----------------------------------------------------------------------------------------

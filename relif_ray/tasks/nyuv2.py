@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task
+from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task, masked_mean
 
 NUM_CLASSES = 13
 ANGLE_BINS_PER_DEGREE = 100
 """Normal-angle histogram resolution; the median is exact to 1/100 degree."""
 
 
-def _masked_mean(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def _masked_mean_per_example(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Per-example mean of `values` (B,H,W) over `mask` (B,H,W) and whether any pixel is valid."""
     mask = mask.to(values.dtype)
     count = mask.flatten(1).sum(1)
@@ -38,7 +38,7 @@ def _feature_norm_score(features: Tensor, valid: Tensor) -> tuple[Tensor, Tensor
     """Valid-region mean of the channel-wise L2 norm of a decoder feature map."""
     norm = torch.linalg.vector_norm(features, dim=1, keepdim=True)
     norm = F.interpolate(norm, size=valid.shape[-2:], mode="bilinear", align_corners=False)
-    return _masked_mean(norm[:, 0], valid)
+    return _masked_mean_per_example(norm[:, 0], valid)
 
 
 class SegmentationTask(Task):
@@ -56,7 +56,7 @@ class SegmentationTask(Task):
 
     def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
         confidence = output.predictions[self.name].softmax(dim=1).amax(dim=1)
-        return _masked_mean(confidence, batch[self.name] >= 0)
+        return _masked_mean_per_example(confidence, batch[self.name] >= 0)
 
 
 class DepthTask(Task):
@@ -64,8 +64,7 @@ class DepthTask(Task):
     score_is_probability = False
 
     def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
-        valid = target > 0
-        return (prediction - target).abs()[valid].mean()
+        return masked_mean((prediction - target).abs(), target > 0)
 
     def new_metrics(self) -> MetricAccumulator:
         return DepthMetrics()
@@ -84,7 +83,7 @@ class NormalTask(Task):
     def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
         valid = target.abs().sum(dim=1) > 0
         cosine = (F.normalize(prediction, dim=1) * target).sum(dim=1)
-        return (1.0 - cosine)[valid].mean()
+        return masked_mean(1.0 - cosine, valid)
 
     def new_metrics(self) -> MetricAccumulator:
         return NormalMetrics()
