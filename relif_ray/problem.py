@@ -105,13 +105,25 @@ def _cached_problem(dataset: str, root: str) -> Problem:
     return PROBLEM_LOADERS[dataset](root)
 
 
+HOST_KEYS = frozenset({"lengths"})
+"""Batch entries that stay on the host: `pack_padded_sequence` reads sequence lengths there,
+and fetching them back from the GPU would make the host wait for the device every step."""
+
+
 def move_batch(batch: Batch, device: torch.device) -> Batch:
-    """Copy a batch to `device`; to CUDA it goes through pinned (page-locked) host memory, so
-    the copy is asynchronous and the host goes on queueing work. The pinned staging buffers
-    come from PyTorch's caching host allocator, which keeps each one until its copy is done."""
-    if device.type != "cuda":
-        return {key: value.to(device) for key, value in batch.items()}
-    return {key: _pinned(value).to(device, non_blocking=True) for key, value in batch.items()}
+    """Copy a batch (except `HOST_KEYS`) to `device`; to CUDA it goes through pinned
+    (page-locked) host memory, so the copy is asynchronous and the host goes on queueing work.
+    The pinned staging buffers come from PyTorch's caching host allocator, which keeps each
+    one until its copy is done."""
+    moved = {}
+    for key, value in batch.items():
+        if key in HOST_KEYS:
+            moved[key] = value.cpu()
+        elif device.type == "cuda":
+            moved[key] = _pinned(value).to(device, non_blocking=True)
+        else:
+            moved[key] = value.to(device)
+    return moved
 
 
 def _pinned(value: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from relif_ray.config import ModelConfig
@@ -66,14 +66,10 @@ class ClinicalMTLModel(MultiTaskModel):
 
     def forward(self, batch: Batch) -> ModelOutput:
         inputs, lengths = batch["input"], batch["lengths"]
-        packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        packed_outputs, (last_hidden, _) = self.lstm(packed)
-        outputs, _ = pad_packed_sequence(
-            packed_outputs, batch_first=True, total_length=inputs.shape[1]
-        )
+        outputs, last_hidden = self._run_lstm(inputs, lengths)
         outputs = self.dropout(outputs)
         rows = torch.arange(inputs.shape[0], device=inputs.device)
-        last_step = lengths.to(inputs.device) - 1
+        last_step = _to(lengths - 1, inputs.device)
         predictions = {}
         for name, spec in self.head_specs.items():
             if spec.readout == "every_step":
@@ -86,6 +82,26 @@ class ClinicalMTLModel(MultiTaskModel):
             predictions[name] = logits.squeeze(-1) if spec.out_features == 1 else logits
         return ModelOutput(predictions=predictions, representation=last_hidden[-1])
 
+    def _run_lstm(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """LSTM outputs (B, T, H), zero past each stay's end, and the last hidden states
+        (layers, B, H), both in batch order.
+
+        The lengths stay on the host (problem.HOST_KEYS), where packing reads them. The batch
+        is sorted by length here, on the host, rather than by `enforce_sorted=False`, whose
+        unpacking copies the sort order back from the device and so waits for it every step.
+        """
+        order = torch.argsort(lengths, descending=True, stable=True)
+        restore = torch.argsort(order)
+        packed = pack_padded_sequence(
+            inputs[_to(order, inputs.device)], lengths[order], batch_first=True
+        )
+        packed_outputs, (last_hidden, _) = self.lstm(packed)
+        outputs, _ = pad_packed_sequence(
+            packed_outputs, batch_first=True, total_length=inputs.shape[1]
+        )
+        restore = _to(restore, inputs.device)
+        return outputs[restore], last_hidden[:, restore]
+
     def shared_parameters(self) -> list[nn.Parameter]:
         return list(self.lstm.parameters())
 
@@ -93,3 +109,8 @@ class ClinicalMTLModel(MultiTaskModel):
         top = self.lstm.num_layers - 1
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
         return [getattr(self.lstm, f"{name}_l{top}") for name in names]
+
+
+def _to(index: Tensor, device: torch.device) -> Tensor:
+    """A host index tensor on `device`, copied without waiting for the device."""
+    return index.to(device, non_blocking=True)
