@@ -173,6 +173,18 @@ class TrainingRun:
     def _train_step(self) -> None:
         batch = self._train_batch()
         self.model.train()
+        row = self._backward(batch)
+        if self.config.train.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
+        self.optimizer.step()
+        row["step"] = torch.tensor(self.step)
+        self._pending.append(row)
+        self.step += 1
+
+    def _backward(self, batch: Batch) -> dict[str, Tensor]:
+        """Forward, task losses, ReLiF and the method's backward on one device batch; the
+        step's trace row, still as tensors. Nothing here waits for the device (tested), except
+        methods that solve a small problem on the host (PCGrad, FairGrad)."""
         output = self._forward(batch)
         losses = {
             task.name: task.loss(output.predictions[task.name], batch[task.name])
@@ -192,15 +204,10 @@ class TrainingRun:
             step=self.step,
         )
         weights = self.method.backward(losses, context, extra_loss)
-        if self.config.train.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
-        self.optimizer.step()
         row = {f"loss_{name}": loss.detach() for name, loss in losses.items()}
         row.update({f"weight_{name}": torch.as_tensor(w).detach() for name, w in weights.items()})
         row.update(stats)
-        row["step"] = torch.tensor(self.step)
-        self._pending.append(row)
-        self.step += 1
+        return row
 
     def _flush_trace(self) -> None:
         """Turn the pending per-step tensors into floats: one host sync per epoch, not per step."""

@@ -19,6 +19,7 @@ from relif_ray.errors import UserError
 from relif_ray.problem import Problem, TensorSplit, load_problem, move_batch
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from tests.conftest import tiny_config
+from tests.host_sync import no_host_sync
 
 RELIF = {"enabled": True, "warmup_steps": 0}
 
@@ -168,6 +169,86 @@ def test_move_batch_keeps_values_and_dtypes() -> None:
     assert moved["seg"].dtype == torch.int8
 
 
+def test_the_guard_catches_host_synchronisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = torch.tensor([0.5, -1.0, 2.0])
+    attempts = [
+        lambda: values.sum().item(),
+        lambda: bool(values.sum() > 0),
+        lambda: float(values.max()),
+        lambda: values[values > 0],
+        lambda: values[[0, 2]],
+        lambda: torch.tensor([0.1, 0.9]),
+        lambda: values.cpu(),
+        lambda: values.tolist(),
+    ]
+    for attempt in attempts:
+        with (
+            pytest.raises(AssertionError, match="host synchronisation"),
+            no_host_sync(monkeypatch),
+        ):
+            attempt()
+
+
+def dense_values(root, method: str = "erm", relif: bool = True, **top: object) -> dict:
+    values = tiny_config(root)
+    values["method"] = {"name": method}
+    values["relif"] = {**RELIF, "enabled": relif}
+    return {**values, **top}
+
+
+def clinical_values(root, **top: object) -> dict:
+    from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
+
+    data = write_synthetic_mimic3(root / "mimic3", patients=12, seed=0)
+    return {
+        "data": {"dataset": "mimic3", "root": str(data)},
+        "model": {"hidden_size": 8},
+        "train": {"epochs": 1, "batch_size": 4},
+        "relif": RELIF,
+        **top,
+    }
+
+
+def warm_run_and_batch(values: dict) -> tuple[TrainingRun, dict[str, torch.Tensor]]:
+    """A run one step in (scales, squash bounds, controller, GradNorm's L(0) are set) and its
+    next batch, already on the device."""
+    run = TrainingRun(ExperimentConfig.from_dict(values))
+    run.train_steps(1)
+    return run, run._train_batch()
+
+
+@pytest.mark.parametrize(
+    ("method", "relif"),
+    [("erm", True), ("uncertainty", True), ("gradnorm", True), ("erm", False)],
+)
+def test_a_dense_training_step_never_waits_for_the_device(
+    nyuv2_dir, monkeypatch: pytest.MonkeyPatch, method: str, relif: bool
+) -> None:
+    """Forward, task losses (masked depth/normal means), audit scores, ReLiF and the method's
+    backward: no operation that would sync on CUDA."""
+    run, batch = warm_run_and_batch(dense_values(nyuv2_dir, method, relif))
+    with no_host_sync(monkeypatch):
+        row = run._backward(batch)
+    assert all(value.grad is not None for value in run.model.shared_parameters())
+    assert {"loss_seg", "loss_depth", "loss_normal"} <= set(row)
+
+
+def test_a_clinical_training_step_never_waits_for_the_device(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LSTM packs with lengths that stayed on the host (problem.HOST_KEYS)."""
+    run, batch = warm_run_and_batch(clinical_values(tmp_path))
+    with no_host_sync(monkeypatch, host_tensors=(batch["lengths"],)):
+        row = run._backward(batch)
+    assert "loss_mortality" in row and run.model.lstm.weight_hh_l0.grad is not None
+
+
+def test_host_keys_stay_on_the_host() -> None:
+    batch = {"input": torch.rand(2, 5, 3), "lengths": torch.tensor([5, 2])}
+    moved = move_batch(batch, torch.device("meta"))
+    assert moved["input"].is_meta and moved["lengths"].device.type == "cpu"
+
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -204,3 +285,20 @@ def test_cuda_relif_step_never_synchronises() -> None:
             loss.backward()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+@needs_cuda
+@pytest.mark.parametrize("dataset", ["nyuv2", "mimic3"])
+def test_cuda_training_step_never_synchronises(nyuv2_dir, tmp_path, dataset: str) -> None:
+    """CUDA's own sync detector over a whole ERM + ReLiF step but the optimiser's."""
+    if dataset == "nyuv2":
+        values = dense_values(nyuv2_dir, device="cuda")
+    else:
+        values = clinical_values(tmp_path, device="cuda")
+    run, batch = warm_run_and_batch(values)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run._backward(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from relif_ray.config import ReLiFConfig
 from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
+from tests.host_sync import no_host_sync
 
 TASKS = ["a", "b"]
 PROBABILITY = {"a": True, "b": True}
@@ -281,64 +280,6 @@ def test_state_dict_and_deterministic_mode() -> None:
     restored = ReLiFRegularizer(config(), TASKS)
     restored.load_state_dict(state)
     assert_same_state(snapshot(regularizer), snapshot(restored))
-
-
-class HostSyncGuard(TorchDispatchMode):
-    """Fails on every operation that would need a device value on the host.
-
-    On CUDA these block the CPU until the GPU catches up: reading a value (`.item()`,
-    `bool()`, `float()`: aten._local_scalar_dense), data-dependent shapes (nonzero,
-    masked_select, boolean-mask indexing) and tensors built from Python data inside the step
-    (aten.lift_fresh: a host-to-device copy). `.cpu()`, `.numpy()` and `.tolist()` do not
-    dispatch on a CPU tensor, so they are patched separately (see `no_host_sync`).
-    """
-
-    FORBIDDEN = (
-        torch.ops.aten._local_scalar_dense.default,
-        torch.ops.aten.nonzero.default,
-        torch.ops.aten.masked_select.default,
-        torch.ops.aten.lift_fresh.default,
-    )
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        boolean_index = func is torch.ops.aten.index.Tensor and any(
-            index is not None and index.dtype == torch.bool for index in args[1]
-        )
-        if func in self.FORBIDDEN or boolean_index:
-            raise AssertionError(f"host synchronisation: {func}")
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def no_host_sync(monkeypatch: pytest.MonkeyPatch):
-    def refuse(self: torch.Tensor, *args: object, **kwargs: object) -> None:
-        raise AssertionError("host synchronisation: tensor copied to the host")
-
-    with monkeypatch.context() as patch:
-        for name in ("cpu", "numpy", "tolist"):
-            patch.setattr(torch.Tensor, name, refuse)
-        with HostSyncGuard():
-            yield
-
-
-def test_the_guard_catches_host_synchronisation(monkeypatch: pytest.MonkeyPatch) -> None:
-    values = torch.tensor([0.5, -1.0, 2.0])
-    attempts = [
-        lambda: values.sum().item(),
-        lambda: bool(values.sum() > 0),
-        lambda: float(values.max()),
-        lambda: values[values > 0],
-        lambda: values[[0, 2]],
-        lambda: torch.tensor([0.1, 0.9]),
-        lambda: values.cpu(),
-        lambda: values.tolist(),
-    ]
-    for attempt in attempts:
-        with (
-            pytest.raises(AssertionError, match="host synchronisation"),
-            no_host_sync(monkeypatch),
-        ):
-            attempt()
 
 
 @pytest.mark.parametrize("pairing", ["cross", "rank"])
