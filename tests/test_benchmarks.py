@@ -102,3 +102,16 @@ def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path)
     assert result["steps"] == 2 and result["images_per_s"] > 0
     assert 0 < result["rss_imports_mb"] <= result["peak_rss_mb"]
     assert result["cuda_peak_mb"] is None
+
+
+def test_trial_worker_times_whole_chunks_of_steps(load, tmp_path) -> None:
+    """Steps run in chunks (a device sync between chunks only); the last chunk is cut short."""
+    worker = load("trial_worker")
+    run = load("run")
+    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    config = run.trial_config(context, run.data_root(context, gpu=False), "erm", gpu=False)
+    config["model"] = {"backbone": "resnet18", "head_channels": 8}
+    training = worker.TrainingRun(worker.ExperimentConfig.from_dict(config))
+    chunks = worker.timed_chunks(training, steps=5, seconds=None, chunk=2)
+    assert [count for count, _ in chunks] == [2, 2, 1] and training.step == 5
+    assert len(training.trace) == 5 and all(seconds > 0 for _, seconds in chunks)
