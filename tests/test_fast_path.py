@@ -162,6 +162,32 @@ def test_labels_are_held_as_int8_with_identical_numbers(nyuv2_dir) -> None:
     assert compact.scores.equals(reference.scores)
 
 
+def test_the_data_set_is_read_once_per_process(nyuv2_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials run one after another in a reused Ray actor (and every step of each) share the
+    tensors read by the first: the reader runs once per worker process."""
+    import relif_ray.problem as problem_module
+
+    load_problem(ExperimentConfig.from_dict(tiny_config(nyuv2_dir)).data)  # registers loaders
+    reads: list[str] = []
+    reader = problem_module.PROBLEM_LOADERS["nyuv2"]
+
+    def counting_reader(root: str) -> Problem:
+        reads.append(root)
+        return reader(root)
+
+    monkeypatch.setitem(problem_module.PROBLEM_LOADERS, "nyuv2", counting_reader)
+    problem_module._cached_problem.cache_clear()
+    try:
+        first = make_run(nyuv2_dir, RELIF, max_steps=2)
+        first.train_steps(2)
+        second = make_run(nyuv2_dir, None, max_steps=2)
+        second.train_steps(2)
+    finally:
+        problem_module._cached_problem.cache_clear()
+    assert reads == [str(nyuv2_dir)]
+    assert first.problem is second.problem
+
+
 def test_move_batch_keeps_values_and_dtypes() -> None:
     batch = {"input": torch.rand(2, 3), "seg": torch.tensor([[-1, 12]], dtype=torch.int8)}
     moved = move_batch(batch, torch.device("cpu"))
