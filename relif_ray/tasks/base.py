@@ -26,6 +26,15 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def masked_mean_per_example(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-example mean of `values` (B, ...) over `mask` (B, ...) (pixels of an image, steps
+    of a stay), and whether the example has any masked-in entry; the audit scores' form."""
+    mask = mask.to(values.dtype)
+    count = mask.flatten(1).sum(1)
+    total = (values * mask).flatten(1).sum(1)
+    return total / count.clamp(min=1.0), count > 0
+
+
 @dataclass
 class ModelOutput:
     """What a multi-task model returns for one batch.

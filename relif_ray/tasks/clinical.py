@@ -45,7 +45,14 @@ import torch.nn.functional as F
 from scipy.stats import rankdata
 from torch import Tensor
 
-from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task, masked_mean
+from relif_ray.tasks.base import (
+    Batch,
+    MetricAccumulator,
+    ModelOutput,
+    Task,
+    masked_mean,
+    masked_mean_per_example,
+)
 
 LOS_BIN_EDGES_HOURS = (24.0, 48.0, 72.0, 96.0, 120.0, 144.0, 168.0, 192.0, 336.0)
 """Upper edges of the first nine length-of-stay bins (hours); the tenth bin is [336, inf)."""
@@ -240,7 +247,7 @@ class DecompensationTask(Task):
     def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
         mask = batch[self.name][..., 0]
         probabilities = torch.sigmoid(output.predictions[self.name])
-        return _mean_over_steps(probabilities, mask)
+        return masked_mean_per_example(probabilities, mask)
 
 
 class LengthOfStayTask(Task):
@@ -265,7 +272,7 @@ class LengthOfStayTask(Task):
     def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
         mask = batch[self.name][..., 0]
         confidence = torch.softmax(output.predictions[self.name], dim=-1).amax(dim=-1)
-        return _mean_over_steps(confidence, mask)
+        return masked_mean_per_example(confidence, mask)
 
 
 class PhenotypeTask(Task):
@@ -289,9 +296,3 @@ class PhenotypeTask(Task):
         probabilities = torch.sigmoid(output.predictions[self.name])
         valid = torch.ones(probabilities.shape[0], dtype=torch.bool, device=probabilities.device)
         return probabilities.amax(dim=-1), valid
-
-
-def _mean_over_steps(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-stay mean of (B, T) values over labelled steps, and whether any step is labelled."""
-    counts = mask.sum(dim=1)
-    return (values * mask).sum(dim=1) / counts.clamp(min=1.0), counts > 0

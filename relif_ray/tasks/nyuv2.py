@@ -19,26 +19,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task, masked_mean
+from relif_ray.tasks.base import (
+    Batch,
+    MetricAccumulator,
+    ModelOutput,
+    Task,
+    masked_mean,
+    masked_mean_per_example,
+)
 
 NUM_CLASSES = 13
 ANGLE_BINS_PER_DEGREE = 100
 """Normal-angle histogram resolution; the median is exact to 1/100 degree."""
 
 
-def _masked_mean_per_example(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-example mean of `values` (B,H,W) over `mask` (B,H,W) and whether any pixel is valid."""
-    mask = mask.to(values.dtype)
-    count = mask.flatten(1).sum(1)
-    total = (values * mask).flatten(1).sum(1)
-    return total / count.clamp_min(1.0), count > 0
-
-
 def _feature_norm_score(features: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     """Valid-region mean of the channel-wise L2 norm of a decoder feature map."""
     norm = torch.linalg.vector_norm(features, dim=1, keepdim=True)
     norm = F.interpolate(norm, size=valid.shape[-2:], mode="bilinear", align_corners=False)
-    return _masked_mean_per_example(norm[:, 0], valid)
+    return masked_mean_per_example(norm[:, 0], valid)
 
 
 class SegmentationTask(Task):
@@ -56,7 +55,7 @@ class SegmentationTask(Task):
 
     def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
         confidence = output.predictions[self.name].softmax(dim=1).amax(dim=1)
-        return _masked_mean_per_example(confidence, batch[self.name] >= 0)
+        return masked_mean_per_example(confidence, batch[self.name] >= 0)
 
 
 class DepthTask(Task):
