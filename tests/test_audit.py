@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from sklearn.metrics.pairwise import paired_cosine_distances
@@ -191,6 +191,13 @@ def test_theorem_1_monotone_and_lipschitz_in_delta(gaps, first, second) -> None:
     induced_a=unit_interval,
     induced_b=unit_interval,
 )
+@example(  # a margin one ulp above the budget; the mean of three equal gaps rounds up an ulp
+    gaps_a=np.full(3, 0.8676575524464945),
+    gaps_b=np.zeros(1),
+    ref=0.0,
+    induced_a=0.8676575524464945,
+    induced_b=0.0,
+)
 def test_theorem_2_robust_rankings_never_flip(gaps_a, gaps_b, ref, induced_a, induced_b) -> None:
     method_a, method_b = AuditGaps({"x|y": gaps_a}), AuditGaps({"x|y": gaps_b})
     fixed_a, fixed_b = method_a.audit(ref).bias, method_b.audit(ref).bias
@@ -209,6 +216,7 @@ def test_drift_budget_and_ranking_rule() -> None:
     assert drift_budget(induced, {"a|b": 0.4, "a|c": 0.2, "b|c": 0.3}) == 0.0
     assert ranking_is_robust(0.30, 0.10, 0.05, 0.05)
     assert not ranking_is_robust(0.30, 0.20, 0.05, 0.05)  # a gap equal to the budget can flip
+    assert not ranking_is_robust(0.30, 0.10, 0.1, 0.1 - 1e-12)  # within rounding of it too
 
 
 def test_delta_from_quantile() -> None:
