@@ -22,7 +22,7 @@ CLINICAL_LABEL = "relif"
 
 
 def _trial(base: dict, label: str) -> dict:
-    """Trace, validation metrics and summed audit scores of one short trial of `label` on top of `base`."""
+    """Trace, validation metrics and summed audit scores of one short trial of `label`."""
     from relif_ray.engine import TrainingRun
     from relif_ray.variants import experiment_config, variant
 
@@ -79,7 +79,7 @@ def _same(a: object, b: object) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
