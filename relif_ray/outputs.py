@@ -26,6 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from relif_ray.audit import squash_bounds
+
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
 
@@ -43,6 +45,15 @@ class EvalResult:
     scores: pd.DataFrame
     representations: np.ndarray
     example_ids: np.ndarray
+
+    def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
+        """task -> [q10, q90] of its valid raw scores here: evaluated on an ERM run's
+        validation split, the squash constants of same-seed ReLiF training and of the audit."""
+        valid = self.scores[self.scores["valid"].astype(bool)]
+        return {
+            task: squash_bounds(valid.loc[valid["task"] == task, "score"].to_numpy())
+            for task in tasks
+        }
 
 
 def write_trial_outputs(
