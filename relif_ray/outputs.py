@@ -24,12 +24,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.fs
 import pyarrow.parquet as pq
 
-from relif_ray.audit import squash_bounds
+from relif_ray.audit import SQUASH_QUANTILES, squash_bounds
 
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
+SQUASH_CONSTANTS_FILE = "squash_constants.json"
+"""In the experiment directory: seed -> task -> [q10, q90] of that seed's ERM reference run,
+the squash constants of same-seed ReLiF training and of the audit (written by the driver)."""
 
 
 @dataclass
@@ -112,3 +116,39 @@ def read_representations(outputs: Path, split: str) -> tuple[np.ndarray, np.ndar
     width = column.type.list_size
     matrix = column.flatten().to_numpy().reshape(-1, width)
     return table.column("example_id").to_numpy(), matrix
+
+
+def read_squash_constants(experiment_dir: str) -> dict[str, dict[str, list[float]]]:
+    """seed (as text) -> task -> [q10, q90] from the experiment's `SQUASH_CONSTANTS_FILE`
+    (a local path or a storage URI such as s3://); empty when there is none yet."""
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(_as_uri(experiment_dir))
+    path = f"{root.rstrip('/')}/{SQUASH_CONSTANTS_FILE}"
+    if filesystem.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+        return {}
+    with filesystem.open_input_stream(path) as stream:
+        record = json.loads(stream.read().decode())
+    return {str(seed): dict(tasks) for seed, tasks in record["seeds"].items()}
+
+
+def write_squash_constants(
+    experiment_dir: str, constants: dict[str, dict[str, list[float]]]
+) -> None:
+    """Replace the experiment's `SQUASH_CONSTANTS_FILE` as a whole: a temporary file renamed
+    over it on a local disk (readers never see half a file), one PUT on object storage."""
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(_as_uri(experiment_dir))
+    root = root.rstrip("/")
+    filesystem.create_dir(root, recursive=True)
+    record = {"quantiles": list(SQUASH_QUANTILES), "seeds": constants}
+    text = json.dumps(record, indent=2, sort_keys=True).encode()
+    final = f"{root}/{SQUASH_CONSTANTS_FILE}"
+    local = isinstance(filesystem, pyarrow.fs.LocalFileSystem)
+    target = f"{root}/.{SQUASH_CONSTANTS_FILE}.partial" if local else final
+    with filesystem.open_output_stream(target) as stream:
+        stream.write(text)
+    if local:
+        filesystem.move(target, final)
+
+
+def _as_uri(path: str) -> str:
+    """A storage URI as it is; a local path made absolute (pyarrow wants one)."""
+    return path if "://" in path else str(Path(path).resolve())
