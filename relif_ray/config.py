@@ -30,20 +30,25 @@ class ModelConfig:
     """The shared-backbone model.
 
     backbone: torchvision ResNet name for the dense model (resnet50 in the paper; resnet18 for
-        demos and tests). pretrained=True asks for ImageNet weights; an error says so when they
-        cannot be loaded (no network), never a silent fall-back.
+        demos and tests).
+    pretrained: the backbone's initial weights. "none": random (seeded); "imagenet":
+        torchvision's ImageNet weights (IMAGENET1K_V1), from torchvision's cache or downloaded;
+        any other value: the path of a local state_dict file of the torchvision ResNet named by
+        `backbone`. Weights that cannot be loaded are an error, never a silent fall-back.
     head_channels: width of each task head's decoder feature map (the depth/normal audit score
         is the channel-wise L2 norm of this map).
     """
 
     backbone: str = "resnet50"
-    pretrained: bool = False
+    pretrained: str = "none"
     head_channels: int = 128
     hidden_size: int = 256
     num_layers: int = 2
     dropout: float = 0.3
 
     def validate(self) -> None:
+        if not self.pretrained.strip():
+            raise UserError("config field model.pretrained: expected none, imagenet or a path")
         _positive("model.head_channels", self.head_channels)
         _positive("model.hidden_size", self.hidden_size)
         _positive("model.num_layers", self.num_layers)
@@ -63,6 +68,9 @@ class TrainConfig:
         Weights, gradients and optimiser state stay fp32 (no loss scaling is needed for bf16).
     channels_last: model weights and image batches in NHWC memory order (faster convolutions
         on tensor-core GPUs); numbers differ from the default layout only by float rounding.
+    epochs, max_steps: the training budget. Both given: the smaller wins. epochs None: exactly
+        max_steps steps, over as many epochs as they need (the last one partial). At least one
+        must be set.
     compile: run the model forward through `torch.compile` (first steps are slow while it
         compiles; checkpoints are unaffected).
     cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
@@ -70,7 +78,7 @@ class TrainConfig:
         not bitwise repeatable with it). CPU runs always use deterministic algorithms.
     """
 
-    epochs: int = 1
+    epochs: int | None = 1
     max_steps: int | None = None
     batch_size: int = 8
     eval_batch_size: int = 16
@@ -84,7 +92,10 @@ class TrainConfig:
     cudnn_benchmark: bool = True
 
     def validate(self) -> None:
-        _positive("train.epochs", self.epochs)
+        if self.epochs is None and self.max_steps is None:
+            raise UserError("config field train.epochs: set epochs, max_steps or both")
+        if self.epochs is not None:
+            _positive("train.epochs", self.epochs)
         if self.max_steps is not None:
             _positive("train.max_steps", self.max_steps)
         _positive("train.batch_size", self.batch_size)

@@ -62,6 +62,17 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
     return torch.randperm(n, generator=generator)
 
 
+def step_budget(epochs: int | None, max_steps: int | None, steps_per_epoch: int) -> int:
+    """Optimisation steps of a run: `max_steps` alone trains exactly that many (across epoch
+    boundaries, the last epoch partial); `epochs` alone trains that many full epochs; with
+    both, the smaller budget wins. The config guarantees that one of them is set."""
+    if epochs is None:
+        return int(max_steps)
+    if max_steps is None:
+        return epochs * steps_per_epoch
+    return min(epochs * steps_per_epoch, max_steps)
+
+
 class TrainingRun:
     """Model + method (+ ReLiF) + optimiser for one config; `train_epoch` and `evaluate`."""
 
@@ -87,9 +98,9 @@ class TrainingRun:
         self.optimizer = self._build_optimizer()
         self.train_split = self.problem.splits["train"]
         self.steps_per_epoch = self._steps_per_epoch(len(self.train_split))
-        self.total_steps = config.train.epochs * self.steps_per_epoch
-        if config.train.max_steps is not None:
-            self.total_steps = min(self.total_steps, config.train.max_steps)
+        self.total_steps = step_budget(
+            config.train.epochs, config.train.max_steps, self.steps_per_epoch
+        )
         self.step = 0
         self.trace: list[dict[str, float]] = []
         self._pending: list[dict[str, Tensor]] = []

@@ -189,9 +189,15 @@ def build_parser(
     data.add_argument(
         "--epochs",
         type=int,
-        help=f"epochs per trial (default: {defaults.epochs}; demo: {demo['epochs']})",
+        help=f"epochs per trial (default: {defaults.epochs}; demo: {demo['epochs']}; "
+        "none with --steps alone)",
     )
-    data.add_argument("--steps", type=int, help="cap on optimisation steps per trial")
+    data.add_argument(
+        "--steps",
+        type=int,
+        help="optimisation steps per trial: alone, exactly N steps (across epochs); with "
+        "--epochs, the smaller of the two budgets wins",
+    )
     data.add_argument(
         "--batch-size", type=int, help=f"training batch size (default: {defaults.batch_size})"
     )
@@ -419,8 +425,9 @@ def base_config(
     config["device"] = "auto" if use_gpu else "cpu"
     config["model"]["backbone"] = pick(args.backbone, "backbone")
     train = config["train"]
-    train["epochs"] = pick(args.epochs, "epochs")
-    train["max_steps"] = args.steps
+    train["epochs"], train["max_steps"] = training_budget(
+        args.epochs, args.steps, pick(None, "epochs")
+    )
     train["batch_size"] = pick(args.batch_size, "batch_size")
     train["lr"] = pick(args.lr, "lr")
     if args.warmup_steps is not None:
@@ -429,6 +436,17 @@ def base_config(
         config["relif"]["warmup_steps"] = 5
     ExperimentConfig.from_dict(config)
     return config
+
+
+def training_budget(
+    epochs: int | None, steps: int | None, default_epochs: int
+) -> tuple[int | None, int | None]:
+    """(train.epochs, train.max_steps) of the --epochs/--steps flags (None = not given):
+    --steps alone trains exactly that many steps (no epoch limit); --epochs alone, or neither,
+    that many epochs (the data set's default when neither); both: the smaller budget wins."""
+    if epochs is None and steps is not None:
+        return None, steps
+    return (default_epochs if epochs is None else epochs), steps
 
 
 def check_delta(delta: float) -> None:

@@ -27,7 +27,14 @@ import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.errors import UserError
 from relif_ray.outputs import read_trial_info
-from relif_ray.sweep import NYUV2, controller_variants, main, run_controller_sensitivity
+from relif_ray.sweep import (
+    NYUV2,
+    build_parser,
+    controller_variants,
+    main,
+    run_controller_sensitivity,
+)
+from relif_ray.sweep import base_config as sweep_base_config
 from relif_ray.variants import experiment_config, grid_variants, split_label, variant
 from tests.conftest import TINY_DATA, tiny_config
 
@@ -334,6 +341,23 @@ def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, cap
     status = main(NYUV2, argv, runner=run_controller_sensitivity)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and fragment in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("flags", "budget"),
+    [
+        ([], (4, None)),
+        (["--steps", "7"], (None, 7)),
+        (["--steps", "160", "--epochs", "2"], (2, 160)),
+        (["--epochs", "3"], (3, None)),
+    ],
+)
+def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
+    flags, budget, tmp_path
+):
+    args = build_parser(NYUV2).parse_args(["--demo", *flags])
+    train = sweep_base_config(args, NYUV2, str(tmp_path))["train"]
+    assert (train["epochs"], train["max_steps"]) == budget
 
 
 # --- in-process sweeps on the session's Ray -------------------------------------------------
