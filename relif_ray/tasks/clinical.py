@@ -11,6 +11,9 @@ Targets carry their own masks, because the benchmark labels only some stays and 
 Metrics follow the benchmark's `mimic3models/metrics.py`:
 
 * AUROC: the area under the ROC curve (equal to sklearn's `roc_auc_score`, ties averaged).
+  AUROC and AUPRC depend only on the order of the scores, and the sigmoid is monotone, so both
+  rank the float64 LOGITS: a float32 sigmoid rounds every logit above about 17 to exactly 1.0
+  and would turn distinct predictions into ties.
 * AUPRC: the TRAPEZOID area under the precision-recall curve, i.e. sklearn's
   `auc(recall, precision)` on `precision_recall_curve` - what the benchmark reports. It is not
   average precision (sklearn's `average_precision_score`, a step-wise sum); the two differ,
@@ -147,13 +150,11 @@ class BinaryMetrics(MetricAccumulator):
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         labelled = target[..., 0] > 0.5
-        self.collected.add(
-            scores=torch.sigmoid(prediction[labelled].float()), labels=target[..., 1][labelled]
-        )
+        self.collected.add(logits=prediction[labelled], labels=target[..., 1][labelled])
 
     def compute(self) -> dict[str, float]:
-        scores, labels = self.collected.get("scores"), self.collected.get("labels")
-        return {"auroc": binary_auroc(scores, labels), "auprc": auprc_trapezoid(scores, labels)}
+        logits, labels = self.collected.get("logits"), self.collected.get("labels")
+        return {"auroc": binary_auroc(logits, labels), "auprc": auprc_trapezoid(logits, labels)}
 
 
 class PhenotypeMetrics(MetricAccumulator):
@@ -163,13 +164,13 @@ class PhenotypeMetrics(MetricAccumulator):
         self.collected = _Collector()
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
-        self.collected.add(scores=torch.sigmoid(prediction.float()), labels=target)
+        self.collected.add(logits=prediction, labels=target)
 
     def compute(self) -> dict[str, float]:
-        scores, labels = self.collected.get("scores"), self.collected.get("labels")
-        if scores.size == 0:
+        logits, labels = self.collected.get("logits"), self.collected.get("labels")
+        if logits.size == 0:
             return {"auroc_macro": float("nan")}
-        per_label = [binary_auroc(scores[:, k], labels[:, k]) for k in range(labels.shape[1])]
+        per_label = [binary_auroc(logits[:, k], labels[:, k]) for k in range(labels.shape[1])]
         defined = [value for value in per_label if not np.isnan(value)]
         return {"auroc_macro": float(np.mean(defined)) if defined else float("nan")}
 

@@ -148,7 +148,11 @@ class DepthMetrics(MetricAccumulator):
         self.count += int(valid.sum())
 
     def compute(self) -> dict[str, float]:
-        abs_err, rel_err, sq_err = (self.sums / max(self.count, 1)).tolist()
+        """NaN errors (hence a NaN normalized score) when the split has no valid pixel, like
+        an undefined mIoU: no prediction was checked, so there is no error to report."""
+        if self.count == 0:
+            return dict.fromkeys(("abs_err", "rel_err", "rmse"), math.nan)
+        abs_err, rel_err, sq_err = (self.sums / self.count).tolist()
         return {"abs_err": abs_err, "rel_err": rel_err, "rmse": math.sqrt(sq_err)}
 
 
@@ -179,15 +183,18 @@ class NormalMetrics(MetricAccumulator):
         self.histogram += torch.bincount(bins, minlength=self.histogram.numel())
 
     def compute(self) -> dict[str, float]:
-        count = max(self.count, 1)
+        """NaN for every metric when the split has no valid pixel (see `DepthMetrics`)."""
+        if self.count == 0:
+            names = ["angle_mean", "angle_median", *(f"within_{t:g}" for t in self.THRESHOLDS)]
+            return dict.fromkeys(names, math.nan)
         cumulative = self.histogram.cumsum(0)
         # Like numpy: the mean of the lower and upper middle values (equal for odd counts).
         middle = torch.tensor([(self.count + 1) // 2, self.count // 2 + 1])
         median_bins = torch.searchsorted(cumulative, middle).double() + 0.5
         result = {
-            "angle_mean": self.angle_sum / count,
+            "angle_mean": self.angle_sum / self.count,
             "angle_median": float(median_bins.mean()) / ANGLE_BINS_PER_DEGREE,
         }
         for threshold, below in zip(self.THRESHOLDS, self.below.tolist(), strict=True):
-            result[f"within_{threshold:g}"] = below / count
+            result[f"within_{threshold:g}"] = below / self.count
         return result
