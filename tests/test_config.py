@@ -26,6 +26,10 @@ def test_int_is_accepted_where_float_expected():
         ({"relif": {"r_star": 1.5}}, "relif.r_star: must be in [0.0, 1.0]"),
         ({"model": "resnet"}, "model: expected a mapping"),
         ({"data": {"dataset": "cifar"}}, "data.dataset: must be one of"),
+        ({"model": {"pretrained": True}}, "model.pretrained: expected str"),
+        ({"model": {"pretrained": " "}}, "model.pretrained: expected none, imagenet or a path"),
+        ({"train": {"epochs": None}}, "train.epochs: set epochs, max_steps or both"),
+        ({"train": {"epochs": None, "max_steps": 0}}, "train.max_steps: must be > 0"),
     ],
 )
 def test_bad_values_name_the_field(values, message):
