@@ -128,6 +128,30 @@ def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def scores_frame(
+    scores: Mapping[str, Sequence[float] | np.ndarray],
+    valid: Mapping[str, Sequence[bool] | np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """The audit's input table from per-task arrays of audit scores p_k(x) in [0, 1]: one row
+    per (task, example), example_id = the position in the task's array, and `valid` (all true
+    unless given per task). For own training loops; the engine writes this table itself."""
+    parts = []
+    for task, values in scores.items():
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        mask = np.ones(values.size, dtype=bool) if valid is None else np.asarray(valid[task])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "task": task,
+                    "example_id": np.arange(values.size),
+                    "score": values,
+                    "valid": mask.astype(bool).reshape(-1),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
 def validate_scores(scores: pd.DataFrame, source: str = "scores") -> pd.DataFrame:
     """The usable rows (valid ones), positionally indexed, or a one-line `UserError`."""
     if not isinstance(scores, pd.DataFrame):

@@ -86,18 +86,21 @@ class ReLiFRegularizer(nn.Module):
         self,
         scores: TaskScores,
         representation: Tensor,
-        score_is_probability: dict[str, bool],
+        score_is_probability: dict[str, bool] | None = None,
     ) -> tuple[Tensor | None, dict[str, Tensor]]:
         """(lambda_t * L_lip, detached scalar stats keyed by `STAT_KEYS`).
 
         scores: task -> (raw audit score (B,), bool valid mask (B,)), differentiable.
         representation: (B, D) shared representation.
-        score_is_probability: task -> whether its raw score is already in [0, 1].
+        score_is_probability: task -> whether its raw score is already in [0, 1] (default:
+            every task's is); other scores are squashed with running q10/q90 (step 1 above).
 
         The loss is a 0-dim tensor on every step (exactly 0, with zero gradients, on a step
         without pairs); it is None only for the lipschitz_branch=False ablation, a fixed choice
         of the config.
         """
+        if score_is_probability is None:
+            score_is_probability = dict.fromkeys(self.task_names, True)
         raw = torch.stack([scores[name][0] for name in self.task_names])
         valid = torch.stack([scores[name][1].bool() for name in self.task_names])
         low, high = self._squash_quantiles(raw.detach(), valid)
