@@ -343,6 +343,11 @@ def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, cap
     assert status == 2 and len(err) == 1 and fragment in err[0], err
 
 
+def test_help_says_what_steps_and_epochs_each_do():
+    text = " ".join(build_parser(NYUV2).format_help().split())
+    assert "alone, exactly N steps" in text and "the smaller of the two budgets wins" in text
+
+
 @pytest.mark.parametrize(
     ("flags", "budget"),
     [

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from relif_ray.config import ModelConfig
+from relif_ray.errors import UserError
 from relif_ray.problem import MultiTaskModel
 from relif_ray.tasks.base import Batch, ModelOutput
 
@@ -50,6 +51,11 @@ class ClinicalMTLModel(MultiTaskModel):
     """Shared LSTM + linear heads; forward(batch) reads batch["input"] and batch["lengths"]."""
 
     def __init__(self, config: ModelConfig, input_size: int, heads: dict[str, HeadSpec]) -> None:
+        if config.pretrained != "none":
+            raise UserError(
+                f"config field model.pretrained: the clinical LSTM has no pretrained weights "
+                f"(got {config.pretrained!r}; use none)"
+            )
         super().__init__()
         self.head_specs = dict(heads)
         self.lstm = nn.LSTM(
