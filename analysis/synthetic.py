@@ -29,9 +29,9 @@ TASKS = {
 }
 
 ABLATIONS = {
-    "relif-no-align": {"quantile_alignment": False},
+    "relif-noalign": {"quantile_alignment": False},
     "relif-static": {"controller": "static"},
-    "relif-no-lip": {"lipschitz_branch": False},
+    "relif-nolip": {"lipschitz_branch": False},
 }
 """Ablation labels -> the ReLiF config fields they switch (docs/relif.md, Ablations)."""
 
