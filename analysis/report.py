@@ -232,10 +232,16 @@ def _section(
             f"Bias cells: mean ± sample std over seeds [{ci.level:.0%} percentile bootstrap "
             f"interval of the seed mean over the sampled pairs, {ci.n_boot} replicates].\n"
         )
-    lines.append(f"Files: `tables/{table.name}.md`, `.tex`, `.csv`.\n")
+    files = ", ".join(_link(f"tables/{table.name}.{kind}") for kind in ("md", "tex", "csv"))
+    lines.append(f"Files: {files}.\n")
     if extra:
         lines.append(extra + "\n")
     return "\n".join(lines)
+
+
+def _link(relative: str) -> str:
+    """A Markdown link to a file of the report folder (`relative` to report.md)."""
+    return f"[{relative.rpartition('/')[2]}]({relative})"
 
 
 def _figure_line(path: Path | None) -> str:
@@ -267,7 +273,8 @@ def _protocol(experiment: Experiment, results: Results, options: ReportOptions) 
     interface = (
         f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
         "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1) with q10/q90 of the SAME-SEED ERM trial's "
-        "validation scores, identically for every method (values in `squash_quantiles.csv`); "
+        "validation scores, identically for every method (values in "
+        f"{_link('squash_quantiles.csv')}); "
         "the other tasks' scores are probabilities and pass unchanged"
         if squashed
         else "all audit scores are probabilities in [0, 1] and are used unchanged"
@@ -282,16 +289,18 @@ def _protocol(experiment: Experiment, results: Results, options: ReportOptions) 
         "Bias = mean (|p_a(x) - p_b(y)| - δ)_+, VR = mean 1[gap > δ], averaged over task "
         "pairs (weights 1/#pairs).",
         "- δ_ref, chosen once and held fixed for every method and every table "
-        f"(primary: {results.primary.symbol}):",
+        f"(primary: {results.primary.symbol}; values and sources in {_link('delta_ref.json')}):",
     ]
     for delta in results.deltas:
         lines.append(f"  - {delta.symbol} = {delta.value:.6f}: {delta.source}.")
     lines += [
         "- Method-induced thresholds (validation split, the mean cosine-induced distance of "
         "each method's own representations over the audit's pairs) are reported only as "
-        "threshold-drift diagnostics; methods are compared under δ_ref.",
+        "threshold-drift diagnostics; methods are compared under δ_ref (per task pair: "
+        f"{_link('induced_thresholds.csv')}).",
         "- Utility metrics are those of the same checkpoint whose audit scores are audited "
-        "(each trial's final checkpoint).",
+        "(each trial's final checkpoint). The per-trial numbers behind every table: "
+        f"{_link('per_trial.csv')}.",
         "- Controller settings of every ReLiF variant: see *Controller settings* below.",
         "",
     ]
@@ -306,7 +315,7 @@ def _pareto_section(results: Results, figure: Path | None) -> str:
             "## Utility-fairness Pareto front\n",
             f"Fixed-δ Bias@{results.primary.symbol} (lower is better) against Worst (higher is "
             f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
-            "per-method means: `pareto_points.csv`, `pareto_means.csv`.\n",
+            f"per-method means: {_link('pareto_points.csv')}, {_link('pareto_means.csv')}.\n",
             _figure_line(figure) + "\n",
         ]
     )
