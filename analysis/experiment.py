@@ -11,6 +11,7 @@ only when asked for.
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cached_property
 from pathlib import Path
@@ -34,6 +35,9 @@ from relif_ray.progress import progress
 from relif_ray.storage import Location
 
 _CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
+RESULT_FILE = "result.json"
+"""Tune's per-iteration results of a trial (one JSON object per line; one iteration = one
+epoch of `relif_ray.tune.ReLiFTrainable`)."""
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 
 
@@ -45,6 +49,8 @@ class Experiment:
         settings), method, relif, seed, dataset, r_star, eta, steps, experiment, path, config
         (dict), then every metric as <split>_<metric> (e.g. val_worst, val_seg_miou).
     scores: trial, split, task, example_id, score (raw audit score as stored), valid.
+    epochs: per-epoch results Tune recorded (trial, epoch, val_<metric>, val_bias, ...; read
+        on first access).
     traces: trial, step, loss_<task>, weight_<task>, and ReLiF's lambda, r, r_ema, tau, kappa,
         loss_lip where enabled (read on first access).
     problems: trial folders without outputs: path, status ("errored" or "incomplete"), error.
@@ -71,6 +77,28 @@ class Experiment:
         trials = list(self.outputs)
         tables = [storage.read_parquet(storage.join(self.outputs[t], TRACE_FILE)) for t in trials]
         return _stacked_frame(tables, trials, ["trial", "step"])
+
+    @cached_property
+    def epochs(self) -> pd.DataFrame:
+        """Per-epoch results as Tune recorded them (each trial folder's `result.json`): trial,
+        epoch, and every numeric value the trial reported (val_<metric>, worst, macro,
+        val_bias / val_vr of the live audit, train_step, time_total_s, ...). After a resume
+        an epoch may be recorded twice; the last record is kept. Read on first access."""
+        frames = []
+        for trial, outputs in self.outputs.items():
+            records = _result_records(storage.parent(storage.parent(outputs)))
+            if records:
+                frame = pd.DataFrame.from_records(records).select_dtypes(["number", "bool"])
+                frame = frame.drop_duplicates("training_iteration", keep="last")
+                frame.insert(0, "trial", trial)
+                frames.append(frame)
+        if not frames:
+            return pd.DataFrame(columns=["trial", "epoch"])
+        epochs = pd.concat(frames, ignore_index=True)
+        if "epoch" not in epochs.columns:
+            epochs["epoch"] = epochs["training_iteration"]
+        leading = ["trial", "epoch"]
+        return epochs[leading + [c for c in epochs.columns if c not in leading]]
 
     def trace(self, trial: str) -> pd.DataFrame:
         """The per-step trace of one trial (column `trial` first)."""
@@ -143,6 +171,15 @@ def variant_names(trials: pd.DataFrame) -> pd.Series:
         ],
         index=trials.index,
     )
+
+
+def _result_records(trial_dir: Location) -> list[dict]:
+    """The JSON lines of Tune's `result.json` in a trial folder ([] when it has none)."""
+    try:
+        text = storage.read_text(storage.join(trial_dir, RESULT_FILE))
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _numeric_order(rows: list[dict]) -> list[int]:

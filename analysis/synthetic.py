@@ -61,12 +61,14 @@ def write_synthetic_experiment(
     errored: int = 0,
     incomplete: int = 0,
     seed: int = 0,
+    epochs: int = 4,
 ) -> Path:
     """Write one experiment directory: every label x seed (ReLiF labels x every (r*, eta) of
     `controller_grid`) as a finished trial, plus `errored` trials with an `error.txt` and
     `incomplete` trials without outputs. Trial ids are `<root folder name>_<index>`. ReLiF
-    trials get `warmup_steps` (short, so that lambda moves within a short trace). Returns
-    `root`."""
+    trials get `warmup_steps` (short, so that lambda moves within a short trace). Each trial
+    folder gets Tune's `result.json` with `epochs` per-epoch validation results that rise
+    towards the final ones. Returns `root`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
@@ -85,6 +87,7 @@ def write_synthetic_experiment(
                 _write_trial(
                     root, index, label, config, rng, masks, representation_dim, trace_steps
                 )
+                _write_results(root / f"ReLiFTrainable_{index:05d}", config, rng, epochs)
                 index += 1
     for number in range(errored + incomplete):
         folder = root / f"ReLiFTrainable_{index + number:05d}_broken"
@@ -135,6 +138,36 @@ def _write_trial(
         "config": config,
     }
     write_trial_outputs(checkpoint, info, results, _trace(tasks, config["relif"], rng, trace_steps))
+
+
+def _write_results(
+    folder: Path, config: dict[str, Any], rng: np.random.Generator, epochs: int
+) -> None:
+    """Tune's `result.json` (one JSON line per epoch) shaped like `ReLiFTrainable.step`'s:
+    normalized task scores rise to the final validation ones, the live Bias falls."""
+    info = json.loads((folder / "checkpoint_000000" / "outputs" / "trial.json").read_text())
+    final = info["metrics"]["val"]
+    dataset = config["data"]["dataset"]
+    lines = []
+    for epoch in range(1, epochs + 1):
+        progress = 0.5 + 0.5 * epoch / epochs
+        normalized = {t: final[f"{t}_score"] * progress for t in TASKS[dataset]}
+        metrics = _metrics(dataset, normalized)
+        record = {f"val_{name}": value for name, value in metrics.items()}
+        record.update(
+            worst=metrics["worst"],
+            macro=metrics["macro"],
+            val_bias=float(rng.uniform(0.1, 0.2) / progress),
+            val_vr=float(rng.uniform(0.3, 0.6) / progress),
+            epoch=epoch,
+            train_step=epoch * 10,
+            training_iteration=epoch,
+            done=epoch == epochs,
+            label=info["label"],
+            seed=config["seed"],
+        )
+        lines.append(json.dumps(record))
+    (folder / "result.json").write_text("\n".join(lines) + "\n")
 
 
 def _valid_masks(

@@ -68,6 +68,14 @@ def join(place: Location, *names: str) -> Location:
     return urlunsplit(parts._replace(path=path))
 
 
+def parent(place: Location) -> Location:
+    """The folder holding `place`."""
+    if isinstance(place, Path):
+        return place.parent
+    parts = urlsplit(place)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/").rpartition("/")[0]))
+
+
 def display(place: Location) -> str:
     """The location as shown to a user (a URI without its query options)."""
     if isinstance(place, Path):
