@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from analysis.experiment import Experiment
 from analysis.pareto import pareto_means, pareto_points
@@ -164,3 +165,93 @@ def slug(name: str) -> str:
     """A file-name-safe form of a variant name."""
     kept = "".join(char if char.isalnum() or char in "-+." else "_" for char in name)
     return "_".join(filter(None, kept.split("_")))
+
+
+def learning_curves_figure(
+    experiment: Experiment, metrics: Sequence[str] = ("val_worst", "val_bias")
+) -> Figure:
+    """Per-epoch validation results (Tune's per-epoch records, `Experiment.epochs`): one panel
+    per metric, the mean over seeds per method against the epoch with a ± std band. val_bias
+    is the live audit at the sweep's live delta, not the held-fixed delta_ref."""
+    epochs = experiment.epochs.merge(experiment.trials[["trial", "variant"]], on="trial")
+    variants = list(dict.fromkeys(experiment.trials["variant"]))
+    colors = _colors(variants)
+    figure, panels = _figure(4.2 * len(metrics) + 2.5, 3.6, columns=len(metrics))
+    for axes, metric in zip(panels, metrics, strict=True):
+        for variant in variants:
+            group = epochs[epochs["variant"] == variant].groupby("epoch")[metric]
+            mean, std = group.mean(), group.std(ddof=1).fillna(0.0)
+            if mean.empty:
+                continue
+            color = colors[variant]
+            axes.plot(mean.index, mean.to_numpy(), color=color, label=display_text(variant))
+            axes.fill_between(mean.index, mean - std, mean + std, color=color, alpha=0.15)
+        axes.set(xlabel="epoch", ylabel=metric, title=metric)
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.grid(alpha=0.3)
+    handles, labels = panels[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, loc="outside right upper")
+    figure.suptitle("Learning curves (validation, mean ± std over seeds)")
+    return figure
+
+
+def pair_bias_figure(results: Results, metric: str = "bias") -> Figure:
+    """Fixed-delta Bias (or VR) per task pair and method: grouped horizontal bars of the
+    mean over seeds (`analysis.breakdown.by_pair`), the aggregate as the last group."""
+    from analysis.breakdown import by_pair
+
+    table = by_pair(results, metric)
+    colors = _colors(results.variants)
+    figure, (axes,) = _figure(8.5, max(3.0, 1.2 + 0.12 * table.size))
+    height = 0.8 / len(results.variants)
+    positions = np.arange(len(table.index))
+    for index, variant in enumerate(results.variants):
+        axes.barh(
+            positions + index * height,
+            table[variant].to_numpy(),
+            height=height,
+            color=colors[variant],
+            label=display_text(variant),
+        )
+    axes.set_yticks(positions + 0.4 - height / 2, list(table.index))
+    axes.invert_yaxis()
+    delta = results.primary
+    axes.set(
+        xlabel=f"{metric.capitalize()}@{delta.symbol} = {delta.value:.4f} ({results.split})",
+        title=f"{metric.capitalize()} by task pair (mean over seeds)",
+    )
+    axes.grid(alpha=0.3, axis="x")
+    figure.legend(fontsize=7, loc="outside right upper")
+    return figure
+
+
+def score_distributions_figure(results: Results, bins: int = 20) -> Figure:
+    """Histograms (densities) of the audit scores p_k on the shared interface (depth/normal
+    squashed as the audit sees them), one panel per task, one line per method, valid examples
+    of the report split pooled over seeds."""
+    scores = results.audit.scores
+    scores = scores[(scores["split"] == results.split) & scores["valid"]]
+    scores = scores.merge(results.per_trial[["trial", "variant"]], on="trial")
+    tasks = sorted(scores["task"].astype(str).unique())
+    colors = _colors(results.variants)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    figure, panels = _figure(3.3 * len(tasks) + 2.5, 3.2, columns=len(tasks))
+    for axes, task in zip(panels, tasks, strict=True):
+        chosen = scores[scores["task"].astype(str) == task]
+        for variant in results.variants:
+            values = chosen.loc[chosen["variant"] == variant, "score"].to_numpy(np.float64)
+            axes.hist(
+                values,
+                bins=edges,
+                density=True,
+                histtype="step",
+                color=colors[variant],
+                label=display_text(variant),
+            )
+        axes.set(xlabel="audit score", title=task)
+        axes.grid(alpha=0.3)
+    panels[0].set_ylabel("density")
+    handles, labels = panels[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, loc="outside right upper")
+    figure.suptitle(f"Audit score distributions ({results.split}, pooled over seeds)")
+    return figure
