@@ -11,6 +11,7 @@ paper's recursion (Eq. lambda_update) on a synthetic violation rate.
 from __future__ import annotations
 
 import json
+import tempfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,12 +29,29 @@ TASKS = {
     "eicu": ("mortality", "los"),
 }
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+DEMO_EXPERIMENT = Path("relif-results") / "nyuv2-demo"
+"""Where the NYUv2 demo sweep writes its experiment, relative to the folder it runs in."""
+
 ABLATIONS = {
     "relif-noalign": {"quantile_alignment": False},
     "relif-static": {"controller": "static"},
     "relif-nolip": {"lipschitz_branch": False},
 }
 """Ablation labels -> the ReLiF config fields they switch (docs/relif.md, Ablations)."""
+
+
+def example_experiment(repository: Path = REPOSITORY, scratch: Path | None = None) -> str:
+    """An experiment to look at when none is named: the demo sweep's (`python sweeps/nyuv2.py
+    --demo` run in the repository writes `relif-results/nyuv2-demo`), else a generated one in
+    a new temporary folder (in `scratch`, default the system's), so that the notebook opens
+    as-is from any working folder."""
+    demo = repository / DEMO_EXPERIMENT
+    if demo.is_dir():
+        return str(demo)
+    folder = Path(tempfile.mkdtemp(prefix="relif-example-", dir=scratch)) / "nyuv2-generated"
+    labels = ("erm", "pcgrad", "relif", "pcgrad+relif")
+    return str(write_synthetic_experiment(folder, labels, seeds=3, splits=("val", "test")))
 
 
 def label_config(label: str) -> tuple[str, dict[str, Any]]:
