@@ -409,7 +409,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "tables (Markdown, LaTeX, CSV), figures and report.md. Delta options may be repeated; "
         "the first is the primary delta_ref (Pareto front, drift, certificate).",
     )
-    parser.add_argument("experiments", nargs="+", help="experiment directories")
+    parser.add_argument(
+        "experiments",
+        nargs="+",
+        help="experiment directories: paths or file://, s3://, gs:// URIs (S3-compatible "
+        "stores elsewhere: set AWS_ENDPOINT_URL)",
+    )
     parser.add_argument("--out", required=True, help="output folder for the report")
     parser.add_argument(
         "--delta",

@@ -31,7 +31,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Bias and VR of cross-task audit-score gaps under one fixed threshold "
         "(the paper's Algorithm 1).",
     )
-    parser.add_argument("scores", metavar="SCORES", help="parquet or CSV file: task, score, ...")
+    parser.add_argument(
+        "scores",
+        metavar="SCORES",
+        help="parquet or CSV file (path or file://, s3://, gs:// URI): task, score, ...",
+    )
     parser.add_argument("--delta", type=float, required=True, help="fixed threshold in [0, 1]")
     parser.add_argument("--pool-size", type=int, default=256, help="N_eval per task (256)")
     parser.add_argument("--pairs", type=int, default=4096, help="S pairs per task pair (4096)")

@@ -160,6 +160,15 @@ def test_audit_reads_a_score_file_in_s3(s3: dict, name: str, capsys):
     assert set(local["pairs"]) == {"a|b"}
 
 
+def test_audit_reads_a_file_uri(s3_server: dict, capsys):
+    path = s3_server["local"] / "scores" / "scores.csv"
+    flags = ["--delta", "0.2", "--pairs", "300", "--split", "test", "--json"]
+    assert relif_main(["audit", str(path), *flags]) == 0
+    local = capsys.readouterr().out
+    assert relif_main(["audit", path.as_uri(), *flags]) == 0
+    assert capsys.readouterr().out == local
+
+
 def test_audit_of_a_missing_s3_file_is_a_one_line_error(s3: dict, capsys):
     uri = f"s3://{BUCKET}/results/scores/none.parquet"
     assert relif_main(["audit", uri, "--delta", "0.2"]) == 2
