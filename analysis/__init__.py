@@ -1,9 +1,11 @@
 """Offline analysis of relif-ray experiments.
 
 import analysis
-experiment = analysis.load("relif-results/nyuv2")        # trials, scores, traces
+experiment = analysis.load("relif-results/nyuv2")        # or s3://, gs://, file:// URIs
+experiment.trials, experiment.epochs, experiment.traces   # per trial / epoch / step
 results = analysis.audit(experiment, ["erm:p75", "erm:p50"])  # fixed-delta audits
 results.per_trial                                         # one row per trial
+analysis.breakdown.by_pair(results)                       # Bias per task pair x method
 analysis.pareto_means(results)                            # the front over methods
 analysis.pareto_figure(results)                           # paper Figure 2
 analysis.write_report(experiment, "report/")              # everything `relif report` writes

@@ -1,4 +1,4 @@
-"""Progress bars for the slow commands (`relif make-data`, `relif report`).
+"""Progress bars for the slow commands (`relif make-data`, `relif report`, `analysis.load`).
 
 tqdm on stderr, shown only when stderr is a terminal: logs, pipes, CI and Jupyter (whose
 stderr is not a terminal) get no bar characters.
@@ -19,9 +19,3 @@ def progress(
 ) -> Iterable[Item]:
     """`items`, with a progress bar on a terminal (tqdm's `disable=None`: off elsewhere)."""
     return tqdm(items, desc=description, unit=unit, total=total, disable=None, leave=False)
-
-
-def steps(total: int, description: str) -> tqdm:
-    """A bar advanced by hand (`bar.update()`, `bar.set_postfix_str(what)`) over `total`
-    steps; use it as a context manager."""
-    return tqdm(total=total, desc=description, unit="step", disable=None, leave=False)

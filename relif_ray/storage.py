@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from urllib.request import url2pathname
 
@@ -109,13 +110,13 @@ def read_text(place: Location) -> str:
         return stream.read().decode()
 
 
-def read_parquet(place: Location, **options) -> pa.Table:
+def read_parquet(place: Location, **options: Any) -> pa.Table:
     """A parquet file as an arrow table (`options`: those of `pyarrow.parquet.read_table`)."""
     store, path = filesystem(place)
     return pq.read_table(path, filesystem=store, **options)
 
 
-def open_input(place: Location):
+def open_input(place: Location) -> pa.NativeFile:
     """A binary input stream (a context manager) for readers that take file objects."""
     store, path = filesystem(place)
     return store.open_input_file(path)

@@ -173,3 +173,17 @@ def test_audit_of_a_missing_s3_file_is_a_one_line_error(s3: dict, capsys):
     uri = f"s3://{BUCKET}/results/scores/none.parquet"
     assert relif_main(["audit", uri, "--delta", "0.2"]) == 2
     assert capsys.readouterr().err == f"relif: error: {uri}: no such file\n"
+
+
+def test_uri_helpers_keep_the_filesystem_options():
+    uri = "s3://bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+    trial = storage.join(uri, "trial_1", "checkpoint_000002")
+    assert (
+        trial
+        == "s3://bucket/runs/trial_1/checkpoint_000002?endpoint_override=127.0.0.1:9000&scheme=http"
+    )
+    assert storage.parent(storage.parent(trial)) == uri
+    assert storage.display(trial) == "s3://bucket/runs/trial_1/checkpoint_000002"
+    assert storage.location("file:///tmp/runs") == Path("/tmp/runs")
+    assert storage.location("runs/nyuv2") == Path("runs/nyuv2")
+    assert storage.join(Path("/tmp/runs"), "a", "b") == Path("/tmp/runs/a/b")
