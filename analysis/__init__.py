@@ -1,9 +1,11 @@
 """Offline analysis of relif-ray experiments.
 
 import analysis
-experiment = analysis.load("relif-results/nyuv2")        # trials, scores, traces
+experiment = analysis.load("relif-results/nyuv2")        # or s3://, gs://, file:// URIs
+experiment.trials, experiment.epochs, experiment.traces   # per trial / epoch / step
 results = analysis.audit(experiment, ["erm:p75", "erm:p50"])  # fixed-delta audits
 results.per_trial                                         # one row per trial
+analysis.by_pair(results)                                 # Bias per task pair x method
 analysis.pareto_means(results)                            # the front over methods
 analysis.pareto_figure(results)                           # paper Figure 2
 analysis.write_report(experiment, "report/")              # everything `relif report` writes
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis.audits import AuditSettings, ExperimentAudit
+from analysis.breakdown import by_pair, pair_audits
 from analysis.delta import DeltaSpec, as_spec, default_specs, resolve
 from analysis.experiment import Experiment, load
 from analysis.pareto import non_dominated, pareto_means, pareto_points
@@ -68,8 +71,10 @@ __all__ = [
     "Experiment",
     "Results",
     "audit",
+    "by_pair",
     "load",
     "non_dominated",
+    "pair_audits",
     "pareto_figure",
     "pareto_means",
     "pareto_points",

@@ -521,6 +521,7 @@ def launch(
         resources=limits,
         max_failures=args.max_failures,
         keep_checkpoints=args.keep_checkpoints,
+        checkpoint_every=0 if args.demo else 1,
         search=search,
     )
     if defaults.delta_ref is not None:

@@ -480,6 +480,7 @@ def run_sweep(
     resources: Resources = Resources(),
     max_failures: int = 2,
     keep_checkpoints: int = 2,
+    checkpoint_every: int = 1,
     resume: bool = False,
     search: OptunaPlan | None = None,
     callbacks: list[tune.Callback] | None = None,
@@ -492,7 +493,10 @@ def run_sweep(
     multi-node cluster, shared storage (`check_storage_visible`). `resume` continues a killed
     sweep from its experiment state: finished trials are kept, unfinished and errored ones
     continue from their last checkpoint. `trainable` may be an instrumented subclass (the
-    efficiency benchmark times its trials that way).
+    efficiency benchmark times its trials that way). `checkpoint_every`: epochs between
+    checkpoints, 0 = only the final one: Tune snapshots the experiment state each time a trial
+    has written `keep_checkpoints` checkpoints, so epochs of about a second (the demo) with a
+    checkpoint each would snapshot many times a second (and Tune warns about it).
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
@@ -531,7 +535,9 @@ def run_sweep(
                 name=name,
                 storage_path=storage_path,
                 checkpoint_config=tune.CheckpointConfig(
-                    checkpoint_frequency=1, checkpoint_at_end=True, num_to_keep=keep_checkpoints
+                    checkpoint_frequency=checkpoint_every,
+                    checkpoint_at_end=True,
+                    num_to_keep=keep_checkpoints,
                 ),
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 progress_reporter=tune.CLIReporter(

@@ -32,6 +32,20 @@ RELIF_LABELS: dict[str, dict[str, Any]] = {
 }
 """ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`."""
 
+DISPLAY_NAMES: dict[str, str] = {
+    "erm": "ERM",
+    "uncertainty": "Uncertainty",
+    "gradnorm": "GradNorm",
+    "pcgrad": "PCGrad",
+    "fairgrad": "FairGrad",
+    "cats": "CATS",
+    "relif": "ReLiF",
+    "relif-nolip": "ReLiF w/o Lip",
+    "relif-noalign": "ReLiF-no-align",
+    "relif-static": "ReLiF-static",
+}
+"""Method and ReLiF label -> the name tables and figures show (the paper's spelling)."""
+
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of the config dict `values` with dotted fields set, e.g. `relif.r_star`."""
@@ -66,6 +80,12 @@ def split_label(label: str) -> tuple[str, str | None]:
             f"({', '.join(RELIF_LABELS)}) or <method>+<ReLiF label>)"
         )
     return method, relif
+
+
+def display_name(label: str) -> str:
+    """How tables and figures name a label: `pcgrad+relif` -> "PCGrad+ReLiF"; a label
+    without a display name is shown as it is."""
+    return "+".join(DISPLAY_NAMES.get(part, part) for part in label.split("+"))
 
 
 def is_relif(label: str) -> bool:

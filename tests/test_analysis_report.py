@@ -47,7 +47,7 @@ def experiment_dir(tmp_path_factory) -> Path:
     """NYUv2-shaped: ERM, PCGrad, ReLiF at two controller settings, three ablations."""
     return write_synthetic_experiment(
         tmp_path_factory.mktemp("report") / "exp",
-        labels=("erm", "pcgrad", "relif", "relif-no-align", "relif-static", "relif-no-lip"),
+        labels=("erm", "pcgrad", "relif", "relif-noalign", "relif-static", "relif-nolip"),
         seeds=3,
         n_examples=30,
         splits=("val", "test"),
@@ -169,15 +169,15 @@ def test_ablation_table_lists_relif_variants_with_their_components(results, dire
     }
     assert components == {
         "relif": ("on", "adaptive", "on"),
-        "relif-no-align": ("off", "adaptive", "on"),
+        "relif-noalign": ("off", "adaptive", "on"),
         "relif-static": ("on", "static", "on"),
-        "relif-no-lip": ("on", "adaptive", "off"),
+        "relif-nolip": ("on", "adaptive", "off"),
     }
 
 
 def test_controller_table_counts_steps_at_a_lambda_bound(results, direct, stored):
     table = controller_table(results, results.audit.experiment, NO_CI)
-    assert {row.split(" (")[0] for row in table.rows["row"]} == {"relif", "relif-no-align"}
+    assert {row.split(" (")[0] for row in table.rows["row"]} == {"relif", "relif-noalign"}
     shares = []
     for trial, record in stored.items():
         relif = record.info["config"]["relif"]
