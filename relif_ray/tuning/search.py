@@ -23,6 +23,7 @@ class StudyGroups(Searcher):
     """
 
     def __init__(self, plan: OptunaPlan) -> None:
+        # Deferred: Ray's Optuna searcher and Optuna load only for an Optuna sweep.
         from optuna.distributions import FloatDistribution
         from optuna.samplers import TPESampler
         from ray.tune.search.optuna import OptunaSearch
