@@ -19,9 +19,11 @@ from analysis.audits import AuditSettings, ExperimentAudit
 from analysis.breakdown import by_pair, pair_audits
 from analysis.delta import DeltaSpec, as_spec, default_specs, resolve
 from analysis.experiment import Experiment, load
-from analysis.pareto import non_dominated, pareto_means, pareto_points
+from analysis.pareto import pareto_means, pareto_points
+from analysis.report import write_report
 from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
 from relif_ray.errors import UserError
+from relif_ray.pareto import non_dominated
 
 
 def audit(
@@ -57,13 +59,6 @@ def pareto_figure(results: Results, title: str | None = None):
     from analysis.figures import pareto_figure as draw
 
     return draw(results, title)
-
-
-def write_report(experiment: Experiment, out_dir, options=None):
-    """Write everything `relif report` writes; see `analysis.report.write_report`."""
-    from analysis.report import write_report as write
-
-    return write(experiment, out_dir, options)
 
 
 __all__ = [

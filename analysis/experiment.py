@@ -37,7 +37,7 @@ from relif_ray.storage import Location
 _CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
 RESULT_FILE = "result.json"
 """Tune's per-iteration results of a trial (one JSON object per line; one iteration = one
-epoch of `relif_ray.tune.ReLiFTrainable`)."""
+epoch of `relif_ray.tuning.trainable.ReLiFTrainable`)."""
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 
 

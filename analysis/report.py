@@ -28,7 +28,7 @@ import pandas as pd
 from analysis import delta as delta_options
 from analysis.audits import AuditSettings, ExperimentAudit
 from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
-from analysis.experiment import Experiment
+from analysis.experiment import Experiment, load
 from analysis.interface import SQUASHED_TASKS, squash_quantiles
 from analysis.pareto import pareto_means, pareto_points
 from analysis.render import (
@@ -505,8 +505,6 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from analysis import load
-
     options = options_from_args(args)
     report = write_report(load(*args.experiments), args.out, options)
     print(report)

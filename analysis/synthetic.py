@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.outputs import EvalResult, write_trial_outputs
 
 TASKS = {
@@ -251,7 +251,7 @@ def _trace(
     from the controller recursion driven by a noisy violation rate (as the regularizer does:
     a static controller keeps lambda0, no Lipschitz branch keeps lambda at 0)."""
     lipschitz = relif["lipschitz_branch"]
-    adaptive = relif["controller"] == "adaptive" and lipschitz
+    adaptive = ReLiFConfig(**relif).controller_adapts()
     rows, lam, r_ema = [], relif["lambda0"] if lipschitz else 0.0, float("nan")
     for step in range(steps):
         row = {"step": float(step)}

@@ -27,6 +27,7 @@ from analysis.experiment import Experiment
 from analysis.render import Column, Table, display_text, latex_escape, metric_digits, summarize
 from analysis.results import Results, sensitivity_key
 from relif_ray.audit import ranking_is_robust
+from relif_ray.config import ReLiFConfig
 
 
 @dataclass(frozen=True)
@@ -245,10 +246,8 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
     branch on; without it lambda stays 0); one row per variant, i.e. per (label, r*, eta),
     since a label run at several controller settings is split into variants."""
     trials = experiment.trials
-    adaptive = trials[
-        trials["relif"].astype(bool)
-        & np.array([_adapts(config["relif"]) for config in trials["config"]])
-    ]
+    adapts = [ReLiFConfig(**config["relif"]).controller_adapts() for config in trials["config"]]
+    adaptive = trials[np.array(adapts, dtype=bool)]
     if adaptive.empty:
         return Skipped(
             "controller", "Controller sensitivity", "no ReLiF trials with the adaptive controller"
@@ -302,10 +301,6 @@ def lambda_bound_shares(experiment: Experiment, trials: list[str]) -> pd.DataFra
             )
         )
     return pd.DataFrame(rows, columns=["trial", "at_lower", "at_upper"])
-
-
-def _adapts(relif: dict) -> bool:
-    return relif["controller"] == "adaptive" and relif["lipschitz_branch"]
 
 
 def _setting(group: pd.DataFrame, name: str) -> object:

@@ -1,4 +1,4 @@
-"""Every performance target of relif-ray in one command, side by side (issue 8).
+"""Every performance target of relif-ray in one command, side by side.
 
     python benchmarks/run.py --quick          # a few minutes on a 2-core CPU
     python benchmarks/run.py                  # full sizes (tens of minutes on CPU)

@@ -155,6 +155,12 @@ class ReLiFConfig:
     r_star: float = 0.24
     eta: float = 1e-3
 
+    def controller_adapts(self) -> bool:
+        """Whether lambda follows the multiplicative update of Eq. (eq:lambda_update), so that
+        r* and eta matter: ReLiF on, the adaptive controller, and the Lipschitz branch on
+        (without it lambda stays 0, so "ReLiF w/o Lip" does not adapt)."""
+        return self.enabled and self.controller == "adaptive" and self.lipschitz_branch
+
     def validate(self) -> None:
         _positive("relif.beta", self.beta)
         _positive("relif.mu", self.mu)

@@ -28,6 +28,7 @@ from relif_ray.errors import UserError
 from relif_ray.methods import StepContext, build_method
 from relif_ray.outputs import EvalResult
 from relif_ray.problem import Problem, load_problem, move_batch
+from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
 
 
@@ -109,8 +110,6 @@ class TrainingRun:
     def _build_regularizer(self, task_names: list[str]) -> torch.nn.Module | None:
         if not self.config.relif.enabled:
             return None
-        from relif_ray.relif.regularizer import ReLiFRegularizer
-
         return ReLiFRegularizer(self.config.relif, task_names).to(self.device)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:

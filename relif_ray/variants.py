@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.errors import UserError
 
 RELIF_LABELS: dict[str, dict[str, Any]] = {
@@ -88,15 +88,15 @@ def display_name(label: str) -> str:
     return "+".join(DISPLAY_NAMES.get(part, part) for part in label.split("+"))
 
 
-def is_relif(label: str) -> bool:
-    return split_label(label)[1] is not None
-
-
 def uses_controller(label: str) -> bool:
-    """Whether (r*, eta) matter: ReLiF with its adaptive controller (not `relif-static`, and
-    not `relif-nolip`, whose lambda is 0)."""
+    """Whether (r*, eta) matter: the label's ReLiF settings adapt lambda
+    (`ReLiFConfig.controller_adapts`; not `relif-static`, and not `relif-nolip`, whose lambda
+    is 0)."""
     relif = split_label(label)[1]
-    return relif is not None and relif not in ("relif-static", "relif-nolip")
+    if relif is None:
+        return False
+    fields = {key.removeprefix("relif."): value for key, value in RELIF_LABELS[relif].items()}
+    return ReLiFConfig(enabled=True, **fields).controller_adapts()
 
 
 def variant(

@@ -18,7 +18,6 @@ import analysis
 from analysis import delta as delta_options
 from analysis.audits import ExperimentAudit
 from analysis.delta import DeltaRef
-from analysis.pareto import non_dominated
 from analysis.render import Column, Table
 from analysis.results import Results, compute_results
 from analysis.synthetic import write_synthetic_experiment
@@ -36,6 +35,7 @@ from analysis.tables import (
 )
 from relif_ray.audit import fixed_delta_audit, induced_thresholds
 from relif_ray.cli import main
+from relif_ray.pareto import non_dominated
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
 
 NO_CI = CISettings(n_boot=0)

@@ -1,5 +1,5 @@
 """Clinical tasks: metrics agree with scikit-learn (the benchmark's own calls), losses respect
-masks, audit scores follow DESIGN.md."""
+masks, audit scores follow docs/clinical.md (task table)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from relif_ray.tasks.clinical import (
 
 
 def _benchmark_bin(hours: float) -> int:
-    """mimic3models/metrics.py get_bin_custom, restated: bins (-inf,1),(1,2),...,(8,14),(14,inf)
-    days, lower edge included."""
+    """The MIMIC-III benchmark's (Harutyunyan et al.) mimic3models/metrics.py get_bin_custom,
+    restated: bins (-inf,1),(1,2),...,(8,14),(14,inf) days, lower edge included."""
     edges_days = [(-np.inf, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 14)]
     for index, (low, high) in enumerate(edges_days):
         if low * 24 <= hours < high * 24:

@@ -74,7 +74,7 @@ class ReLiFRegularizer(nn.Module):
             violation_ema=config.violation_ema,
             r_star=config.r_star,
             eta=config.eta,
-            adaptive=config.controller == "adaptive" and config.lipschitz_branch,
+            adaptive=config.controller_adapts(),
         )
         initial_scale = float("nan") if config.quantile_alignment else 1.0
         self.register_buffer("tau", torch.tensor(initial_scale))
