@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
 from torch import Tensor, nn
 
 
@@ -48,7 +47,10 @@ class MTLMethod(nn.Module):
         """Fill `.grad` of all parameters; return the (detached) task weights used."""
         raise NotImplementedError
 
+    def promises_non_conflict(self) -> bool:
+        """True when the shared update d never conflicts with a task: g_k . d >= 0 for every k.
 
-def total_loss(task_losses: dict[str, Tensor], weights: dict[str, Tensor | float]) -> Tensor:
-    """sum_k w_k L_k in a fixed task order."""
-    return torch.stack([weights[k] * loss for k, loss in task_losses.items()]).sum()
+        A method whose paper proves this (for its configured number of tasks and options)
+        overrides it; the property is then tested for that method.
+        """
+        return False

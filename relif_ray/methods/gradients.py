@@ -1,4 +1,10 @@
-"""Shared plumbing of the gradient-manipulating methods (PCGrad, FairGrad) and GradNorm.
+"""Gradient aggregation: the per-task gradient pass and write-back shared by PCGrad and FairGrad.
+
+A `GradientAggregator` (as TorchJD's aggregators) is the whole method except its weighting:
+it takes the per-task gradients, forms the K x K Gramian G G^T, asks the subclass for task
+weights c from the Gramian alone (`weighting`), and writes the shared update G^T c back. A
+method module then only defines its weighting (PCGrad's projection, FairGrad's fixed point).
+GradNorm uses `per_task_gradients` for its norms but is a weighted sum, not an aggregator.
 
 PCGrad and FairGrad combine the per-task gradients on the shared parameters,
 g_k = dL_k/d theta_sh, into one update, while every task-specific parameter gets the plain
@@ -20,6 +26,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+
+from relif_ray.methods.base import MTLMethod, StepContext
 
 
 def _flat_layout(parameters: Sequence[nn.Parameter], num_rows: int) -> tuple[Tensor, list[int]]:
@@ -83,3 +91,25 @@ def finish_backward(
     add_to_grads(shared_parameters, update)
     if extra_loss is not None:
         extra_loss.backward()
+
+
+class GradientAggregator(MTLMethod):
+    """A method whose shared update is G^T c with task weights c computed from G G^T.
+
+    Subclasses implement `weighting`. The task-specific parameters get the plain sum of the
+    task losses' gradients; the ReLiF term's gradient is added after aggregation.
+    """
+
+    def weighting(self, gramian: Tensor) -> Tensor:
+        """The (K,) float64 task weights c for the float64 Gramian G G^T (task order)."""
+        raise NotImplementedError
+
+    def backward(
+        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        """Fill `.grad` with G^T c on the shared parameters; return the weights c."""
+        losses = [task_losses[name] for name in self.task_names]
+        gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
+        weights = self.weighting((gradients @ gradients.T).double())
+        finish_backward(ctx.shared_parameters, weights.to(gradients) @ gradients, extra_loss)
+        return dict(zip(self.task_names, weights.float(), strict=True))
