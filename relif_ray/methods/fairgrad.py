@@ -28,6 +28,9 @@ The ReLiF term's gradient is added after aggregation. Passes and write-back:
 
 Non-conflict: at the fixed point g_k . d = (G G^T w)_k = w_k^(-1/alpha) > 0 for every task,
 for any K and alpha > 0 (alpha = 0 is the plain sum, which can conflict).
+
+No representation mode: LibMTL's FairGrad refuses `rep_grad` and none is defined elsewhere,
+so `gradient_source: representation` is a one-line config error.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import torch
 from scipy.optimize import least_squares
 from torch import Tensor
 
+from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
 from relif_ray.methods.gradients import GradientAggregator
 from relif_ray.methods.registry import register
@@ -73,8 +77,14 @@ class FairGrad(GradientAggregator):
 
     name = "fairgrad"
 
-    def __init__(self, task_names: list[str], seed: int = 0, alpha: float = 2.0) -> None:
-        super().__init__(task_names, seed=seed)
+    def __init__(
+        self,
+        task_names: list[str],
+        seed: int = 0,
+        alpha: float = 2.0,
+        gradient_source: GradientSource = "parameters",
+    ) -> None:
+        super().__init__(task_names, seed=seed, gradient_source=gradient_source)
         if not (math.isfinite(alpha) and alpha >= 0):
             raise UserError(f"method.options.alpha: must be a finite number >= 0, got {alpha}")
         self.alpha = float(alpha)

@@ -21,6 +21,11 @@ projection. Passes: see `relif_ray.methods.gradients`. The returned per-task wei
 Non-conflict: for two conflicting tasks the projections make g_1^PC orthogonal to g_2 and
 g_2^PC to g_1, so g_1 . d = |g_1|^2 - (g_1 . g_2)^2 / |g_2|^2 >= 0 (Cauchy-Schwarz), and
 likewise for g_2; without conflict d = g_1 + g_2. For more tasks there is no such guarantee.
+
+Representation mode (`gradient_source: representation`, an approximation and our extension:
+LibMTL's PCGrad refuses `rep_grad`): the same weighting on the Gramian of the batch-summed
+gradients with respect to the encoder output, written back through one encoder backward; see
+`relif_ray.methods.gradients`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from relif_ray.config import GradientSource
 from relif_ray.methods.gradients import GradientAggregator
 from relif_ray.methods.registry import register
 
@@ -60,9 +66,12 @@ class PCGrad(GradientAggregator):
     """Projecting conflicting gradients on the shared parameters, in a seeded random order."""
 
     name = "pcgrad"
+    gradient_sources = ("parameters", "representation")
 
-    def __init__(self, task_names: list[str], seed: int = 0) -> None:
-        super().__init__(task_names, seed=seed)
+    def __init__(
+        self, task_names: list[str], seed: int = 0, gradient_source: GradientSource = "parameters"
+    ) -> None:
+        super().__init__(task_names, seed=seed, gradient_source=gradient_source)
         self.generator = torch.Generator().manual_seed(seed)
 
     def draw_orders(self) -> list[list[int]]:
@@ -77,7 +86,7 @@ class PCGrad(GradientAggregator):
         return torch.tensor(weights, dtype=torch.float64)
 
     def promises_non_conflict(self) -> bool:
-        return len(self.task_names) == 2
+        return len(self.task_names) == 2 and self.gradient_source == "parameters"
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

@@ -27,6 +27,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
 from relif_ray.methods.base import MTLMethod, StepContext
 from relif_ray.methods.registry import register
@@ -38,8 +39,14 @@ class Uncertainty(MTLMethod):
 
     name = "uncertainty"
 
-    def __init__(self, task_names: list[str], seed: int = 0, init_log_variance: float = 0.0):
-        super().__init__(task_names, seed=seed)
+    def __init__(
+        self,
+        task_names: list[str],
+        seed: int = 0,
+        init_log_variance: float = 0.0,
+        gradient_source: GradientSource = "parameters",
+    ) -> None:
+        super().__init__(task_names, seed=seed, gradient_source=gradient_source)
         if not math.isfinite(init_log_variance):
             raise UserError(
                 f"method.options.init_log_variance: must be finite, got {init_log_variance}"
