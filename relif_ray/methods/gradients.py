@@ -34,14 +34,14 @@ the step costs about one ERM backward plus K head passes.
 Why it is an approximation, and only in the weights: the exact shared gradient is
 g_k = J^T r_k (J = dz/d theta_sh, over the whole batch), so the written-back update
 J^T (sum_k c_k r_k) = sum_k c_k g_k = G^T c is exactly the aggregation G^T c FOR the weights
-c; but c is computed from rbar_k . rbar_j instead of the exact Gramian r_k^T J J^T r_j, which
-treats J J^T as the same identity block for every pair of examples. The two modes agree when
-J J^T has that form, e.g. when z = h + b and only the bias b is shared (tested), and for a
-single task. Guarantees stated on the shared parameters (PCGrad's two-task non-conflict)
-then hold for the batch-summed representation gradients instead.
-LibMTL's own PCGrad and FairGrad refuse `rep_grad`;
-PCGrad's representation mode here is our extension of the same construction (the weighting
-is unchanged, only its input differs), and FairGrad has none.
+c; but c is computed from rbar_k . rbar_j = r_k^T (1 1^T (x) I) r_j instead of the exact
+Gramian r_k^T J J^T r_j, i.e. J J^T is replaced by an identity block for every pair of
+examples. The two modes agree when J J^T has that form, e.g. when z = h + b and only the bias
+b is shared (tested), and for a single task. Guarantees stated on the shared parameters
+(PCGrad's two-task non-conflict) then hold for the batch-summed representation gradients
+instead. LibMTL's own PCGrad and FairGrad refuse `rep_grad`; PCGrad's representation mode
+here is our extension of the same construction (the weighting is unchanged, only its input
+differs), and FairGrad has none.
 """
 
 from __future__ import annotations
