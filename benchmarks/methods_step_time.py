@@ -207,10 +207,10 @@ def summarize(times: dict[str, list[float]]) -> dict[str, MethodTiming]:
 
 def report(summary: dict[str, MethodTiming], cosines: dict[str, list[float]]) -> bool:
     """Print the table; False when some method is measurably slower than its target."""
-    header = f"{'variant':<18}{'ms/step':>9}{'vs erm':>8}   {'vs torchjd [95% CI]':>22}"
+    header = f"{'variant':<24}{'ms/step':>9}{'vs erm':>8}   {'vs torchjd [95% CI]':>22}"
     print(f"{header}  target  result")
     for name, timing in summary.items():
-        line = f"{name:<18}{timing.ms_per_step:>9.1f}{timing.vs_erm:>8.2f}"
+        line = f"{name:<24}{timing.ms_per_step:>9.1f}{timing.vs_erm:>8.2f}"
         if timing.vs_torchjd is not None:
             median, lower, upper = timing.vs_torchjd
             interval = f"{median:.2f} [{lower:.2f}, {upper:.2f}]"
