@@ -216,7 +216,9 @@ def report(summary: dict[str, MethodTiming], cosines: dict[str, list[float]]) ->
             interval = f"{median:.2f} [{lower:.2f}, {upper:.2f}]"
             line += f"   {interval:>22}  <= {TARGET}  {timing.verdict}"
         if timing.erm_verdict is not None:
-            line += f"   vs erm <= {REPRESENTATION_TARGET}  {timing.erm_verdict}"
+            lower, upper = timing.vs_erm_interval
+            interval = f"vs erm [{lower:.2f}, {upper:.2f}]"
+            line += f"   {interval:>22}  <= {REPRESENTATION_TARGET}  {timing.erm_verdict}"
         print(line)
     for name, values in cosines.items():
         print(
