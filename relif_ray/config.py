@@ -109,12 +109,21 @@ class TrainConfig:
             _positive("train.grad_clip", self.grad_clip)
 
 
+GradientSource = Literal["parameters", "representation"]
+
+
 @dataclass
 class MethodConfig:
-    """The MTL method by registry name, and its options (keyword arguments of its class)."""
+    """The MTL method by registry name, and its options (keyword arguments of its class).
+
+    gradient_source: where a gradient-based method takes the per-task gradients: "parameters"
+        (exact) or "representation" (the encoder output; an approximation, PCGrad and GradNorm
+        only; see `relif_ray.methods.gradients`).
+    """
 
     name: str = "erm"
     options: dict[str, Any] = field(default_factory=dict)
+    gradient_source: GradientSource = "parameters"
 
 
 @dataclass

@@ -54,6 +54,7 @@ def fp32_output(output: ModelOutput) -> ModelOutput:
         predictions={name: cast(value) for name, value in output.predictions.items()},
         representation=cast(output.representation),
         features={name: cast(value) for name, value in output.features.items()},
+        encoder_output=output.encoder_output,  # uncast: the heads read this very tensor
     )
 
 
@@ -93,8 +94,21 @@ class TrainingRun:
         self.forward_model = torch.compile(self.model) if config.train.compile else self.model
         task_names = self.problem.task_names
         self.method = build_method(
-            config.method.name, task_names, config.seed, **config.method.options
+            config.method.name,
+            task_names,
+            config.seed,
+            gradient_source=config.method.gradient_source,
+            **config.method.options,
         ).to(self.device)
+        if config.method.gradient_source == "representation" and config.train.compile:
+            raise UserError(
+                "method.gradient_source: 'representation' needs train.compile false (inside a "
+                "compiled forward the heads do not read the returned encoder output)"
+            )
+        shared = {id(param) for param in self.model.shared_parameters()}
+        self.head_parameters = [
+            p for p in self.model.parameters() if p.requires_grad and id(p) not in shared
+        ]
         self.regularizer = self._build_regularizer(task_names)
         self.optimizer = self._build_optimizer()
         self.train_split = self.problem.splits["train"]
@@ -212,6 +226,8 @@ class TrainingRun:
             shared_parameters=self.model.shared_parameters(),
             last_shared_parameters=self.model.last_shared_parameters(),
             step=self.step,
+            encoder_output=output.encoder_output,
+            head_parameters=self.head_parameters,
         )
         weights = self.method.backward(losses, context, extra_loss)
         row = {f"loss_{name}": loss.detach() for name, loss in losses.items()}

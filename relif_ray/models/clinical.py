@@ -18,7 +18,9 @@ Each head is a linear layer on the LSTM output, read out in one of three ways:
 A head with one output drops that dimension: (B, T) or (B,).
 
 Shared representation (ReLiF's prototypes and the audit's distances): the top LSTM layer's
-hidden state at the stay's last valid step (h_n of the packed sequence), before dropout.
+hidden state at the stay's last valid step (h_n of the packed sequence), before dropout. The
+encoder output every head reads (`ModelOutput.encoder_output`) is the LSTM outputs after
+dropout, (B, T, H).
 
 `model.backbone` and `model.head_channels` do not apply (the backbone is always this LSTM).
 """
@@ -86,7 +88,9 @@ class ClinicalMTLModel(MultiTaskModel):
                 features = outputs[rows, last_step.clamp(max=spec.hour - 1)]
             logits = self.heads[name](features)
             predictions[name] = logits.squeeze(-1) if spec.out_features == 1 else logits
-        return ModelOutput(predictions=predictions, representation=last_hidden[-1])
+        return ModelOutput(
+            predictions=predictions, representation=last_hidden[-1], encoder_output=outputs
+        )
 
     def _run_lstm(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """LSTM outputs (B, T, H), zero past each stay's end, and the last hidden states

@@ -172,7 +172,10 @@ class DenseMTLModel(MultiTaskModel):
         predictions["normal"] = F.normalize(predictions["normal"], dim=1)
         representation = torch.flatten(F.adaptive_avg_pool2d(encoded, 1), 1)
         return ModelOutput(
-            predictions=predictions, representation=representation, features=features
+            predictions=predictions,
+            representation=representation,
+            features=features,
+            encoder_output=encoded,
         )
 
     def shared_parameters(self) -> list[nn.Parameter]:

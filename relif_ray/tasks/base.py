@@ -44,11 +44,15 @@ class ModelOutput:
     representation: (B, D) shared representation (global average pool of the encoder map for
         the dense model, the last LSTM state for the clinical model); ReLiF prototypes and the
         method-induced thresholds use it.
+    encoder_output: the encoder output that every head consumes (the dense model's feature
+        map, the clinical LSTM outputs), the tensor itself so that gradients can be taken
+        with respect to it (`method.gradient_source: representation`); None if not exposed.
     """
 
     predictions: dict[str, Tensor]
     representation: Tensor
     features: dict[str, Tensor] = field(default_factory=dict)
+    encoder_output: Tensor | None = None
 
 
 class MetricAccumulator(ABC):
