@@ -4,8 +4,8 @@
 wrappers around `main`. Everything is validated before Ray starts, every trial config included;
 user mistakes exit with status 2 and one line `<script>: error: <what is wrong>`.
 
-A data set plugs in with a `DatasetDefaults` (budget, model, live delta, demo data writer) in
-`DATASETS`; the flags, grid, resources and launch are shared.
+A data set plugs in as a benchmark module of `relif_ray.problems` (budget, model, live delta,
+demo data writer); the flags, grid, resources and launch are shared.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import math
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.variants import (
     RELIF_LABELS,
     apply_overrides,
@@ -30,108 +30,11 @@ from relif_ray.variants import (
     uses_controller,
 )
 
-
-@dataclass(frozen=True)
-class DatasetDefaults:
-    """What differs between data sets.
-
-    seeds, backbone, batch_size, lr, epochs: the budget (flags override them).
-    r_star, eta: the paper's ReLiF controller setting for this data set (--r-star/--eta).
-    delta: threshold of the live validation Bias shown while training and optimised by Optuna
-        (the official fixed-delta audit is computed at analysis time).
-    delta_ref: the paper's held-fixed audit threshold where it is one number (MIMIC-III 0.275,
-        eICU 0.06); NYUv2 takes quantiles of a reference run instead (None).
-    demo_data: keyword arguments of the data set's synthetic writer (`cli_data.DATA_WRITERS`).
-    demo_train: the `--demo` budget (epochs, batch_size, lr, backbone, seeds, methods).
-    config: dotted ExperimentConfig fields set for every trial before the flags apply (the
-        paper's settings, e.g. {"train.optimizer": "adamw"}); demo_config: the same in --demo.
-    """
-
-    dataset: str
-    seeds: int
-    backbone: str
-    batch_size: int
-    lr: float
-    epochs: int
-    r_star: float
-    eta: float
-    delta: float
-    demo_data: dict[str, int]
-    demo_train: dict[str, Any]
-    config: dict[str, Any] = field(default_factory=dict)
-    demo_config: dict[str, Any] = field(default_factory=dict)
-    delta_ref: float | None = None
-
-
-NYUV2 = DatasetDefaults(
-    dataset="nyuv2",
-    seeds=7,
-    backbone="resnet50",
-    batch_size=8,
-    lr=1e-4,
-    epochs=200,
-    r_star=0.24,
-    eta=1e-3,
-    delta=0.2,
-    demo_data={"train": 48, "val": 24, "height": 48, "width": 64},
-    demo_train={
-        "epochs": 4,
-        "batch_size": 8,
-        "lr": 1e-3,
-        "backbone": "resnet18",
-        "seeds": 2,
-        "methods": "erm,relif",
-    },
-)
-"""NYUv2: ResNet50, 7 seeds, r* = 0.24, eta = 1e-3 (paper Table 5); Adam lr 1e-4, batch 8,
-200 epochs (LibMTL's NYUv2 setting; the paper only says "the same budget for every method").
-delta = 0.2 for the live Bias is our choice: the paper's delta_p75/delta_p50 come from a
-reference validation distribution that exists only after the ERM runs (issue 6)."""
-
-CLINICAL_CONFIG = {
-    "train.optimizer": "adamw",
-    "train.weight_decay": 1e-5,
-    "train.grad_clip": 1.0,
-    "train.eval_batch_size": 64,
-    "model.hidden_size": 256,
-    "model.num_layers": 2,
-    "model.dropout": 0.3,
-}
-"""The paper's clinical setting: 2-layer LSTM (256, dropout 0.3), AdamW, wd 1e-5, clip 1.0."""
-
-CLINICAL_DEMO = {"epochs": 3, "batch_size": 16, "lr": 3e-3, "seeds": 2, "methods": "erm,relif"}
-
-MIMIC3 = DatasetDefaults(
-    dataset="mimic3",
-    seeds=7,
-    backbone="lstm",
-    batch_size=64,
-    lr=1e-3,
-    epochs=100,
-    r_star=0.16,
-    eta=1e-3,
-    delta=0.275,
-    demo_data={"patients": 150},
-    demo_train=CLINICAL_DEMO,
-    config=CLINICAL_CONFIG,
-    demo_config={"model.hidden_size": 32},
-    delta_ref=0.275,
-)
-"""MIMIC-III: 7 seeds, delta_ref 0.275, also the live delta (clinical scores are
-probabilities, so the live Bias on val is the paper's audit of val). The paper selects
-(r*, eta) on validation: --search optuna, or a grid with --r-star/--eta (its controller checks
-span r* 0.16-0.28, eta 1e-4-1e-2). 100 epochs is our choice: the paper does not state the
-clinical budget; 100 is the default of Harutyunyan et al.'s benchmark scripts."""
-
-EICU = replace(
-    MIMIC3, dataset="eicu", seeds=3, delta=0.06, demo_data={"patients": 200}, delta_ref=0.06
-)
-"""eICU: MIMIC-III's clinical setting except 3 seeds and delta_ref 0.06 (also the live delta);
-r* 0.16 and eta 1e-3 are the paper's eICU setting."""
-
-CLINICAL = {"mimic3": MIMIC3, "eicu": EICU}
-DATASETS: dict[str, DatasetDefaults] = {"nyuv2": NYUV2, **CLINICAL}
-"""Data sets by name: `--dataset` of sweeps/clinical.py and sweeps/controller_sensitivity.py."""
+DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
+"""Every registered benchmark's defaults (`relif_ray.problems`): `--dataset` of sweeps/run.py
+and sweeps/controller_sensitivity.py."""
+NYUV2, MIMIC3 = DATASETS["nyuv2"], DATASETS["mimic3"]
+CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -390,10 +293,8 @@ def data_root(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
 def write_demo_data(root: str, defaults: DatasetDefaults) -> None:
     """Write the synthetic demo data set once (atomically, so an existing folder is complete;
     later demo sweeps reuse it)."""
-    from relif_ray.cli_data import DATA_WRITERS
-
     if not Path(root).exists():
-        DATA_WRITERS[defaults.dataset].write(Path(root), seed=0, **defaults.demo_data)
+        benchmark(defaults.dataset).synthetic.write(Path(root), seed=0, **defaults.demo_data)
 
 
 def wants_gpus(args: argparse.Namespace) -> bool:

@@ -36,16 +36,15 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from relif_ray.audit import AuditResult, fixed_delta_audit
+from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, squash
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.outputs import write_trial_outputs
+from relif_ray.problems import worker_env
 from relif_ray.variants import describe, experiment_config, variant
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
-SQUASH_QUANTILES = (0.1, 0.9)
-SQUASH_EPS = 1e-6
 OBJECTIVES = {"val_bias": "min", "worst": "max"}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
 
@@ -79,7 +78,7 @@ def live_validation_audit(
         values = rows["score"].to_numpy()
         if task not in probability_tasks:
             low, high = np.quantile(values, SQUASH_QUANTILES)
-            values = (values - low) / (high - low + SQUASH_EPS)
+            values = squash(values, low, high)
         frame.loc[rows.index, "score"] = np.clip(values, 0.0, 1.0)
     if frame["task"].nunique() < 2:
         return None
@@ -98,9 +97,7 @@ class ReLiFTrainable(tune.Trainable):
         self.fault_step = config.get("fault_injection_step")
         self.restored = False
         self.run = TrainingRun(experiment_config(config))
-        self.probability_tasks = {
-            task.name for task in self.run.tasks if getattr(task, "score_is_probability", True)
-        }
+        self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
         self.last_eval = None
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
@@ -381,18 +378,20 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def connect(resources: Resources) -> None:
-    """Start local Ray or join the cluster at `resources.address` (unless already connected)."""
+    """Start local Ray or join the cluster at `resources.address` (unless already connected);
+    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`)."""
     if ray.is_initialized():
         return
+    runtime_env = {"env_vars": worker_env()}
     if resources.address:
         check_reachable(resources.address)
         try:
-            ray.init(address=resources.address)
+            ray.init(address=resources.address, runtime_env=runtime_env)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"--address {resources.address}: cannot connect ({message})") from None
     else:
-        ray.init(num_cpus=resources.num_cpus, include_dashboard=False)
+        ray.init(num_cpus=resources.num_cpus, include_dashboard=False, runtime_env=runtime_env)
 
 
 def check_cluster(resources: Resources) -> None:
