@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import analysis
+
 REPO = Path(__file__).resolve().parents[1]
 
 TOY_MODULE = textwrap.dedent(
@@ -39,7 +41,7 @@ TOY_MODULE = textwrap.dedent(
 
     def write_toy(out, *, overwrite=False, examples=40, seed=0):
         rng = np.random.default_rng(seed)
-        with atomic_directory(Path(out), overwrite) as folder:
+        with atomic_directory(out, overwrite=overwrite) as folder:
             for split in ("train", "val", "test"):
                 x = rng.normal(size=(examples, 4)).astype(np.float32)
                 np.save(folder / f"{split}_x.npy", x)
@@ -139,6 +141,10 @@ def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "RELIF_PROBLEMS_PATH": str(folder),
         "PYTHONPATH": str(REPO),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray on the loopback address only (Ray's switch for single-machine clusters), and
+        # without the token of ~/.ray/auth_token, which other local clusters may rewrite.
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
     }
 
 
@@ -158,26 +164,50 @@ def test_make_data_finds_the_plugin(plugin_env: dict[str, str], tmp_path: Path) 
     assert missing.returncode == 2 and "invalid choice: 'toy'" in missing.stderr
 
 
+HEAD = (
+    "import ray, sys; "
+    "ray.init(num_cpus=2, include_dashboard=False); "
+    "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read()"
+)
+"""A local Ray head on 127.0.0.1 that lives until its stdin closes."""
+
+
+@pytest.fixture
+def bare_cluster(plugin_env: dict[str, str]):
+    """A Ray cluster started WITHOUT RELIF_PROBLEMS_PATH: its workers inherit no plug-in path."""
+    env = {key: value for key, value in plugin_env.items() if key != "RELIF_PROBLEMS_PATH"}
+    head = subprocess.Popen(
+        [sys.executable, "-c", HEAD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        yield head.stdout.readline().strip()
+    finally:
+        head.stdin.close()
+        head.wait(timeout=60)
+
+
 @pytest.mark.slow
 def test_sweep_trials_and_report_find_the_plugin(
-    plugin_env: dict[str, str], ray_session, tmp_path: Path
+    plugin_env: dict[str, str], bare_cluster: str, tmp_path: Path
 ) -> None:
-    """The sweep joins the test session's Ray cluster, whose workers were started without
-    RELIF_PROBLEMS_PATH: they find the toy module only because the driver passes it on."""
-    address = ray_session.get_runtime_context().gcs_address
+    """The sweep joins a cluster whose workers were started without RELIF_PROBLEMS_PATH: its
+    trials find the toy module only because the driver passes the path on to them."""
     sweep = run(
         plugin_env, "sweeps/run.py", "--dataset", "toy", "--demo", "--methods", "erm,relif",
-        "--storage", str(tmp_path), "--address", address,
+        "--storage", str(tmp_path), "--address", bare_cluster,
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "delta_ref = 0.1" in sweep.stdout
     experiment = tmp_path / "toy-demo"
+    trials = analysis.load(experiment).trials
+    assert sorted(trials["label"]) == ["erm", "relif"]  # both trials loaded the toy problem
     out = tmp_path / "report"
     report = run(plugin_env, "-m", "relif_ray.cli", "report", str(experiment), "--out", str(out))
     assert report.returncode == 0, report.stderr[-3000:]
     text = (out / "report.md").read_text()
     assert "Finished trials: 2 (data set: toy)" in text
-    assert json.loads((out / "delta_ref.json").read_text())[0]["value"] == 0.1
+    assert json.loads((out / "delta_ref.json").read_text())["deltas"][0]["value"] == 0.1
     header = (out / "utility.csv").read_text().splitlines()[0]
     assert "left_accuracy_mean" in header and "right_accuracy_mean" in header
     markdown = (out / "utility.md").read_text()
