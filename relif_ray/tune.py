@@ -382,7 +382,7 @@ def connect(resources: Resources) -> None:
     its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`)."""
     if ray.is_initialized():
         return
-    runtime_env = {"env_vars": worker_env()}
+    runtime_env = {"env_vars": env} if (env := worker_env()) else None
     if resources.address:
         check_reachable(resources.address)
         try:
