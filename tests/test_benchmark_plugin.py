@@ -212,3 +212,16 @@ def test_sweep_trials_and_report_find_the_plugin(
     assert "left_accuracy_mean" in header and "right_accuracy_mean" in header
     markdown = (out / "utility.md").read_text()
     assert "left_accuracy ↑" in markdown  # the direction the toy metric declares
+
+
+def test_workers_get_the_plugin_directories_as_absolute_paths(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Trials run in their own folders, so a relative directory is resolved by the driver."""
+    from relif_ray.problems import PATH_VARIABLE, worker_env
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(PATH_VARIABLE, f"plugins{os.pathsep}{os.pathsep}/opt/more")
+    assert worker_env() == {PATH_VARIABLE: f"{tmp_path / 'plugins'}{os.pathsep}/opt/more"}
+    monkeypatch.delenv(PATH_VARIABLE)
+    assert worker_env() == {}

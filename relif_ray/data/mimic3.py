@@ -136,8 +136,6 @@ LISTFILE_HEADER = (
     "decompensation task (masks;labels)",
 )
 
-TASK_NAMES = ("mortality", "decompensation", "phenotype", "length_of_stay")
-
 
 # ----------------------------------------------------------------------------------------
 # Episodes and their discretisation
