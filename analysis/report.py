@@ -29,7 +29,7 @@ from analysis import delta as delta_options
 from analysis.audits import AuditSettings, ExperimentAudit
 from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
 from analysis.experiment import Experiment, load
-from analysis.interface import SQUASHED_TASKS, squash_quantiles
+from analysis.interface import squash_quantiles, squashed_tasks
 from analysis.pareto import pareto_means, pareto_points
 from analysis.render import (
     Column,
@@ -40,7 +40,13 @@ from analysis.render import (
     metric_header,
     summarize,
 )
-from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
+from analysis.results import (
+    SENSITIVITY_DELTAS,
+    Results,
+    compute_results,
+    direction,
+    report_split,
+)
 from analysis.tables import (
     CISettings,
     Skipped,
@@ -55,6 +61,7 @@ from analysis.tables import (
 )
 from relif_ray import storage
 from relif_ray.errors import UserError
+from relif_ray.problems import benchmark
 from relif_ray.progress import progress
 
 SPLITS = ("val", "test")
@@ -75,9 +82,6 @@ CONTROLLER_FIELDS = (
     "lipschitz_branch",
 )
 """ReLiF settings listed in the report (the paper's Table 7 rows)."""
-HIGHER_IS_BETTER = ("miou", "pixel_acc", "worst", "macro", "score", "auroc", "auprc", "kappa")
-LOWER_IS_BETTER = ("abs_err", "rel_err", "rmse", "angle_mean", "angle_median", "mad")
-"""Directions of utility metrics by name without the task prefix (`within_*` is higher)."""
 
 
 @dataclass
@@ -195,12 +199,13 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
         per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
     order = list(dict.fromkeys(trials["variant"]))
     rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
+    directions = metric_directions(set(trials["dataset"]))
     columns = [
         Column(
             m,
             metric_header(m),
             latex_escape(metric_header(m)),
-            _direction(m),
+            direction(directions.get(m)),
             digits=metric_digits(m),
         )
         for m in metrics
@@ -209,13 +214,12 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
     return Table("utility", title, "label", columns, rows)
 
 
-def _direction(metric: str) -> str | None:
-    name = metric.partition("_")[2] or metric
-    if name in LOWER_IS_BETTER:
-        return "lower"
-    if name in HIGHER_IS_BETTER or name.startswith("within_"):
-        return "higher"
-    return None
+def metric_directions(datasets: set[str]) -> dict[str, bool]:
+    """`<task>_<metric>` -> higher is better, as the tasks of the trials' benchmarks declare."""
+    directions: dict[str, bool] = {}
+    for dataset in sorted(datasets):
+        directions.update(benchmark(dataset, "data set of the trials").metric_directions)
+    return directions
 
 
 def _section(
@@ -269,7 +273,7 @@ def _sources(experiment: Experiment) -> str:
 def _protocol(experiment: Experiment, results: Results, options: ReportOptions) -> str:
     settings = options.settings
     datasets = sorted(set(experiment.trials["dataset"]))
-    squashed = sorted({t for d in datasets for t in SQUASHED_TASKS.get(d, ())})
+    squashed = sorted({t for d in datasets for t in squashed_tasks(d)})
     interface = (
         f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
         "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1) with q10/q90 of the SAME-SEED ERM trial's "

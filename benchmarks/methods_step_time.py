@@ -47,8 +47,9 @@ from torchjd.scalarization import UW
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
-from relif_ray.problem import Problem, load_problem, move_batch
+from relif_ray.problems import Problem, load_problem
 from relif_ray.tasks.base import Batch
+from relif_ray.transfer import move_batch
 
 OURS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
 REPRESENTATION = sorted(n for n in METHODS if "representation" in METHODS[n].gradient_sources)

@@ -19,9 +19,10 @@ from relif_ray.errors import UserError
 
 @dataclass
 class DataConfig:
-    """Which data set and where it lives on disk."""
+    """Which data set and where it lives on disk. `dataset` names a benchmark of
+    `relif_ray.problems`; loading the problem checks it against the registry."""
 
-    dataset: Literal["nyuv2", "mimic3", "eicu"] = "nyuv2"
+    dataset: str = "nyuv2"
     root: str = ""
 
 

@@ -27,9 +27,10 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.methods import StepContext, build_method
 from relif_ray.outputs import EvalResult
-from relif_ray.problem import Problem, load_problem, move_batch
+from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
+from relif_ray.transfer import move_batch
 
 
 def resolve_device(name: str) -> torch.device:
@@ -217,9 +218,7 @@ class TrainingRun:
         extra_loss, stats = None, {}
         if self.regularizer is not None:
             scores = {task.name: task.audit_score(output, batch) for task in self.tasks}
-            is_probability = {
-                task.name: getattr(task, "score_is_probability", True) for task in self.tasks
-            }
+            is_probability = {task.name: task.score_is_probability for task in self.tasks}
             extra_loss, stats = self.regularizer(scores, output.representation, is_probability)
         self.optimizer.zero_grad(set_to_none=True)
         context = StepContext(

@@ -4,8 +4,9 @@
 wrappers around `main`. Everything is validated before Ray starts, every trial config included;
 user mistakes exit with status 2 and one line `<script>: error: <what is wrong>`.
 
-A data set plugs in with a `DatasetDefaults` in `relif_ray.benchmark_defaults.DATASETS`; the
-flags, grid (`relif_ray.planning`), resources and launch (`relif_ray.tuning`) are shared.
+A data set plugs in as a benchmark module of `relif_ray.problems` (budget, model, live delta,
+demo data writer); the flags, grid (`relif_ray.planning`), resources and launch
+(`relif_ray.tuning`) are shared.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from relif_ray.benchmark_defaults import CLINICAL, DATASETS, MIMIC3, DatasetDefaults
-from relif_ray.cli_data import DATA_WRITERS
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.methods import METHODS
@@ -32,6 +31,7 @@ from relif_ray.planning import (
     controller_variants,
     param_space,
 )
+from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.variants import (
     RELIF_LABELS,
     apply_overrides,
@@ -39,6 +39,12 @@ from relif_ray.variants import (
     split_label,
     uses_controller,
 )
+
+DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
+"""Every registered benchmark's defaults (`relif_ray.problems`): `--dataset` of sweeps/run.py
+and sweeps/controller_sensitivity.py."""
+NYUV2, MIMIC3 = DATASETS["nyuv2"], DATASETS["mimic3"]
+CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -298,7 +304,7 @@ def write_demo_data(root: str, defaults: DatasetDefaults) -> None:
     """Write the synthetic demo data set once (atomically, so an existing folder is complete;
     later demo sweeps reuse it)."""
     if not Path(root).exists():
-        DATA_WRITERS[defaults.dataset].write(Path(root), seed=0, **defaults.demo_data)
+        benchmark(defaults.dataset).synthetic.write(Path(root), seed=0, **defaults.demo_data)
 
 
 def wants_gpus(args: argparse.Namespace) -> bool:

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from relif_ray.config import ModelConfig
-from relif_ray.data.mimic3 import HEADS, NUM_FEATURES, load_mimic3
+from relif_ray.data.mimic3 import NUM_FEATURES
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
 from relif_ray.models.clinical import ClinicalMTLModel
+from relif_ray.problems.mimic3 import HEADS, load_mimic3
 
 CONFIG = ModelConfig(hidden_size=8, num_layers=2, dropout=0.3)
 

@@ -25,12 +25,11 @@ from ray import tune
 
 import analysis
 from relif_ray.audit import fixed_delta_audit
-from relif_ray.benchmark_defaults import NYUV2
 from relif_ray.errors import UserError
 from relif_ray.outputs import read_trial_info
 from relif_ray.planning import controller_variants
+from relif_ray.sweep_cli import NYUV2, build_parser, main, run_controller_sensitivity
 from relif_ray.sweep_cli import base_config as sweep_base_config
-from relif_ray.sweep_cli import build_parser, main, run_controller_sensitivity
 from relif_ray.variants import (
     experiment_config,
     grid_variants,

@@ -28,10 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from relif_ray.data.atomic_dir import atomic_directory
-from relif_ray.data.mimic3 import CHANNELS, EPS, LISTFILE_HEADER
+from relif_ray.data.mimic3 import CHANNELS, EPS, LISTFILE_HEADER, NUM_PHENOTYPES
 from relif_ray.errors import UserError
 from relif_ray.progress import progress
-from relif_ray.tasks.clinical import NUM_PHENOTYPES
 
 CHART_PROBABILITY = {
     "Capillary refill rate": 0.1,

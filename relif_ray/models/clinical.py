@@ -36,7 +36,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from relif_ray.config import ModelConfig
 from relif_ray.errors import UserError
-from relif_ray.problem import MultiTaskModel
+from relif_ray.models.base import MultiTaskModel
 from relif_ray.tasks.base import Batch, ModelOutput
 
 
@@ -96,7 +96,7 @@ class ClinicalMTLModel(MultiTaskModel):
         """LSTM outputs (B, T, H), zero past each stay's end, and the last hidden states
         (layers, B, H), both in batch order.
 
-        The lengths stay on the host (problem.HOST_KEYS), where packing reads them. The batch
+        The lengths stay on the host (transfer.HOST_KEYS), where packing reads them. The batch
         is sorted by length here, on the host, rather than by `enforce_sorted=False`, whose
         unpacking copies the sort order back from the device and so waits for it every step.
         """

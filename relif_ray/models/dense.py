@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from relif_ray.config import ModelConfig
 from relif_ray.errors import UserError
-from relif_ray.problem import MultiTaskModel
+from relif_ray.models.base import MultiTaskModel
 from relif_ray.tasks.base import Batch, ModelOutput
 
 TASK_CHANNELS = {"seg": 13, "depth": 1, "normal": 3}

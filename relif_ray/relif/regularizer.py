@@ -36,14 +36,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.config import ReLiFConfig
 from relif_ray.relif.controller import ViolationController
 from relif_ray.relif.surrogate import PrototypePairs, huber_rho, huberized_hinge, prototype_pairs
 
-SQUASH_QUANTILES = (0.1, 0.9)
-"""q10 and q90 of the audit's squash (appendix A.3)."""
-
-SQUASH_EPS = 1e-6
 STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip")
 
 TaskScores = dict[str, tuple[Tensor, Tensor]]
@@ -160,7 +157,7 @@ class ReLiFRegularizer(nn.Module):
         """A task without any usable score yet has NaN quantiles; all its entries are masked out
         of the pairs anyway, and placeholders keep its (zero) gradients finite."""
         low, high = low.nan_to_num(nan=0.0), high.nan_to_num(nan=1.0)
-        squashed = ((raw - low[:, None]) / (high - low + SQUASH_EPS)[:, None]).clamp(0.0, 1.0)
+        squashed = squash(raw, low[:, None], high[:, None])
         rows = [
             raw[k] if score_is_probability[name] else squashed[k]
             for k, name in enumerate(self.task_names)

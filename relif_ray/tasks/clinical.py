@@ -42,6 +42,9 @@ labels. A stay is valid for a task's audit when the task labels it (mask, or any
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -67,7 +70,6 @@ LOS_BIN_MEAN_HOURS = (
 """Mean remaining stay (hours) of each bin in the MIMIC-III benchmark (CustomBins.means)."""
 
 NUM_LOS_BINS = 10
-NUM_PHENOTYPES = 25
 
 
 def los_bins(hours: Tensor) -> Tensor:
@@ -145,6 +147,8 @@ class _Collector:
 class BinaryMetrics(MetricAccumulator):
     """AUROC and trapezoid AUPRC over every labelled stay (or step) of a split."""
 
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"auroc": True, "auprc": True}
+
     def __init__(self) -> None:
         self.collected = _Collector()
 
@@ -159,6 +163,8 @@ class BinaryMetrics(MetricAccumulator):
 
 class PhenotypeMetrics(MetricAccumulator):
     """Macro AUROC over the 25 phenotype labels."""
+
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"auroc_macro": True}
 
     def __init__(self) -> None:
         self.collected = _Collector()
@@ -177,6 +183,8 @@ class PhenotypeMetrics(MetricAccumulator):
 
 class LengthOfStayMetrics(MetricAccumulator):
     """Linear-weighted kappa over the 10 bins and MAD (hours) against the bin means."""
+
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"kappa": True, "mad": False}
 
     def __init__(self) -> None:
         self.collected = _Collector()
@@ -207,8 +215,6 @@ class LengthOfStayMetrics(MetricAccumulator):
 class MortalityTask(Task):
     """In-hospital mortality from the first 48 hours: one logit per stay, (B,)."""
 
-    score_is_probability = True
-
     def __init__(self, name: str = "mortality") -> None:
         self.name = name
 
@@ -229,8 +235,6 @@ class MortalityTask(Task):
 
 class DecompensationTask(Task):
     """Death within the next 24 hours, at every hourly step: logits (B, T)."""
-
-    score_is_probability = True
 
     def __init__(self, name: str = "decompensation") -> None:
         self.name = name
@@ -254,8 +258,6 @@ class DecompensationTask(Task):
 class LengthOfStayTask(Task):
     """Remaining length of stay in 10 bins, at every hourly step: logits (B, T, 10)."""
 
-    score_is_probability = True
-
     def __init__(self, name: str = "length_of_stay") -> None:
         self.name = name
 
@@ -278,8 +280,6 @@ class LengthOfStayTask(Task):
 
 class PhenotypeTask(Task):
     """25 acute-care phenotypes of the stay (multi-label): logits (B, 25)."""
-
-    score_is_probability = True
 
     def __init__(self, name: str = "phenotype") -> None:
         self.name = name

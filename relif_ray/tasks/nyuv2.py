@@ -14,6 +14,8 @@ ERM validation quantiles is applied at analysis time, hence `score_is_probabilit
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +44,6 @@ def _feature_norm_score(features: Tensor, valid: Tensor) -> tuple[Tensor, Tensor
 
 class SegmentationTask(Task):
     name = "seg"
-    score_is_probability = True
 
     def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(prediction, target.long(), ignore_index=-1)
@@ -106,6 +107,8 @@ class SegmentationMetrics(MetricAccumulator):
     where LibMTL's code would return NaN.
     """
 
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"miou": True, "pixel_acc": True}
+
     def __init__(self) -> None:
         self.confusion = torch.zeros(NUM_CLASSES, NUM_CLASSES, dtype=torch.int64)
 
@@ -133,6 +136,12 @@ class SegmentationMetrics(MetricAccumulator):
 
 class DepthMetrics(MetricAccumulator):
     """Absolute error, relative error |p-g|/g and RMSE pooled over all valid pixels."""
+
+    higher_is_better: ClassVar[Mapping[str, bool]] = {
+        "abs_err": False,
+        "rel_err": False,
+        "rmse": False,
+    }
 
     def __init__(self) -> None:
         self.sums = torch.zeros(3, dtype=torch.float64)
@@ -165,6 +174,11 @@ class NormalMetrics(MetricAccumulator):
     """
 
     THRESHOLDS = (11.25, 22.5, 30.0)
+    higher_is_better: ClassVar[Mapping[str, bool]] = {
+        "angle_mean": False,
+        "angle_median": False,
+        **{f"within_{threshold:g}": True for threshold in THRESHOLDS},
+    }
 
     def __init__(self) -> None:
         self.histogram = torch.zeros(180 * ANGLE_BINS_PER_DEGREE + 1, dtype=torch.int64)

@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from relif_ray.errors import UserError
 from relif_ray.pareto import pareto_front
 from relif_ray.planning import OptunaPlan, Resources
+from relif_ray.problems import worker_env
 from relif_ray.tuning.search import StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.variants import describe
@@ -91,18 +92,20 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def connect(resources: Resources) -> None:
-    """Start local Ray or join the cluster at `resources.address` (unless already connected)."""
+    """Start local Ray or join the cluster at `resources.address` (unless already connected);
+    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`)."""
     if ray.is_initialized():
         return
+    runtime_env = {"env_vars": env} if (env := worker_env()) else None
     if resources.address:
         check_reachable(resources.address)
         try:
-            ray.init(address=resources.address)
+            ray.init(address=resources.address, runtime_env=runtime_env)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"--address {resources.address}: cannot connect ({message})") from None
     else:
-        ray.init(num_cpus=resources.num_cpus, include_dashboard=False)
+        ray.init(num_cpus=resources.num_cpus, include_dashboard=False, runtime_env=runtime_env)
 
 
 def check_cluster(resources: Resources) -> None:

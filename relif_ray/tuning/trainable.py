@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from ray import tune
 
-from relif_ray.audit import AuditResult, fixed_delta_audit
+from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, squash
 from relif_ray.config import ReLiFConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.outputs import write_trial_outputs
@@ -34,8 +34,6 @@ from relif_ray.variants import experiment_config
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
-SQUASH_QUANTILES = (0.1, 0.9)
-SQUASH_EPS = 1e-6
 
 
 class InjectedFault(RuntimeError):
@@ -56,7 +54,7 @@ def live_validation_audit(
         values = rows["score"].to_numpy()
         if task not in probability_tasks:
             low, high = np.quantile(values, SQUASH_QUANTILES)
-            values = (values - low) / (high - low + SQUASH_EPS)
+            values = squash(values, low, high)
         frame.loc[rows.index, "score"] = np.clip(values, 0.0, 1.0)
     if frame["task"].nunique() < 2:
         return None
@@ -85,9 +83,7 @@ class ReLiFTrainable(tune.Trainable):
         self.fault_step = config.get("fault_injection_step")
         self.restored = False
         self.run = TrainingRun(experiment_config(config))
-        self.probability_tasks = {
-            task.name for task in self.run.tasks if getattr(task, "score_is_probability", True)
-        }
+        self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
         self.last_eval = None
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
