@@ -769,7 +769,8 @@ def real_model_step(model: nn.Module, batch: dict, method: MTLMethod, task: str)
 
 
 def project_models():
-    from relif_ray.data.mimic3 import HEADS, NUM_FEATURES
+    from relif_ray.data.mimic3 import NUM_FEATURES
+    from relif_ray.problems.mimic3 import HEADS
     from relif_ray.models.clinical import ClinicalMTLModel
 
     torch.manual_seed(0)

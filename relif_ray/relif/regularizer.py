@@ -33,6 +33,8 @@ controller always run in fp32 (or fp64 in tests).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor, nn
 
@@ -71,7 +73,9 @@ class ReLiFRegularizer(nn.Module):
             violation_ema=config.violation_ema,
             r_star=config.r_star,
             eta=config.eta,
-            adaptive=config.controller_adapts(),
+            # A regularizer exists only where ReLiF is on: `enabled` is the engine's switch
+            # for building one, so it is not asked of a config handed to it directly.
+            adaptive=replace(config, enabled=True).controller_adapts(),
         )
         initial_scale = float("nan") if config.quantile_alignment else 1.0
         self.register_buffer("tau", torch.tensor(initial_scale))
