@@ -12,7 +12,6 @@ only when asked for.
 from __future__ import annotations
 
 import json
-import os
 import re
 from functools import cached_property
 from pathlib import Path
@@ -20,12 +19,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
+from pyarrow.fs import FileType
 
+from relif_ray import storage
 from relif_ray.errors import UserError
-from relif_ray.outputs import OUTPUTS_DIR, TRIAL_FILE, read_representations
+from relif_ray.outputs import (
+    OUTPUTS_DIR,
+    SCORES_FILE,
+    TRACE_FILE,
+    TRIAL_FILE,
+    read_representations,
+    read_trial_info,
+)
+from relif_ray.progress import progress
+from relif_ray.storage import Location
 
 _CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
+RESULT_FILE = "result.json"
+"""Tune's per-iteration results of a trial (one JSON object per line; one iteration = one
+epoch of `relif_ray.tuning.trainable.ReLiFTrainable`)."""
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 
 
@@ -37,10 +49,13 @@ class Experiment:
         settings), method, relif, seed, dataset, r_star, eta, steps, experiment, path, config
         (dict), then every metric as <split>_<metric> (e.g. val_worst, val_seg_miou).
     scores: trial, split, task, example_id, score (raw audit score as stored), valid.
+    epochs: per-epoch results Tune recorded (trial, epoch, val_<metric>, val_bias, ...; read
+        on first access).
     traces: trial, step, loss_<task>, weight_<task>, and ReLiF's lambda, r, r_ema, tau, kappa,
         loss_lip where enabled (read on first access).
     problems: trial folders without outputs: path, status ("errored" or "incomplete"), error.
-    outputs: trial id -> its outputs folder.
+    outputs: trial id -> its outputs folder (a `Path`, or a URI in object storage).
+    paths: the experiment directories as loaded.
     """
 
     def __init__(
@@ -48,8 +63,8 @@ class Experiment:
         trials: pd.DataFrame,
         scores: pd.DataFrame,
         problems: pd.DataFrame,
-        outputs: dict[str, Path],
-        paths: list[Path],
+        outputs: dict[str, Location],
+        paths: list[Location],
     ) -> None:
         self.trials = trials
         self.scores = scores
@@ -60,12 +75,34 @@ class Experiment:
     @cached_property
     def traces(self) -> pd.DataFrame:
         trials = list(self.outputs)
-        tables = [pq.ParquetFile(self.outputs[t] / "trace.parquet").read() for t in trials]
+        tables = [storage.read_parquet(storage.join(self.outputs[t], TRACE_FILE)) for t in trials]
         return _stacked_frame(tables, trials, ["trial", "step"])
+
+    @cached_property
+    def epochs(self) -> pd.DataFrame:
+        """Per-epoch results as Tune recorded them (each trial folder's `result.json`): trial,
+        epoch, and every numeric value the trial reported (val_<metric>, worst, macro,
+        val_bias / val_vr of the live audit, train_step, time_total_s, ...). After a resume
+        an epoch may be recorded twice; the last record is kept. Read on first access."""
+        frames = []
+        for trial, outputs in self.outputs.items():
+            records = _result_records(storage.parent(storage.parent(outputs)))
+            if records:
+                frame = pd.DataFrame.from_records(records).select_dtypes(["number", "bool"])
+                frame = frame.drop_duplicates("training_iteration", keep="last")
+                frame.insert(0, "trial", trial)
+                frames.append(frame)
+        if not frames:
+            return pd.DataFrame(columns=["trial", "epoch"])
+        epochs = pd.concat(frames, ignore_index=True)
+        if "epoch" not in epochs.columns:
+            epochs["epoch"] = epochs["training_iteration"]
+        leading = ["trial", "epoch"]
+        return epochs[leading + [c for c in epochs.columns if c not in leading]]
 
     def trace(self, trial: str) -> pd.DataFrame:
         """The per-step trace of one trial (column `trial` first)."""
-        table = pd.read_parquet(self.outputs[trial] / "trace.parquet")
+        table = storage.read_parquet(storage.join(self.outputs[trial], TRACE_FILE)).to_pandas()
         table.insert(0, "trial", trial)
         return table
 
@@ -76,30 +113,38 @@ class Experiment:
 
 def load(*paths: str | Path) -> Experiment:
     """Load one or more experiment directories (their trials are concatenated in the given
-    order). A missing directory or one without any trial folder is a one-line UserError."""
+    order): local paths, `file://`, `s3://` or `gs://` URIs (see `relif_ray.storage` for
+    credentials and endpoints). A missing directory or one without any trial folder is a
+    one-line UserError."""
     if not paths:
         raise UserError("analysis.load: no experiment directory given")
     rows, tables, problems, outputs, roots = [], [], [], {}, []
     for path in paths:
-        root = Path(path)
-        if not root.is_dir():
-            raise UserError(f"experiment directory not found: {root}")
+        root = storage.location(path)
+        if storage.file_type(root) != FileType.Directory:
+            raise UserError(f"experiment directory not found: {storage.display(root)}")
         roots.append(root)
-        for trial_dir in sorted(Path(entry.path) for entry in os.scandir(root) if entry.is_dir()):
-            final = _final_outputs(trial_dir)
+        folders = _trial_folders(root)
+        for trial_dir, files in progress(folders.items(), "loading trials", "trial", len(folders)):
+            final = _final_outputs(trial_dir, files)
             if final is None:
-                if (trial_dir / "params.json").exists():
-                    problems.append(_problem(trial_dir))
+                if "params.json" in files:
+                    problems.append(_problem(trial_dir, files))
                 continue
-            info = json.loads((final / TRIAL_FILE).read_text())
+            info = read_trial_info(final)
             trial = info["trial_id"]
             if trial in outputs:
-                raise UserError(f"trial {trial} appears twice: {outputs[trial]} and {final}")
+                raise UserError(
+                    f"trial {trial} appears twice: {storage.display(outputs[trial])} and "
+                    f"{storage.display(final)}"
+                )
             outputs[trial] = final
             rows.append(_trial_row(info, root, final))
-            tables.append(pq.ParquetFile(final / "scores.parquet").read())
+            tables.append(storage.read_parquet(storage.join(final, SCORES_FILE)))
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
+    order = _numeric_order(rows)
+    rows, tables = [rows[i] for i in order], [tables[i] for i in order]
     trials = pd.DataFrame(rows)
     if len(trials):
         trials.insert(2, "variant", variant_names(trials))
@@ -128,27 +173,60 @@ def variant_names(trials: pd.DataFrame) -> pd.Series:
     )
 
 
-def _final_outputs(trial_dir: Path) -> Path | None:
+def _result_records(trial_dir: Location) -> list[dict]:
+    """The JSON lines of Tune's `result.json` in a trial folder ([] when it has none)."""
+    try:
+        text = storage.read_text(storage.join(trial_dir, RESULT_FILE))
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _numeric_order(rows: list[dict]) -> list[int]:
+    """Trials by experiment directory, label (first appearance), then r*, eta and seed as
+    numbers: trial folder names sort as text (r0.28 before r0.2_, seed10 before seed2)."""
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)[["experiment", "label", "r_star", "eta", "seed"]]
+    for column in ("experiment", "label"):
+        frame[column] = pd.factorize(frame[column])[0]
+    ordered = frame.sort_values(list(frame.columns), kind="stable", na_position="first")
+    return [int(i) for i in ordered.index]
+
+
+def _trial_folders(root: Location) -> dict[Location, set[str]]:
+    """Trial folder -> the paths of its files relative to it, from one recursive listing."""
+    folders: dict[str, set[str]] = {}
+    for relative in storage.list_files(root):
+        folder, slash, rest = relative.partition("/")
+        if slash:
+            folders.setdefault(folder, set()).add(rest)
+    return {storage.join(root, name): folders[name] for name in sorted(folders)}
+
+
+def _final_outputs(trial_dir: Location, files: set[str]) -> Location | None:
     """The outputs folder of the trial's latest checkpoint that has one."""
     candidates = []
-    for entry in os.scandir(trial_dir):
-        match = _CHECKPOINT.match(entry.name)
-        if match and entry.is_dir():
-            outputs = Path(entry.path) / OUTPUTS_DIR
-            if (outputs / TRIAL_FILE).is_file():
-                candidates.append((int(match.group(1)), outputs))
-    return max(candidates)[1] if candidates else None
+    for relative in files:
+        checkpoint, _, rest = relative.partition("/")
+        match = _CHECKPOINT.match(checkpoint)
+        if match and rest == f"{OUTPUTS_DIR}/{TRIAL_FILE}":
+            candidates.append((int(match.group(1)), checkpoint))
+    if not candidates:
+        return None
+    return storage.join(trial_dir, max(candidates)[1], OUTPUTS_DIR)
 
 
-def _problem(trial_dir: Path) -> dict[str, str]:
-    error_file = trial_dir / "error.txt"
-    if error_file.exists():
-        lines = [line for line in error_file.read_text().splitlines() if line.strip()]
-        return {"path": str(trial_dir), "status": "errored", "error": lines[-1] if lines else ""}
-    return {"path": str(trial_dir), "status": "incomplete", "error": ""}
+def _problem(trial_dir: Location, files: set[str]) -> dict[str, str]:
+    path = storage.display(trial_dir)
+    if "error.txt" in files:
+        text = storage.read_text(storage.join(trial_dir, "error.txt"))
+        lines = [line for line in text.splitlines() if line.strip()]
+        return {"path": path, "status": "errored", "error": lines[-1] if lines else ""}
+    return {"path": path, "status": "incomplete", "error": ""}
 
 
-def _trial_row(info: dict, root: Path, final: Path) -> dict:
+def _trial_row(info: dict, root: Location, final: Location) -> dict:
     config = info["config"]
     relif = config["relif"]
     row = {
@@ -161,8 +239,8 @@ def _trial_row(info: dict, root: Path, final: Path) -> dict:
         "r_star": relif["r_star"] if info["relif"] else np.nan,
         "eta": relif["eta"] if info["relif"] else np.nan,
         "steps": info["steps"],
-        "experiment": str(root),
-        "path": str(final),
+        "experiment": storage.display(root),
+        "path": storage.display(final),
         "config": config,
     }
     for split, metrics in info["metrics"].items():
