@@ -192,6 +192,12 @@ def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults)
         action="store_true",
         help="continue the killed sweep --name in --storage (other grid flags are ignored)",
     )
+    launch.add_argument(
+        "--reference",
+        metavar="EXPERIMENT",
+        help="take the same-seed ERM squash constants that ReLiF trains on from this finished "
+        "experiment (directory or URI) instead of running ERM reference trials first",
+    )
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -422,6 +428,7 @@ def launch(
         keep_checkpoints=args.keep_checkpoints,
         checkpoint_every=0 if args.demo else 1,
         search=search,
+        reference=args.reference,
     )
     if defaults.delta_ref is not None:
         print(f"fixed-delta audit threshold of the paper: delta_ref = {defaults.delta_ref:g}")

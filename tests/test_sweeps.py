@@ -460,7 +460,7 @@ def test_half_gpu_trials_pack_four_to_two_logical_gpus_and_run_on_cpu(packed_swe
 
 
 @pytest.mark.slow
-def test_live_val_bias_is_the_audit_of_the_trials_own_val_scores(grid_sweep):
+def test_live_val_bias_is_the_audit_of_the_trials_val_scores(grid_sweep):
     from relif_ray.tuning.trainable import live_validation_audit
 
     loaded = analysis.load(grid_sweep)
@@ -468,7 +468,11 @@ def test_live_val_bias_is_the_audit_of_the_trials_own_val_scores(grid_sweep):
         scores = loaded.scores[
             (loaded.scores["trial"] == trial) & (loaded.scores["split"] == "val")
         ]
-        expected = live_validation_audit(scores, {"seg"}, 0.2)
+        relif = read_trial_info(outputs)["config"]["relif"]
+        constants = relif["squash_constants"] if relif["enabled"] else None
+        if relif["enabled"]:  # ReLiF trials squash with their same-seed ERM constants
+            assert set(constants) == {"depth", "normal"}
+        expected = live_validation_audit(scores, {"seg"}, 0.2, constants)
         result = last_result(outputs)
         assert result["val_bias"] == pytest.approx(expected.bias, abs=1e-12)
         assert result["worst"] == loaded.trials.set_index("trial").loc[trial, "val_worst"]
@@ -509,8 +513,10 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
         verbose=0,
     )
     states = trial_states(Path(experiment))
-    assert len(states) == 2 and {status for status, _ in states.values()} == {"TERMINATED"}
+    # 2 study trials + the same-seed ERM reference the sweep adds for ReLiF's squash constants
+    assert len(states) == 3 and {status for status, _ in states.values()} == {"TERMINATED"}
     trials = analysis.load(experiment).trials
+    assert sorted(trials["label"]) == ["erm", "relif", "relif"]
     front = pd.read_csv(Path(experiment) / "pareto.csv")
     assert set(front["study"]) == {"relif/seed0"} and 1 <= len(front) <= 2
     assert set(front["trial_id"]) <= set(trials["trial"])

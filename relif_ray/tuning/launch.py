@@ -20,9 +20,11 @@ from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError
+from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, write_squash_constants
 from relif_ray.pareto import pareto_front
-from relif_ray.planning import OptunaPlan, Resources
+from relif_ray.planning import OptunaPlan, Resources, TrialOrder, trial_order
 from relif_ray.problems import worker_env
+from relif_ray.tuning.reference import ReferenceOrder
 from relif_ray.tuning.search import StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.variants import describe
@@ -185,6 +187,27 @@ def _trial_dirname(trial: Any) -> str:
     return f"{describe(trial.config)}_{trial.trial_id}"
 
 
+def reference_order(
+    space: dict[str, Any], search: OptunaPlan | None, experiment_dir: str, reference: str | None
+) -> TrialOrder:
+    """The sweep's `TrialOrder`; with `reference`, that experiment's squash constants are copied
+    into this one first, and its seeds wait for nothing. Prints the ERM trials it adds."""
+    ready: dict[str, dict[str, list[float]]] = {}
+    if reference:
+        ready = read_squash_constants(reference)
+        if not ready:
+            raise UserError(f"--reference {reference}: no {SQUASH_CONSTANTS_FILE} there")
+        write_squash_constants(experiment_dir, ready)
+    order = trial_order(space, search, {int(seed) for seed in ready})
+    if order.added_references:
+        seeds = ", ".join(str(seed) for seed in order.added_references)
+        print(
+            f"added ERM reference trials for seed(s) {seeds}: ReLiF trains on the squash "
+            "constants of the same-seed ERM validation run (paper appendix A.3)"
+        )
+    return order
+
+
 def run_sweep(
     space: dict[str, Any],
     *,
@@ -196,6 +219,7 @@ def run_sweep(
     checkpoint_every: int = 1,
     resume: bool = False,
     search: OptunaPlan | None = None,
+    reference: str | None = None,
     callbacks: list[tune.Callback] | None = None,
     verbose: int = 1,
     trainable: type[ReLiFTrainable] = ReLiFTrainable,
@@ -210,6 +234,11 @@ def run_sweep(
     checkpoints, 0 = only the final one: Tune snapshots the experiment state each time a trial
     has written `keep_checkpoints` checkpoints, so epochs of about a second (the demo) with a
     checkpoint each would snapshot many times a second (and Tune warns about it).
+
+    Trials reach Tune through `ReferenceOrder`: a ReLiF trial that trains on its seed's ERM
+    squash constants starts after that seed's ERM trial (added where the sweep has none, and
+    said so); `reference` (an experiment directory or URI) lends its `squash_constants.json`
+    instead, for the seeds it has.
     """
     resources = resources or Resources()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -233,13 +262,19 @@ def run_sweep(
     if resume:
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
+        order = reference_order(space, search, experiment_dir, reference)
         tuner = tune.Tuner(
             with_resources,
-            param_space=space,
+            param_space={**order.constants, "experiment_dir": experiment_dir},
             tune_config=tune.TuneConfig(
                 reuse_actors=True,
-                search_alg=StudyGroups(search) if search else None,
-                num_samples=search.total_trials if search else 1,
+                search_alg=ReferenceOrder(
+                    order.items,
+                    experiment_dir,
+                    StudyGroups(search) if search else None,
+                    order.studies_need_reference,
+                ),
+                num_samples=len(order.items) + (search.total_trials if search else 0),
                 max_concurrent_trials=resources.max_concurrent_trials,
                 trial_dirname_creator=_trial_dirname,
             ),

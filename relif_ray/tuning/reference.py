@@ -82,7 +82,7 @@ class ReferenceOrder(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         seed = self._providers.pop(trial_id, None)
         if seed is not None:
-            constants = (result or {}).get("squash_constants")
+            constants = _reported_constants(result or {})
             if error or not constants:
                 self._failed[str(seed)] = f"the ERM reference trial of seed {seed} errored"
             else:
@@ -122,3 +122,14 @@ class ReferenceOrder(Searcher):
         self._providers = state["providers"]
         if self._studies is not None:
             self._studies.restore(checkpoint_path + ".studies")
+
+
+def _reported_constants(result: dict[str, Any]) -> dict[str, list[float]]:
+    """task -> [q10, q90] from a reference trial's last result, which Tune flattens into
+    "squash_constants/<task>" keys before a searcher sees it."""
+    prefix = "squash_constants/"
+    return {
+        key.removeprefix(prefix): [float(value) for value in bounds]
+        for key, bounds in result.items()
+        if key.startswith(prefix)
+    }
