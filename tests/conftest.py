@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,15 @@ def ray_session():
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, ignore_reinit_error=True)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory) -> Path:
+    """12 train / 6 val images of 32x40 and a test split (a copy of val), so outputs cover val
+    AND test; with batch 6 an epoch is 2 steps."""
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    sizes = {**TINY_DATA, "train": 12, "val": 6}
+    root = write_synthetic_nyuv2(tmp_path_factory.mktemp("small") / "data", seed=0, **sizes)
+    shutil.copytree(root / "val", root / "test")
+    return root

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,23 +36,11 @@ from relif_ray.variants import (
     uses_controller,
     variant,
 )
-from tests.conftest import TINY_DATA, tiny_config
+from tests.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS_PER_EPOCH = 2
 VAL_SIZE = 6
-
-
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory) -> Path:
-    """12 train / 6 val images of 32x40 and a test split (a copy of val), so outputs cover val
-    AND test; with batch 6 an epoch is 2 steps."""
-    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
-
-    sizes = {**TINY_DATA, "train": 12, "val": 6}
-    root = write_synthetic_nyuv2(tmp_path_factory.mktemp("small") / "data", seed=0, **sizes)
-    shutil.copytree(root / "val", root / "test")
-    return root
 
 
 def base_config(root: Path, **train) -> dict:
@@ -556,10 +543,11 @@ EPOCHS_KILLED = 3
 
 
 def sweep_command(data: Path, storage: Path, address: str, *extra: str) -> list[str]:
-    """2 erm trials of 3 one-step epochs, one after the other (2 CPUs each), on the Ray
-    cluster at `address` (the test session's), as on a cluster where drivers come and go."""
+    """An erm and a relif trial of 3 one-step epochs, one after the other (2 CPUs each; relif
+    waits for its ERM reference anyway), on the Ray cluster at `address` (the test session's),
+    as on a cluster where drivers come and go."""
     flags = {
-        "--data-dir": data, "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS_KILLED,
+        "--data-dir": data, "--methods": "erm,relif", "--seeds": 1, "--epochs": EPOCHS_KILLED,
         "--backbone": "resnet18", "--batch-size": 12, "--lr": 1e-3, "--storage": storage,
         "--name": "killed", "--address": address, "--cpus-per-trial": 2,
     }  # fmt: skip
@@ -607,7 +595,7 @@ def mid_sweep(experiment: Path) -> tuple[set[str], set[str]]:
 
 
 @pytest.mark.slow
-def test_killed_driver_resumes_without_rerunning_finished_trials(ray_session, small_data, tmp_path):
+def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_data, tmp_path):
     experiment = tmp_path / "killed"
     address = ray_session.get_runtime_context().gcs_address
     driver = subprocess.Popen(
@@ -627,6 +615,7 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_session, sm
         finished, interrupted = mid_sweep(experiment)
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
+    # The kill lands after the ERM phase, while the ReLiF trial that waited for it runs.
     assert finished and interrupted, "the kill must land while a second trial is running"
     results_before = {
         trial: next(experiment.glob(f"*_{trial}/result.json")).read_bytes() for trial in finished
@@ -645,7 +634,10 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_session, sm
     for trial, before in results_before.items():  # finished trials are not run again
         assert next(experiment.glob(f"*_{trial}/result.json")).read_bytes() == before
     loaded = analysis.load(experiment)
-    assert sorted(loaded.trials["seed"]) == [0, 1] and loaded.problems.empty
+    assert sorted(loaded.trials["label"]) == ["erm", "relif"] and loaded.problems.empty
+    by_label = loaded.trials.set_index("label")
+    assert by_label.loc["erm", "trial"] in finished
+    assert by_label.loc["relif", "trial"] in interrupted  # resumed across the phase boundary
     for trial, outputs in loaded.outputs.items():
         steps = loaded.traces[loaded.traces["trial"] == trial]["step"].tolist()
         assert steps == list(range(EPOCHS_KILLED))

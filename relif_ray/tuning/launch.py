@@ -7,6 +7,7 @@ planned and checked before, without Ray, in `relif_ray.planning`.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -187,6 +188,16 @@ def _trial_dirname(trial: Any) -> str:
     return f"{describe(trial.config)}_{trial.trial_id}"
 
 
+def trial_slots(resources: Resources) -> int:
+    """How many trials can run at once: the GPU packing limit, else the cluster's CPUs over
+    the CPUs per trial. Tune needs it said: a custom searcher (`ReferenceOrder`) otherwise
+    gets one pending trial at a time, so a free slot would wait for a running trial."""
+    if resources.max_concurrent_trials is not None:
+        return resources.max_concurrent_trials
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    return max(1, math.floor(cpus / max(resources.cpus_per_trial, 1e-9) + 1e-9))
+
+
 def reference_order(
     space: dict[str, Any], search: OptunaPlan | None, experiment_dir: str, reference: str | None
 ) -> TrialOrder:
@@ -275,7 +286,7 @@ def run_sweep(
                     order.studies_need_reference,
                 ),
                 num_samples=len(order.items) + (search.total_trials if search else 0),
-                max_concurrent_trials=resources.max_concurrent_trials,
+                max_concurrent_trials=trial_slots(resources),
                 trial_dirname_creator=_trial_dirname,
             ),
             run_config=tune.RunConfig(

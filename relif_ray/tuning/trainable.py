@@ -25,6 +25,7 @@ time with same-seed ERM quantiles and the reference delta (`analysis`).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,7 @@ class ReLiFTrainable(tune.Trainable):
         self.delta = float(config["delta"])
         self.fault_step = config.get("fault_injection_step")
         self.restored = False
+        self.started_at = time.time()  # this process's start (wall clock), kept in trial.json
         if config.get("reference_error"):
             raise UserError(f"not started: {config['reference_error']}")
         run_config = with_reference_constants(experiment_config(config), config)
@@ -188,6 +190,8 @@ class ReLiFTrainable(tune.Trainable):
             "status": "completed",
             "device": str(self.run.device),
             "restored_from_checkpoint": self.restored,
+            "started_at": self.started_at,
+            "finished_at": time.time(),
             "config": config.to_dict(),
         }
         write_trial_outputs(directory, info, splits, self.run.trace)
