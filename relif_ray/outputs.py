@@ -123,37 +123,30 @@ def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.
     return table.column("example_id").to_numpy(), matrix
 
 
-def read_squash_constants(experiment_dir: str) -> dict[str, dict[str, list[float]]]:
+def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str, list[float]]]:
     """seed (as text) -> task -> [q10, q90] from the experiment's `SQUASH_CONSTANTS_FILE`
-    (a local path or a storage URI such as s3://); empty when there is none yet."""
-    filesystem, root = pyarrow.fs.FileSystem.from_uri(_as_uri(experiment_dir))
-    path = f"{root.rstrip('/')}/{SQUASH_CONSTANTS_FILE}"
-    if filesystem.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+    (local, file://, s3://, ...: `relif_ray.storage`); empty when there is none (yet)."""
+    place = storage.join(storage.location(experiment_dir), SQUASH_CONSTANTS_FILE)
+    if storage.file_type(place) == pyarrow.fs.FileType.NotFound:
         return {}
-    with filesystem.open_input_stream(path) as stream:
-        record = json.loads(stream.read().decode())
+    record = json.loads(storage.read_text(place))
     return {str(seed): dict(tasks) for seed, tasks in record["seeds"].items()}
 
 
 def write_squash_constants(
-    experiment_dir: str, constants: dict[str, dict[str, list[float]]]
+    experiment_dir: Location | str, constants: dict[str, dict[str, list[float]]]
 ) -> None:
     """Replace the experiment's `SQUASH_CONSTANTS_FILE` as a whole: a temporary file renamed
     over it on a local disk (readers never see half a file), one PUT on object storage."""
-    filesystem, root = pyarrow.fs.FileSystem.from_uri(_as_uri(experiment_dir))
-    root = root.rstrip("/")
-    filesystem.create_dir(root, recursive=True)
+    place = storage.location(experiment_dir)
+    store, root = storage.filesystem(place)
+    store.create_dir(root, recursive=True)
     record = {"quantiles": list(SQUASH_QUANTILES), "seeds": constants}
     text = json.dumps(record, indent=2, sort_keys=True).encode()
     final = f"{root}/{SQUASH_CONSTANTS_FILE}"
-    local = isinstance(filesystem, pyarrow.fs.LocalFileSystem)
+    local = isinstance(place, Path)
     target = f"{root}/.{SQUASH_CONSTANTS_FILE}.partial" if local else final
-    with filesystem.open_output_stream(target) as stream:
+    with store.open_output_stream(target) as stream:
         stream.write(text)
     if local:
-        filesystem.move(target, final)
-
-
-def _as_uri(path: str) -> str:
-    """A storage URI as it is; a local path made absolute (pyarrow wants one)."""
-    return path if "://" in path else str(Path(path).resolve())
+        store.move(target, final)

@@ -525,12 +525,16 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
     from tests.conftest import tiny_config
 
     root = tmp_path / "exp"
+    constants = {}  # ReLiF trains on the same-seed ERM run's squash constants, as in a sweep
     for index, label in enumerate(("erm", "relif")):
         values = tiny_config(nyuv2_dir, epochs=1, max_steps=2)
         values["relif"] = {"enabled": label == "relif", "warmup_steps": 1, "eta": 0.5}
+        values["relif"]["squash_constants"] = constants
         run_ = TrainingRun(ExperimentConfig.from_dict(values))
         while not run_.finished:
             run_.train_epoch()
+        if label == "erm":
+            constants.update(run_.evaluate("val").squash_constants(["depth", "normal"]))
         info = {
             "trial_id": f"t{index}",
             "label": label,

@@ -139,6 +139,9 @@ def test_reference_lends_its_constants_to_a_new_sweep(
     assert list(loaded.trials["label"]) == ["relif"]  # no ERM trial of its own
     expected = read_squash_constants(str(phased))["0"]
     assert loaded.trials["config"].iloc[0]["relif"]["squash_constants"] == expected
+    audit = squash_quantiles(loaded).set_index("task")  # the audit reads the lent file too
+    assert set(audit["reference"]) == {SQUASH_CONSTANTS_FILE}
+    assert {task: [row.q10, row.q90] for task, row in audit.iterrows()} == expected
 
 
 def test_dependents_of_an_errored_reference_error_without_training(
