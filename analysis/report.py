@@ -55,6 +55,7 @@ from analysis.tables import (
     controller_table,
     drift_table,
     main_table,
+    saturation_table,
     sensitivity_table,
     shift_table,
     violation_table,
@@ -141,6 +142,7 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     builders = [
         partial(main_table, results, options.ci),
         partial(violation_table, results),
+        partial(saturation_table, results),
         partial(drift_table, results, baseline),
         partial(shift_table, results, options.ci),
         partial(certificate_table, results),
@@ -165,6 +167,12 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
             "Utility metrics and audit scores come from the same (final) checkpoint.",
         ),
         _section("Violation rates", named["violation"], options.ci),
+        _section(
+            "Audit-score saturation",
+            named["saturation"],
+            options.ci,
+            _figure_line(figures.get("score_distributions")),
+        ),
         _pareto_section(results, figures.get("pareto")),
         "## Threshold-drift diagnostics (not the comparison metric)\n",
         _section("Method-induced thresholds", named["drift"], options.ci, level=3),
@@ -377,6 +385,7 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
         controller_figure,
         controller_variants,
         pareto_figure,
+        score_distributions_figure,
         sensitivity_figure,
         slug,
     )
@@ -386,11 +395,13 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
     written: dict = {
         "pareto": folder / "pareto.png",
         "delta_sensitivity": folder / "delta_sensitivity.png",
+        "score_distributions": folder / "score_distributions.png",
         "controller": [],
     }
     jobs = [
         (written["pareto"], partial(pareto_figure, results)),
         (written["delta_sensitivity"], partial(sensitivity_figure, results)),
+        (written["score_distributions"], partial(score_distributions_figure, results)),
     ]
     for variant in controller_variants(experiment):
         path = folder / f"controller_{slug(variant)}.png"
