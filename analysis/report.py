@@ -64,6 +64,7 @@ from relif_ray import storage
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.progress import progress
+from relif_ray.relif.controller import PAPER_NYUV2_STEPS
 
 SPLITS = ("val", "test")
 CONTROLLER_FIELDS = (
@@ -341,13 +342,21 @@ def _controller_settings(trials: pd.DataFrame) -> str:
     rows = []
     for variant, group in relif.groupby("variant", sort=False):
         config = group["config"].iloc[0]["relif"]
-        rows.append(
-            "| "
-            + " | ".join([display_text(variant), *(str(config[f]) for f in CONTROLLER_FIELDS)])
-            + " |"
-        )
-    header = "| variant | " + " | ".join(CONTROLLER_FIELDS) + " |"
-    return "\n".join([heading, header, "|" + "---|" * (len(CONTROLLER_FIELDS) + 1), *rows, ""])
+        steps = int(group["steps"].iloc[0])
+        budget = [f"{config['eta'] * steps:.3g}", f"{config['warmup_steps'] / steps:.3g}"]
+        cells = [display_text(variant), *(str(config[f]) for f in CONTROLLER_FIELDS), *budget]
+        rows.append("| " + " | ".join(cells) + " |")
+    fields = [*CONTROLLER_FIELDS, "eta x steps", "warmup / steps"]
+    header = "| variant | " + " | ".join(fields) + " |"
+    note = (
+        f"eta x steps and warmup / steps say how far the controller can move lambda over a "
+        f"trial's budget: the paper's NYUv2 run has {1e-3 * PAPER_NYUV2_STEPS:g} and "
+        f"{100 / PAPER_NYUV2_STEPS:g} (eta 1e-3, warmup 100, {PAPER_NYUV2_STEPS:,} steps); "
+        "`--demo` and the fidelity benchmark keep both with "
+        "`relif_ray.relif.controller.scale_to_budget`.\n"
+    )
+    table = [header, "|" + "---|" * (len(fields) + 1), *rows]
+    return "\n".join([heading, note, *table, ""])
 
 
 def _problems(experiment: Experiment) -> str:

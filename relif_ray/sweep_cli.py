@@ -32,6 +32,7 @@ from relif_ray.planning import (
     param_space,
 )
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
+from relif_ray.relif.controller import scale_to_budget
 from relif_ray.variants import (
     RELIF_LABELS,
     apply_overrides,
@@ -100,14 +101,14 @@ def build_parser(
     data.add_argument(
         "--epochs",
         type=int,
-        help=f"epochs per trial (default: {defaults.epochs}; demo: {demo['epochs']}; "
-        "none with --steps alone)",
+        help=f"epochs per trial (default: {defaults.epochs}; demo: "
+        f"{demo.get('epochs', 'none')}; none with --steps alone)",
     )
     data.add_argument(
         "--steps",
         type=int,
         help="optimisation steps per trial: alone, exactly N steps (across epochs); with "
-        "--epochs, the smaller of the two budgets wins",
+        f"--epochs, the smaller of the two budgets wins (demo: {demo.get('steps', 'none')})",
     )
     data.add_argument(
         "--batch-size", type=int, help=f"training batch size (default: {defaults.batch_size})"
@@ -118,7 +119,12 @@ def build_parser(
         help=f"model backbone (default: {defaults.backbone}; demo: "
         f"{demo.get('backbone', defaults.backbone)})",
     )
-    data.add_argument("--warmup-steps", type=int, help="ReLiF controller warmup steps")
+    data.add_argument(
+        "--warmup-steps",
+        type=int,
+        help="ReLiF controller warmup steps (default: 100; demo: scale_to_budget, warmup / "
+        "steps as in the paper's NYUv2 run)",
+    )
     data.add_argument(
         "--delta",
         type=float,
@@ -137,7 +143,10 @@ def build_parser(
             "--r-star", default=f"{defaults.r_star:g}", help="ReLiF controller targets (list)"
         )
         grid.add_argument(
-            "--eta", default=f"{defaults.eta:g}", help="ReLiF controller step sizes (list)"
+            "--eta",
+            help=f"ReLiF controller step sizes (list) (default: {defaults.eta:g}; demo: "
+            "scaled to the demo's step budget with scale_to_budget, eta x steps as in the "
+            "paper's 200-epoch NYUv2 run)",
         )
         grid.add_argument(
             "--search",
@@ -337,16 +346,36 @@ def base_config(
     config["model"]["backbone"] = pick(args.backbone, "backbone")
     train = config["train"]
     train["epochs"], train["max_steps"] = training_budget(
-        args.epochs, args.steps, pick(None, "epochs")
+        args.epochs, demo_steps(args, defaults), pick(None, "epochs")
     )
     train["batch_size"] = pick(args.batch_size, "batch_size")
     train["lr"] = pick(args.lr, "lr")
+    scaled = demo_controller(args, defaults)
     if args.warmup_steps is not None:
         config["relif"]["warmup_steps"] = args.warmup_steps
-    elif args.demo:
-        config["relif"]["warmup_steps"] = 5
+    elif scaled is not None:
+        config["relif"]["warmup_steps"] = scaled[1]
     ExperimentConfig.from_dict(config)
     return config
+
+
+def demo_steps(args: argparse.Namespace, defaults: DatasetDefaults) -> int | None:
+    """--steps, or the demo's step budget when --demo is given without --epochs/--steps."""
+    if args.steps is None and args.epochs is None and args.demo:
+        return defaults.demo_train.get("steps")
+    return args.steps
+
+
+def demo_controller(
+    args: argparse.Namespace, defaults: DatasetDefaults
+) -> tuple[float, int] | None:
+    """(eta, warmup) of a --demo sweep: `relif_ray.relif.controller.scale_to_budget` of its
+    step budget, so lambda moves as far as in the paper's 200-epoch NYUv2 run (eta x steps and
+    warmup / steps kept); None outside --demo or without a step budget (--epochs)."""
+    steps = demo_steps(args, defaults)
+    if not args.demo or steps is None or args.epochs is not None:
+        return None
+    return scale_to_budget(steps, defaults.eta)
 
 
 def training_budget(
@@ -447,7 +476,9 @@ def run(
     optuna = args.search == "optuna"
     default = defaults.demo_train["methods"] if args.demo else default_methods()
     labels = parse_labels(args.methods or ("relif" if optuna else default))
-    r_stars, etas = parse_floats(args.r_star, "--r-star"), parse_floats(args.eta, "--eta")
+    scaled = demo_controller(args, defaults)
+    eta = args.eta or f"{scaled[0] if scaled else defaults.eta:g}"
+    r_stars, etas = parse_floats(args.r_star, "--r-star"), parse_floats(eta, "--eta")
     if optuna:
         plan = optuna_plan(args, labels, seeds)
     name = experiment_name(args, defaults)

@@ -54,7 +54,7 @@ CLINICAL_CONFIG = {
 }
 """The paper's clinical setting: 2-layer LSTM (256, dropout 0.3), AdamW, wd 1e-5, clip 1.0."""
 
-CLINICAL_DEMO = {"epochs": 3, "batch_size": 16, "lr": 3e-3, "seeds": 2, "methods": "erm,relif"}
+CLINICAL_DEMO = {"steps": 150, "batch_size": 16, "lr": 3e-3, "seeds": 2, "methods": "erm,relif"}
 
 DEFAULTS = DatasetDefaults(
     dataset="mimic3",

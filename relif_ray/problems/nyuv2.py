@@ -52,7 +52,7 @@ DEFAULTS = DatasetDefaults(
     delta=0.2,
     demo_data={"train": 48, "val": 24, "height": 48, "width": 64},
     demo_train={
-        "epochs": 4,
+        "steps": 240,
         "batch_size": 8,
         "lr": 1e-3,
         "backbone": "resnet18",
