@@ -359,6 +359,16 @@ def base_config(
     return config
 
 
+def controller_grid(
+    args: argparse.Namespace, defaults: DatasetDefaults
+) -> tuple[list[float], list[float]]:
+    """(r* values, eta values) of the grid: the flags, else the data set's (for --demo, eta
+    scaled to the demo's step budget, `demo_controller`)."""
+    scaled = demo_controller(args, defaults)
+    eta = args.eta or f"{scaled[0] if scaled else defaults.eta:g}"
+    return parse_floats(args.r_star, "--r-star"), parse_floats(eta, "--eta")
+
+
 def demo_steps(args: argparse.Namespace, defaults: DatasetDefaults) -> int | None:
     """--steps, or the demo's step budget when --demo is given without --epochs/--steps."""
     if args.steps is None and args.epochs is None and args.demo:
@@ -476,9 +486,7 @@ def run(
     optuna = args.search == "optuna"
     default = defaults.demo_train["methods"] if args.demo else default_methods()
     labels = parse_labels(args.methods or ("relif" if optuna else default))
-    scaled = demo_controller(args, defaults)
-    eta = args.eta or f"{scaled[0] if scaled else defaults.eta:g}"
-    r_stars, etas = parse_floats(args.r_star, "--r-star"), parse_floats(eta, "--eta")
+    r_stars, etas = controller_grid(args, defaults)
     if optuna:
         plan = optuna_plan(args, labels, seeds)
     name = experiment_name(args, defaults)

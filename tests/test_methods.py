@@ -823,7 +823,7 @@ def engine_run(
     config = tiny_config(root, **train)
     config["method"] = {"name": name, "gradient_source": source}
     if relif:
-        config["relif"] = {"enabled": True, "warmup_steps": 0}
+        config["relif"] = {**config["relif"], "enabled": True, "warmup_steps": 0}
     return TrainingRun(ExperimentConfig.from_dict(config))
 
 

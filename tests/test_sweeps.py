@@ -361,7 +361,7 @@ def test_help_says_what_steps_and_epochs_each_do():
 @pytest.mark.parametrize(
     ("flags", "budget"),
     [
-        ([], (4, None)),
+        ([], (None, 240)),  # the demo's own budget is a step count
         (["--steps", "7"], (None, 7)),
         (["--steps", "160", "--epochs", "2"], (2, 160)),
         (["--epochs", "3"], (3, None)),
@@ -373,6 +373,36 @@ def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
     args = build_parser(NYUV2).parse_args(["--demo", *flags])
     train = sweep_base_config(args, NYUV2, str(tmp_path))["train"]
     assert (train["epochs"], train["max_steps"]) == budget
+
+
+@pytest.mark.parametrize(
+    ("flags", "eta", "warmup"),
+    [
+        ([], 20 / 240, 1),  # eta x steps = 20 and warmup / steps = 0.005, as in the paper
+        (["--steps", "4000"], 20 / 4000, 20),
+        (["--eta", "0.01", "--warmup-steps", "7"], 0.01, 7),  # given values win
+        (["--epochs", "3"], 1e-3, 100),  # an epoch budget is not scaled
+    ],
+)
+def test_the_demo_scales_the_controller_to_its_step_budget(flags, eta, warmup, tmp_path):
+    from relif_ray.sweep_cli import controller_grid
+
+    args = build_parser(NYUV2).parse_args(["--demo", *flags])
+    assert sweep_base_config(args, NYUV2, str(tmp_path))["relif"]["warmup_steps"] == warmup
+    r_stars, etas = controller_grid(args, NYUV2)
+    assert r_stars == [0.24] and etas == [pytest.approx(eta, rel=1e-5)]
+
+
+def test_scale_to_budget_keeps_the_papers_eta_steps_product_and_warmup_share():
+    from relif_ray.relif.controller import PAPER_NYUV2_STEPS, scale_to_budget
+
+    assert PAPER_NYUV2_STEPS == 20_000
+    assert scale_to_budget(PAPER_NYUV2_STEPS) == (1e-3, 100)
+    for steps in (24, 240, 1500, 40_000):
+        eta, warmup = scale_to_budget(steps)
+        assert eta * steps == pytest.approx(20.0) and warmup == max(1, round(steps / 200))
+    with pytest.raises(ValueError):
+        scale_to_budget(0)
 
 
 # --- in-process sweeps on the session's Ray -------------------------------------------------
