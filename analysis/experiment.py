@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from relif_ray.errors import UserError
+from relif_ray.experiment_lock import running_sweep
 from relif_ray.outputs import OUTPUTS_DIR, TRIAL_FILE, read_representations
 
 _CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
@@ -39,7 +40,8 @@ class Experiment:
     scores: trial, split, task, example_id, score (raw audit score as stored), valid.
     traces: trial, step, loss_<task>, weight_<task>, and ReLiF's lambda, r, r_ema, tau, kappa,
         loss_lip where enabled (read on first access).
-    problems: trial folders without outputs: path, status ("errored" or "incomplete"), error.
+    problems: trial folders without outputs: path, status ("errored", "running" while a sweep
+        still writes the experiment, or "incomplete"), error.
     outputs: trial id -> its outputs folder.
     """
 
@@ -85,11 +87,12 @@ def load(*paths: str | Path) -> Experiment:
         if not root.is_dir():
             raise UserError(f"experiment directory not found: {root}")
         roots.append(root)
+        running = running_sweep(root) is not None
         for trial_dir in sorted(Path(entry.path) for entry in os.scandir(root) if entry.is_dir()):
             final = _final_outputs(trial_dir)
             if final is None:
                 if (trial_dir / "params.json").exists():
-                    problems.append(_problem(trial_dir))
+                    problems.append(_problem(trial_dir, running))
                 continue
             info = json.loads((final / TRIAL_FILE).read_text())
             trial = info["trial_id"]
@@ -140,12 +143,14 @@ def _final_outputs(trial_dir: Path) -> Path | None:
     return max(candidates)[1] if candidates else None
 
 
-def _problem(trial_dir: Path) -> dict[str, str]:
+def _problem(trial_dir: Path, running: bool) -> dict[str, str]:
+    """A trial folder without outputs: errored, still running (a sweep holds the experiment's
+    lock) or incomplete (its sweep was stopped)."""
     error_file = trial_dir / "error.txt"
     if error_file.exists():
         lines = [line for line in error_file.read_text().splitlines() if line.strip()]
         return {"path": str(trial_dir), "status": "errored", "error": lines[-1] if lines else ""}
-    return {"path": str(trial_dir), "status": "incomplete", "error": ""}
+    return {"path": str(trial_dir), "status": "running" if running else "incomplete", "error": ""}
 
 
 def _trial_row(info: dict, root: Path, final: Path) -> dict:
