@@ -94,13 +94,20 @@ def load(*paths: str | Path) -> Experiment:
                 if (trial_dir / "params.json").exists():
                     problems.append(_problem(trial_dir, running))
                 continue
-            info = json.loads((final / TRIAL_FILE).read_text())
+            try:
+                info = json.loads((final / TRIAL_FILE).read_text())
+                scores = pq.ParquetFile(final / "scores.parquet").read()
+            except (OSError, ValueError):
+                if not running:
+                    raise
+                problems.append(_problem(trial_dir, running))  # final checkpoint being copied
+                continue
             trial = info["trial_id"]
             if trial in outputs:
                 raise UserError(f"trial {trial} appears twice: {outputs[trial]} and {final}")
             outputs[trial] = final
             rows.append(_trial_row(info, root, final))
-            tables.append(pq.ParquetFile(final / "scores.parquet").read())
+            tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
     trials = pd.DataFrame(rows)
@@ -144,13 +151,16 @@ def _final_outputs(trial_dir: Path) -> Path | None:
 
 
 def _problem(trial_dir: Path, running: bool) -> dict[str, str]:
-    """A trial folder without outputs: errored, still running (a sweep holds the experiment's
-    lock) or incomplete (its sweep was stopped)."""
+    """A trial folder without outputs: "running" while a sweep still holds the experiment's
+    lock (a trial that failed may yet be retried from its checkpoint; `error` then holds its
+    last error), else "errored" (Tune's error.txt) or "incomplete" (its sweep was stopped)."""
     error_file = trial_dir / "error.txt"
+    error = ""
     if error_file.exists():
         lines = [line for line in error_file.read_text().splitlines() if line.strip()]
-        return {"path": str(trial_dir), "status": "errored", "error": lines[-1] if lines else ""}
-    return {"path": str(trial_dir), "status": "running" if running else "incomplete", "error": ""}
+        error = lines[-1] if lines else ""
+    status = "running" if running else "errored" if error_file.exists() else "incomplete"
+    return {"path": str(trial_dir), "status": status, "error": error}
 
 
 def _trial_row(info: dict, root: Path, final: Path) -> dict:

@@ -126,7 +126,7 @@ def test_demo_replaces_only_its_own_unlocked_experiment(tmp_path):
 @pytest.fixture
 def synthetic_experiment(tmp_path) -> Path:
     return write_synthetic_experiment(
-        tmp_path / "exp", labels=("erm", "relif"), seeds=2, n_examples=24, incomplete=1
+        tmp_path / "exp", labels=("erm", "relif"), seeds=2, n_examples=24, errored=1, incomplete=1
     )
 
 
@@ -146,16 +146,19 @@ def test_report_on_a_running_experiment_reads_finished_trials_and_counts_the_run
     finally:
         holder.kill()
         holder.wait()
-    note = "1 trial(s) still running, not in this report; it covers the 4 finished trial(s)"
+    # the errored trial counts as running while its sweep may still retry it
+    note = "2 trial(s) still running, not in this report; it covers the 4 finished trial(s)"
     assert err.strip() == f"relif: note: A sweep is still running: {note}"
     assert out.strip() == str(tmp_path / "running" / "report.md")
     text = (tmp_path / "running" / "report.md").read_text()
-    assert note in text and "- running: `" in text
+    assert note in text and text.count("- running: `") == 2
+    assert "RuntimeError: synthetic 0" in text
     assert len(pd.read_csv(tmp_path / "running" / "per_trial.csv")) == 4
 
     out, err = report(synthetic_experiment, tmp_path / "stopped", capsys)  # lock released
     assert err == "" and "still running" not in (tmp_path / "stopped" / "report.md").read_text()
-    assert "- incomplete: `" in (tmp_path / "stopped" / "report.md").read_text()
+    text = (tmp_path / "stopped" / "report.md").read_text()
+    assert "- incomplete: `" in text and "- errored: `" in text
 
 
 def test_export_copies_what_analysis_reads_and_nothing_else(synthetic_experiment, tmp_path):
@@ -173,7 +176,7 @@ def test_export_copies_what_analysis_reads_and_nothing_else(synthetic_experiment
 
     summary = export_experiment(str(source), tmp_path / "copy")
     copy = tmp_path / "copy"
-    assert (summary.trials, summary.finished) == (5, 4)
+    assert (summary.trials, summary.finished) == (6, 4)
     files = sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file())
     assert not [name for name in files if name.endswith("state.pt")]
     assert "pareto.csv" in files and "experiment_state-2026.json" not in files
@@ -187,7 +190,7 @@ def test_export_copies_what_analysis_reads_and_nothing_else(synthetic_experiment
     pd.testing.assert_frame_equal(original.trials[columns], copied.trials[columns])
     pd.testing.assert_frame_equal(original.scores, copied.scores)
     pd.testing.assert_frame_equal(original.traces, copied.traces)
-    assert copied.problems["status"].tolist() == ["incomplete"]
+    assert sorted(copied.problems["status"]) == ["errored", "incomplete"]
 
 
 def test_export_refuses_an_existing_destination_in_one_line(synthetic_experiment, tmp_path, capsys):
