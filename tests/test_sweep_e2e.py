@@ -144,3 +144,28 @@ def test_demo_sweep_and_report_end_to_end(tmp_path):
     report = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(tmp_path / "r"))
     assert report.returncode == 0, report.stderr
     assert Path(report.stdout.strip()).read_text().startswith("# relif-ray report")
+
+
+@pytest.mark.slow
+def test_export_copies_only_what_the_report_reads(experiment, tmp_path):
+    """`relif export` leaves out every checkpoint state, and `relif report` on the copy writes
+    the same tables as on the original."""
+    copy = tmp_path / "copy"
+    result = run_cli("-m", "relif_ray.cli", "export", str(experiment), str(copy))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("exported 2 trial(s) (2 with outputs): ")
+    assert list(experiment.rglob("state.pt")) and not list(copy.rglob("state.pt"))
+    size = {root: sum(p.stat().st_size for p in root.rglob("*")) for root in (experiment, copy)}
+    assert size[copy] * 100 < size[experiment]
+    reports = {}
+    for name, root in (("original", experiment), ("copy", copy)):
+        out = tmp_path / name
+        report = run_cli("-m", "relif_ray.cli", "report", str(root), "--out", str(out))
+        assert report.returncode == 0, report.stderr
+        reports[name] = {
+            str(path.relative_to(out)): path.read_bytes()
+            for path in sorted(out.rglob("*"))
+            if path.is_file() and path.name != "report.md"
+        }
+    assert "tables/main.csv" in reports["original"] and "utility.csv" in reports["original"]
+    assert reports["copy"] == reports["original"]
