@@ -159,7 +159,7 @@ def test_export_copies_only_what_the_report_reads(experiment, tmp_path):
     assert size[copy] * 100 < size[experiment]
     reports = {}
     for name, root in (("original", experiment), ("copy", copy)):
-        out = tmp_path / name
+        out = tmp_path / f"report-{name}"
         report = run_cli("-m", "relif_ray.cli", "report", str(root), "--out", str(out))
         assert report.returncode == 0, report.stderr
         reports[name] = {
