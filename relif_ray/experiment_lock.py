@@ -16,6 +16,7 @@ sweeps there are not protected and must use distinct names.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -60,14 +61,13 @@ def exclusive_experiment(storage: str, name: str) -> Iterator[None]:
         yield
         return
     experiment = Path(storage).resolve() / name
-    experiment.mkdir(parents=True, exist_ok=True)
     descriptor = _acquire(experiment / LOCK_FILE)
     try:
         yield
     finally:
         (experiment / LOCK_FILE).unlink(missing_ok=True)
         os.close(descriptor)
-        if not any(experiment.iterdir()):
+        with contextlib.suppress(OSError):  # not empty (or another sweep just started there)
             experiment.rmdir()
 
 
@@ -94,11 +94,16 @@ def prepare_new_experiment(storage: str, name: str, replace: bool) -> None:
 def _acquire(path: Path) -> int:
     """An open descriptor of `path` with an exclusive flock, holder details written into it.
 
-    Retries when the file was removed or replaced between opening and locking (its previous
-    holder was just leaving), so the lock held is always the one on the file at `path`.
+    Retries when the file (or its directory) was removed or replaced between opening and
+    locking (its previous holder was just leaving), so the lock held is always the one on the
+    file at `path`.
     """
     while True:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the directory was removed by a sweep that just ended
+            continue
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -51,7 +51,7 @@ def experiment_filesystem(experiment: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), str(Path(experiment).resolve())
     try:
         return pafs.FileSystem.from_uri(experiment)
-    except (pafs.ArrowInvalid, OSError) as exc:  # type: ignore[attr-defined]
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise UserError(f"EXP {experiment}: cannot open ({exc})") from None
 
 
