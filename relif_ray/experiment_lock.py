@@ -4,11 +4,12 @@ A sweep driver (a new sweep, `--demo` or `--resume`) holds an exclusive `flock` 
 for as long as it runs; a second driver with the same `--storage` and `--name` cannot take it
 and stops with one line naming the holder. The operating system releases the lock when the
 holding process ends for any reason (exit, crash, SIGKILL, a lost SSH session), so a killed
-driver never leaves a stale lock behind and `--resume` can follow at once; on NFS the server
-frees the lock of a client machine that died when the client's lease runs out (about 90 s for
-NFSv4). The file's content (host, pid, start time) only names the holder in messages; a lock
-file whose holder is gone is simply taken over. Object stores (s3://, gs://) have no locks:
-sweeps there are not protected and must use distinct names.
+driver never leaves a stale lock behind and `--resume` can follow at once. On NFS, Linux
+passes flock to the server's lock manager (not with the mount option local_lock=flock/all),
+and the server frees the lock of a client machine that died when its lease runs out (about
+90 s for NFSv4). The file's content (host, pid, start time) only names the holder in
+messages; a lock file whose holder is gone is simply taken over. Object stores (s3://, gs://)
+have no locks: sweeps there are not protected and must use distinct names.
 
 `relif report` asks the same lock whether a sweep is still writing the experiment
 (`running_sweep`), and then reports the finished trials and counts the others as running.
