@@ -1,5 +1,6 @@
-"""One sweep per experiment (an OS lock held by the driver), `relif report` on an experiment that
-is still running, and `relif export` (only what analysis reads)."""
+"""The experiment directory: one sweep at a time (an OS lock held by the driver), `relif report`
+on an experiment that is still running, `relif export` (only what analysis reads), and the
+documented size of a checkpoint."""
 
 from __future__ import annotations
 
@@ -202,3 +203,31 @@ def test_export_refuses_an_existing_destination_in_one_line(synthetic_experiment
     assert relif_main(["export", str(tmp_path / "nope"), str(tmp_path / "c2")]) == 2
     assert "experiment directory not found" in capsys.readouterr().err
     assert not (tmp_path / "c2").exists() and not (tmp_path / "c2.partial").exists()
+
+
+def test_the_documented_resnet50_checkpoint_size_is_the_models(nyuv2_dir):
+    """docs/sweeps.md sizes a full NYUv2 sweep from the default model's parameter count and a
+    measured `state.pt`: weights plus Adam's two moment estimates, all float32."""
+    import io
+
+    import torch
+
+    from relif_ray.config import ExperimentConfig
+    from relif_ray.engine import TrainingRun
+
+    config = {
+        "data": {"dataset": "nyuv2", "root": str(nyuv2_dir)},
+        "train": {"batch_size": 8, "max_steps": 1},
+    }
+    run = TrainingRun(ExperimentConfig.from_dict(config))
+    assert run.config.model.backbone == "resnet50" and run.config.model.head_channels == 128
+    parameters = sum(p.numel() for p in run.model.parameters())
+    buffers = sum(b.numel() for b in run.model.buffers() if b.is_floating_point())
+    run.train_steps(1)
+    state = io.BytesIO()
+    torch.save(run.state_dict(), state)
+    size_mb = state.getbuffer().nbytes / 1e6
+    assert 3 * parameters * 4 / 1e6 < size_mb < 3 * parameters * 4 / 1e6 + 1.0
+    docs = " ".join((REPO / "docs" / "sweeps.md").read_text().split())
+    assert f"{parameters:,} parameters and {buffers:,} BatchNorm buffer values" in docs
+    assert f"measured at {size_mb:.1f} MB" in docs
