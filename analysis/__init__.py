@@ -1,9 +1,11 @@
 """Offline analysis of relif-ray experiments.
 
 import analysis
-experiment = analysis.load("relif-results/nyuv2")        # trials, scores, traces
+experiment = analysis.load("relif-results/nyuv2")        # or s3://, gs://, file:// URIs
+experiment.trials, experiment.epochs, experiment.traces   # per trial / epoch / step
 results = analysis.audit(experiment, ["erm:p75", "erm:p50"])  # fixed-delta audits
 results.per_trial                                         # one row per trial
+analysis.by_pair(results)                                 # Bias per task pair x method
 analysis.pareto_means(results)                            # the front over methods
 analysis.pareto_figure(results)                           # paper Figure 2
 analysis.write_report(experiment, "report/")              # everything `relif report` writes
@@ -14,11 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis.audits import AuditSettings, ExperimentAudit
+from analysis.breakdown import by_pair, pair_audits
 from analysis.delta import DeltaSpec, as_spec, default_specs, resolve
 from analysis.experiment import Experiment, load
-from analysis.pareto import non_dominated, pareto_means, pareto_points
+from analysis.pareto import pareto_means, pareto_points
+from analysis.report import write_report
 from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
 from relif_ray.errors import UserError
+from relif_ray.pareto import non_dominated
 
 
 def audit(
@@ -56,20 +61,15 @@ def pareto_figure(results: Results, title: str | None = None):
     return draw(results, title)
 
 
-def write_report(experiment: Experiment, out_dir, options=None):
-    """Write everything `relif report` writes; see `analysis.report.write_report`."""
-    from analysis.report import write_report as write
-
-    return write(experiment, out_dir, options)
-
-
 __all__ = [
     "AuditSettings",
     "Experiment",
     "Results",
     "audit",
+    "by_pair",
     "load",
     "non_dominated",
+    "pair_audits",
     "pareto_figure",
     "pareto_means",
     "pareto_points",

@@ -34,11 +34,11 @@ import numpy as np
 from analysis.audits import ExperimentAudit
 from relif_ray.audit import conformal_delta, delta_from_quantile
 from relif_ray.errors import UserError
+from relif_ray.problems import benchmark
 
 DISTRIBUTIONS = ("distances", "gaps")
-DATASET_DEFAULTS = {"mimic3": ["0.275"], "eicu": ["0.06"]}
-"""Clinical defaults of the paper (section 5.1); NYUv2 defaults to ERM's p75 and p50."""
-NYUV2_DEFAULT = ["erm:p75", "erm:p50"]
+CALIBRATED_DEFAULT = ["erm:p75", "erm:p50"]
+"""The default of a benchmark without one held-fixed delta_ref (NYUv2): ERM's p75 and p50."""
 
 
 @dataclass(frozen=True)
@@ -98,21 +98,23 @@ def as_spec(value: DeltaSpec | float | str) -> DeltaSpec:
 
 
 def default_specs(datasets: list[str], labels: list[str]) -> list[DeltaSpec]:
-    """The paper's choices per data set; NYUv2 needs ERM trials to calibrate on."""
+    """The paper's choices per data set: the benchmark's delta_ref (MIMIC-III 0.275, eICU
+    0.06), else ERM's p75 and p50 (NYUv2), which need ERM trials to calibrate on."""
     if len(set(datasets)) != 1:
         raise UserError(
             f"trials of several data sets ({', '.join(sorted(set(datasets)))}): delta_ref is "
             "chosen per data set, report one data set at a time"
         )
     dataset = datasets[0]
-    if dataset in DATASET_DEFAULTS:
-        return [fixed(text) for text in DATASET_DEFAULTS[dataset]]
+    delta_ref = benchmark(dataset, "data set of the trials").delta_ref
+    if delta_ref is not None:
+        return [fixed(f"{delta_ref:g}")]
     if "erm" not in labels:
         raise UserError(
             f"no delta option given and no ERM trials to calibrate delta_ref on ({dataset}): "
             "give --delta D, --delta-from LABEL:pQQ or --delta-conformal LABEL:ALPHA"
         )
-    return [quantile(text) for text in NYUV2_DEFAULT]
+    return [quantile(text) for text in CALIBRATED_DEFAULT]
 
 
 def resolve(spec: DeltaSpec, audit: ExperimentAudit, distribution: str = "distances") -> DeltaRef:

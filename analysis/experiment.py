@@ -1,8 +1,10 @@
 """Read experiment directories offline (no Ray, no re-training) into pandas DataFrames.
 
 An experiment directory is what a sweep leaves in storage: one folder per trial, each with
-Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see `relif_ray.outputs`).
-Trials that errored (Tune's `error.txt`) or never finished are listed, never silently dropped.
+Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see `relif_ray.outputs`; where
+each file lies: `relif_ray.experiment_layout`). Trials that errored (Tune's `error.txt`), never
+finished, or are still running (a sweep holds the experiment's lock:
+`relif_ray.experiment_lock`) are listed, never silently dropped.
 
 Loading reads each trial's `trial.json` and `scores.parquet` (one arrow conversion for all
 trials: 1,000 trials load in about a second); per-step traces and representations are read
@@ -12,21 +14,33 @@ only when asked for.
 from __future__ import annotations
 
 import json
-import os
-import re
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
+from pyarrow.fs import FileType
 
+from relif_ray import storage
 from relif_ray.errors import UserError
+from relif_ray.experiment_layout import (
+    ERROR_FILE,
+    PARAMS_FILE,
+    RESULT_FILE,
+    final_outputs,
+    trial_folders,
+)
 from relif_ray.experiment_lock import running_sweep
-from relif_ray.outputs import OUTPUTS_DIR, TRIAL_FILE, read_representations
+from relif_ray.outputs import (
+    SCORES_FILE,
+    TRACE_FILE,
+    read_representations,
+    read_trial_info,
+)
+from relif_ray.progress import progress
+from relif_ray.storage import Location
 
-_CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 
 
@@ -38,11 +52,14 @@ class Experiment:
         settings), method, relif, seed, dataset, r_star, eta, steps, experiment, path, config
         (dict), then every metric as <split>_<metric> (e.g. val_worst, val_seg_miou).
     scores: trial, split, task, example_id, score (raw audit score as stored), valid.
+    epochs: per-epoch results Tune recorded (trial, epoch, val_<metric>, val_bias, ...; read
+        on first access).
     traces: trial, step, loss_<task>, weight_<task>, and ReLiF's lambda, r, r_ema, tau, kappa,
         loss_lip where enabled (read on first access).
     problems: trial folders without outputs: path, status ("errored", "running" while a sweep
         still writes the experiment, or "incomplete"), error.
-    outputs: trial id -> its outputs folder.
+    outputs: trial id -> its outputs folder (a `Path`, or a URI in object storage).
+    paths: the experiment directories as loaded.
     """
 
     def __init__(
@@ -50,8 +67,8 @@ class Experiment:
         trials: pd.DataFrame,
         scores: pd.DataFrame,
         problems: pd.DataFrame,
-        outputs: dict[str, Path],
-        paths: list[Path],
+        outputs: dict[str, Location],
+        paths: list[Location],
     ) -> None:
         self.trials = trials
         self.scores = scores
@@ -62,12 +79,34 @@ class Experiment:
     @cached_property
     def traces(self) -> pd.DataFrame:
         trials = list(self.outputs)
-        tables = [pq.ParquetFile(self.outputs[t] / "trace.parquet").read() for t in trials]
+        tables = [storage.read_parquet(storage.join(self.outputs[t], TRACE_FILE)) for t in trials]
         return _stacked_frame(tables, trials, ["trial", "step"])
+
+    @cached_property
+    def epochs(self) -> pd.DataFrame:
+        """Per-epoch results as Tune recorded them (each trial folder's `result.json`): trial,
+        epoch, and every numeric value the trial reported (val_<metric>, worst, macro,
+        val_bias / val_vr of the live audit, train_step, time_total_s, ...). After a resume
+        an epoch may be recorded twice; the last record is kept. Read on first access."""
+        frames = []
+        for trial, outputs in self.outputs.items():
+            records = _result_records(storage.parent(storage.parent(outputs)))
+            if records:
+                frame = pd.DataFrame.from_records(records).select_dtypes(["number", "bool"])
+                frame = frame.drop_duplicates("training_iteration", keep="last")
+                frame.insert(0, "trial", trial)
+                frames.append(frame)
+        if not frames:
+            return pd.DataFrame(columns=["trial", "epoch"])
+        epochs = pd.concat(frames, ignore_index=True)
+        if "epoch" not in epochs.columns:
+            epochs["epoch"] = epochs["training_iteration"]
+        leading = ["trial", "epoch"]
+        return epochs[leading + [c for c in epochs.columns if c not in leading]]
 
     def trace(self, trial: str) -> pd.DataFrame:
         """The per-step trace of one trial (column `trial` first)."""
-        table = pd.read_parquet(self.outputs[trial] / "trace.parquet")
+        table = storage.read_parquet(storage.join(self.outputs[trial], TRACE_FILE)).to_pandas()
         table.insert(0, "trial", trial)
         return table
 
@@ -78,38 +117,46 @@ class Experiment:
 
 def load(*paths: str | Path) -> Experiment:
     """Load one or more experiment directories (their trials are concatenated in the given
-    order). A missing directory or one without any trial folder is a one-line UserError."""
+    order): local paths, `file://`, `s3://` or `gs://` URIs (see `relif_ray.storage` for
+    credentials and endpoints). A missing directory or one without any trial folder is a
+    one-line UserError."""
     if not paths:
         raise UserError("analysis.load: no experiment directory given")
     rows, tables, problems, outputs, roots = [], [], [], {}, []
     for path in paths:
-        root = Path(path)
-        if not root.is_dir():
-            raise UserError(f"experiment directory not found: {root}")
+        root = storage.location(path)
+        if storage.file_type(root) != FileType.Directory:
+            raise UserError(f"experiment directory not found: {storage.display(root)}")
         roots.append(root)
         running = running_sweep(root) is not None
-        for trial_dir in sorted(Path(entry.path) for entry in os.scandir(root) if entry.is_dir()):
-            final = _final_outputs(trial_dir)
+        folders = trial_folders(root)
+        for trial_dir, files in progress(folders.items(), "loading trials", "trial", len(folders)):
+            final = final_outputs(trial_dir, files)
             if final is None:
-                if (trial_dir / "params.json").exists():
-                    problems.append(_problem(trial_dir, running))
+                if PARAMS_FILE in files:
+                    problems.append(_problem(trial_dir, files, running))
                 continue
             try:
-                info = json.loads((final / TRIAL_FILE).read_text())
-                scores = pq.ParquetFile(final / "scores.parquet").read()
+                info = read_trial_info(final)
+                scores = storage.read_parquet(storage.join(final, SCORES_FILE))
             except (OSError, ValueError):
                 if not running:
                     raise
-                problems.append(_problem(trial_dir, running))  # final checkpoint being copied
+                problems.append(_problem(trial_dir, files, running))  # still being written
                 continue
             trial = info["trial_id"]
             if trial in outputs:
-                raise UserError(f"trial {trial} appears twice: {outputs[trial]} and {final}")
+                raise UserError(
+                    f"trial {trial} appears twice: {storage.display(outputs[trial])} and "
+                    f"{storage.display(final)}"
+                )
             outputs[trial] = final
             rows.append(_trial_row(info, root, final))
             tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
+    order = _numeric_order(rows)
+    rows, tables = [rows[i] for i in order], [tables[i] for i in order]
     trials = pd.DataFrame(rows)
     if len(trials):
         trials.insert(2, "variant", variant_names(trials))
@@ -138,32 +185,41 @@ def variant_names(trials: pd.DataFrame) -> pd.Series:
     )
 
 
-def _final_outputs(trial_dir: Path) -> Path | None:
-    """The outputs folder of the trial's latest checkpoint that has one."""
-    candidates = []
-    for entry in os.scandir(trial_dir):
-        match = _CHECKPOINT.match(entry.name)
-        if match and entry.is_dir():
-            outputs = Path(entry.path) / OUTPUTS_DIR
-            if (outputs / TRIAL_FILE).is_file():
-                candidates.append((int(match.group(1)), outputs))
-    return max(candidates)[1] if candidates else None
+def _result_records(trial_dir: Location) -> list[dict]:
+    """The JSON lines of Tune's `result.json` in a trial folder ([] when it has none)."""
+    try:
+        text = storage.read_text(storage.join(trial_dir, RESULT_FILE))
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def _problem(trial_dir: Path, running: bool) -> dict[str, str]:
+def _numeric_order(rows: list[dict]) -> list[int]:
+    """Trials by experiment directory, label (first appearance), then r*, eta and seed as
+    numbers: trial folder names sort as text (r0.28 before r0.2_, seed10 before seed2)."""
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)[["experiment", "label", "r_star", "eta", "seed"]]
+    for column in ("experiment", "label"):
+        frame[column] = pd.factorize(frame[column])[0]
+    ordered = frame.sort_values(list(frame.columns), kind="stable", na_position="first")
+    return [int(i) for i in ordered.index]
+
+
+def _problem(trial_dir: Location, files: set[str], running: bool) -> dict[str, str]:
     """A trial folder without outputs: "running" while a sweep still holds the experiment's
     lock (a trial that failed may yet be retried from its checkpoint; `error` then holds its
     last error), else "errored" (Tune's error.txt) or "incomplete" (its sweep was stopped)."""
-    error_file = trial_dir / "error.txt"
     error = ""
-    if error_file.exists():
-        lines = [line for line in error_file.read_text().splitlines() if line.strip()]
+    if ERROR_FILE in files:
+        text = storage.read_text(storage.join(trial_dir, ERROR_FILE))
+        lines = [line for line in text.splitlines() if line.strip()]
         error = lines[-1] if lines else ""
-    status = "running" if running else "errored" if error_file.exists() else "incomplete"
-    return {"path": str(trial_dir), "status": status, "error": error}
+    status = "running" if running else "errored" if ERROR_FILE in files else "incomplete"
+    return {"path": storage.display(trial_dir), "status": status, "error": error}
 
 
-def _trial_row(info: dict, root: Path, final: Path) -> dict:
+def _trial_row(info: dict, root: Location, final: Location) -> dict:
     config = info["config"]
     relif = config["relif"]
     row = {
@@ -176,8 +232,8 @@ def _trial_row(info: dict, root: Path, final: Path) -> dict:
         "r_star": relif["r_star"] if info["relif"] else np.nan,
         "eta": relif["eta"] if info["relif"] else np.nan,
         "steps": info["steps"],
-        "experiment": str(root),
-        "path": str(final),
+        "experiment": storage.display(root),
+        "path": storage.display(final),
         "config": config,
     }
     for split, metrics in info["metrics"].items():

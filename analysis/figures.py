@@ -6,15 +6,21 @@ display and changes no global pyplot state; in Jupyter the returned figures disp
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from analysis.experiment import Experiment
 from analysis.pareto import pareto_means, pareto_points
+from analysis.render import display_text
 from analysis.results import Results
+
+DELTA_LINE_STYLES = (":", "-.", "--")
+"""Line styles of the held-fixed delta_ref markers, in the order of the deltas."""
 
 
 def _figure(width: float, height: float, columns: int = 1) -> tuple[Figure, list]:
@@ -32,8 +38,9 @@ def _colors(variants: Sequence[str]) -> dict[str, tuple]:
 
 
 def pareto_figure(results: Results, title: str | None = None) -> Figure:
-    """Per-seed points (small), per-method means with ± std bars (large), and the
-    non-dominated means joined by a dashed line; x = fixed-delta Bias, y = Worst."""
+    """Per-seed points (small dots), per-method means with ± std bars (large markers), and the
+    non-dominated means joined by a dashed line; x = fixed-delta Bias, y = Worst. A second
+    legend says what the marks mean."""
     points, means = pareto_points(results), pareto_means(results)
     colors = _colors(results.variants)
     figure, (axes,) = _figure(8.5, 4.5)
@@ -48,7 +55,7 @@ def pareto_figure(results: Results, title: str | None = None) -> Figure:
             fmt="*" if row.on_front else "o",
             markersize=12 if row.on_front else 8,
             color=colors[row.variant],
-            label=row.variant + (" (front)" if row.on_front else ""),
+            label=display_text(row.variant) + (" (front)" if row.on_front else ""),
             capsize=3,
         )
     front = means[means["on_front"]].sort_values("bias_mean")
@@ -57,9 +64,36 @@ def pareto_figure(results: Results, title: str | None = None) -> Figure:
     axes.set_xlabel(f"Bias@{delta.symbol} = {delta.value:.4f} (fixed, lower is better)")
     axes.set_ylabel(f"Worst ({results.split}, higher is better)")
     axes.set_title(title or "Utility-fairness operating points (upper-left preferred)")
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    figure.legend(title="method", fontsize=7, title_fontsize=8, loc="outside right upper")
+    figure.legend(
+        handles=_pareto_key(),
+        title="marks",
+        fontsize=7,
+        title_fontsize=8,
+        loc="outside right lower",
+    )
     axes.grid(alpha=0.3)
     return figure
+
+
+def _pareto_key() -> list:
+    """Legend entries explaining the Pareto figure's marks (in grey, for every method)."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.container import ErrorbarContainer
+    from matplotlib.lines import Line2D
+
+    seed = Line2D([], [], marker="o", linestyle="", markersize=4, alpha=0.35, color="grey")
+    seed.set_label("one seed (trial)")
+    bar = Line2D([], [], marker="o", linestyle="", markersize=7, color="grey")
+    caps = Line2D([], [], marker="|", linestyle="", color="grey")
+    bars = [LineCollection([], color="grey") for _ in range(2)]
+    mean = ErrorbarContainer((bar, [caps], bars), has_xerr=True, has_yerr=True)
+    mean.set_label("mean ± sample std over seeds")
+    star = Line2D([], [], marker="*", linestyle="", markersize=10, color="grey")
+    star.set_label("mean on the Pareto front")
+    line = Line2D([], [], linestyle="--", color="black", alpha=0.6, linewidth=1)
+    line.set_label("front (non-dominated means)")
+    return [seed, mean, star, line]
 
 
 def controller_figure(experiment: Experiment, variant: str) -> Figure:
@@ -83,7 +117,8 @@ def controller_figure(experiment: Experiment, variant: str) -> Figure:
     )
     if positive:
         lam_axes.set_yscale("log")
-    lam_axes.set(xlabel="step", ylabel=r"$\lambda_t$", title=f"{variant}: penalty weight")
+    figure.suptitle(display_text(variant))
+    lam_axes.set(xlabel="step", ylabel=r"$\lambda_t$", title="penalty weight")
     rate_axes.set(xlabel="step", ylabel=r"$\tilde{r}_t$", title="smoothed violation rate")
     for axes in (lam_axes, rate_axes):
         axes.grid(alpha=0.3)
@@ -102,16 +137,19 @@ def sensitivity_figure(results: Results, grid: Sequence[float] | None = None) ->
     for variant in results.variants:
         group = curves[curves["variant"] == variant].groupby("delta")["bias"]
         mean, std = group.mean(), group.std(ddof=1).fillna(0.0)
-        axes.plot(mean.index, mean.to_numpy(), color=colors[variant], label=variant)
+        axes.plot(mean.index, mean.to_numpy(), color=colors[variant], label=display_text(variant))
         axes.fill_between(mean.index, mean - std, mean + std, color=colors[variant], alpha=0.15)
-    for delta in results.deltas:
-        axes.axvline(delta.value, color="black", linestyle=":", linewidth=1)
-        axes.annotate(
-            delta.symbol, (delta.value, axes.get_ylim()[1]), fontsize=8, ha="left", va="top"
+    for delta, style in zip(results.deltas, itertools.cycle(DELTA_LINE_STYLES), strict=False):
+        axes.axvline(
+            delta.value,
+            color="black",
+            linestyle=style,
+            linewidth=1,
+            label=f"{delta.symbol} = {delta.value:.3f}",
         )
     axes.set(xlabel="δ", ylabel=f"Bias ({results.split})", title="Fixed-delta sensitivity")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    figure.legend(fontsize=7, loc="outside right upper")
     return figure
 
 
@@ -127,3 +165,93 @@ def slug(name: str) -> str:
     """A file-name-safe form of a variant name."""
     kept = "".join(char if char.isalnum() or char in "-+." else "_" for char in name)
     return "_".join(filter(None, kept.split("_")))
+
+
+def learning_curves_figure(
+    experiment: Experiment, metrics: Sequence[str] = ("val_worst", "val_bias")
+) -> Figure:
+    """Per-epoch validation results (Tune's per-epoch records, `Experiment.epochs`): one panel
+    per metric, the mean over seeds per method against the epoch with a ± std band. val_bias
+    is the live audit at the sweep's live delta, not the held-fixed delta_ref."""
+    epochs = experiment.epochs.merge(experiment.trials[["trial", "variant"]], on="trial")
+    variants = list(dict.fromkeys(experiment.trials["variant"]))
+    colors = _colors(variants)
+    figure, panels = _figure(4.2 * len(metrics) + 2.5, 3.6, columns=len(metrics))
+    for axes, metric in zip(panels, metrics, strict=True):
+        for variant in variants:
+            group = epochs[epochs["variant"] == variant].groupby("epoch")[metric]
+            mean, std = group.mean(), group.std(ddof=1).fillna(0.0)
+            if mean.empty:
+                continue
+            color = colors[variant]
+            axes.plot(mean.index, mean.to_numpy(), color=color, label=display_text(variant))
+            axes.fill_between(mean.index, mean - std, mean + std, color=color, alpha=0.15)
+        axes.set(xlabel="epoch", ylabel=metric, title=metric)
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.grid(alpha=0.3)
+    handles, labels = panels[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, loc="outside right upper")
+    figure.suptitle("Learning curves (validation, mean ± std over seeds)")
+    return figure
+
+
+def pair_bias_figure(results: Results, metric: str = "bias") -> Figure:
+    """Fixed-delta Bias (or VR) per task pair and method: grouped horizontal bars of the
+    mean over seeds (`analysis.breakdown.by_pair`), the aggregate as the last group."""
+    from analysis.breakdown import by_pair
+
+    table = by_pair(results, metric)
+    colors = _colors(results.variants)
+    figure, (axes,) = _figure(8.5, max(3.0, 1.2 + 0.12 * table.size))
+    height = 0.8 / len(results.variants)
+    positions = np.arange(len(table.index))
+    for index, variant in enumerate(results.variants):
+        axes.barh(
+            positions + index * height,
+            table[variant].to_numpy(),
+            height=height,
+            color=colors[variant],
+            label=display_text(variant),
+        )
+    axes.set_yticks(positions + 0.4 - height / 2, list(table.index))
+    axes.invert_yaxis()
+    delta = results.primary
+    axes.set(
+        xlabel=f"{metric.capitalize()}@{delta.symbol} = {delta.value:.4f} ({results.split})",
+        title=f"{metric.capitalize()} by task pair (mean over seeds)",
+    )
+    axes.grid(alpha=0.3, axis="x")
+    figure.legend(fontsize=7, loc="outside right upper")
+    return figure
+
+
+def score_distributions_figure(results: Results, bins: int = 20) -> Figure:
+    """Histograms (densities) of the audit scores p_k on the shared interface (depth/normal
+    squashed as the audit sees them), one panel per task, one line per method, valid examples
+    of the report split pooled over seeds."""
+    scores = results.audit.scores
+    scores = scores[(scores["split"] == results.split) & scores["valid"]]
+    scores = scores.merge(results.per_trial[["trial", "variant"]], on="trial")
+    tasks = sorted(scores["task"].astype(str).unique())
+    colors = _colors(results.variants)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    figure, panels = _figure(3.3 * len(tasks) + 2.5, 3.2, columns=len(tasks))
+    for axes, task in zip(panels, tasks, strict=True):
+        chosen = scores[scores["task"].astype(str) == task]
+        for variant in results.variants:
+            values = chosen.loc[chosen["variant"] == variant, "score"].to_numpy(np.float64)
+            axes.hist(
+                values,
+                bins=edges,
+                density=True,
+                histtype="step",
+                color=colors[variant],
+                label=display_text(variant),
+            )
+        axes.set(xlabel="audit score", title=task)
+        axes.grid(alpha=0.3)
+    panels[0].set_ylabel("density")
+    handles, labels = panels[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, loc="outside right upper")
+    figure.suptitle(f"Audit score distributions ({results.split}, pooled over seeds)")
+    return figure

@@ -20,27 +20,20 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
+from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.errors import UserError
+from relif_ray.problems import benchmark
 
-SQUASHED_TASKS: dict[str, frozenset[str]] = {"nyuv2": frozenset({"depth", "normal"})}
-"""Data set -> tasks whose stored audit score is not a probability (the ONE place this is
-stated for analysis; `relif_ray.tasks` marks the same tasks `score_is_probability = False`)."""
 
-SQUASH_EPSILON = 1e-6
-SQUASH_QUANTILES = (0.10, 0.90)
+def squashed_tasks(dataset: str) -> frozenset[str]:
+    """Tasks of `dataset` whose stored audit score is not a probability: those whose task
+    declares `score_is_probability = False` (`relif_ray.problems` registry)."""
+    return benchmark(dataset, "data set of the trials").squashed_tasks
 
 
 def needs_squash(dataset: str, task: str) -> bool:
     """Whether `task` of `dataset` stores a raw, non-probability audit score."""
-    return task in SQUASHED_TASKS.get(dataset, frozenset())
-
-
-def squash(
-    scores: np.ndarray | pd.Series, q10: float | np.ndarray, q90: float | np.ndarray
-) -> np.ndarray:
-    """clip((s - q10) / (q90 - q10 + 1e-6), 0, 1) (paper appendix A); q10/q90 broadcast."""
-    values = np.asarray(scores, dtype=np.float64)
-    return np.clip((values - q10) / (q90 - q10 + SQUASH_EPSILON), 0.0, 1.0)
+    return task in squashed_tasks(dataset)
 
 
 def is_erm(trials: pd.DataFrame) -> pd.Series:
@@ -55,12 +48,12 @@ def squash_reference(trials: pd.DataFrame) -> dict[str, str]:
         erm.setdefault((row.dataset, row.seed), []).append((row.experiment, row.trial))
     references = {}
     for row in trials.itertuples():
-        if row.dataset not in SQUASHED_TASKS:
+        if not squashed_tasks(row.dataset):
             continue
         same = erm.get((row.dataset, row.seed), [])
         if any(experiment == row.experiment for experiment, _ in same):
             same = [(e, trial) for e, trial in same if e == row.experiment]
-        tasks = "/".join(sorted(SQUASHED_TASKS[row.dataset]))
+        tasks = "/".join(sorted(squashed_tasks(row.dataset)))
         if not same:
             raise UserError(
                 f"no ERM trial with seed {row.seed} ({row.dataset}): the {tasks} audit "
@@ -90,7 +83,7 @@ def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
     datasets = dict(zip(experiment.trials["trial"], experiment.trials["dataset"], strict=True))
     rows = []
     for trial, reference in references.items():
-        for task in sorted(SQUASHED_TASKS[datasets[trial]]):
+        for task in sorted(squashed_tasks(datasets[trial])):
             if (reference, task) not in quantiles:
                 raise UserError(
                     f"ERM trial {reference}: no valid validation scores of task {task!r} for "
@@ -118,7 +111,8 @@ def audit_scores(experiment: Experiment) -> pd.DataFrame:
     table[1, trial_index, task_index] = quantiles["q90"]
     low, high = table[:, trials.codes, tasks.codes]
     rows = ~np.isnan(low)
-    scores.loc[rows, "score"] = squash(scores["raw_score"].to_numpy()[rows], low[rows], high[rows])
+    raw = scores["raw_score"].to_numpy(dtype=np.float64)[rows]
+    scores.loc[rows, "score"] = squash(raw, low[rows], high[rows])
     return scores
 
 

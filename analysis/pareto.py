@@ -3,23 +3,10 @@ better), as in the paper's Figure 2 (upper-left is preferred)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from analysis.results import Results
-
-
-def non_dominated(bias: np.ndarray, worst: np.ndarray) -> np.ndarray:
-    """Mask of the points no other point dominates. q dominates p when q.bias <= p.bias and
-    q.worst >= p.worst with at least one strict; identical points do not dominate each other.
-    Points with a NaN coordinate are never on the front."""
-    bias = np.asarray(bias, dtype=np.float64)
-    worst = np.asarray(worst, dtype=np.float64)
-    finite = np.isfinite(bias) & np.isfinite(worst)
-    no_worse = (bias[:, None] <= bias[None, :]) & (worst[:, None] >= worst[None, :])
-    better = (bias[:, None] < bias[None, :]) | (worst[:, None] > worst[None, :])
-    dominates = no_worse & better & finite[:, None]
-    return finite & ~dominates.any(axis=0)
+from relif_ray.pareto import non_dominated
 
 
 def pareto_points(results: Results) -> pd.DataFrame:

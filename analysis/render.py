@@ -11,13 +11,20 @@ two rows, where it would just be the worse one).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from relif_ray.variants import display_name
+
 DIGITS = 4
+NARROW_COLUMNS = 5
+"""Tables with more value columns than this are too wide for one column of a paper."""
+_ACRONYMS = {"miou": "mIoU", "rmse": "RMSE", "auroc": "AUROC", "auprc": "AUPRC", "mad": "MAD"}
+_LABEL = re.compile(r"[a-z][a-z0-9+-]*")
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}",
     "&": r"\&",
@@ -85,7 +92,7 @@ class Table:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         marks = {column.key: self.marks(column) for column in self.columns}
         for index, (_, row) in enumerate(self.rows.iterrows()):
-            cells = [str(row["row"])]
+            cells = [display_text(str(row["row"]))]
             for column in self.columns:
                 cell = _cell(row, column)
                 if column.kind == "stat" and f"{column.key}_ci_low" in row:
@@ -98,29 +105,28 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def latex(self) -> str:
-        spec = "l" + "c" * len(self.columns)
+        """booktabs LaTeX through pandas' `Styler.to_latex`; a table with more than
+        `NARROW_COLUMNS` columns spans both columns of a two-column paper (`table*`)."""
         header = [latex_escape(self.row_header)] + [
             column.latex + _arrow(column.better, r" $\uparrow$", r" $\downarrow$")
             for column in self.columns
         ]
-        lines = [
-            r"\begin{table}[!t]",
-            r"\centering",
-            rf"\caption{{{latex_escape(self.title)}}}",
-            rf"\label{{tab:{self.name.replace('_', '-')}}}",
-            rf"\begin{{tabular}}{{{spec}}}",
-            r"\toprule",
-            " & ".join(header) + r" \\",
-            r"\midrule",
-        ]
         marks = {column.key: self.marks(column) for column in self.columns}
-        for index, (_, row) in enumerate(self.rows.iterrows()):
-            cells = [latex_escape(str(row["row"]))]
-            for column in self.columns:
-                cells.append(_latex_cell(row, column, marks[column.key][index]))
-            lines.append(" & ".join(cells) + r" \\")
-        lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-        return "\n".join(lines) + "\n"
+        cells = [
+            [latex_escape(display_text(str(row["row"])))]
+            + [_latex_cell(row, column, marks[column.key][index]) for column in self.columns]
+            for index, (_, row) in enumerate(self.rows.iterrows())
+        ]
+        styler = pd.DataFrame(cells, columns=header).style.hide(axis="index")
+        return styler.to_latex(
+            column_format="l" + "c" * len(self.columns),
+            position="!t",
+            position_float="centering",
+            hrules=True,
+            caption=latex_escape(self.title),
+            label=f"tab:{self.name.replace('_', '-')}",
+            environment="table*" if len(self.columns) > NARROW_COLUMNS else None,
+        )
 
     def csv_frame(self) -> pd.DataFrame:
         return self.rows.rename(columns={"row": _csv_name(self.row_header)})
@@ -146,6 +152,23 @@ def summarize(
     if order is not None:
         table = table.loc[order]
     return table.reset_index()
+
+
+def display_text(text: str) -> str:
+    """Method labels in `text` by their display names ("pcgrad+relif vs erm" ->
+    "PCGrad+ReLiF vs ERM"); tables keep labels in their rows and CSV files, and show these."""
+    return _LABEL.sub(lambda match: display_name(match.group()), text)
+
+
+def metric_header(metric: str) -> str:
+    """A readable header of a utility metric name: depth_abs_err -> "Depth abs err"."""
+    words = [_ACRONYMS.get(word, word) for word in metric.split("_")]
+    return " ".join([words[0][:1].upper() + words[0][1:], *words[1:]])
+
+
+def metric_digits(metric: str) -> int:
+    """Decimals of a utility metric: 2 for angles in degrees and MAD in hours, else DIGITS."""
+    return 2 if "angle" in metric or metric.endswith("mad") else DIGITS
 
 
 def latex_escape(text: str) -> str:

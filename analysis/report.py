@@ -5,10 +5,10 @@ method-induced thresholds as diagnostics only, utility of the same checkpoint, a
 controller settings.
 
 Output folder:
-    report.md                 the report (all tables inline)
-    utility.{md,tex,csv}      every utility metric of the report split
+    report.md                 the report (all tables inline; every link points into this folder)
     tables/<name>.{md,tex,csv}  main, violation, drift, shift, certificate, ablation,
-                              delta_sensitivity, controller (applicable ones)
+                              delta_sensitivity, controller (applicable ones), utility (every
+                              utility metric of the report split)
     figures/pareto.png, figures/delta_sensitivity.png, figures/controller_<variant>.png
     per_trial.csv             the per-trial numbers every table aggregates
     pareto_points.csv, pareto_means.csv, induced_thresholds.csv, squash_quantiles.csv
@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -28,11 +29,25 @@ import pandas as pd
 from analysis import delta as delta_options
 from analysis.audits import AuditSettings, ExperimentAudit
 from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
-from analysis.experiment import Experiment
-from analysis.interface import SQUASHED_TASKS, squash_quantiles
+from analysis.experiment import Experiment, load
+from analysis.interface import squash_quantiles, squashed_tasks
 from analysis.pareto import pareto_means, pareto_points
-from analysis.render import Column, Table, latex_escape, summarize
-from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
+from analysis.render import (
+    Column,
+    Table,
+    display_text,
+    latex_escape,
+    metric_digits,
+    metric_header,
+    summarize,
+)
+from analysis.results import (
+    SENSITIVITY_DELTAS,
+    Results,
+    compute_results,
+    direction,
+    report_split,
+)
 from analysis.tables import (
     CISettings,
     Skipped,
@@ -45,7 +60,10 @@ from analysis.tables import (
     shift_table,
     violation_table,
 )
+from relif_ray import storage
 from relif_ray.errors import UserError
+from relif_ray.problems import benchmark
+from relif_ray.progress import progress
 
 SPLITS = ("val", "test")
 CONTROLLER_FIELDS = (
@@ -65,9 +83,6 @@ CONTROLLER_FIELDS = (
     "lipschitz_branch",
 )
 """ReLiF settings listed in the report (the paper's Table 7 rows)."""
-HIGHER_IS_BETTER = ("miou", "pixel_acc", "worst", "macro", "score", "auroc", "auprc", "kappa")
-LOWER_IS_BETTER = ("abs_err", "rel_err", "rmse", "angle_mean", "angle_median", "mad")
-"""Directions of utility metrics by name without the task prefix (`within_*` is higher)."""
 
 
 @dataclass
@@ -124,18 +139,18 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         raise UserError(
             f"--drift-baseline: no method {baseline!r} (methods: {', '.join(results.variants)})"
         )
-    utility = utility_table(trials, split)
-    utility.write(out)
-    tables = [
-        main_table(results, options.ci),
-        violation_table(results),
-        drift_table(results, baseline),
-        shift_table(results, options.ci),
-        certificate_table(results),
-        ablation_table(results, experiment, options.ci),
-        sensitivity_table(results, options.ci),
-        controller_table(results, experiment, options.ci),
+    builders = [
+        partial(main_table, results, options.ci),
+        partial(violation_table, results),
+        partial(drift_table, results, baseline),
+        partial(shift_table, results, options.ci),
+        partial(certificate_table, results),
+        partial(ablation_table, results, experiment, options.ci),
+        partial(sensitivity_table, results, options.ci),
+        partial(controller_table, results, experiment, options.ci),
+        partial(utility_table, trials, split),
     ]
+    tables = [build() for build in progress(builders, "relif report: tables", unit="table")]
     for table in tables:
         if isinstance(table, Table):
             table.write(out / "tables")
@@ -170,7 +185,7 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
             "\n".join(_figure_line(path) for path in figures.get("controller", [])),
         ),
         _controller_settings(trials),
-        _section("All utility metrics", utility, options.ci),
+        _section("All utility metrics", named["utility"], options.ci),
     ]
 
 
@@ -185,18 +200,27 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
         per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
     order = list(dict.fromkeys(trials["variant"]))
     rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
-    columns = [Column(m, m, latex_escape(m), _direction(m)) for m in metrics]
+    directions = metric_directions(set(trials["dataset"]))
+    columns = [
+        Column(
+            m,
+            metric_header(m),
+            latex_escape(metric_header(m)),
+            direction(directions.get(m)),
+            digits=metric_digits(m),
+        )
+        for m in metrics
+    ]
     title = f"All utility metrics ({split} split), mean ± sample std over seeds."
     return Table("utility", title, "label", columns, rows)
 
 
-def _direction(metric: str) -> str | None:
-    name = metric.partition("_")[2] or metric
-    if name in LOWER_IS_BETTER:
-        return "lower"
-    if name in HIGHER_IS_BETTER or name.startswith("within_"):
-        return "higher"
-    return None
+def metric_directions(datasets: set[str]) -> dict[str, bool]:
+    """`<task>_<metric>` -> higher is better, as the tasks of the trials' benchmarks declare."""
+    directions: dict[str, bool] = {}
+    for dataset in sorted(datasets):
+        directions.update(benchmark(dataset, "data set of the trials").metric_directions)
+    return directions
 
 
 def _section(
@@ -213,10 +237,16 @@ def _section(
             f"Bias cells: mean ± sample std over seeds [{ci.level:.0%} percentile bootstrap "
             f"interval of the seed mean over the sampled pairs, {ci.n_boot} replicates].\n"
         )
-    lines.append(f"Files: `tables/{table.name}.md`, `.tex`, `.csv`.\n")
+    files = ", ".join(_link(f"tables/{table.name}.{kind}") for kind in ("md", "tex", "csv"))
+    lines.append(f"Files: {files}.\n")
     if extra:
         lines.append(extra + "\n")
     return "\n".join(lines)
+
+
+def _link(relative: str) -> str:
+    """A Markdown link to a file of the report folder (`relative` to report.md)."""
+    return f"[{relative.rpartition('/')[2]}]({relative})"
 
 
 def _figure_line(path: Path | None) -> str:
@@ -225,7 +255,9 @@ def _figure_line(path: Path | None) -> str:
 
 def _sources(experiment: Experiment) -> str:
     trials = experiment.trials
-    lines = ["Experiment directories: " + ", ".join(f"`{p}`" for p in experiment.paths)]
+    lines = [
+        "Experiment directories: " + ", ".join(f"`{storage.display(p)}`" for p in experiment.paths)
+    ]
     if not trials.empty:
         counts = trials.groupby("variant", sort=False)["seed"].apply(
             lambda seeds: ", ".join(map(str, sorted(seeds)))
@@ -234,7 +266,7 @@ def _sources(experiment: Experiment) -> str:
             f"Finished trials: {len(trials)} (data set: "
             f"{', '.join(sorted(set(trials['dataset'])))})"
         )
-        lines += [f"- {variant}: seeds {seeds}" for variant, seeds in counts.items()]
+        lines += [f"- {display_text(variant)}: seeds {seeds}" for variant, seeds in counts.items()]
     lines.append(f"Trials without outputs: {len(experiment.problems)} (listed at the end)")
     note = running_note(experiment)
     if note:
@@ -256,11 +288,12 @@ def running_note(experiment: Experiment) -> str | None:
 def _protocol(experiment: Experiment, results: Results, options: ReportOptions) -> str:
     settings = options.settings
     datasets = sorted(set(experiment.trials["dataset"]))
-    squashed = sorted({t for d in datasets for t in SQUASHED_TASKS.get(d, ())})
+    squashed = sorted({t for d in datasets for t in squashed_tasks(d)})
     interface = (
         f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
         "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1) with q10/q90 of the SAME-SEED ERM trial's "
-        "validation scores, identically for every method (values in `squash_quantiles.csv`); "
+        "validation scores, identically for every method (values in "
+        f"{_link('squash_quantiles.csv')}); "
         "the other tasks' scores are probabilities and pass unchanged"
         if squashed
         else "all audit scores are probabilities in [0, 1] and are used unchanged"
@@ -275,16 +308,18 @@ def _protocol(experiment: Experiment, results: Results, options: ReportOptions) 
         "Bias = mean (|p_a(x) - p_b(y)| - δ)_+, VR = mean 1[gap > δ], averaged over task "
         "pairs (weights 1/#pairs).",
         "- δ_ref, chosen once and held fixed for every method and every table "
-        f"(primary: {results.primary.symbol}):",
+        f"(primary: {results.primary.symbol}; values and sources in {_link('delta_ref.json')}):",
     ]
     for delta in results.deltas:
         lines.append(f"  - {delta.symbol} = {delta.value:.6f}: {delta.source}.")
     lines += [
         "- Method-induced thresholds (validation split, the mean cosine-induced distance of "
         "each method's own representations over the audit's pairs) are reported only as "
-        "threshold-drift diagnostics; methods are compared under δ_ref.",
+        "threshold-drift diagnostics; methods are compared under δ_ref (per task pair: "
+        f"{_link('induced_thresholds.csv')}).",
         "- Utility metrics are those of the same checkpoint whose audit scores are audited "
-        "(each trial's final checkpoint).",
+        "(each trial's final checkpoint). The per-trial numbers behind every table: "
+        f"{_link('per_trial.csv')}.",
         "- Controller settings of every ReLiF variant: see *Controller settings* below.",
         "",
     ]
@@ -293,13 +328,13 @@ def _protocol(experiment: Experiment, results: Results, options: ReportOptions) 
 
 def _pareto_section(results: Results, figure: Path | None) -> str:
     means = pareto_means(results)
-    front = ", ".join(means.loc[means["on_front"], "variant"])
+    front = ", ".join(display_text(v) for v in means.loc[means["on_front"], "variant"])
     return "\n".join(
         [
             "## Utility-fairness Pareto front\n",
             f"Fixed-δ Bias@{results.primary.symbol} (lower is better) against Worst (higher is "
             f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
-            "per-method means: `pareto_points.csv`, `pareto_means.csv`.\n",
+            f"per-method means: {_link('pareto_points.csv')}, {_link('pareto_means.csv')}.\n",
             _figure_line(figure) + "\n",
         ]
     )
@@ -314,7 +349,9 @@ def _controller_settings(trials: pd.DataFrame) -> str:
     for variant, group in relif.groupby("variant", sort=False):
         config = group["config"].iloc[0]["relif"]
         rows.append(
-            "| " + " | ".join([variant, *(str(config[f]) for f in CONTROLLER_FIELDS)]) + " |"
+            "| "
+            + " | ".join([display_text(variant), *(str(config[f]) for f in CONTROLLER_FIELDS)])
+            + " |"
         )
     header = "| variant | " + " | ".join(CONTROLLER_FIELDS) + " |"
     return "\n".join([heading, header, "|" + "---|" * (len(CONTROLLER_FIELDS) + 1), *rows, ""])
@@ -366,12 +403,16 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
         "delta_sensitivity": folder / "delta_sensitivity.png",
         "controller": [],
     }
-    pareto_figure(results).savefig(written["pareto"], dpi=150)
-    sensitivity_figure(results).savefig(written["delta_sensitivity"], dpi=150)
+    jobs = [
+        (written["pareto"], partial(pareto_figure, results)),
+        (written["delta_sensitivity"], partial(sensitivity_figure, results)),
+    ]
     for variant in controller_variants(experiment):
         path = folder / f"controller_{slug(variant)}.png"
-        controller_figure(experiment, variant).savefig(path, dpi=150)
+        jobs.append((path, partial(controller_figure, experiment, variant)))
         written["controller"].append(path)
+    for path, draw in progress(jobs, "relif report: figures", unit="figure"):
+        draw().savefig(path, dpi=150)
     return written
 
 
@@ -387,7 +428,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "tables (Markdown, LaTeX, CSV), figures and report.md. Delta options may be repeated; "
         "the first is the primary delta_ref (Pareto front, drift, certificate).",
     )
-    parser.add_argument("experiments", nargs="+", help="experiment directories")
+    parser.add_argument(
+        "experiments",
+        nargs="+",
+        help="experiment directories: paths or file://, s3://, gs:// URIs (S3-compatible "
+        "stores elsewhere: set AWS_ENDPOINT_URL)",
+    )
     parser.add_argument("--out", required=True, help="output folder for the report")
     parser.add_argument(
         "--delta",
@@ -478,8 +524,6 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from analysis import load
-
     options = options_from_args(args)
     experiment = load(*args.experiments)
     report = write_report(experiment, args.out, options)

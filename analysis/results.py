@@ -20,16 +20,7 @@ from analysis.delta import DeltaRef
 from analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
-
-NATIVE_METRICS = {
-    "nyuv2": [
-        ("seg_miou", "Seg mIoU", "Seg mIoU", "higher"),
-        ("depth_rmse", "Depth RMSE", "Depth RMSE", "lower"),
-        ("normal_angle_mean", "Normal mean", "Normal mean", "lower"),
-    ]
-}
-"""Data set -> the native task metrics of the paper's main table: (metric, header, LaTeX
-header, better). Data sets not listed show each task's normalized score `<task>_score`."""
+from relif_ray.problems import benchmark
 
 SENSITIVITY_DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
 """The delta grid of the paper's fixed-delta sensitivity table (appendix B.2)."""
@@ -90,6 +81,29 @@ class Results:
         return bootstrap_bias_ci(stacked, thresholds, n_boot, level)
 
 
+def native_metrics(dataset: str) -> list[tuple[str, str, str, str]]:
+    """The native task metrics of the main table of `dataset` (its benchmark's
+    `report_metrics`): (metric, header, LaTeX header, better); empty where the benchmark names
+    none (each task's normalized score `<task>_score` is shown instead)."""
+    described = benchmark(dataset, "data set of the trials")
+    return [
+        (
+            metric.column,
+            metric.header,
+            metric.latex or latex_escape(metric.header),
+            direction(described.metric_directions.get(metric.column)),
+        )
+        for metric in described.report_metrics
+    ]
+
+
+def direction(higher_is_better: bool | None) -> str | None:
+    """A metric's declared direction as the tables' `better`: "higher", "lower" or None."""
+    if higher_is_better is None:
+        return None
+    return "higher" if higher_is_better else "lower"
+
+
 def report_split(trials: pd.DataFrame) -> str:
     """Utility is reported on the test split where trials have one, else on validation."""
     return "test" if "test_worst" in trials.columns else "val"
@@ -115,8 +129,8 @@ def compute_results(
         )
         raise UserError(f"--split {split}: trial {missing} has no {split} metrics")
     datasets = sorted(set(trials["dataset"]))
-    native = NATIVE_METRICS.get(datasets[0]) if len(datasets) == 1 else None
-    if native is None:
+    native = native_metrics(datasets[0]) if len(datasets) == 1 else []
+    if not native:
         tasks = sorted(audit.scores["task"].astype(str).unique())
         native = [(f"{t}_score", f"{t} score", latex_escape(f"{t} score"), "higher") for t in tasks]
     native = [entry for entry in native if f"{split}_{entry[0]}" in trials.columns]

@@ -11,6 +11,7 @@ paper's recursion (Eq. lambda_update) on a synthetic violation rate.
 from __future__ import annotations
 
 import json
+import tempfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.outputs import EvalResult, write_trial_outputs
 
 TASKS = {
@@ -28,12 +29,29 @@ TASKS = {
     "eicu": ("mortality", "los"),
 }
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+DEMO_EXPERIMENT = Path("relif-results") / "nyuv2-demo"
+"""Where the NYUv2 demo sweep writes its experiment, relative to the folder it runs in."""
+
 ABLATIONS = {
-    "relif-no-align": {"quantile_alignment": False},
+    "relif-noalign": {"quantile_alignment": False},
     "relif-static": {"controller": "static"},
-    "relif-no-lip": {"lipschitz_branch": False},
+    "relif-nolip": {"lipschitz_branch": False},
 }
 """Ablation labels -> the ReLiF config fields they switch (docs/relif.md, Ablations)."""
+
+
+def example_experiment(repository: Path = REPOSITORY, scratch: Path | None = None) -> str:
+    """An experiment to look at when none is named: the demo sweep's (`python sweeps/nyuv2.py
+    --demo` run in the repository writes `relif-results/nyuv2-demo`), else a generated one in
+    a new temporary folder (in `scratch`, default the system's), so that the notebook opens
+    as-is from any working folder."""
+    demo = repository / DEMO_EXPERIMENT
+    if demo.is_dir():
+        return str(demo)
+    folder = Path(tempfile.mkdtemp(prefix="relif-example-", dir=scratch)) / "nyuv2-generated"
+    labels = ("erm", "pcgrad", "relif", "pcgrad+relif")
+    return str(write_synthetic_experiment(folder, labels, seeds=3, splits=("val", "test")))
 
 
 def label_config(label: str) -> tuple[str, dict[str, Any]]:
@@ -61,12 +79,14 @@ def write_synthetic_experiment(
     errored: int = 0,
     incomplete: int = 0,
     seed: int = 0,
+    epochs: int = 4,
 ) -> Path:
     """Write one experiment directory: every label x seed (ReLiF labels x every (r*, eta) of
     `controller_grid`) as a finished trial, plus `errored` trials with an `error.txt` and
     `incomplete` trials without outputs. Trial ids are `<root folder name>_<index>`. ReLiF
-    trials get `warmup_steps` (short, so that lambda moves within a short trace). Returns
-    `root`."""
+    trials get `warmup_steps` (short, so that lambda moves within a short trace). Each trial
+    folder gets Tune's `result.json` with `epochs` per-epoch validation results that rise
+    towards the final ones. Returns `root`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
@@ -85,6 +105,7 @@ def write_synthetic_experiment(
                 _write_trial(
                     root, index, label, config, rng, masks, representation_dim, trace_steps
                 )
+                _write_results(root / f"ReLiFTrainable_{index:05d}", config, rng, epochs)
                 index += 1
     for number in range(errored + incomplete):
         folder = root / f"ReLiFTrainable_{index + number:05d}_broken"
@@ -135,6 +156,36 @@ def _write_trial(
         "config": config,
     }
     write_trial_outputs(checkpoint, info, results, _trace(tasks, config["relif"], rng, trace_steps))
+
+
+def _write_results(
+    folder: Path, config: dict[str, Any], rng: np.random.Generator, epochs: int
+) -> None:
+    """Tune's `result.json` (one JSON line per epoch) shaped like `ReLiFTrainable.step`'s:
+    normalized task scores rise to the final validation ones, the live Bias falls."""
+    info = json.loads((folder / "checkpoint_000000" / "outputs" / "trial.json").read_text())
+    final = info["metrics"]["val"]
+    dataset = config["data"]["dataset"]
+    lines = []
+    for epoch in range(1, epochs + 1):
+        progress = 0.5 + 0.5 * epoch / epochs
+        normalized = {t: final[f"{t}_score"] * progress for t in TASKS[dataset]}
+        metrics = _metrics(dataset, normalized)
+        record = {f"val_{name}": value for name, value in metrics.items()}
+        record.update(
+            worst=metrics["worst"],
+            macro=metrics["macro"],
+            val_bias=float(rng.uniform(0.1, 0.2) / progress),
+            val_vr=float(rng.uniform(0.3, 0.6) / progress),
+            epoch=epoch,
+            train_step=epoch * 10,
+            training_iteration=epoch,
+            done=epoch == epochs,
+            label=info["label"],
+            seed=config["seed"],
+        )
+        lines.append(json.dumps(record))
+    (folder / "result.json").write_text("\n".join(lines) + "\n")
 
 
 def _valid_masks(
@@ -200,7 +251,7 @@ def _trace(
     from the controller recursion driven by a noisy violation rate (as the regularizer does:
     a static controller keeps lambda0, no Lipschitz branch keeps lambda at 0)."""
     lipschitz = relif["lipschitz_branch"]
-    adaptive = relif["controller"] == "adaptive" and lipschitz
+    adaptive = ReLiFConfig(**relif).controller_adapts()
     rows, lam, r_ema = [], relif["lambda0"] if lipschitz else 0.0, float("nan")
     for step in range(steps):
         row = {"step": float(step)}

@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
-from analysis.render import Column, Table, summarize
+from analysis.render import Column, Table, display_text, latex_escape, metric_digits, summarize
 from analysis.results import Results, sensitivity_key
 from relif_ray.audit import ranking_is_robust
+from relif_ray.config import ReLiFConfig
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def main_table(results: Results, ci: CISettings) -> Table:
         Column("worst", "Worst", "Worst", "higher"),
         Column("macro", "Macro", "Macro", "higher"),
         *(
-            Column(metric, header, latex, better)
+            Column(metric, header, latex, better, digits=metric_digits(metric))
             for metric, header, latex, better in results.native
         ),
         *(bias_column(f"bias_{d.key}", d.symbol, d.latex) for d in results.deltas),
@@ -74,7 +75,8 @@ def main_table(results: Results, ci: CISettings) -> Table:
 
 def violation_table(results: Results) -> Table:
     columns = [
-        Column(f"vr_{d.key}", f"VR@{d.symbol}", f"VR@${d.latex}$", "lower") for d in results.deltas
+        Column(f"vr_{d.key}", f"VR@{d.symbol}", f"VR@${d.latex}$", "lower", digits=3)
+        for d in results.deltas
     ]
     title = (
         f"Fixed-threshold violation rates ({results.split} split) under the same audit as the "
@@ -92,7 +94,13 @@ def drift_table(results: Results, baseline: str) -> Table:
     rows["ratio"] = rows["induced_mean_mean"] / reference
     columns = [
         Column("induced_mean", "Mean induced δ (val)", r"$\bar{\delta}_{\mathrm{val}}$", "lower"),
-        Column("difference", f"Δ vs {baseline}", f"$\\Delta$ vs {baseline}", None, "number"),
+        Column(
+            "difference",
+            f"Δ vs {display_text(baseline)}",
+            f"$\\Delta$ vs {latex_escape(display_text(baseline))}",
+            None,
+            "number",
+        ),
         Column("ratio", "Ratio", "Ratio", None, "number", digits=2),
     ]
     title = (
@@ -223,7 +231,7 @@ def sensitivity_table(results: Results, ci: CISettings) -> Table:
     for delta, key in zip(results.sensitivity, keys, strict=True):
         _add_ci(rows, results, key, delta, ci)
     columns = [
-        Column(key, f"{delta:g}", f"${delta:g}$", "lower")
+        Column(key, f"{delta:g}", f"${delta:g}$", "lower", digits=3)
         for delta, key in zip(results.sensitivity, keys, strict=True)
     ]
     title = (
@@ -238,10 +246,8 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
     branch on; without it lambda stays 0); one row per variant, i.e. per (label, r*, eta),
     since a label run at several controller settings is split into variants."""
     trials = experiment.trials
-    adaptive = trials[
-        trials["relif"].astype(bool)
-        & np.array([_adapts(config["relif"]) for config in trials["config"]])
-    ]
+    adapts = [ReLiFConfig(**config["relif"]).controller_adapts() for config in trials["config"]]
+    adaptive = trials[np.array(adapts, dtype=bool)]
     if adaptive.empty:
         return Skipped(
             "controller", "Controller sensitivity", "no ReLiF trials with the adaptive controller"
@@ -263,8 +269,8 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
         Column("worst", "Worst", "Worst", "higher"),
         Column("macro", "Macro", "Macro", "higher"),
         bias_column(key, results.primary.symbol, results.primary.latex),
-        Column("at_lower", "Steps at λ_min", r"$\lambda_{\min}$ share"),
-        Column("at_upper", "Steps at λ_max", r"$\lambda_{\max}$ share"),
+        Column("at_lower", "Steps at λ_min", r"$\lambda_{\min}$ share", digits=2),
+        Column("at_upper", "Steps at λ_max", r"$\lambda_{\max}$ share", digits=2),
     ]
     title = (
         "Controller sensitivity: per target r* and step size eta, utility and fixed-delta Bias "
@@ -295,10 +301,6 @@ def lambda_bound_shares(experiment: Experiment, trials: list[str]) -> pd.DataFra
             )
         )
     return pd.DataFrame(rows, columns=["trial", "at_lower", "at_upper"])
-
-
-def _adapts(relif: dict) -> bool:
-    return relif["controller"] == "adaptive" and relif["lipschitz_branch"]
 
 
 def _setting(group: pd.DataFrame, name: str) -> object:

@@ -1,4 +1,4 @@
-"""Load and audit 1,000 trials of generated outputs (issue 6; target: under 10 s on 2 cores).
+"""Load and audit 1,000 trials of generated outputs (target: under 10 s on 2 cores).
 
 The trials are GENERATED in the exact on-disk format of finished sweeps
 (`analysis.synthetic`, written with `relif_ray.outputs.write_trial_outputs`): NYUv2-shaped,

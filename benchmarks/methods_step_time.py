@@ -16,6 +16,15 @@ TorchJD has PCGrad and FairGrad as aggregators, run through `torchjd.autojac.mtl
 weighting as the `UW` scalarizer; for those the table compares our method with TorchJD's
 (target: ratio <= 1.0). ERM+ReLiF is not timed here (see the ReLiF benchmarks).
 
+Representation mode (`method.gradient_source: representation`, the methods of the registry
+that offer it: GradNorm and PCGrad): its step time over ERM's (target <= 1.3), and how far
+its update is from the exact one: both modes run side by side on the same model and batch
+(learning rate 0, each method updating its own state), and each step gives the cosine
+between the two full parameter gradients (every model parameter, flattened), i.e. the two
+update directions of plain SGD. Reported: the cosine at the first step and the mean and
+minimum over `cosine_steps` steps (GradNorm's first step is exact by construction: both
+modes start from w = 1; later steps differ through the weights).
+
     python benchmarks/methods_step_time.py --quick     # < 1 minute on one CPU thread
 """
 
@@ -37,11 +46,15 @@ from torchjd.scalarization import UW
 
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
-from relif_ray.methods import StepContext, build_method
-from relif_ray.problem import Problem, load_problem, move_batch
+from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
+from relif_ray.problems import Problem, load_problem
 from relif_ray.tasks.base import Batch
+from relif_ray.transfer import move_batch
 
 OURS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
+REPRESENTATION = sorted(n for n in METHODS if "representation" in METHODS[n].gradient_sources)
+"""Methods with a representation mode; their variants are named `<method>-representation`."""
+REPRESENTATION_TARGET = 1.3
 TORCHJD_COUNTERPART = {
     "pcgrad": "torchjd-pcgrad",
     "fairgrad": "torchjd-fairgrad",
@@ -62,35 +75,68 @@ class Setup:
         self.model.train()
         index = torch.arange(batch_size)
         self.batch: Batch = move_batch(problem.splits["train"].batch(index), device)
-        self.encoded: list[Tensor] = []
-        self.model.encoder.register_forward_hook(lambda _m, _i, out: self.encoded.append(out))
+        shared = {id(p) for p in self.model.shared_parameters()}
+        self.head_parameters = [p for p in self.model.parameters() if id(p) not in shared]
+        self.encoded: Tensor | None = None
 
     def losses(self) -> dict[str, Tensor]:
-        """Forward and task losses; the encoder output is left in `self.encoded[-1]`."""
-        self.encoded.clear()
+        """Forward and task losses; the encoder output is left in `self.encoded`."""
         output = self.model(self.batch)
+        self.encoded = output.encoder_output
         return {
             task.name: task.loss(output.predictions[task.name], self.batch[task.name])
             for task in self.tasks
         }
 
 
-def our_step(name: str, setup: Setup) -> Step:
-    model = setup.model
+def new_method(name: str, setup: Setup, source: str = "parameters") -> MTLMethod:
     options = {"alpha": FAIRGRAD_ALPHA} if name == "fairgrad" else {}
-    device = next(model.parameters()).device
-    method = build_method(name, setup.task_names, seed=0, **options).to(device)
-    optimizer = torch.optim.SGD([*model.parameters(), *method.parameters()], lr=0.0)
-    shared, last_shared = model.shared_parameters(), model.last_shared_parameters()
+    device = next(setup.model.parameters()).device
+    return build_method(name, setup.task_names, 0, gradient_source=source, **options).to(device)
+
+
+def method_backward(method: MTLMethod, setup: Setup, step: int) -> None:
+    """Forward, task losses and the method's backward, with the engine's step context."""
+    model = setup.model
+    losses = setup.losses()
+    context = StepContext(
+        model.shared_parameters(),
+        model.last_shared_parameters(),
+        step,
+        encoder_output=setup.encoded,
+        head_parameters=setup.head_parameters,
+    )
+    method.backward(losses, context, None)
+
+
+def our_step(name: str, setup: Setup, source: str = "parameters") -> Step:
+    method = new_method(name, setup, source)
+    optimizer = torch.optim.SGD([*setup.model.parameters(), *method.parameters()], lr=0.0)
     counter = iter(range(10**9))
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        losses = setup.losses()
-        method.backward(losses, StepContext(shared, last_shared, next(counter)), None)
+        method_backward(method, setup, next(counter))
         optimizer.step()
 
     return step
+
+
+def update_cosines(name: str, setup: Setup, steps: int) -> list[float]:
+    """Per step, the cosine between the exact and the representation-mode parameter gradient
+    on the same (fixed) model and batch; each mode's method keeps its own state."""
+    modes = [new_method(name, setup, source) for source in ("parameters", "representation")]
+    cosines = []
+    for step in range(steps):
+        flat = []
+        for method in modes:
+            setup.model.zero_grad(set_to_none=True)
+            method_backward(method, setup, step)
+            grads = [p.grad.reshape(-1) for p in setup.model.parameters()]
+            flat.append(torch.cat(grads).double())  # fp64: a long fp32 dot drifts past 1
+        cosines.append(float(torch.nn.functional.cosine_similarity(*flat, dim=0)))
+    setup.model.zero_grad(set_to_none=True)
+    return cosines
 
 
 def torchjd_step(name: str, setup: Setup) -> Step:
@@ -117,7 +163,7 @@ def torchjd_step(name: str, setup: Setup) -> Step:
         losses = setup.losses()
         mtl_backward(
             [losses[t] for t in setup.task_names],
-            features=setup.encoded[-1],
+            features=setup.encoded,
             tasks_params=heads,
             shared_params=shared,
         )
@@ -130,12 +176,15 @@ def torchjd_step(name: str, setup: Setup) -> Step:
 @dataclass
 class MethodTiming:
     """One variant's median step time, its ratio to ERM and, where TorchJD has the method,
-    its ratio to TorchJD's with the ~95% interval and the verdict (target <= 1.0)."""
+    its ratio to TorchJD's with the ~95% interval and the verdict (target <= 1.0); for a
+    representation-mode variant, the interval and verdict of its ratio to ERM (<= 1.3)."""
 
     ms_per_step: float
     vs_erm: float
     vs_torchjd: tuple[float, float, float] | None = None
     verdict: str | None = None
+    vs_erm_interval: tuple[float, float] | None = None
+    erm_verdict: str | None = None
 
 
 def summarize(times: dict[str, list[float]]) -> dict[str, MethodTiming]:
@@ -145,6 +194,10 @@ def summarize(times: dict[str, list[float]]) -> dict[str, MethodTiming]:
             ms_per_step=1e3 * statistics.median(times[name]),
             vs_erm=ratio_with_interval(times, name, "erm")[0],
         )
+        if name.endswith("-representation"):
+            median, lower, upper = ratio_with_interval(times, name, "erm")
+            timing.vs_erm_interval = (lower, upper)
+            timing.erm_verdict = verdict_at_most(median, lower, REPRESENTATION_TARGET)
         if name in TORCHJD_COUNTERPART:
             median, lower, upper = ratio_with_interval(times, name, TORCHJD_COUNTERPART[name])
             timing.vs_torchjd = (median, lower, upper)
@@ -153,18 +206,28 @@ def summarize(times: dict[str, list[float]]) -> dict[str, MethodTiming]:
     return summary
 
 
-def report(summary: dict[str, MethodTiming]) -> bool:
-    """Print the table; False when some method is measurably slower than TorchJD's."""
-    header = f"{'variant':<18}{'ms/step':>9}{'vs erm':>8}   {'vs torchjd [95% CI]':>22}"
+def report(summary: dict[str, MethodTiming], cosines: dict[str, list[float]]) -> bool:
+    """Print the table; False when some method is measurably slower than its target."""
+    header = f"{'variant':<24}{'ms/step':>9}{'vs erm':>8}   {'vs torchjd [95% CI]':>22}"
     print(f"{header}  target  result")
     for name, timing in summary.items():
-        line = f"{name:<18}{timing.ms_per_step:>9.1f}{timing.vs_erm:>8.2f}"
+        line = f"{name:<24}{timing.ms_per_step:>9.1f}{timing.vs_erm:>8.2f}"
         if timing.vs_torchjd is not None:
             median, lower, upper = timing.vs_torchjd
             interval = f"{median:.2f} [{lower:.2f}, {upper:.2f}]"
             line += f"   {interval:>22}  <= {TARGET}  {timing.verdict}"
+        if timing.erm_verdict is not None:
+            lower, upper = timing.vs_erm_interval
+            interval = f"vs erm [{lower:.2f}, {upper:.2f}]"
+            line += f"   {interval:>22}  <= {REPRESENTATION_TARGET}  {timing.erm_verdict}"
         print(line)
-    return all(timing.verdict != "FAIL" for timing in summary.values())
+    for name, values in cosines.items():
+        print(
+            f"{name}: cosine(representation, exact update) first {values[0]:.4f}, "
+            f"mean {statistics.mean(values):.4f}, min {min(values):.4f} over {len(values)} steps"
+        )
+    verdicts = [t.verdict for t in summary.values()] + [t.erm_verdict for t in summary.values()]
+    return "FAIL" not in verdicts
 
 
 def measure(
@@ -176,9 +239,11 @@ def measure(
     width: int | None = None,
     backbone: str = "resnet18",
     head_channels: int | None = None,
-) -> tuple[str, dict[str, MethodTiming]]:
-    """Time every variant interleaved; return a one-line description of the setting and the
-    summary. Sizes default to tiny ones with `quick` (CPU, < 1 minute), else moderate ones."""
+    cosine_steps: int = 20,
+) -> tuple[str, dict[str, MethodTiming], dict[str, list[float]]]:
+    """Time every variant interleaved; return a one-line description of the setting, the
+    summary, and per representation-mode method the update cosines of `cosine_steps` steps.
+    Sizes default to tiny ones with `quick` (CPU, < 1 minute), else moderate ones."""
     rounds = rounds or (10 if quick else 40)
     batch_size = batch_size or (4 if quick else 8)
     height = height or (32 if quick else 64)
@@ -192,13 +257,17 @@ def measure(
     model_config = ModelConfig(backbone=backbone, head_channels=head_channels)
     setup = Setup(problem, model_config, batch_size, torch.device(device))
     steps = {name: our_step(name, setup) for name in OURS}
+    steps.update(
+        {f"{n}-representation": our_step(n, setup, "representation") for n in REPRESENTATION}
+    )
     steps.update({name: torchjd_step(name, setup) for name in TORCHJD_COUNTERPART.values()})
     times = interleaved_times(steps, rounds, warmup=2, cuda=device.startswith("cuda"))
+    cosines = {name: update_cosines(name, setup, cosine_steps) for name in REPRESENTATION}
     description = (
         f"{backbone}, head_channels {head_channels}, batch {batch_size}x3x{height}x{width}, "
         f"median of {rounds} interleaved rounds"
     )
-    return description, summarize(times)
+    return description, summarize(times), cosines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    description, summary = measure(
+    description, summary, cosines = measure(
         args.device,
         args.quick,
         args.rounds,
@@ -233,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__} on {args.device}, {torch.get_num_threads()} CPU thread(s); "
         f"{description}"
     )
-    return 0 if report(summary) else 1
+    return 0 if report(summary, cosines) else 1
 
 
 if __name__ == "__main__":

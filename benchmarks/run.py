@@ -1,4 +1,4 @@
-"""Every performance target of relif-ray in one command, side by side (issue 8).
+"""Every performance target of relif-ray in one command, side by side.
 
     python benchmarks/run.py --quick          # a few minutes on a 2-core CPU
     python benchmarks/run.py                  # full sizes (tens of minutes on CPU)
@@ -12,7 +12,9 @@ sides alike; the CPU rows use one torch thread. Rows:
 - ReLiF overhead: ERM + ReLiF step time over ERM's, dense NYUv2 model and clinical LSTM
   (target <= 1.05; `relif_step_time.py`);
 - methods: each method's step time over ERM's (info) and over TorchJD's implementation of the
-  same method on the same model and batch where TorchJD has one (target <= 1.0;
+  same method on the same model and batch where TorchJD has one (target <= 1.0); for the
+  representation-gradient mode of GradNorm and PCGrad, the step time over ERM's (target
+  <= 1.3) and the cosine between its update and the exact one on the same batch (info;
   `methods_step_time.py`);
 - audit: fixed-delta audit pair evaluations per second vs a plain Python loop (target >= 1e7
   on one core; `audit_throughput.py`);
@@ -145,7 +147,7 @@ def methods_rows(ctx: Context) -> list[Row]:
     import methods_step_time as module
 
     if ctx.cuda:
-        description, summary = module.measure(
+        description, summary, cosines = module.measure(
             "cuda",
             quick=ctx.quick,
             batch_size=GPU_SIZE["batch_size"],
@@ -155,10 +157,24 @@ def methods_rows(ctx: Context) -> list[Row]:
             head_channels=128,
         )
     else:
-        description, summary = module.measure("cpu", quick=ctx.quick)
+        description, summary, cosines = module.measure("cpu", quick=ctx.quick)
     rows = []
     for name, timing in summary.items():
         if name.startswith("torchjd") or name == "erm":
+            continue
+        if timing.erm_verdict is not None:
+            lower, upper = timing.vs_erm_interval
+            rows.append(
+                Row(
+                    "methods",
+                    f"{name} / ERM step time",
+                    timing.vs_erm,
+                    "x",
+                    f"<= {module.REPRESENTATION_TARGET}",
+                    timing.erm_verdict,
+                    f"[{lower:.2f}, {upper:.2f}]; {timing.ms_per_step:.1f} ms/step; {description}",
+                )
+            )
             continue
         rows.append(
             Row(
@@ -184,6 +200,19 @@ def methods_rows(ctx: Context) -> list[Row]:
                     f"[{lower:.2f}, {upper:.2f}]",
                 )
             )
+    for name, values in cosines.items():
+        rows.append(
+            Row(
+                "methods",
+                f"{name}-representation update cosine with exact",
+                statistics.mean(values),
+                "",
+                "-",
+                "info",
+                f"mean over {len(values)} steps on one batch; first {values[0]:.4f}, "
+                f"min {min(values):.4f}",
+            )
+        )
     return rows
 
 

@@ -1,8 +1,8 @@
-"""Sweep efficiency: busy trial time / (wall time x concurrent slots) (issue 5; target >= 0.9).
+"""Sweep efficiency: busy trial time / (wall time x concurrent slots) (target >= 0.9).
 
 A grid of real trials (the sweep's `ReLiFTrainable`: ERM on synthetic NYUv2 scenes, resnet18,
-one CPU and one thread each) runs on local Ray through `relif_ray.tune.run_sweep`, with the
-sweep's settings: actor reuse, a checkpoint every epoch, outputs in the final checkpoint.
+one CPU and one thread each) runs on local Ray through `relif_ray.tuning.launch.run_sweep`, with
+the sweep's settings: actor reuse, a checkpoint every epoch, outputs in the final checkpoint.
 
 - busy time: the time trial actors spend doing trial work, i.e. in `setup` (data, model,
   optimiser), `step` (an epoch of training, validation and the live audit) and `save`
@@ -36,7 +36,7 @@ import torch
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.engine import TrainingRun
-from relif_ray.tune import ReLiFTrainable
+from relif_ray.tuning.trainable import ReLiFTrainable
 
 TARGET = 0.9
 HEIGHT, WIDTH, BATCH, VAL = 64, 80, 8, 8
@@ -120,7 +120,8 @@ def measure(
     import ray
     from ray.tune import ExperimentAnalysis
 
-    from relif_ray.tune import Resources, param_space, run_sweep
+    from relif_ray.planning import Resources, param_space
+    from relif_ray.tuning.launch import run_sweep
     from relif_ray.variants import grid_variants
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

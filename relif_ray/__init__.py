@@ -1,6 +1,6 @@
 """relif-ray: ReLiF Lipschitz-fairness regularization for multi-task learning.
 
-The library is plain torch/numpy; Ray is imported only by `relif_ray.tune`.
+The library is plain torch/numpy; Ray is imported only by the Tune layer, `relif_ray.tuning`.
 """
 
 __version__ = "0.1.0"

@@ -28,11 +28,36 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from relif_ray.errors import UserError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+SQUASH_QUANTILES = (0.1, 0.9)
+"""q10 and q90 of the squash of scores that are not probabilities (paper appendix A)."""
+
+SQUASH_EPS = 1e-6
+"""The squash's guard against q90 = q10 (paper appendix A)."""
+
+ScoreValues = TypeVar("ScoreValues", np.ndarray, "Tensor")
+
+
+def squash(raw: ScoreValues, low: ScoreValues | float, high: ScoreValues | float) -> ScoreValues:
+    """clip((s - q10) / (q90 - q10 + 1e-6), 0, 1): a raw audit score that is not a
+    probability (NYUv2 depth/normal feature norms) mapped into [0, 1] (paper appendix A).
+
+    The one formula for the fixed-delta audit (analysis, same-seed ERM quantiles), the live
+    validation audit of a trial and ReLiF's training surrogate, which the paper requires to
+    use the same score. Works on numpy arrays and torch tensors alike (both have `.clip`);
+    `low` and `high` broadcast against `raw`.
+    """
+    return ((raw - low) / (high - low + SQUASH_EPS)).clip(0.0, 1.0)
+
 
 PairKey = str
 """A task pair "a|b" with a < b."""
@@ -126,6 +151,30 @@ def _is_integer(value: object) -> bool:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def scores_frame(
+    scores: Mapping[str, Sequence[float] | np.ndarray],
+    valid: Mapping[str, Sequence[bool] | np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """The audit's input table from per-task arrays of audit scores p_k(x) in [0, 1]: one row
+    per (task, example), example_id = the position in the task's array, and `valid` (all true
+    unless given per task). For own training loops; the engine writes this table itself."""
+    parts = []
+    for task, values in scores.items():
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        mask = np.ones(values.size, dtype=bool) if valid is None else np.asarray(valid[task])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "task": task,
+                    "example_id": np.arange(values.size),
+                    "score": values,
+                    "valid": mask.astype(bool).reshape(-1),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
 
 
 def validate_scores(scores: pd.DataFrame, source: str = "scores") -> pd.DataFrame:

@@ -27,9 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # the parser lists the registered benchmarks
         return args.handler(args)
     except UserError as exc:
         print(f"relif: error: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """`relif audit SCORES --delta D`: the fixed-delta audit of one score file (Algorithm 1).
 
-SCORES is a parquet or CSV file with columns `task` and `score` (in [0, 1]) and optionally
-`example_id`, `valid` and `split`. A file with several splits needs `--split NAME`.
+SCORES is a parquet or CSV file (a local path or a `file://`, `s3://` or `gs://` URI, see
+`relif_ray.storage`) with columns `task` and `score` (in [0, 1]) and optionally `example_id`,
+`valid` and `split`. A file with several splits needs `--split NAME`.
 Output: a small table, or with `--json` one JSON object {"bias", "vr", "pairs": {"a|b":
 {"bias", "vr", "n"}}}. Bad input raises `UserError` (one line; the `relif` entry point prints
 `relif: error: <message>` and exits with status 2).
@@ -11,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+from pathlib import PurePosixPath
+from urllib.parse import urlsplit
 
 import pandas as pd
+from pyarrow.fs import FileType
 
+from relif_ray import storage
 from relif_ray.audit import AuditResult, fixed_delta_audit, validate_scores
 from relif_ray.errors import UserError
 
@@ -27,7 +31,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Bias and VR of cross-task audit-score gaps under one fixed threshold "
         "(the paper's Algorithm 1).",
     )
-    parser.add_argument("scores", metavar="SCORES", help="parquet or CSV file: task, score, ...")
+    parser.add_argument(
+        "scores",
+        metavar="SCORES",
+        help="parquet or CSV file (path or file://, s3://, gs:// URI): task, score, ...",
+    )
     parser.add_argument("--delta", type=float, required=True, help="fixed threshold in [0, 1]")
     parser.add_argument("--pool-size", type=int, default=256, help="N_eval per task (256)")
     parser.add_argument("--pairs", type=int, default=4096, help="S pairs per task pair (4096)")
@@ -39,15 +47,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def read_scores(path: str) -> pd.DataFrame:
-    """Read a parquet or CSV score file; any failure is a one-line `UserError`."""
-    file = Path(path)
-    suffix = file.suffix.lower()
-    if suffix not in (".parquet", ".csv"):
+    """Read a parquet or CSV score file (a local path or a `file://`, `s3://`, `gs://` URI,
+    see `relif_ray.storage`); any failure is a one-line `UserError`."""
+    place = storage.location(path)
+    suffix = PurePosixPath(urlsplit(path).path if isinstance(place, str) else path).suffix
+    if suffix.lower() not in (".parquet", ".csv"):
         raise UserError(f"{path}: expected a .parquet or .csv file")
-    if not file.is_file():
+    if storage.file_type(place) != FileType.File:
         raise UserError(f"{path}: no such file")
     try:
-        return pd.read_parquet(file) if suffix == ".parquet" else pd.read_csv(file)
+        if suffix.lower() == ".parquet":
+            return storage.read_parquet(place).to_pandas()
+        with storage.open_input(place) as stream:
+            return pd.read_csv(stream)
     except Exception as error:  # any reader failure (pyarrow, parser, decoding) = unreadable
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError(f"{path}: cannot read: {reason}") from error

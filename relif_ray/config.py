@@ -19,9 +19,10 @@ from relif_ray.errors import UserError
 
 @dataclass
 class DataConfig:
-    """Which data set and where it lives on disk."""
+    """Which data set and where it lives on disk. `dataset` names a benchmark of
+    `relif_ray.problems`; loading the problem checks it against the registry."""
 
-    dataset: Literal["nyuv2", "mimic3", "eicu"] = "nyuv2"
+    dataset: str = "nyuv2"
     root: str = ""
 
 
@@ -30,20 +31,25 @@ class ModelConfig:
     """The shared-backbone model.
 
     backbone: torchvision ResNet name for the dense model (resnet50 in the paper; resnet18 for
-        demos and tests). pretrained=True asks for ImageNet weights; an error says so when they
-        cannot be loaded (no network), never a silent fall-back.
+        demos and tests).
+    pretrained: the backbone's initial weights. "none": random (seeded); "imagenet":
+        torchvision's ImageNet weights (IMAGENET1K_V1), from torchvision's cache or downloaded;
+        any other value: the path of a local state_dict file of the torchvision ResNet named by
+        `backbone`. Weights that cannot be loaded are an error, never a silent fall-back.
     head_channels: width of each task head's decoder feature map (the depth/normal audit score
         is the channel-wise L2 norm of this map).
     """
 
     backbone: str = "resnet50"
-    pretrained: bool = False
+    pretrained: str = "none"
     head_channels: int = 128
     hidden_size: int = 256
     num_layers: int = 2
     dropout: float = 0.3
 
     def validate(self) -> None:
+        if not self.pretrained.strip():
+            raise UserError("config field model.pretrained: expected none, imagenet or a path")
         _positive("model.head_channels", self.head_channels)
         _positive("model.hidden_size", self.hidden_size)
         _positive("model.num_layers", self.num_layers)
@@ -63,6 +69,9 @@ class TrainConfig:
         Weights, gradients and optimiser state stay fp32 (no loss scaling is needed for bf16).
     channels_last: model weights and image batches in NHWC memory order (faster convolutions
         on tensor-core GPUs); numbers differ from the default layout only by float rounding.
+    epochs, max_steps: the training budget. Both given: the smaller wins. epochs None: exactly
+        max_steps steps, over as many epochs as they need (the last one partial). At least one
+        must be set.
     compile: run the model forward through `torch.compile` (first steps are slow while it
         compiles; checkpoints are unaffected).
     cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
@@ -70,7 +79,7 @@ class TrainConfig:
         not bitwise repeatable with it). CPU runs always use deterministic algorithms.
     """
 
-    epochs: int = 1
+    epochs: int | None = 1
     max_steps: int | None = None
     batch_size: int = 8
     eval_batch_size: int = 16
@@ -84,7 +93,10 @@ class TrainConfig:
     cudnn_benchmark: bool = True
 
     def validate(self) -> None:
-        _positive("train.epochs", self.epochs)
+        if self.epochs is None and self.max_steps is None:
+            raise UserError("config field train.epochs: set epochs, max_steps or both")
+        if self.epochs is not None:
+            _positive("train.epochs", self.epochs)
         if self.max_steps is not None:
             _positive("train.max_steps", self.max_steps)
         _positive("train.batch_size", self.batch_size)
@@ -98,12 +110,21 @@ class TrainConfig:
             _positive("train.grad_clip", self.grad_clip)
 
 
+GradientSource = Literal["parameters", "representation"]
+
+
 @dataclass
 class MethodConfig:
-    """The MTL method by registry name, and its options (keyword arguments of its class)."""
+    """The MTL method by registry name, and its options (keyword arguments of its class).
+
+    gradient_source: where a gradient-based method takes the per-task gradients: "parameters"
+        (exact) or "representation" (the encoder output; an approximation, PCGrad and GradNorm
+        only; see `relif_ray.methods.gradients`).
+    """
 
     name: str = "erm"
     options: dict[str, Any] = field(default_factory=dict)
+    gradient_source: GradientSource = "parameters"
 
 
 @dataclass
@@ -143,6 +164,12 @@ class ReLiFConfig:
     violation_ema: float = 0.1
     r_star: float = 0.24
     eta: float = 1e-3
+
+    def controller_adapts(self) -> bool:
+        """Whether lambda follows the multiplicative update of Eq. (eq:lambda_update), so that
+        r* and eta matter: ReLiF on, the adaptive controller, and the Lipschitz branch on
+        (without it lambda stays 0, so "ReLiF w/o Lip" does not adapt)."""
+        return self.enabled and self.controller == "adaptive" and self.lipschitz_branch
 
     def validate(self) -> None:
         _positive("relif.beta", self.beta)

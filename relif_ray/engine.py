@@ -27,8 +27,10 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.methods import StepContext, build_method
 from relif_ray.outputs import EvalResult
-from relif_ray.problem import Problem, load_problem, move_batch
+from relif_ray.problems import Problem, load_problem
+from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
+from relif_ray.transfer import move_batch
 
 
 def resolve_device(name: str) -> torch.device:
@@ -53,6 +55,7 @@ def fp32_output(output: ModelOutput) -> ModelOutput:
         predictions={name: cast(value) for name, value in output.predictions.items()},
         representation=cast(output.representation),
         features={name: cast(value) for name, value in output.features.items()},
+        encoder_output=output.encoder_output,  # uncast: the heads read this very tensor
     )
 
 
@@ -60,6 +63,17 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
     """The batch order of one epoch: a function of (seed, epoch) only."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=generator)
+
+
+def step_budget(epochs: int | None, max_steps: int | None, steps_per_epoch: int) -> int:
+    """Optimisation steps of a run: `max_steps` alone trains exactly that many (across epoch
+    boundaries, the last epoch partial); `epochs` alone trains that many full epochs; with
+    both, the smaller budget wins. The config guarantees that one of them is set."""
+    if epochs is None:
+        return int(max_steps)
+    if max_steps is None:
+        return epochs * steps_per_epoch
+    return min(epochs * steps_per_epoch, max_steps)
 
 
 class TrainingRun:
@@ -81,15 +95,28 @@ class TrainingRun:
         self.forward_model = torch.compile(self.model) if config.train.compile else self.model
         task_names = self.problem.task_names
         self.method = build_method(
-            config.method.name, task_names, config.seed, **config.method.options
+            config.method.name,
+            task_names,
+            config.seed,
+            gradient_source=config.method.gradient_source,
+            **config.method.options,
         ).to(self.device)
+        if config.method.gradient_source == "representation" and config.train.compile:
+            raise UserError(
+                "method.gradient_source: 'representation' needs train.compile false (inside a "
+                "compiled forward the heads do not read the returned encoder output)"
+            )
+        shared = {id(param) for param in self.model.shared_parameters()}
+        self.head_parameters = [
+            p for p in self.model.parameters() if p.requires_grad and id(p) not in shared
+        ]
         self.regularizer = self._build_regularizer(task_names)
         self.optimizer = self._build_optimizer()
         self.train_split = self.problem.splits["train"]
         self.steps_per_epoch = self._steps_per_epoch(len(self.train_split))
-        self.total_steps = config.train.epochs * self.steps_per_epoch
-        if config.train.max_steps is not None:
-            self.total_steps = min(self.total_steps, config.train.max_steps)
+        self.total_steps = step_budget(
+            config.train.epochs, config.train.max_steps, self.steps_per_epoch
+        )
         self.step = 0
         self.trace: list[dict[str, float]] = []
         self._pending: list[dict[str, Tensor]] = []
@@ -98,8 +125,6 @@ class TrainingRun:
     def _build_regularizer(self, task_names: list[str]) -> torch.nn.Module | None:
         if not self.config.relif.enabled:
             return None
-        from relif_ray.relif.regularizer import ReLiFRegularizer
-
         return ReLiFRegularizer(self.config.relif, task_names).to(self.device)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
@@ -193,15 +218,15 @@ class TrainingRun:
         extra_loss, stats = None, {}
         if self.regularizer is not None:
             scores = {task.name: task.audit_score(output, batch) for task in self.tasks}
-            is_probability = {
-                task.name: getattr(task, "score_is_probability", True) for task in self.tasks
-            }
+            is_probability = {task.name: task.score_is_probability for task in self.tasks}
             extra_loss, stats = self.regularizer(scores, output.representation, is_probability)
         self.optimizer.zero_grad(set_to_none=True)
         context = StepContext(
             shared_parameters=self.model.shared_parameters(),
             last_shared_parameters=self.model.last_shared_parameters(),
             step=self.step,
+            encoder_output=output.encoder_output,
+            head_parameters=self.head_parameters,
         )
         weights = self.method.backward(losses, context, extra_loss)
         row = {f"loss_{name}": loss.detach() for name, loss in losses.items()}

@@ -8,33 +8,29 @@ everything that reads an experiment directory reads the copy unchanged:
 
     DEST/<trial folder>/checkpoint_N/outputs/   the trial's outputs (`relif_ray.outputs`),
                                                from its latest checkpoint that has them
-    DEST/<trial folder>/<TRIAL_FILES>           where present
+    DEST/<trial folder>/<TRIAL_RECORDS>         Tune's records, where present
     DEST/<EXPERIMENT_FILES>                     where present
 
-The source may be a local path or a storage URI (s3://, gs://: read through pyarrow.fs); DEST
+(`relif_ray.experiment_layout` says where these lie.) The source may be a local path or a
+storage URI (file://, s3://, gs://: read through `relif_ray.storage`); DEST
 is a new local folder, written under a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from relif_ray import storage
 from relif_ray.errors import UserError
-from relif_ray.outputs import OUTPUTS_DIR, TRIAL_FILE
+from relif_ray.experiment_layout import TRIAL_RECORDS, final_outputs_relative, trial_folders
 
 EXPERIMENT_FILES = ("pareto.csv",)
 """Experiment-level files analysis reads: the Optuna Pareto sets."""
-TRIAL_FILES = ("params.json", "result.json", "error.txt")
-"""Per-trial files next to the checkpoints: the trial's Tune config, its per-epoch results and
-the error of a failed trial (analysis lists trials without outputs from these)."""
-
-_CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -45,87 +41,54 @@ class ExportSummary:
     source_bytes: int
 
 
-def experiment_filesystem(experiment: str) -> tuple[pafs.FileSystem, str]:
-    """(file system, path inside it) of a local experiment path or a storage URI."""
-    if "://" not in experiment:
-        return pafs.LocalFileSystem(), str(Path(experiment).resolve())
-    try:
-        return pafs.FileSystem.from_uri(experiment)
-    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise UserError(f"EXP {experiment}: cannot open ({exc})") from None
-
-
-def final_outputs(filesystem: pafs.FileSystem, trial_dir: str) -> str | None:
-    """The outputs folder of the trial's latest checkpoint that has one (None if none has)."""
-    checkpoints = [
-        (int(match.group(1)), info.path)
-        for info in filesystem.get_file_info(pafs.FileSelector(trial_dir))
-        if info.type == pafs.FileType.Directory
-        and (match := _CHECKPOINT.match(info.base_name)) is not None
-    ]
-    for _, checkpoint in sorted(checkpoints, reverse=True):
-        outputs = f"{checkpoint}/{OUTPUTS_DIR}"
-        if filesystem.get_file_info(f"{outputs}/{TRIAL_FILE}").type == pafs.FileType.File:
-            return outputs
-    return None
-
-
 def export_experiment(experiment: str, destination: str | Path) -> ExportSummary:
     """Copy what analysis needs of `experiment` to the new local folder `destination`."""
-    filesystem, root = experiment_filesystem(experiment)
-    if filesystem.get_file_info(root).type != pafs.FileType.Directory:
-        raise UserError(f"experiment directory not found: {experiment}")
+    root = storage.location(experiment)
+    if storage.file_type(root) != pafs.FileType.Directory:
+        raise UserError(f"experiment directory not found: {storage.display(root)}")
     target = Path(destination).resolve()
     if target.exists():
         raise UserError(f"DEST {destination}: already exists (export writes a new folder)")
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    local = pafs.LocalFileSystem()
     trials = finished = 0
     staging.mkdir(parents=True)
     try:
-        for info in filesystem.get_file_info(pafs.FileSelector(root)):
-            if info.type != pafs.FileType.Directory:
-                continue
-            copied = [
-                f"{info.path}/{name}"
-                for name in TRIAL_FILES
-                if filesystem.get_file_info(f"{info.path}/{name}").type == pafs.FileType.File
-            ]
-            outputs = final_outputs(filesystem, info.path)
-            if outputs is None and not copied:
-                continue  # not a trial folder
-            trials += 1
-            folder = staging / info.base_name
-            folder.mkdir(parents=True)
-            for path in copied:
-                _copy(filesystem, path, local, str(folder / Path(path).name))
+        for trial_dir, files in trial_folders(root).items():
+            outputs = final_outputs_relative(files)
+            copied = [name for name in TRIAL_RECORDS if name in files]
             if outputs is not None:
                 finished += 1
-                relative = outputs[len(info.path) + 1 :]
-                (folder / relative).mkdir(parents=True)
-                _copy(filesystem, outputs, local, str(folder / relative))
+                copied += sorted(name for name in files if name.startswith(f"{outputs}/"))
+            if not copied:
+                continue  # not a trial folder
+            trials += 1
+            folder = staging / Path(storage.display(trial_dir)).name
+            for name in copied:
+                _copy(storage.join(trial_dir, *name.split("/")), folder / name)
         if trials == 0:
-            raise UserError(f"no trials found in {experiment}")
+            raise UserError(f"no trials found in {storage.display(root)}")
         for name in EXPERIMENT_FILES:
-            path = f"{root}/{name}"
-            if filesystem.get_file_info(path).type == pafs.FileType.File:
-                _copy(filesystem, path, local, str(staging / name))
+            if storage.file_type(storage.join(root, name)) == pafs.FileType.File:
+                _copy(storage.join(root, name), staging / name)
         staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return ExportSummary(trials, finished, _size(local, str(target)), _size(filesystem, root))
+    return ExportSummary(trials, finished, _size(storage.location(target)), _size(root))
 
 
-def _copy(source: pafs.FileSystem, path: str, local: pafs.FileSystem, dest: str) -> None:
-    """Copy a file, or a folder's contents into the existing folder `dest`."""
-    pafs.copy_files(path, dest, source_filesystem=source, destination_filesystem=local)
+def _copy(source: storage.Location, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    store, path = storage.filesystem(source)
+    with store.open_input_stream(path) as stream, dest.open("wb") as out:
+        shutil.copyfileobj(stream, out)
 
 
-def _size(filesystem: pafs.FileSystem, root: str) -> int:
-    selector = pafs.FileSelector(root, recursive=True)
-    return sum(info.size or 0 for info in filesystem.get_file_info(selector) if info.is_file)
+def _size(root: storage.Location) -> int:
+    store, path = storage.filesystem(root)
+    selector = pafs.FileSelector(path, recursive=True)
+    return sum(info.size or 0 for info in store.get_file_info(selector) if info.is_file)
 
 
 def _megabytes(size: int) -> str:

@@ -26,8 +26,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from relif_ray import storage
+from relif_ray.storage import Location
+
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
+SCORES_FILE = "scores.parquet"
+TRACE_FILE = "trace.parquet"
 
 
 @dataclass
@@ -62,10 +67,10 @@ def write_trial_outputs(
         [out.scores.assign(split=name) for name, out in splits.items()], ignore_index=True
     )
     scores[["split", "task", "example_id", "score", "valid"]].to_parquet(
-        staging / "scores.parquet", index=False
+        staging / SCORES_FILE, index=False
     )
     pq.write_table(_representation_table(splits), staging / "representations.parquet")
-    pd.DataFrame(trace).to_parquet(staging / "trace.parquet", index=False)
+    pd.DataFrame(trace).to_parquet(staging / TRACE_FILE, index=False)
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
     return final
@@ -88,14 +93,15 @@ def _representation_table(splits: dict[str, EvalResult]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def read_trial_info(outputs: Path) -> dict[str, Any]:
-    return json.loads((Path(outputs) / TRIAL_FILE).read_text())
+def read_trial_info(outputs: Location) -> dict[str, Any]:
+    """trial.json of an outputs folder (a local path or a URI, see `relif_ray.storage`)."""
+    return json.loads(storage.read_text(storage.join(outputs, TRIAL_FILE)))
 
 
-def read_representations(outputs: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(example_ids, (N, D) float32 matrix) of one split."""
-    table = pq.read_table(
-        Path(outputs) / "representations.parquet", filters=[("split", "=", split)]
+    table = storage.read_parquet(
+        storage.join(outputs, "representations.parquet"), filters=[("split", "=", split)]
     )
     column = table.column("embedding").combine_chunks()
     width = column.type.list_size

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.errors import UserError
 
 RELIF_LABELS: dict[str, dict[str, Any]] = {
@@ -31,6 +31,20 @@ RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif-static": {"relif.controller": "static"},
 }
 """ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`."""
+
+DISPLAY_NAMES: dict[str, str] = {
+    "erm": "ERM",
+    "uncertainty": "Uncertainty",
+    "gradnorm": "GradNorm",
+    "pcgrad": "PCGrad",
+    "fairgrad": "FairGrad",
+    "cats": "CATS",
+    "relif": "ReLiF",
+    "relif-nolip": "ReLiF w/o Lip",
+    "relif-noalign": "ReLiF-no-align",
+    "relif-static": "ReLiF-static",
+}
+"""Method and ReLiF label -> the name tables and figures show (the paper's spelling)."""
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -68,15 +82,21 @@ def split_label(label: str) -> tuple[str, str | None]:
     return method, relif
 
 
-def is_relif(label: str) -> bool:
-    return split_label(label)[1] is not None
+def display_name(label: str) -> str:
+    """How tables and figures name a label: `pcgrad+relif` -> "PCGrad+ReLiF"; a label
+    without a display name is shown as it is."""
+    return "+".join(DISPLAY_NAMES.get(part, part) for part in label.split("+"))
 
 
 def uses_controller(label: str) -> bool:
-    """Whether (r*, eta) matter: ReLiF with its adaptive controller (not `relif-static`, and
-    not `relif-nolip`, whose lambda is 0)."""
+    """Whether (r*, eta) matter: the label's ReLiF settings adapt lambda
+    (`ReLiFConfig.controller_adapts`; not `relif-static`, and not `relif-nolip`, whose lambda
+    is 0)."""
     relif = split_label(label)[1]
-    return relif is not None and relif not in ("relif-static", "relif-nolip")
+    if relif is None:
+        return False
+    fields = {key.removeprefix("relif."): value for key, value in RELIF_LABELS[relif].items()}
+    return ReLiFConfig(enabled=True, **fields).controller_adapts()
 
 
 def variant(

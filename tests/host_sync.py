@@ -20,7 +20,7 @@ class HostSyncGuard(TorchDispatchMode):
     (aten.lift_fresh: a host-to-device copy). `.cpu()`, `.numpy()` and `.tolist()` do not
     dispatch on a CPU tensor, so they are patched separately (see `no_host_sync`).
 
-    `host_tensors` live on the host on CUDA too (e.g. sequence lengths, problem.HOST_KEYS):
+    `host_tensors` live on the host on CUDA too (e.g. sequence lengths, transfer.HOST_KEYS):
     operations whose tensor arguments are all such tensors, and their results, are host work
     and allowed. So are the outputs that CUDA kernels return on the host (`HOST_OUTPUTS`:
     the batch sizes of a packed sequence, which the LSTM reads).

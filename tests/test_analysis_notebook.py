@@ -1,8 +1,8 @@
-"""analysis/notebooks/pareto_fronts.ipynb runs top to bottom on a generated experiment."""
+"""analysis/notebooks/explore_experiment.ipynb runs top to bottom from its own folder (as
+Jupyter starts it) on a generated experiment and shows every view it promises."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat
@@ -10,10 +10,37 @@ import pytest
 from nbclient import NotebookClient
 
 import analysis
-from analysis.synthetic import write_synthetic_experiment
+from analysis.breakdown import OVERALL, by_pair
+from analysis.figures import controller_variants
+from analysis.synthetic import DEMO_EXPERIMENT, example_experiment, write_synthetic_experiment
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOK = REPO / "analysis" / "notebooks" / "pareto_fronts.ipynb"
+NOTEBOOK = REPO / "analysis" / "notebooks" / "explore_experiment.ipynb"
+
+
+def run_notebook(environment: dict[str, str], monkeypatch) -> list[list[dict]]:
+    """Execute the notebook with its own folder as the working folder; the outputs of each
+    code cell."""
+    for name in ("RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(
+        notebook,
+        kernel_name="python3",
+        timeout=300,
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    ).execute()
+    return [cell.outputs for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def images(outputs: list[dict]) -> int:
+    return sum("image/png" in out.get("data", {}) for out in outputs)
+
+
+def text(outputs: list[dict]) -> str:
+    return "".join(out.get("text", "") for out in outputs)
 
 
 def test_notebook_is_stored_without_outputs():
@@ -24,27 +51,40 @@ def test_notebook_is_stored_without_outputs():
             assert not cell.outputs and cell.execution_count is None
 
 
-def test_notebook_draws_the_fronts_of_a_generated_experiment(tmp_path, monkeypatch):
-    root = write_synthetic_experiment(tmp_path / "exp", labels=("erm", "relif"), seeds=2)
-    monkeypatch.setenv("RELIF_EXPERIMENT", str(root))
-    monkeypatch.setenv("RELIF_DELTA", "0.25")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(
-        notebook,
-        kernel_name="python3",
-        timeout=180,
-        resources={"metadata": {"path": str(tmp_path)}},
-    ).execute()
-    outputs = [cell.outputs for cell in notebook.cells if cell.cell_type == "code"]
-    assert any("image/png" in out.get("data", {}) for out in outputs[-1])
-    expected = analysis.pareto_means(analysis.audit(analysis.load(root), 0.25))
+def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypatch):
+    root = write_synthetic_experiment(
+        tmp_path / "exp",
+        labels=("erm", "relif", "pcgrad+relif"),
+        seeds=2,
+        splits=("val", "test"),
+        controller_grid=((0.2, 1e-3), (0.28, 1e-3)),
+    )
+    outputs = run_notebook({"RELIF_EXPERIMENT": str(root), "RELIF_DELTA": "0.25"}, monkeypatch)
+    experiment = analysis.load(root)
+    results = analysis.audit(experiment, 0.25)
+    assert text(outputs[0]) == f"experiment: {root}\n"
+    assert "δ=0.25 = 0.2500" in text(outputs[1])
+    expected = analysis.pareto_means(results)
     front = ", ".join(expected.loc[expected["on_front"], "variant"])
-    printed = "".join(out.get("text", "") for out in outputs[2])
-    assert f"non-dominated methods: {front}\n" == printed
-    table = outputs[2][-1]["data"]["text/plain"]
-    assert all(variant in table for variant in expected["variant"])
-    assert "δ=0.25 = 0.2500" in "".join(out.get("text", "") for out in outputs[1])
+    assert text(outputs[2]) == f"non-dominated methods: {front}\n"
+    assert all(variant in outputs[2][-1]["data"]["text/plain"] for variant in expected["variant"])
+    assert images(outputs[3]) == 1  # Pareto front
+    assert images(outputs[4]) == 1  # learning curves
+    assert images(outputs[5]) == len(controller_variants(experiment)) == 4
+    table = outputs[6][-1]["data"]["text/html"]
+    pairs = by_pair(results)
+    assert all(f"<th>{pair}</th>" in table for pair in pairs.index)
+    assert f"{pairs.loc[OVERALL].iloc[0]:.6f}" in table
+    assert images(outputs[7]) == 1  # Bias per task pair
+    assert images(outputs[8]) == 1  # score distributions
+
+
+def test_without_an_experiment_the_notebook_uses_a_generated_one(tmp_path):
+    generated = Path(example_experiment(repository=tmp_path, scratch=tmp_path))
+    assert generated.name == "nyuv2-generated" and not (tmp_path / DEMO_EXPERIMENT).exists()
+    assert len(analysis.load(generated).trials) == 12
+    (tmp_path / DEMO_EXPERIMENT).mkdir(parents=True)
+    assert example_experiment(tmp_path, tmp_path) == str(tmp_path / DEMO_EXPERIMENT)
 
 
 @pytest.mark.parametrize("name", ["RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT"])

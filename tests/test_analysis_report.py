@@ -18,7 +18,6 @@ import analysis
 from analysis import delta as delta_options
 from analysis.audits import ExperimentAudit
 from analysis.delta import DeltaRef
-from analysis.pareto import non_dominated
 from analysis.render import Column, Table
 from analysis.results import Results, compute_results
 from analysis.synthetic import write_synthetic_experiment
@@ -36,6 +35,7 @@ from analysis.tables import (
 )
 from relif_ray.audit import fixed_delta_audit, induced_thresholds
 from relif_ray.cli import main
+from relif_ray.pareto import non_dominated
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
 
 NO_CI = CISettings(n_boot=0)
@@ -47,7 +47,7 @@ def experiment_dir(tmp_path_factory) -> Path:
     """NYUv2-shaped: ERM, PCGrad, ReLiF at two controller settings, three ablations."""
     return write_synthetic_experiment(
         tmp_path_factory.mktemp("report") / "exp",
-        labels=("erm", "pcgrad", "relif", "relif-no-align", "relif-static", "relif-no-lip"),
+        labels=("erm", "pcgrad", "relif", "relif-noalign", "relif-static", "relif-nolip"),
         seeds=3,
         n_examples=30,
         splits=("val", "test"),
@@ -169,15 +169,15 @@ def test_ablation_table_lists_relif_variants_with_their_components(results, dire
     }
     assert components == {
         "relif": ("on", "adaptive", "on"),
-        "relif-no-align": ("off", "adaptive", "on"),
+        "relif-noalign": ("off", "adaptive", "on"),
         "relif-static": ("on", "static", "on"),
-        "relif-no-lip": ("on", "adaptive", "off"),
+        "relif-nolip": ("on", "adaptive", "off"),
     }
 
 
 def test_controller_table_counts_steps_at_a_lambda_bound(results, direct, stored):
     table = controller_table(results, results.audit.experiment, NO_CI)
-    assert {row.split(" (")[0] for row in table.rows["row"]} == {"relif", "relif-no-align"}
+    assert {row.split(" (")[0] for row in table.rows["row"]} == {"relif", "relif-noalign"}
     shares = []
     for trial, record in stored.items():
         relif = record.info["config"]["relif"]

@@ -26,6 +26,7 @@ from relif_ray.audit import (
     induced_thresholds,
     ranking_is_robust,
     sample_pairs,
+    scores_frame,
     validate_scores,
 )
 from relif_ray.errors import UserError
@@ -329,3 +330,20 @@ def test_all_pairs_of_many_tasks() -> None:
     result = fixed_delta_audit(score_table(dict.fromkeys(tasks, 10)), 0.2, pairs=10)
     expected = {f"{a}|{b}" for a, b in itertools.combinations(tasks, 2)}
     assert set(result.pairs) == expected
+
+
+def test_scores_frame_builds_the_audit_table_of_per_task_arrays():
+    """Rows per (task, example), invalid rows kept out of the audit's pools, and Bias at delta
+    0.25 = mean (gap - delta)+ over the sampled gaps."""
+    frame = scores_frame(
+        {"a": np.array([0.1, 0.5, 0.9]), "b": [0.2, 0.95, 0.3]},
+        valid={"a": [True, True, True], "b": [True, True, False]},
+    )
+    assert list(frame.columns) == ["task", "example_id", "score", "valid"]
+    assert frame["example_id"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert frame["valid"].tolist() == [True] * 5 + [False]
+    gaps = audit_gaps(frame, pairs=6).gaps["a|b"]
+    # every |a - b| of valid scores; b's invalid 0.3 would add the gaps 0.2 and 0.6
+    assert set(np.round(gaps, 12)) <= {0.1, 0.85, 0.3, 0.45, 0.7, 0.05}
+    audit = fixed_delta_audit(frame, delta=0.25, pairs=6)
+    assert audit.bias == pytest.approx(np.maximum(gaps - 0.25, 0).mean())

@@ -115,3 +115,29 @@ def test_trial_worker_times_whole_chunks_of_steps(load, tmp_path) -> None:
     chunks = worker.timed_chunks(training, steps=5, seconds=None, chunk=2)
     assert [count for count, _ in chunks] == [2, 2, 1] and training.step == 5
     assert len(training.trace) == 5 and all(seconds > 0 for _, seconds in chunks)
+
+
+def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
+    load, tmp_path, monkeypatch
+) -> None:
+    """The representation-mode rows of `run.py`: a step-time ratio judged against 1.3 and the
+    update cosine with the exact mode (tiny sizes; no timing is asserted)."""
+    methods = load("methods_step_time")
+    measure = methods.measure
+
+    def tiny(device: str, quick: bool = False, **_: object):  # noqa: ANN202
+        return measure(device, quick, rounds=2, cosine_steps=3)
+
+    monkeypatch.setattr(methods, "measure", tiny)
+    monkeypatch.setitem(sys.modules, "methods_step_time", methods)
+    run = load("run")
+    rows = run.methods_rows(run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path))
+    by_name = {row.name: row for row in rows}
+    for name in ("gradnorm", "pcgrad"):
+        timed = by_name[f"{name}-representation / ERM step time"]
+        assert timed.target == "<= 1.3" and timed.result in {"pass", "within noise", "FAIL"}
+        assert timed.value > 0
+        cosine = by_name[f"{name}-representation update cosine with exact"]
+        assert -1.0 <= cosine.value <= 1.0 + 1e-6
+    # GradNorm's first step is exact in both modes (w = 1): the cosine is 1
+    assert "first 1.0000" in by_name["gradnorm-representation update cosine with exact"].detail

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from relif_ray.config import ModelConfig
-from relif_ray.data.mimic3 import HEADS, NUM_FEATURES, load_mimic3
+from relif_ray.data.mimic3 import NUM_FEATURES
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
+from relif_ray.errors import UserError
 from relif_ray.models.clinical import ClinicalMTLModel
+from relif_ray.problems.mimic3 import HEADS, load_mimic3
 
 CONFIG = ModelConfig(hidden_size=8, num_layers=2, dropout=0.3)
 
@@ -106,3 +108,9 @@ def test_layer_count_comes_from_the_config(num_layers: int) -> None:
     model = ClinicalMTLModel(config, input_size=NUM_FEATURES, heads=HEADS)
     assert model.lstm.num_layers == num_layers
     assert model.lstm.dropout == (0.3 if num_layers > 1 else 0.0)
+
+
+def test_pretrained_weights_are_refused_for_the_lstm() -> None:
+    config = ModelConfig(hidden_size=4, pretrained="imagenet")
+    with pytest.raises(UserError, match="model.pretrained: the clinical LSTM has no pretrained"):
+        ClinicalMTLModel(config, NUM_FEATURES, HEADS)

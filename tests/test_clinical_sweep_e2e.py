@@ -12,7 +12,7 @@ import pytest
 import analysis
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
-from relif_ray.sweep import CLINICAL, base_config, build_parser
+from relif_ray.sweep_cli import CLINICAL, base_config, build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 MIMIC3_TASKS = {"mortality", "decompensation", "phenotype", "length_of_stay"}
@@ -101,7 +101,7 @@ def test_report_turns_both_sweeps_into_utility_tables(
         out = tmp_path / experiment.name
         result = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(out))
         assert result.returncode == 0, result.stderr
-        header = (out / "utility.csv").read_text().splitlines()[0]
+        header = (out / "tables" / "utility.csv").read_text().splitlines()[0]
         assert header.startswith("label,n_seeds,worst_mean,worst_std,macro_mean")
         assert "mortality_auroc_mean" in header and "length_of_stay_mad_mean" in header
 

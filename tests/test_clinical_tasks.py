@@ -1,5 +1,5 @@
 """Clinical tasks: metrics agree with scikit-learn (the benchmark's own calls), losses respect
-masks, audit scores follow DESIGN.md."""
+masks, audit scores follow docs/clinical.md (task table)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from relif_ray.tasks.clinical import (
 
 
 def _benchmark_bin(hours: float) -> int:
-    """mimic3models/metrics.py get_bin_custom, restated: bins (-inf,1),(1,2),...,(8,14),(14,inf)
-    days, lower edge included."""
+    """The MIMIC-III benchmark's (Harutyunyan et al.) mimic3models/metrics.py get_bin_custom,
+    restated: bins (-inf,1),(1,2),...,(8,14),(14,inf) days, lower edge included."""
     edges_days = [(-np.inf, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 14)]
     for index, (low, high) in enumerate(edges_days):
         if low * 24 <= hours < high * 24:
@@ -111,6 +111,26 @@ def test_phenotype_macro_auroc_matches_sklearn() -> None:
     accumulator.update(logits[30:], torch.tensor(labels[30:]).float())
     expected = skm.roc_auc_score(labels, torch.sigmoid(logits).numpy(), average="macro")
     assert accumulator.compute()["auroc_macro"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_binary_and_phenotype_metrics_stay_exact_for_saturating_float32_logits() -> None:
+    """Logits above about 17 have a float32 sigmoid of exactly 1.0; the ranking must not tie."""
+    logits = torch.tensor([17.5, 18.0, 19.0, 20.0, -3.0, 25.0, 40.0, 33.0])
+    labels = np.array([0, 1, 0, 1, 0, 1, 1, 0])
+    probabilities = 1.0 / (1.0 + np.exp(-logits.double().numpy()))  # float64: no ties
+    precision, recall, _ = skm.precision_recall_curve(labels, probabilities)
+    binary = MortalityTask().new_metrics()
+    binary.update(logits, torch.tensor(np.stack([np.ones(8), labels], 1)).float())
+    result = binary.compute()
+    assert result["auroc"] == pytest.approx(skm.roc_auc_score(labels, probabilities), abs=1e-12)
+    assert result["auprc"] == pytest.approx(skm.auc(recall, precision), abs=1e-12)
+    first_four = MortalityTask().new_metrics()
+    first_four.update(logits[:4], torch.tensor([[1, 0], [1, 1], [1, 0], [1, 1]]).float())
+    assert first_four.compute()["auroc"] == 0.75
+    phenotype = PhenotypeTask().new_metrics()
+    phenotype.update(logits[:, None].repeat(1, 2), torch.tensor(labels[:, None]).repeat(1, 2))
+    expected = skm.roc_auc_score(labels, probabilities)
+    assert phenotype.compute()["auroc_macro"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_length_of_stay_kappa_and_mad_follow_the_benchmark() -> None:

@@ -18,7 +18,6 @@ from relif_ray.data.eicu import (
     FEATURE_NAMES,
     REQUIRED_COLUMNS,
     TIME_VARYING_NORMALS,
-    load_eicu,
     read_all_data,
     read_eicu,
     read_splits,
@@ -26,7 +25,8 @@ from relif_ray.data.eicu import (
 )
 from relif_ray.data.synthetic_eicu import HEADER, write_synthetic_eicu
 from relif_ray.errors import UserError
-from relif_ray.problem import PROBLEM_LOADERS
+from relif_ray.problems import benchmarks
+from relif_ray.problems.eicu import load_eicu
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_default_split_is_seeded_and_covers_every_stay(tmp_path: Path) -> None:
 
 
 def test_problem_is_registered_with_two_tasks(folder: Path) -> None:
-    assert PROBLEM_LOADERS["eicu"] is load_eicu
+    assert benchmarks()["eicu"].load is load_eicu
     problem = load_eicu(str(folder))
     assert problem.task_names == ["mortality", "length_of_stay"]
     model = problem.build_model(ModelConfig(hidden_size=4))

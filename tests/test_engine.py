@@ -110,3 +110,37 @@ def test_cuda_request_without_gpu_is_a_user_error(nyuv2_dir):
     config = {**tiny_config(nyuv2_dir), "device": "cuda"}
     with pytest.raises(UserError, match="device"):
         TrainingRun(ExperimentConfig.from_dict(config))
+
+
+def test_max_steps_alone_trains_exactly_that_many_steps_across_epochs(nyuv2_dir):
+    run = _run(nyuv2_dir, epochs=None, max_steps=9)
+    assert run.steps_per_epoch == 4  # 24 examples, batch 6: steps 8 and 9 fall in epoch 3
+    epochs = 0
+    while not run.finished:
+        run.train_epoch()
+        epochs += 1
+    assert run.step == 9 and len(run.trace) == 9 and epochs == 3
+    assert [row["step"] for row in run.trace] == list(range(9))
+
+
+@pytest.mark.parametrize(
+    ("epochs", "max_steps", "steps"), [(1, 9, 4), (3, 9, 9), (2, None, 8), (None, 1, 1)]
+)
+def test_the_smaller_budget_wins(nyuv2_dir, epochs, max_steps, steps):
+    run = _run(nyuv2_dir, epochs=epochs, max_steps=max_steps)
+    assert run.total_steps == steps
+
+
+def test_resume_inside_a_steps_only_budget_ends_at_exactly_that_step(nyuv2_dir):
+    uninterrupted = _run(nyuv2_dir, epochs=None, max_steps=6)
+    while not uninterrupted.finished:
+        uninterrupted.train_epoch()
+    interrupted = _run(nyuv2_dir, epochs=None, max_steps=6)
+    interrupted.train_steps(5)  # inside the second, partial epoch
+    state = _roundtrip(interrupted.state_dict())
+    resumed = _run(nyuv2_dir, epochs=None, max_steps=6)
+    resumed.load_state_dict(state)
+    while not resumed.finished:
+        resumed.train_epoch()
+    assert resumed.step == uninterrupted.step == 6
+    assert resumed.trace == uninterrupted.trace

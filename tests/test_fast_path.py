@@ -6,6 +6,7 @@ fp32, the same numbers (channels-last, compact labels, compile) or close ones (b
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -16,8 +17,9 @@ import torch
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
-from relif_ray.problem import Problem, TensorSplit, load_problem, move_batch
+from relif_ray.problems import Problem, TensorSplit, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
+from relif_ray.transfer import move_batch
 from tests.conftest import tiny_config
 from tests.host_sync import no_host_sync
 
@@ -165,17 +167,19 @@ def test_labels_are_held_as_int8_with_identical_numbers(nyuv2_dir) -> None:
 def test_the_data_set_is_read_once_per_process(nyuv2_dir, monkeypatch: pytest.MonkeyPatch) -> None:
     """Trials run one after another in a reused Ray actor (and every step of each) share the
     tensors read by the first: the reader runs once per worker process."""
-    import relif_ray.problem as problem_module
+    import relif_ray.problems as problem_module
 
-    load_problem(ExperimentConfig.from_dict(tiny_config(nyuv2_dir)).data)  # registers loaders
     reads: list[str] = []
-    reader = problem_module.PROBLEM_LOADERS["nyuv2"]
+    nyuv2 = problem_module.benchmarks()["nyuv2"]
+    reader = nyuv2.load
 
     def counting_reader(root: str) -> Problem:
         reads.append(root)
         return reader(root)
 
-    monkeypatch.setitem(problem_module.PROBLEM_LOADERS, "nyuv2", counting_reader)
+    monkeypatch.setitem(
+        problem_module.benchmarks(), "nyuv2", dataclasses.replace(nyuv2, load=counting_reader)
+    )
     problem_module._cached_problem.cache_clear()
     try:
         first = make_run(nyuv2_dir, RELIF, max_steps=2)
@@ -262,7 +266,7 @@ def test_a_dense_training_step_never_waits_for_the_device(
 def test_a_clinical_training_step_never_waits_for_the_device(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The LSTM packs with lengths that stayed on the host (problem.HOST_KEYS)."""
+    """The LSTM packs with lengths that stayed on the host (transfer.HOST_KEYS)."""
     run, batch = warm_run_and_batch(clinical_values(tmp_path))
     with no_host_sync(monkeypatch, host_tensors=(batch["lengths"],)):
         row = run._backward(batch)

@@ -1,4 +1,7 @@
-"""MTL methods: shared properties of every registered method, then each method's own math.
+"""MTL methods: shared properties of every REGISTERED method, then each method's own math.
+
+The property tests are parametrized over the registry (`METHODS`), so a newly registered
+method runs them without being listed here.
 
 The toy problem is a shared MLP (trunk + last shared layer) with three linear regression
 heads whose targets pull the trunk in conflicting directions.
@@ -15,29 +18,52 @@ import torchjd.aggregation as jd_aggregation
 from torch import Tensor, nn
 from torchjd.scalarization import UW
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, ModelConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
 from relif_ray.methods.fairgrad import fairgrad_weights
-from relif_ray.methods.gradients import add_to_grads, backward_per_task, per_task_gradients
+from relif_ray.methods.gradients import (
+    GradientAggregator,
+    add_to_grads,
+    backward_per_task,
+    per_task_gradients,
+    representation_gradients,
+)
 from relif_ray.methods.gradnorm import gradnorm_weight_gradient
 from relif_ray.methods.pcgrad import pcgrad_weights
+from relif_ray.models.dense import DenseMTLModel
 from tests.conftest import tiny_config
 
 TASKS = ["a", "b", "c"]
-ALL_METHODS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
+REGISTERED = sorted(METHODS)
+PAPER_METHODS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
+METHOD_MODES = [
+    pytest.param(name, source, id=f"{name}-{source}")
+    for name in REGISTERED
+    for source in METHODS[name].gradient_sources
+]
+"""Every registered method in every gradient source it offers."""
+WITH_REPRESENTATION = [n for n in REGISTERED if "representation" in METHODS[n].gradient_sources]
+WITHOUT_REPRESENTATION = [
+    n for n in REGISTERED if "representation" not in METHODS[n].gradient_sources
+]
 
 
 class ToyModel(nn.Module):
-    """Shared trunk + last shared layer + one linear head per task."""
+    """Shared trunk + last shared layer + one linear head per task.
 
-    def __init__(self, seed: int = 0, in_dim: int = 5, hidden: int = 12) -> None:
+    The last shared layer's output z (`encoder_output`) is what every head reads.
+    """
+
+    def __init__(
+        self, seed: int = 0, in_dim: int = 5, hidden: int = 12, tasks: list[str] | None = None
+    ) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.trunk = nn.Sequential(nn.Linear(in_dim, hidden), nn.Tanh())
         self.last = nn.Linear(hidden, hidden)
-        self.heads = nn.ModuleDict({task: nn.Linear(hidden, 1) for task in TASKS})
+        self.heads = nn.ModuleDict({task: nn.Linear(hidden, 1) for task in tasks or TASKS})
         self.trunk_passes = 0
 
     def shared_parameters(self) -> list[nn.Parameter]:
@@ -51,6 +77,7 @@ class ToyModel(nn.Module):
         if hidden.requires_grad:
             hidden.register_hook(self._count_trunk_pass)
         representation = torch.tanh(self.last(hidden))
+        self.encoder_output = representation
         return {task: head(representation).squeeze(-1) for task, head in self.heads.items()}, (
             representation
         )
@@ -71,17 +98,24 @@ def toy_data(seed: int = 0, n: int = 64, in_dim: int = 5) -> tuple[Tensor, dict[
 
 def losses_and_extra(model: ToyModel, x: Tensor, y: dict[str, Tensor]):
     predictions, representation = model(x)
-    losses = {task: (predictions[task] - y[task]).pow(2).mean() for task in TASKS}
+    losses = {task: (predictions[task] - y[task]).pow(2).mean() for task in predictions}
     extra = 0.3 * representation.pow(2).mean()
     return losses, extra
 
 
-def context(model: ToyModel, step: int = 0) -> StepContext:
-    return StepContext(model.shared_parameters(), model.last_shared_parameters(), step)
+def context(model: nn.Module, step: int = 0) -> StepContext:
+    """The step context of the model's last forward (its encoder output and heads)."""
+    return StepContext(
+        model.shared_parameters(),
+        model.last_shared_parameters(),
+        step,
+        encoder_output=model.encoder_output,
+        head_parameters=list(model.heads.parameters()),
+    )
 
 
-def new_method(name: str, seed: int = 0, **options) -> MTLMethod:
-    return build_method(name, TASKS, seed, **options)
+def new_method(name: str, seed: int = 0, tasks: list[str] | None = None, **options) -> MTLMethod:
+    return build_method(name, tasks or TASKS, seed, **options)
 
 
 def clone(method: MTLMethod, name: str) -> MTLMethod:
@@ -89,7 +123,8 @@ def clone(method: MTLMethod, name: str) -> MTLMethod:
     buffer = io.BytesIO()
     torch.save(method.state_dict(), buffer)
     buffer.seek(0)
-    copy = new_method(name, seed=12345)  # a different seed: the state must carry everything
+    # a different seed: the state must carry everything
+    copy = new_method(name, seed=12345, gradient_source=method.gradient_source)
     copy.load_state_dict(torch.load(buffer, weights_only=True))
     return copy
 
@@ -109,10 +144,10 @@ def one_step(model: ToyModel, method: MTLMethod, x, y, with_extra: bool, step: i
 
 
 def test_registry_has_the_papers_methods_except_cats():
-    assert set(ALL_METHODS) <= set(METHODS)
+    assert set(PAPER_METHODS) <= set(REGISTERED)
     with pytest.raises(UserError, match=r"unknown method 'cats'; the implemented methods are: "):
         new_method("cats")
-    for name in ALL_METHODS:
+    for name in REGISTERED:
         assert isinstance(new_method(name), MTLMethod)
 
 
@@ -135,9 +170,9 @@ def test_bad_options_are_one_line_user_errors(name, options, field):
 # --- properties shared by every method --------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ALL_METHODS)
-def test_fills_finite_grads_of_every_parameter_and_returns_task_weights(name):
-    model, method = ToyModel(), new_method(name)
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
+def test_fills_finite_grads_of_every_parameter_and_returns_task_weights(name, source):
+    model, method = ToyModel(), new_method(name, gradient_source=source)
     x, y = toy_data()
     weights = one_step(model, method, x, y, with_extra=True)
     assert set(weights) == set(TASKS)
@@ -146,11 +181,11 @@ def test_fills_finite_grads_of_every_parameter_and_returns_task_weights(name):
         assert param.grad is not None and torch.isfinite(param.grad).all()
 
 
-@pytest.mark.parametrize("name", ALL_METHODS)
-def test_extra_loss_gradient_is_added_after_aggregation(name):
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
+def test_extra_loss_gradient_is_added_after_aggregation(name, source):
     """grad(method, extra) == grad(method, no extra) + d extra / d theta, for every parameter."""
     x, y = toy_data()
-    warm_model, method = ToyModel(), new_method(name)
+    warm_model, method = ToyModel(), new_method(name, gradient_source=source)
     for step in range(2):  # leave the initial state so that weights differ from 1
         one_step(warm_model, method, x, y, with_extra=False, step=step)
     method_copy = clone(method, name)
@@ -171,10 +206,10 @@ def test_extra_loss_gradient_is_added_after_aggregation(name):
         torch.testing.assert_close(got, base + added, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ALL_METHODS)
-def test_checkpoint_round_trip_continues_identically(name):
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
+def test_checkpoint_round_trip_continues_identically(name, source):
     x, y = toy_data()
-    model, method = ToyModel(), new_method(name, seed=7)
+    model, method = ToyModel(), new_method(name, seed=7, gradient_source=source)
     for step in range(3):
         one_step(model, method, x, y, with_extra=False, step=step)
     restored = clone(method, name)
@@ -192,11 +227,11 @@ def test_checkpoint_round_trip_continues_identically(name):
             torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("name", ALL_METHODS)
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
 @pytest.mark.parametrize("with_extra", [False, True])
-def test_short_training_improves_the_task_losses(name, with_extra):
+def test_short_training_improves_the_task_losses(name, source, with_extra):
     x, y = toy_data()
-    model, method = ToyModel(), new_method(name)
+    model, method = ToyModel(), new_method(name, gradient_source=source)
     optimizer = torch.optim.Adam([*model.parameters(), *method.parameters()], lr=0.02)
     history = []
     for step in range(60):
@@ -210,12 +245,12 @@ def test_short_training_improves_the_task_losses(name, with_extra):
     assert history[-1] < 0.6 * history[0]
 
 
-@pytest.mark.parametrize("name", ALL_METHODS)
-def test_same_seed_same_run(name):
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
+def test_same_seed_same_run(name, source):
     x, y = toy_data()
     runs = []
     for _ in range(2):
-        model, method = ToyModel(), new_method(name, seed=3)
+        model, method = ToyModel(), new_method(name, seed=3, gradient_source=source)
         for step in range(3):
             one_step(model, method, x, y, with_extra=True, step=step)
         runs.append(grads_of(model))
@@ -223,26 +258,48 @@ def test_same_seed_same_run(name):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize(
-    ("name", "trunk_passes", "trunk_passes_with_extra"),
-    [
-        ("erm", 1, 1),
-        ("uncertainty", 1, 1),
-        ("gradnorm", 1, 1),
-        ("pcgrad", 3, 4),
-        ("fairgrad", 3, 4),
-    ],
-)
-def test_backward_passes_through_the_backbone(name, trunk_passes, trunk_passes_with_extra):
-    """K per-task passes only where per-task shared gradients are needed (+1 for extra_loss).
-
-    GradNorm's per-task gradients stop at the last shared layer and never reach the trunk.
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
+def test_backward_passes_through_the_backbone(name, source):
+    """K per-task passes only for gradient aggregators on the parameters (+1 for extra_loss);
+    one otherwise, also in the representation mode, where the ReLiF term joins the one
+    encoder backward. GradNorm's per-task gradients stop at W (or z) and never reach the trunk.
     """
     x, y = toy_data()
-    for with_extra, expected in [(False, trunk_passes), (True, trunk_passes_with_extra)]:
+    method = new_method(name, gradient_source=source)
+    per_task = isinstance(method, GradientAggregator) and source == "parameters"
+    expected = {False: len(TASKS) if per_task else 1, True: len(TASKS) + 1 if per_task else 1}
+    for with_extra in (False, True):
         model = ToyModel()
-        one_step(model, new_method(name), x, y, with_extra=with_extra)
-        assert model.trunk_passes == expected
+        one_step(model, new_method(name, gradient_source=source), x, y, with_extra=with_extra)
+        assert model.trunk_passes == expected[with_extra]
+
+
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
+@pytest.mark.parametrize("tasks", [["a", "b"], TASKS], ids=["2 tasks", "3 tasks"])
+def test_shared_update_never_conflicts_where_the_method_promises_it(name, source, tasks):
+    """g_k . d >= 0 for every task k, at 30 random points, when `promises_non_conflict()`."""
+    method = new_method(name, tasks=tasks, gradient_source=source)
+    if not method.promises_non_conflict():
+        pytest.skip(f"{name} makes no non-conflict promise for {len(tasks)} tasks")
+    x, y = toy_data()
+    y["b"] = -4.0 * y["a"]  # opposed targets of different scales: the plain sum conflicts
+    conflicts = 0
+    for seed in range(30):
+        model = ToyModel(seed=seed, tasks=tasks)
+        losses, _ = losses_and_extra(model, x, y)
+        gradients = per_task_gradients([losses[t] for t in tasks], model.shared_parameters())
+        conflicts += int((gradients @ gradients.sum(0) < 0).any())  # the plain sum's conflicts
+        one_step(model, method, x, y, with_extra=False, step=seed)
+        update = torch.cat([p.grad.reshape(-1) for p in model.shared_parameters()])
+        assert (gradients @ update >= -1e-6 * gradients.norm(dim=1) * update.norm()).all()
+    assert conflicts > 0  # the toy problem does have conflicts for the promise to matter
+
+
+def test_the_methods_that_promise_non_conflict():
+    promising = {name for name in REGISTERED if new_method(name).promises_non_conflict()}
+    assert promising == {"fairgrad"}  # 3 tasks; PCGrad promises it for two
+    assert new_method("pcgrad", tasks=["a", "b"]).promises_non_conflict()
+    assert not new_method("fairgrad", alpha=0.0).promises_non_conflict()
 
 
 # --- gradient helpers --------------------------------------------------------------------------
@@ -557,12 +614,214 @@ def test_uncertainty_log_variances_are_parameters_initialised_from_the_option():
     torch.testing.assert_close(shifted.log_variances.detach(), torch.full((3,), -0.5))
 
 
+# --- representation gradients -------------------------------------------------------------------
+
+
+class SharedBiasModel(nn.Module):
+    """z = tanh(F x) + b with F fixed and only the bias b shared, nonlinear heads on z.
+
+    dL_k/db = sum over the batch of dL_k/dz, so the representation mode's batch-summed
+    gradients ARE the exact shared gradients: both modes must give the same step.
+    """
+
+    def __init__(self, seed: int = 0, in_dim: int = 5, hidden: int = 12) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.features = nn.Linear(in_dim, hidden).requires_grad_(False)
+        self.bias = nn.Parameter(0.1 * torch.randn(hidden))
+        self.heads = nn.ModuleDict(
+            {t: nn.Sequential(nn.Linear(hidden, 8), nn.Tanh(), nn.Linear(8, 1)) for t in TASKS}
+        )
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        return [self.bias]
+
+    def last_shared_parameters(self) -> list[nn.Parameter]:
+        return [self.bias]
+
+    def forward(self, x: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        self.encoder_output = torch.tanh(self.features(x)) + self.bias
+        predictions = {t: head(self.encoder_output).squeeze(-1) for t, head in self.heads.items()}
+        return predictions, self.encoder_output
+
+
+def trajectory(model: nn.Module, method: MTLMethod, steps: int = 4, tasks=TASKS):
+    """Gradients and weights of `steps` SGD steps with the ReLiF-like extra term."""
+    x, y = toy_data()
+    y = {task: y[task] for task in tasks}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    history = []
+    for step in range(steps):
+        weights = one_step(model, method, x, y, with_extra=True, step=step)
+        history.append((grads_of(model), torch.stack([weights[t] for t in tasks])))
+        optimizer.step()
+    return history
+
+
+def assert_same_trajectory(first, second) -> None:
+    for (grads_a, weights_a), (grads_b, weights_b) in zip(first, second, strict=True):
+        torch.testing.assert_close(weights_a, weights_b, rtol=1e-5, atol=1e-6)
+        for a, b in zip(grads_a, grads_b, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_representation_gradients_stop_at_z_and_sum_the_head_gradients():
+    model = ToyModel()
+    losses, _ = losses_and_extra(model, *toy_data())
+    task_losses = [losses[t] for t in TASKS]
+    z, heads = model.encoder_output, list(model.heads.parameters())
+    expected_heads = torch.autograd.grad(sum(task_losses), heads, retain_graph=True)
+
+    rows = representation_gradients(task_losses, z, heads)
+    assert rows.shape == (3, *z.shape)
+    for row, loss in zip(rows, task_losses, strict=True):
+        torch.testing.assert_close(row, torch.autograd.grad(loss, z, retain_graph=True)[0])
+    for param, grad in zip(heads, expected_heads, strict=True):
+        torch.testing.assert_close(param.grad, grad)
+    assert all(p.grad is None for p in model.shared_parameters())
+    assert model.trunk_passes == 0  # no pass reached the encoder
+
+
+@pytest.mark.parametrize("name", WITH_REPRESENTATION)
+def test_representation_mode_is_exact_when_only_a_bias_on_z_is_shared(name):
+    exact = trajectory(SharedBiasModel(), new_method(name, seed=4))
+    approximate = trajectory(
+        SharedBiasModel(), new_method(name, seed=4, gradient_source="representation")
+    )
+    assert_same_trajectory(exact, approximate)
+
+
+@pytest.mark.parametrize("name", WITH_REPRESENTATION)
+def test_representation_mode_equals_the_exact_mode_for_a_single_task(name):
+    exact = trajectory(ToyModel(tasks=["a"]), new_method(name, tasks=["a"]), tasks=["a"])
+    approximate = trajectory(
+        ToyModel(tasks=["a"]),
+        new_method(name, tasks=["a"], gradient_source="representation"),
+        tasks=["a"],
+    )
+    assert_same_trajectory(exact, approximate)
+
+
+def test_pcgrad_representation_mode_differs_from_the_exact_mode_on_a_deep_encoder():
+    """The agreements above are not vacuous: with a trunk before z the two modes differ."""
+    x, y = toy_data()
+    y["b"] = -4.0 * y["a"]  # conflicting tasks, so that the projection acts
+    model = ToyModel()
+    one_step(model, new_method("pcgrad", seed=1), x, y, with_extra=False)
+    exact = torch.cat([g.reshape(-1) for g in grads_of(model.trunk)])
+    one_step(model, new_method("pcgrad", seed=1, gradient_source="representation"), x, y, False)
+    approximate = torch.cat([g.reshape(-1) for g in grads_of(model.trunk)])
+    assert not torch.allclose(exact, approximate, rtol=1e-3, atol=1e-6)
+
+
+def test_gradnorm_representation_mode_keeps_the_network_gradient_and_moves_the_weights():
+    """At the same w(t) both modes backpropagate sum_k w_k L_k; only the norms differ."""
+    x, y = toy_data()
+    model = ToyModel()
+    modes = [new_method("gradnorm", gradient_source=s) for s in ("parameters", "representation")]
+    grads = []
+    for method in modes:
+        method.weights.copy_(torch.tensor([0.6, 1.5, 0.9]))
+        method.initial_losses.copy_(torch.tensor([3.0, 4.0, 0.2]))
+        one_step(model, method, x, y, with_extra=True)
+        grads.append(grads_of(model))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(modes[0].weights, modes[1].weights)
+
+
+def test_gradnorm_representation_norms_are_of_the_batch_summed_gradients_at_z():
+    x, y = toy_data()
+    model, method = ToyModel(), new_method("gradnorm", gradient_source="representation")
+    method.weights.copy_(torch.tensor([0.6, 1.5, 0.9]))
+    method.initial_losses.copy_(torch.tensor([3.0, 4.0, 0.2]))
+    losses, _ = losses_and_extra(model, x, y)
+    task_losses = [losses[t] for t in TASKS]
+    norms = torch.stack(
+        [torch.autograd.grad(loss, model.encoder_output, retain_graph=True)[0].sum(0).norm()
+         for loss in task_losses]
+    )  # fmt: skip
+    step = gradnorm_weight_gradient(
+        method.weights, norms, torch.stack(task_losses).detach(), method.initial_losses, 1.5
+    )
+    expected = method.weights - 0.025 * step
+    one_step(model, method, x, y, with_extra=False)
+    torch.testing.assert_close(method.weights, 3 * expected / expected.sum())
+
+
+def real_model_step(model: nn.Module, batch: dict, method: MTLMethod, task: str) -> list[Tensor]:
+    """One step of `method` on one task of a project model (+ a ReLiF-like term)."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)  # the same dropout masks in both modes
+    output = model(batch)
+    loss = output.predictions[task].float().pow(2).mean()
+    shared = {id(p) for p in model.shared_parameters()}
+    ctx = StepContext(
+        model.shared_parameters(),
+        model.last_shared_parameters(),
+        0,
+        encoder_output=output.encoder_output,
+        head_parameters=[p for p in model.parameters() if id(p) not in shared],
+    )
+    method.backward({task: loss}, ctx, 0.1 * output.representation.pow(2).mean())
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in
+            model.parameters()]  # fmt: skip
+
+
+def project_models():
+    from relif_ray.data.mimic3 import NUM_FEATURES
+    from relif_ray.problems.mimic3 import HEADS
+    from relif_ray.models.clinical import ClinicalMTLModel
+
+    torch.manual_seed(0)
+    dense = DenseMTLModel(ModelConfig(backbone="resnet18", head_channels=8)).train()
+    clinical = ClinicalMTLModel(
+        ModelConfig(hidden_size=8, num_layers=2, dropout=0.3), NUM_FEATURES, HEADS
+    ).train()
+    lstm_batch = {"input": torch.randn(3, 20, NUM_FEATURES), "lengths": torch.tensor([20, 7, 13])}
+    return [
+        (dense, {"input": torch.randn(2, 3, 32, 40)}, "depth"),
+        (clinical, lstm_batch, "decompensation"),
+    ]
+
+
+@pytest.mark.parametrize("name", WITH_REPRESENTATION)
+def test_project_models_expose_the_encoder_output_their_heads_read(name):
+    """On the dense and the clinical model, one task: both modes give the same gradients,
+    so `ModelOutput.encoder_output` is the tensor the heads consume."""
+    for model, batch, task in project_models():
+        exact = real_model_step(model, batch, new_method(name, tasks=[task]), task)
+        rep_method = new_method(name, tasks=[task], gradient_source="representation")
+        approximate = real_model_step(model, batch, rep_method, task)
+        assert all(torch.isfinite(g).all() for g in approximate)
+        assert any(g.abs().sum() > 0 for g in approximate[:4])  # the encoder is trained
+        for a, b in zip(exact, approximate, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", WITHOUT_REPRESENTATION)
+def test_representation_mode_of_a_method_without_one_is_a_one_line_user_error(name):
+    with pytest.raises(UserError, match=rf"method.gradient_source: {name} has no") as error:
+        new_method(name, gradient_source="representation")
+    assert "\n" not in str(error.value)
+
+
+def test_representation_mode_without_an_encoder_output_is_a_user_error():
+    model, method = ToyModel(), new_method("pcgrad", gradient_source="representation")
+    losses, _ = losses_and_extra(model, *toy_data())
+    ctx = StepContext(model.shared_parameters(), model.last_shared_parameters(), 0)
+    with pytest.raises(UserError, match="method.gradient_source: .*encoder output"):
+        method.backward(losses, ctx)
+
+
 # --- every method through the engine on tiny synthetic NYUv2 ----------------------------------
 
 
-def engine_run(root, name: str, relif: bool, **train) -> TrainingRun:
+def engine_run(
+    root, name: str, relif: bool, source: str = "parameters", **train: object
+) -> TrainingRun:
     config = tiny_config(root, **train)
-    config["method"] = {"name": name}
+    config["method"] = {"name": name, "gradient_source": source}
     if relif:
         config["relif"] = {"enabled": True, "warmup_steps": 0}
     return TrainingRun(ExperimentConfig.from_dict(config))
@@ -573,9 +832,9 @@ def total_loss(row: dict[str, float]) -> float:
 
 
 @pytest.mark.parametrize("relif", [False, True], ids=["plain", "relif"])
-@pytest.mark.parametrize("name", ALL_METHODS)
-def test_training_run_with_every_method_learns(nyuv2_dir, name, relif):
-    run = engine_run(nyuv2_dir, name, relif, epochs=1, lr=2e-3)
+@pytest.mark.parametrize(("name", "source"), METHOD_MODES)
+def test_training_run_with_every_method_learns(nyuv2_dir, name, source, relif):
+    run = engine_run(nyuv2_dir, name, relif, source, epochs=1, lr=2e-3)
     run.train_epoch()
     trace = run.trace
     assert len(trace) == 4
@@ -586,16 +845,26 @@ def test_training_run_with_every_method_learns(nyuv2_dir, name, relif):
     assert last < 0.95 * first
 
 
+@pytest.mark.parametrize("source", ["parameters", "representation"])
 @pytest.mark.parametrize("name", ["gradnorm", "pcgrad"])
-def test_training_run_resume_restores_the_method_state(nyuv2_dir, name):
-    uninterrupted = engine_run(nyuv2_dir, name, relif=True, max_steps=3)
+def test_training_run_resume_restores_the_method_state(nyuv2_dir, name, source):
+    uninterrupted = engine_run(nyuv2_dir, name, True, source, max_steps=3)
     uninterrupted.train_steps(3)
-    interrupted = engine_run(nyuv2_dir, name, relif=True, max_steps=3)
+    interrupted = engine_run(nyuv2_dir, name, True, source, max_steps=3)
     interrupted.train_steps(1)
     buffer = io.BytesIO()
     torch.save(interrupted.state_dict(), buffer)
     buffer.seek(0)
-    resumed = engine_run(nyuv2_dir, name, relif=True, max_steps=3)
+    resumed = engine_run(nyuv2_dir, name, True, source, max_steps=3)
     resumed.load_state_dict(torch.load(buffer, weights_only=True))
     resumed.train_steps(2)
     assert resumed.trace == uninterrupted.trace
+
+
+def test_representation_mode_config_errors_name_the_field(nyuv2_dir):
+    with pytest.raises(UserError, match="method.gradient_source: fairgrad has no 'representation'"):
+        engine_run(nyuv2_dir, "fairgrad", relif=False, source="representation")
+    with pytest.raises(UserError, match="config field method.gradient_source: must be one of"):
+        engine_run(nyuv2_dir, "pcgrad", relif=False, source="encoder")
+    with pytest.raises(UserError, match="method.gradient_source: .* train.compile"):
+        engine_run(nyuv2_dir, "pcgrad", relif=False, source="representation", compile=True)

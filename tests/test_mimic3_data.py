@@ -19,7 +19,6 @@ from relif_ray.data.mimic3 import (
     FEATURE_NAMES,
     NORMAL_VALUES,
     discretize,
-    load_mimic3,
     num_steps,
     read_episode,
     read_listfile,
@@ -27,7 +26,8 @@ from relif_ray.data.mimic3 import (
 )
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
-from relif_ray.problem import PROBLEM_LOADERS
+from relif_ray.problems import benchmarks
+from relif_ray.problems.mimic3 import load_mimic3
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_batches_pad_with_zeros_and_carry_lengths(folder: Path) -> None:
 
 
 def test_problem_is_registered_with_four_tasks(folder: Path) -> None:
-    assert PROBLEM_LOADERS["mimic3"] is load_mimic3
+    assert benchmarks()["mimic3"].load is load_mimic3
     problem = load_mimic3(str(folder))
     assert problem.task_names == ["mortality", "decompensation", "phenotype", "length_of_stay"]
     assert set(problem.splits) == {"train", "val", "test"}

@@ -106,6 +106,18 @@ def test_normal_metrics_match_numpy():
         assert result[f"within_{threshold:g}"] == pytest.approx((angle < threshold).mean())
 
 
+@pytest.mark.parametrize("task", [DepthTask(), NormalTask()], ids=["depth", "normal"])
+def test_a_split_without_valid_pixels_has_nan_metrics_and_a_nan_worst_and_macro(task):
+    metrics = task.new_metrics()
+    channels = 1 if task.name == "depth" else 3
+    metrics.update(torch.rand(2, channels, 4, 5), torch.zeros(2, channels, 4, 5))
+    native = metrics.compute()
+    assert native and all(np.isnan(value) for value in native.values())
+    score = task.normalized_score(native)
+    assert np.isnan(score)
+    assert all(np.isnan(value) for value in worst_and_macro({"seg": 0.5, task.name: score}))
+
+
 def test_losses_ignore_invalid_pixels():
     prediction = torch.zeros(1, 1, 2, 2)
     target = torch.tensor([[[[2.0, 0.0], [4.0, 0.0]]]])

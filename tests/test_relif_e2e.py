@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.models.dense import DenseMTLModel
-from relif_ray.problem import Problem, TensorSplit
+from relif_ray.problems import Problem, TensorSplit
 from relif_ray.tasks.nyuv2 import nyuv2_tasks
 from tests.conftest import tiny_config
 

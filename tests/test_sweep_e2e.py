@@ -83,13 +83,13 @@ def test_report_writes_utility_tables(experiment, tmp_path):
     assert result.returncode == 0, result.stderr
     report = Path(result.stdout.strip())
     assert report == tmp_path / "report.md" and report.exists()
-    table = (tmp_path / "utility.csv").read_text().splitlines()
+    table = (tmp_path / "tables" / "utility.csv").read_text().splitlines()
     assert table[0].startswith("label,n_seeds,worst_mean,worst_std,macro_mean")
     assert table[1].startswith("erm,2,")
     loaded = analysis.load(experiment)
     worst = loaded.trials["val_worst"]
     mean_cell = f"{worst.mean():.4f} ± {worst.std(ddof=1):.4f}"
-    assert mean_cell in (tmp_path / "utility.md").read_text()
+    assert mean_cell in (tmp_path / "tables" / "utility.md").read_text()
 
 
 @pytest.mark.parametrize(

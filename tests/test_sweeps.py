@@ -27,8 +27,16 @@ import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.errors import UserError
 from relif_ray.outputs import read_trial_info
-from relif_ray.sweep import NYUV2, controller_variants, main, run_controller_sensitivity
-from relif_ray.variants import experiment_config, grid_variants, split_label, variant
+from relif_ray.planning import controller_variants
+from relif_ray.sweep_cli import NYUV2, build_parser, main, run_controller_sensitivity
+from relif_ray.sweep_cli import base_config as sweep_base_config
+from relif_ray.variants import (
+    experiment_config,
+    grid_variants,
+    split_label,
+    uses_controller,
+    variant,
+)
 from tests.conftest import TINY_DATA, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,6 +110,26 @@ def test_controller_labels_are_crossed_with_the_controller_grid_and_others_are_n
         split_label("erm+foo")
 
 
+def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
+    """relif-nolip keeps lambda at 0 and relif-static at lambda0: neither adapts, so neither is
+    crossed with (r*, eta), nor reports them, and the regularizer's controller holds lambda."""
+    from relif_ray.relif.regularizer import ReLiFRegularizer
+    from relif_ray.tuning.trainable import controller_setting
+
+    adapting = {"relif", "relif-noalign", "pcgrad+relif", "pcgrad+relif-noalign"}
+    labels = [*adapting, "erm", "pcgrad", "relif-nolip", "relif-static", "pcgrad+relif-nolip"]
+    for label in labels:
+        trial = {"base": base_config(tmp_path), "variant": variant(label, 0.2, 0.5), "seed": 0}
+        relif = experiment_config(trial).relif
+        adapts = label in adapting
+        assert uses_controller(label) == relif.controller_adapts() == adapts, label
+        reported = controller_setting(relif)
+        expected = [0.2, 0.5] if adapts else [np.nan, np.nan]
+        np.testing.assert_array_equal([reported["r_star"], reported["eta"]], expected)
+        if relif.enabled:
+            assert ReLiFRegularizer(relif, ["seg", "depth"]).controller.adaptive == adapts
+
+
 def test_trial_config_is_base_then_overrides_then_seed(tmp_path):
     trial = {
         "base": base_config(tmp_path),
@@ -133,7 +161,7 @@ def test_controller_sensitivity_grid_matches_the_paper():
 
 
 def test_gpu_packing_concurrency():
-    from relif_ray.tune import Resources
+    from relif_ray.planning import Resources
 
     assert Resources(gpus_per_trial=0.5, num_gpus=8).max_concurrent_trials == 16
     assert Resources(gpus_per_trial=0.3, num_gpus=1).max_concurrent_trials == 3
@@ -153,7 +181,7 @@ def _score_frame(seg: np.ndarray, depth: np.ndarray) -> pd.DataFrame:
 
 
 def test_live_audit_squashes_raw_scores_with_their_own_quantiles():
-    from relif_ray.tune import live_validation_audit
+    from relif_ray.tuning.trainable import live_validation_audit
 
     rng = np.random.default_rng(0)
     seg, depth = rng.uniform(0, 1, 40), rng.gamma(2.0, 3.0, 40)
@@ -172,7 +200,7 @@ def test_live_audit_squashes_raw_scores_with_their_own_quantiles():
 
 
 def test_live_audit_drops_invalid_and_non_finite_rows():
-    from relif_ray.tune import live_validation_audit
+    from relif_ray.tuning.trainable import live_validation_audit
 
     rng = np.random.default_rng(1)
     frame = _score_frame(rng.uniform(0, 1, 20), rng.uniform(0, 5, 20))
@@ -196,7 +224,7 @@ def test_live_audit_drops_invalid_and_non_finite_rows():
 
 
 def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
-    from relif_ray.tune import pareto_front
+    from relif_ray.pareto import pareto_front
 
     rows = pd.DataFrame(
         {
@@ -217,7 +245,8 @@ def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
 def test_study_groups_give_each_label_and_seed_its_budget_in_range():
     from ray.tune.search import Searcher
 
-    from relif_ray.tune import OptunaPlan, StudyGroups
+    from relif_ray.planning import OptunaPlan
+    from relif_ray.tuning.search import StudyGroups
 
     plan = OptunaPlan(["relif", "relif-noalign"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
     searcher = StudyGroups(plan)
@@ -241,7 +270,8 @@ def test_study_groups_give_each_label_and_seed_its_budget_in_range():
 
 def test_study_groups_survive_a_save_and_restore(tmp_path):
     """What Tune does to the searcher when a killed Optuna sweep is resumed."""
-    from relif_ray.tune import OptunaPlan, StudyGroups
+    from relif_ray.planning import OptunaPlan
+    from relif_ray.tuning.search import StudyGroups
 
     plan = OptunaPlan(["relif"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
     searcher = StudyGroups(plan)
@@ -259,7 +289,7 @@ def test_study_groups_survive_a_save_and_restore(tmp_path):
 
 
 def test_an_unreachable_cluster_address_is_reported_at_once():
-    from relif_ray.tune import check_reachable
+    from relif_ray.tuning.launch import check_reachable
 
     with pytest.raises(UserError, match="--address 127.0.0.1:1: no Ray cluster answers there"):
         check_reachable("127.0.0.1:1")
@@ -267,7 +297,7 @@ def test_an_unreachable_cluster_address_is_reported_at_once():
 
 
 def test_storage_probe_reports_what_is_wrong(tmp_path):
-    from relif_ray.tune import storage_problem
+    from relif_ray.tuning.launch import storage_problem
 
     probe = tmp_path / "probe"
     assert storage_problem(str(probe), "token") == "the directory is not visible there"
@@ -280,12 +310,12 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
 @pytest.fixture
 def no_sweep(monkeypatch):
     """A flag set that passes every check must fail the test, not start a sweep."""
-    import relif_ray.tune
+    import relif_ray.tuning.launch
 
     def refuse(*args, **kwargs):
         raise AssertionError("the flags were accepted and a sweep would start")
 
-    monkeypatch.setattr(relif_ray.tune, "run_sweep", refuse)
+    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
 
 
 @pytest.mark.parametrize(
@@ -336,6 +366,28 @@ def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, cap
     assert status == 2 and len(err) == 1 and fragment in err[0], err
 
 
+def test_help_says_what_steps_and_epochs_each_do():
+    text = " ".join(build_parser(NYUV2).format_help().split())
+    assert "alone, exactly N steps" in text and "the smaller of the two budgets wins" in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "budget"),
+    [
+        ([], (4, None)),
+        (["--steps", "7"], (None, 7)),
+        (["--steps", "160", "--epochs", "2"], (2, 160)),
+        (["--epochs", "3"], (3, None)),
+    ],
+)
+def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
+    flags, budget, tmp_path
+):
+    args = build_parser(NYUV2).parse_args(["--demo", *flags])
+    train = sweep_base_config(args, NYUV2, str(tmp_path))["train"]
+    assert (train["epochs"], train["max_steps"]) == budget
+
+
 # --- in-process sweeps on the session's Ray -------------------------------------------------
 
 
@@ -354,7 +406,8 @@ def packed_sweep(ray_session, small_data, tmp_path_factory) -> tuple[Path, Lowes
     """erm and relif (r* = 0.2), seed 0, 2 epochs of 2 steps, each twice: once plain and once
     crashing at step 3 (after the epoch-1 checkpoint) and retried. Each trial asks for half a
     logical GPU and half a CPU, so all 4 fit on the session's 2 logical GPUs at once."""
-    from relif_ray.tune import Resources, param_space, run_sweep
+    from relif_ray.planning import Resources, param_space
+    from relif_ray.tuning.launch import run_sweep
 
     base = base_config(small_data)
     base["device"] = "auto"  # what the sweep CLI sets for GPU trials
@@ -408,7 +461,7 @@ def test_half_gpu_trials_pack_four_to_two_logical_gpus_and_run_on_cpu(packed_swe
 
 @pytest.mark.slow
 def test_live_val_bias_is_the_audit_of_the_trials_own_val_scores(grid_sweep):
-    from relif_ray.tune import live_validation_audit
+    from relif_ray.tuning.trainable import live_validation_audit
 
     loaded = analysis.load(grid_sweep)
     for trial, outputs in loaded.outputs.items():
@@ -444,7 +497,8 @@ def test_a_trial_crashing_once_recovers_with_the_uninterrupted_numbers(grid_swee
 
 @pytest.mark.slow
 def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
-    from relif_ray.tune import OptunaPlan, run_sweep
+    from relif_ray.planning import OptunaPlan
+    from relif_ray.tuning.launch import run_sweep
 
     plan = OptunaPlan(["relif"], [0], 2, (0.1, 0.4), (1e-4, 1e-2))
     experiment = run_sweep(

@@ -47,7 +47,6 @@ Input problems raise a one-line `UserError` naming the file and line.
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
@@ -56,10 +55,6 @@ import pandas as pd
 
 from relif_ray.data.sequences import SequenceSplit, Standardizer, build_split, carry_forward
 from relif_ray.errors import UserError
-from relif_ray.models.clinical import ClinicalMTLModel, HeadSpec
-from relif_ray.problem import Problem, register_problem
-from relif_ray.tasks.base import Task
-from relif_ray.tasks.clinical import NUM_LOS_BINS, LengthOfStayTask, MortalityTask
 
 MORTALITY_HOURS = 48
 
@@ -95,11 +90,6 @@ STANDARDIZED_COLUMNS = list(range(len(FEATURE_COLUMNS)))
 ID_COLUMNS = ("patientunitstayid", "itemoffset", "hospitaldischargestatus", "unitdischargeoffset")
 REQUIRED_COLUMNS = (*ID_COLUMNS, *FEATURE_COLUMNS)
 SPLITS = ("train", "val", "test")
-
-HEADS = {
-    "mortality": HeadSpec(out_features=1, readout="hour", hour=MORTALITY_HOURS),
-    "length_of_stay": HeadSpec(out_features=NUM_LOS_BINS, readout="every_step"),
-}
 
 
 def read_all_data(path: Path) -> pd.DataFrame:
@@ -249,19 +239,3 @@ def read_eicu(root: str | Path) -> tuple[dict[str, SequenceSplit], Standardizer]
         for split, members in stays.items()
     }
     return splits, standardizer
-
-
-def eicu_tasks() -> list[Task]:
-    return [MortalityTask(), LengthOfStayTask()]
-
-
-@register_problem("eicu")
-def load_eicu(root: str) -> Problem:
-    """`data.dataset = "eicu"`: mortality and remaining length of stay on the folder at `root`."""
-    splits, _ = read_eicu(root)
-    return Problem(
-        name="eicu",
-        tasks=eicu_tasks(),
-        splits=dict(splits),
-        model_factory=functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS),
-    )

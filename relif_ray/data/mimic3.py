@@ -44,7 +44,6 @@ categorical values, empty episodes) raise a one-line `UserError` naming the file
 from __future__ import annotations
 
 import csv
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,23 +51,15 @@ import numpy as np
 
 from relif_ray.data.sequences import SequenceSplit, Standardizer, build_split, carry_forward
 from relif_ray.errors import UserError
-from relif_ray.models.clinical import ClinicalMTLModel, HeadSpec
-from relif_ray.problem import Problem, register_problem
-from relif_ray.tasks.base import Task
-from relif_ray.tasks.clinical import (
-    NUM_LOS_BINS,
-    NUM_PHENOTYPES,
-    DecompensationTask,
-    LengthOfStayTask,
-    MortalityTask,
-    PhenotypeTask,
-)
 
 EPS = 1e-6
 """The benchmark's tolerance when mapping times to hourly steps."""
 
 MORTALITY_HOURS = 48
 """In-hospital mortality is predicted from the first 48 hours (step 47)."""
+
+NUM_PHENOTYPES = 25
+"""Phenotype labels per listfile row: the benchmark's 25 acute care conditions."""
 
 CATEGORICAL_VALUES: dict[str, tuple[str, ...]] = {
     "Capillary refill rate": ("0.0", "1.0"),
@@ -144,17 +135,6 @@ LISTFILE_HEADER = (
     "phenotyping task (labels)",
     "decompensation task (masks;labels)",
 )
-
-TASK_NAMES = ("mortality", "decompensation", "phenotype", "length_of_stay")
-
-HEADS = {
-    "mortality": HeadSpec(out_features=1, readout="hour", hour=MORTALITY_HOURS),
-    "decompensation": HeadSpec(out_features=1, readout="every_step"),
-    "phenotype": HeadSpec(out_features=NUM_PHENOTYPES, readout="last_step"),
-    "length_of_stay": HeadSpec(out_features=NUM_LOS_BINS, readout="every_step"),
-}
-"""Model heads: mortality reads the state at hour 48 (the benchmark's ihm_pos), phenotype the
-state at the last step, decompensation and length of stay every step."""
 
 
 # ----------------------------------------------------------------------------------------
@@ -469,19 +449,3 @@ def read_mimic3(root: str | Path) -> tuple[dict[str, SequenceSplit], Standardize
     standardizer = Standardizer.fit([stay.features for stay in stays["train"]], CONTINUOUS_COLUMNS)
     splits = {split: to_split(split_stays, standardizer) for split, split_stays in stays.items()}
     return splits, standardizer
-
-
-def mimic3_tasks() -> list[Task]:
-    return [MortalityTask(), DecompensationTask(), PhenotypeTask(), LengthOfStayTask()]
-
-
-@register_problem("mimic3")
-def load_mimic3(root: str) -> Problem:
-    """`data.dataset = "mimic3"`: the four benchmark tasks on the multitask folder at `root`."""
-    splits, _ = read_mimic3(root)
-    return Problem(
-        name="mimic3",
-        tasks=mimic3_tasks(),
-        splits=dict(splits),
-        model_factory=functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS),
-    )

@@ -24,8 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from relif_ray.problem import Split
-from relif_ray.tasks.base import Batch
+from relif_ray.data.splits import Batch, Split
 
 STD_FLOOR = 1e-7
 """Smallest standard deviation used for standardisation (the benchmark's Normalizer floor)."""

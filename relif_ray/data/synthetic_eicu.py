@@ -20,6 +20,7 @@ import numpy as np
 
 from relif_ray.data.atomic_dir import atomic_directory
 from relif_ray.data.synthetic_mimic3 import check_synthetic_arguments
+from relif_ray.progress import progress
 
 VARIABLE_COLUMNS = (
     "Eyes", "FiO2", "GCS Total", "Heart Rate", "Invasive BP Diastolic", "Invasive BP Systolic",
@@ -55,7 +56,7 @@ def write_synthetic_eicu(
     with atomic_directory(out, overwrite=overwrite, replaceable=LAYOUT) as folder:
         lines = [",".join(HEADER)]
         splits = ["patientunitstayid,split"]
-        for patient in range(patients):
+        for patient in progress(range(patients), "eICU", unit="patient"):
             stay = 141000 + patient
             lines.extend(_stay_lines(stay, rng))
             splits.append(f"{stay},{split_of[patient]}")

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from relif_ray.data.atomic_dir import atomic_directory
-from relif_ray.data.mimic3 import CHANNELS, EPS, LISTFILE_HEADER
+from relif_ray.data.mimic3 import CHANNELS, EPS, LISTFILE_HEADER, NUM_PHENOTYPES
 from relif_ray.errors import UserError
-from relif_ray.tasks.clinical import NUM_PHENOTYPES
+from relif_ray.progress import progress
 
 CHART_PROBABILITY = {
     "Capillary refill rate": 0.1,
@@ -85,7 +85,7 @@ def write_synthetic_mimic3(
     split_of = _assign_splits(patients, rng)
     with atomic_directory(out, overwrite=overwrite, replaceable=LAYOUT) as folder:
         rows: dict[str, list[str]] = {"train": [], "val": [], "test": []}
-        for patient in range(patients):
+        for patient in progress(range(patients), "MIMIC-III", unit="patient"):
             subject = str(10000 + patient)
             split = split_of[patient]
             episode_dir = folder / ("test" if split == "test" else "train")

@@ -35,6 +35,7 @@ import numpy as np
 
 from relif_ray.data.atomic_dir import atomic_directory
 from relif_ray.errors import UserError
+from relif_ray.progress import progress
 
 CLASS_NAMES = (
     "bed", "books", "ceiling", "chair", "floor", "furniture", "objects",
@@ -292,7 +293,7 @@ def _write_split(
 ) -> None:
     for modality in ("image", "label", "depth", "normal"):
         (folder / modality).mkdir(parents=True)
-    for index in range(count):
+    for index in progress(range(count), f"NYUv2 {folder.name}", unit="image"):
         example = render_scene(draw_scene(rng), height, width)
         image = example["image"] + NOISE_STD * rng.standard_normal(
             (height, width, 3), dtype=np.float32

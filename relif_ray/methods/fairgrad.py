@@ -6,10 +6,10 @@ alpha-fair weights w > 0 solving the fixed point of the paper's Eq. 4,
     (G G^T) w = w^(-1/alpha)        (elementwise power),
 
 found with `scipy.optimize.least_squares` on that residual with bounds w >= 0 from the uniform
-start 1/K, as the official code (OptMN-Lab/fairgrad, methods/weight_methods.py) does. For
-conditioning the system is solved with the Gramian scaled to unit Frobenius norm: if A w =
-w^(-1/alpha) then (cA) w' = w'^(-1/alpha) for w' = c^(-alpha/(1+alpha)) w, so the solution is
-rescaled exactly afterwards.
+start 1/K, as the official FairGrad code (OptMN-Lab/fairgrad, methods/weight_methods.py) does.
+For conditioning the system is solved with the Gramian scaled to unit Frobenius norm: if
+A w = w^(-1/alpha) then (cA) w' = w'^(-1/alpha) for w' = c^(-alpha/(1+alpha)) w, so the
+solution is rescaled exactly afterwards.
 
 alpha (default 2.0, the value of the paper's experiments) selects the fairness: alpha -> 0 is
 utilitarian (linear scalarisation), alpha = 1 proportional fairness, alpha -> inf max-min. The
@@ -18,12 +18,19 @@ equal-weight sum (TorchJD uses 1/K; only the step scale differs).
 
 Task-specific parameters (the paper only defines the shared update) get the plain sum of the
 task losses' gradients, as the official code does: it backpropagates each L_k unweighted and
-overwrites only the shared parameters' gradients. (LibMTL's FairGrad instead backpropagates
-sum_k w_k L_k, weighting the heads by w; that would cost one more full backward pass here.)
+overwrites only the shared parameters' gradients. (LibMTL's FairGrad, in LibMTL's
+LibMTL/weighting/FairGrad.py, instead backpropagates sum_k w_k L_k, weighting the heads by w;
+that would cost one more full backward pass here.)
 The official code also multiplies the shared update by K and clips it to norm 1; neither is in
 the paper's algorithm and neither is done here (the engine's `train.grad_clip` clips).
-The ReLiF term's gradient is added after aggregation. Passes: see
-`relif_ray.methods.gradients`. The returned per-task weights are w.
+The ReLiF term's gradient is added after aggregation. Passes and write-back:
+`relif_ray.methods.gradients.GradientAggregator`. The returned per-task weights are w.
+
+Non-conflict: at the fixed point g_k . d = (G G^T w)_k = w_k^(-1/alpha) > 0 for every task,
+for any K and alpha > 0 (alpha = 0 is the plain sum, which can conflict).
+
+No representation mode: LibMTL's FairGrad refuses `rep_grad` and none is defined elsewhere,
+so `gradient_source: representation` is a one-line config error.
 """
 
 from __future__ import annotations
@@ -35,9 +42,9 @@ import torch
 from scipy.optimize import least_squares
 from torch import Tensor
 
+from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
-from relif_ray.methods.base import MTLMethod, StepContext
-from relif_ray.methods.gradients import backward_per_task, finish_backward
+from relif_ray.methods.gradients import GradientAggregator
 from relif_ray.methods.registry import register
 
 
@@ -65,23 +72,25 @@ def fairgrad_weights(gramian: np.ndarray, alpha: float) -> np.ndarray:
 
 
 @register
-class FairGrad(MTLMethod):
+class FairGrad(GradientAggregator):
     """alpha-fair task weights on the shared gradients; see the module docstring."""
 
     name = "fairgrad"
 
-    def __init__(self, task_names: list[str], seed: int = 0, alpha: float = 2.0) -> None:
-        super().__init__(task_names, seed=seed)
+    def __init__(
+        self,
+        task_names: list[str],
+        seed: int = 0,
+        alpha: float = 2.0,
+        gradient_source: GradientSource = "parameters",
+    ) -> None:
+        super().__init__(task_names, seed=seed, gradient_source=gradient_source)
         if not (math.isfinite(alpha) and alpha >= 0):
             raise UserError(f"method.options.alpha: must be a finite number >= 0, got {alpha}")
         self.alpha = float(alpha)
 
-    def backward(
-        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        losses = [task_losses[name] for name in self.task_names]
-        gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
-        gramian = (gradients @ gradients.T).double().cpu().numpy()
-        weights = torch.from_numpy(fairgrad_weights(gramian, self.alpha))
-        finish_backward(ctx.shared_parameters, weights.to(gradients) @ gradients, extra_loss)
-        return dict(zip(self.task_names, weights.float(), strict=True))
+    def weighting(self, gramian: Tensor) -> Tensor:
+        return torch.from_numpy(fairgrad_weights(gramian.cpu().numpy(), self.alpha))
+
+    def promises_non_conflict(self) -> bool:
+        return self.alpha > 0

@@ -6,7 +6,8 @@ The shared update is sum_i g_i^PC (the summed form of Algorithm 1).
 
 Every g_i^PC is a linear combination of the g_j, so the projection runs on the K x K Gramian
 G G^T and yields weights c with sum_i g_i^PC = G^T c (the same reformulation as TorchJD's
-PCGradWeighting); the P-dimensional gradients are touched only to form G G^T and G^T c.
+`PCGradWeighting`, torchjd/aggregation/_pcgrad.py); the P-dimensional gradients are touched
+only to form G G^T and G^T c, by `relif_ray.methods.gradients.GradientAggregator`.
 
 Randomness: following Algorithm 1 literally, a fresh random order of the other tasks is drawn
 for every task i, at every step, from the method's own `torch.Generator` seeded with the run's
@@ -16,6 +17,15 @@ orders as an uninterrupted one.
 Task-specific parameters get the plain sum of the task losses' gradients (as in Yu et al., who
 project only the shared parameters' gradients). The ReLiF term's gradient is added after the
 projection. Passes: see `relif_ray.methods.gradients`. The returned per-task weights are c.
+
+Non-conflict: for two conflicting tasks the projections make g_1^PC orthogonal to g_2 and
+g_2^PC to g_1, so g_1 . d = |g_1|^2 - (g_1 . g_2)^2 / |g_2|^2 >= 0 (Cauchy-Schwarz), and
+likewise for g_2; without conflict d = g_1 + g_2. For more tasks there is no such guarantee.
+
+Representation mode (`gradient_source: representation`, an approximation and our extension:
+LibMTL's PCGrad refuses `rep_grad`): the same weighting on the Gramian of the batch-summed
+gradients with respect to the encoder output, written back through one encoder backward; see
+`relif_ray.methods.gradients`.
 """
 
 from __future__ import annotations
@@ -25,8 +35,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from relif_ray.methods.base import MTLMethod, StepContext
-from relif_ray.methods.gradients import backward_per_task, finish_backward
+from relif_ray.config import GradientSource
+from relif_ray.methods.gradients import GradientAggregator
 from relif_ray.methods.registry import register
 
 
@@ -52,13 +62,16 @@ def pcgrad_weights(gramian: list[list[float]], orders: list[list[int]]) -> list[
 
 
 @register
-class PCGrad(MTLMethod):
+class PCGrad(GradientAggregator):
     """Projecting conflicting gradients on the shared parameters, in a seeded random order."""
 
     name = "pcgrad"
+    gradient_sources = ("parameters", "representation")
 
-    def __init__(self, task_names: list[str], seed: int = 0) -> None:
-        super().__init__(task_names, seed=seed)
+    def __init__(
+        self, task_names: list[str], seed: int = 0, gradient_source: GradientSource = "parameters"
+    ) -> None:
+        super().__init__(task_names, seed=seed, gradient_source=gradient_source)
         self.generator = torch.Generator().manual_seed(seed)
 
     def draw_orders(self) -> list[list[int]]:
@@ -68,16 +81,12 @@ class PCGrad(MTLMethod):
             torch.randperm(num_tasks, generator=self.generator).tolist() for _ in range(num_tasks)
         ]
 
-    def backward(
-        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        losses = [task_losses[name] for name in self.task_names]
-        gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
-        gramian = (gradients @ gradients.T).double().tolist()
-        weights = torch.tensor(pcgrad_weights(gramian, self.draw_orders()), dtype=torch.float64)
-        update = weights.to(gradients) @ gradients
-        finish_backward(ctx.shared_parameters, update, extra_loss)
-        return dict(zip(self.task_names, weights.float(), strict=True))
+    def weighting(self, gramian: Tensor) -> Tensor:
+        weights = pcgrad_weights(gramian.tolist(), self.draw_orders())
+        return torch.tensor(weights, dtype=torch.float64)
+
+    def promises_non_conflict(self) -> bool:
+        return len(self.task_names) == 2 and self.gradient_source == "parameters"
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

@@ -18,7 +18,9 @@ Each head is a linear layer on the LSTM output, read out in one of three ways:
 A head with one output drops that dimension: (B, T) or (B,).
 
 Shared representation (ReLiF's prototypes and the audit's distances): the top LSTM layer's
-hidden state at the stay's last valid step (h_n of the packed sequence), before dropout.
+hidden state at the stay's last valid step (h_n of the packed sequence), before dropout. The
+encoder output every head reads (`ModelOutput.encoder_output`) is the LSTM outputs after
+dropout, (B, T, H).
 
 `model.backbone` and `model.head_channels` do not apply (the backbone is always this LSTM).
 """
@@ -33,7 +35,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from relif_ray.config import ModelConfig
-from relif_ray.problem import MultiTaskModel
+from relif_ray.errors import UserError
+from relif_ray.models.base import MultiTaskModel
 from relif_ray.tasks.base import Batch, ModelOutput
 
 
@@ -50,6 +53,11 @@ class ClinicalMTLModel(MultiTaskModel):
     """Shared LSTM + linear heads; forward(batch) reads batch["input"] and batch["lengths"]."""
 
     def __init__(self, config: ModelConfig, input_size: int, heads: dict[str, HeadSpec]) -> None:
+        if config.pretrained != "none":
+            raise UserError(
+                f"config field model.pretrained: the clinical LSTM has no pretrained weights "
+                f"(got {config.pretrained!r}; use none)"
+            )
         super().__init__()
         self.head_specs = dict(heads)
         self.lstm = nn.LSTM(
@@ -80,13 +88,15 @@ class ClinicalMTLModel(MultiTaskModel):
                 features = outputs[rows, last_step.clamp(max=spec.hour - 1)]
             logits = self.heads[name](features)
             predictions[name] = logits.squeeze(-1) if spec.out_features == 1 else logits
-        return ModelOutput(predictions=predictions, representation=last_hidden[-1])
+        return ModelOutput(
+            predictions=predictions, representation=last_hidden[-1], encoder_output=outputs
+        )
 
     def _run_lstm(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """LSTM outputs (B, T, H), zero past each stay's end, and the last hidden states
         (layers, B, H), both in batch order.
 
-        The lengths stay on the host (problem.HOST_KEYS), where packing reads them. The batch
+        The lengths stay on the host (transfer.HOST_KEYS), where packing reads them. The batch
         is sorted by length here, on the host, rather than by `enforce_sorted=False`, whose
         unpacking copies the sort order back from the device and so waits for it every step.
         """

@@ -9,6 +9,9 @@ the depth/normal audit score) -> conv1x1, upsampled bilinearly to the input size
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 import torchvision
@@ -16,7 +19,7 @@ from torch import Tensor, nn
 
 from relif_ray.config import ModelConfig
 from relif_ray.errors import UserError
-from relif_ray.problem import MultiTaskModel
+from relif_ray.models.base import MultiTaskModel
 from relif_ray.tasks.base import Batch, ModelOutput
 
 TASK_CHANNELS = {"seg": 13, "depth": 1, "normal": 3}
@@ -24,29 +27,106 @@ BASIC_BLOCK_RESNETS = {"resnet18", "resnet34"}
 BOTTLENECK_RESNETS = {"resnet50", "resnet101", "resnet152"}
 
 
-def resnet_encoder(name: str, pretrained: bool) -> tuple[nn.Sequential, int]:
-    """A ResNet without its classifier at output stride 8, and its output channel count."""
+IMAGENET_WEIGHTS = "IMAGENET1K_V1"
+"""torchvision's original ImageNet weights, which every ResNet has (the ImageNet-initialised
+encoder of LibMTL's NYUv2 setting; docs/nyuv2_setting.md)."""
+
+
+def resnet_encoder(name: str, pretrained: str = "none") -> tuple[nn.Sequential, int]:
+    """A ResNet without its classifier at output stride 8, and its output channel count;
+    `pretrained` as in `ModelConfig` (none, imagenet or a state_dict path)."""
     if name not in BASIC_BLOCK_RESNETS | BOTTLENECK_RESNETS:
         known = ", ".join(sorted(BASIC_BLOCK_RESNETS | BOTTLENECK_RESNETS))
         raise UserError(f"config field model.backbone: unknown backbone '{name}' (known: {known})")
-    weights = "DEFAULT" if pretrained else None
     builder = getattr(torchvision.models, name)
-    try:
-        if name in BOTTLENECK_RESNETS:
-            net = builder(weights=weights, replace_stride_with_dilation=[False, True, True])
-        else:
-            net = builder(weights=weights)
-            for layer in (net.layer3, net.layer4):
-                layer[0].conv1.stride = (1, 1)
-                layer[0].downsample[0].stride = (1, 1)
-    except (OSError, RuntimeError) as exc:  # no network / no cached weights
-        raise UserError(
-            f"config field model.pretrained: ImageNet weights for {name} unavailable ({exc})"
-        ) from None
+    if name in BOTTLENECK_RESNETS:
+        net = builder(weights=None, replace_stride_with_dilation=[False, True, True])
+    else:
+        net = builder(weights=None)
+        for layer in (net.layer3, net.layer4):
+            layer[0].conv1.stride = (1, 1)
+            layer[0].downsample[0].stride = (1, 1)
+    if pretrained != "none":
+        load_backbone_weights(net, name, pretrained)
     encoder = nn.Sequential(
         net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4
     )
     return encoder, net.fc.in_features
+
+
+def load_backbone_weights(net: nn.Module, name: str, pretrained: str) -> None:
+    """Copy ImageNet weights ("imagenet") or a local state_dict file into the torchvision
+    ResNet `net`. The file holds a state_dict of that ResNet (e.g. torchvision's own weight
+    file); its classifier `fc.*`, which the encoder drops, may be present or not. A missing,
+    unknown or wrongly shaped tensor is a one-line error naming it."""
+    if pretrained == "imagenet":
+        state, source = imagenet_state_dict(name), f"the ImageNet weights of {name}"
+    else:
+        state, source = read_state_dict(pretrained), pretrained
+    expected = {key: value for key, value in net.state_dict().items() if not key.startswith("fc.")}
+    given = {key: value for key, value in state.items() if not str(key).startswith("fc.")}
+    prefix = f"config field model.pretrained: {source}"
+    unknown = sorted(set(given) - set(expected), key=str)
+    if unknown:
+        raise UserError(f"{prefix} has a tensor '{unknown[0]}' that {name} does not have")
+    # BatchNorm fills in a missing `num_batches_tracked` itself (older weight files lack it).
+    missing = [
+        key for key in expected if key not in given and not key.endswith("num_batches_tracked")
+    ]
+    if missing:
+        raise UserError(f"{prefix} lacks {len(missing)} tensors of {name}, e.g. '{missing[0]}'")
+    for key, value in given.items():
+        if not isinstance(value, Tensor) or value.shape != expected[key].shape:
+            shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise UserError(
+                f"{prefix}: '{key}' has shape {shape}, {name} needs {tuple(expected[key].shape)}"
+            )
+    net.load_state_dict(given, strict=False)
+
+
+def read_state_dict(path: str) -> dict[str, Tensor]:
+    """A state_dict saved with `torch.save`, read with `weights_only=True`."""
+    if not Path(path).is_file():
+        raise UserError(
+            f"config field model.pretrained: no such file: {path} (expected none, imagenet or "
+            "the path of a state_dict file)"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise UserError(
+            f"config field model.pretrained: {path} is not a torch state_dict file "
+            f"({_first_line(exc)})"
+        ) from None
+    if not isinstance(state, dict):
+        raise UserError(
+            f"config field model.pretrained: {path} holds a {type(state).__name__}, "
+            "not a state_dict (a dict of tensors)"
+        )
+    return state
+
+
+def imagenet_state_dict(name: str) -> dict[str, Tensor]:
+    """torchvision's ImageNet weights of `name`, from its cache (the torch hub checkpoints
+    folder) or downloaded there; without network access and without the cached file, a
+    one-line error saying where to put it."""
+    weights = torchvision.models.get_model_weights(name)[IMAGENET_WEIGHTS]
+    try:
+        return weights.get_state_dict(
+            progress=False, check_hash=True, map_location="cpu", weights_only=True
+        )
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        target = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
+        raise UserError(
+            f"config field model.pretrained: ImageNet weights of {name} are neither cached nor "
+            f"downloadable ({_first_line(exc)}); put {weights.url} at {target}, or pass the "
+            "path of a state_dict file"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 class DenseHead(nn.Module):
@@ -92,7 +172,10 @@ class DenseMTLModel(MultiTaskModel):
         predictions["normal"] = F.normalize(predictions["normal"], dim=1)
         representation = torch.flatten(F.adaptive_avg_pool2d(encoded, 1), 1)
         return ModelOutput(
-            predictions=predictions, representation=representation, features=features
+            predictions=predictions,
+            representation=representation,
+            features=features,
+            encoder_output=encoded,
         )
 
     def shared_parameters(self) -> list[nn.Parameter]:

@@ -1,0 +1,26 @@
+"""ReLiF as a pluggable regularizer: add it to any PyTorch multi-task training loop.
+
+`ReLiFRegularizer(config, task_names)` is an `nn.Module` holding the scale buffers tau/kappa,
+the running squash quantiles and the violation-rate controller (`ViolationController`, paper
+Eq. ema_violation and lambda_update). Call it once per training step with every task's
+per-example audit score p_k in [0, 1] (paper section 3; e.g. a sigmoid probability) and valid
+mask, and the shared representation the scores come from; it returns lambda_t * L_lip (paper
+Algorithm 2) to add to the task loss, and detached statistics (`STAT_KEYS`: lambda, r, r_ema,
+tau, kappa, loss_lip):
+
+    regularizer = ReLiFRegularizer(ReLiFConfig(r_star=0.24, eta=1e-3), ["seg", "depth"])
+    loss_lip, stats = regularizer({"seg": (p_seg, valid_seg), "depth": (p_depth, valid_depth)},
+                                  representation)
+    (task_loss + loss_lip).backward()
+
+Its state travels in `regularizer.state_dict()` (checkpoint it with the model). Audit the
+trained model under one held-fixed delta with `relif_ray.audit.fixed_delta_audit` on the
+table `relif_ray.audit.scores_frame` builds. A complete example in under 60 lines:
+docs/examples/own_loop.py.
+"""
+
+from relif_ray.config import ReLiFConfig
+from relif_ray.relif.controller import ViolationController
+from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
+
+__all__ = ["STAT_KEYS", "ReLiFConfig", "ReLiFRegularizer", "ViolationController"]

@@ -33,17 +33,16 @@ controller always run in fp32 (or fp64 in tests).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor, nn
 
+from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.config import ReLiFConfig
 from relif_ray.relif.controller import ViolationController
 from relif_ray.relif.surrogate import PrototypePairs, huber_rho, huberized_hinge, prototype_pairs
 
-SQUASH_QUANTILES = (0.1, 0.9)
-"""q10 and q90 of the audit's squash (appendix A.3)."""
-
-SQUASH_EPS = 1e-6
 STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip")
 
 TaskScores = dict[str, tuple[Tensor, Tensor]]
@@ -74,7 +73,9 @@ class ReLiFRegularizer(nn.Module):
             violation_ema=config.violation_ema,
             r_star=config.r_star,
             eta=config.eta,
-            adaptive=config.controller == "adaptive" and config.lipschitz_branch,
+            # A regularizer exists only where ReLiF is on: `enabled` is the engine's switch
+            # for building one, so it is not asked of a config handed to it directly.
+            adaptive=replace(config, enabled=True).controller_adapts(),
         )
         initial_scale = float("nan") if config.quantile_alignment else 1.0
         self.register_buffer("tau", torch.tensor(initial_scale))
@@ -86,18 +87,21 @@ class ReLiFRegularizer(nn.Module):
         self,
         scores: TaskScores,
         representation: Tensor,
-        score_is_probability: dict[str, bool],
+        score_is_probability: dict[str, bool] | None = None,
     ) -> tuple[Tensor | None, dict[str, Tensor]]:
         """(lambda_t * L_lip, detached scalar stats keyed by `STAT_KEYS`).
 
         scores: task -> (raw audit score (B,), bool valid mask (B,)), differentiable.
         representation: (B, D) shared representation.
-        score_is_probability: task -> whether its raw score is already in [0, 1].
+        score_is_probability: task -> whether its raw score is already in [0, 1] (default:
+            every task's is); other scores are squashed with running q10/q90 (step 1 above).
 
         The loss is a 0-dim tensor on every step (exactly 0, with zero gradients, on a step
         without pairs); it is None only for the lipschitz_branch=False ablation, a fixed choice
         of the config.
         """
+        if score_is_probability is None:
+            score_is_probability = dict.fromkeys(self.task_names, True)
         raw = torch.stack([scores[name][0] for name in self.task_names])
         valid = torch.stack([scores[name][1].bool() for name in self.task_names])
         low, high = self._squash_quantiles(raw.detach(), valid)
@@ -157,7 +161,7 @@ class ReLiFRegularizer(nn.Module):
         """A task without any usable score yet has NaN quantiles; all its entries are masked out
         of the pairs anyway, and placeholders keep its (zero) gradients finite."""
         low, high = low.nan_to_num(nan=0.0), high.nan_to_num(nan=1.0)
-        squashed = ((raw - low[:, None]) / (high - low + SQUASH_EPS)[:, None]).clamp(0.0, 1.0)
+        squashed = squash(raw, low[:, None], high[:, None])
         rows = [
             raw[k] if score_is_probability[name] else squashed[k]
             for k, name in enumerate(self.task_names)

@@ -8,13 +8,14 @@ paper's audit-score interface (section 3.1, appendix "Confidence computation").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-Batch = dict[str, Tensor]
-"""A mini-batch: "input" (and e.g. "lengths"), one target entry per task name, "example_id"."""
+from relif_ray.data.splits import Batch
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
@@ -44,15 +45,26 @@ class ModelOutput:
     representation: (B, D) shared representation (global average pool of the encoder map for
         the dense model, the last LSTM state for the clinical model); ReLiF prototypes and the
         method-induced thresholds use it.
+    encoder_output: the encoder output that every head consumes (the dense model's feature
+        map, the clinical LSTM outputs), the tensor itself so that gradients can be taken
+        with respect to it (`method.gradient_source: representation`); None if not exposed.
     """
 
     predictions: dict[str, Tensor]
     representation: Tensor
     features: dict[str, Tensor] = field(default_factory=dict)
+    encoder_output: Tensor | None = None
 
 
 class MetricAccumulator(ABC):
-    """Accumulates a task's native metrics over a whole split, batch by batch."""
+    """Accumulates a task's native metrics over a whole split, batch by batch.
+
+    `higher_is_better` declares each metric's direction, by the name `compute` gives it (as
+    torchmetrics' `Metric.higher_is_better`, one per metric here): tables mark the best value
+    with it.
+    """
+
+    higher_is_better: ClassVar[Mapping[str, bool]]
 
     @abstractmethod
     def update(self, prediction: Tensor, target: Tensor) -> None: ...
@@ -62,9 +74,15 @@ class MetricAccumulator(ABC):
 
 
 class Task(ABC):
-    """One task of a multi-task problem."""
+    """One task of a multi-task problem.
+
+    score_is_probability: whether the raw audit score already lies in [0, 1]; a task whose
+    score does not (NYUv2 depth/normal feature norms) is squashed by the audit's shared
+    `relif_ray.audit.squash`, in training (ReLiF) and at analysis time alike.
+    """
 
     name: str
+    score_is_probability: bool = True
 
     @abstractmethod
     def loss(self, prediction: Tensor, target: Tensor) -> Tensor:

@@ -11,6 +11,9 @@ Targets carry their own masks, because the benchmark labels only some stays and 
 Metrics follow the benchmark's `mimic3models/metrics.py`:
 
 * AUROC: the area under the ROC curve (equal to sklearn's `roc_auc_score`, ties averaged).
+  AUROC and AUPRC depend only on the order of the scores, and the sigmoid is monotone, so both
+  rank the float64 LOGITS: a float32 sigmoid rounds every logit above about 17 to exactly 1.0
+  and would turn distinct predictions into ties.
 * AUPRC: the TRAPEZOID area under the precision-recall curve, i.e. sklearn's
   `auc(recall, precision)` on `precision_recall_curve` - what the benchmark reports. It is not
   average precision (sklearn's `average_precision_score`, a step-wise sum); the two differ,
@@ -39,6 +42,9 @@ labels. A stay is valid for a task's audit when the task labels it (mask, or any
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -64,7 +70,6 @@ LOS_BIN_MEAN_HOURS = (
 """Mean remaining stay (hours) of each bin in the MIMIC-III benchmark (CustomBins.means)."""
 
 NUM_LOS_BINS = 10
-NUM_PHENOTYPES = 25
 
 
 def los_bins(hours: Tensor) -> Tensor:
@@ -142,40 +147,44 @@ class _Collector:
 class BinaryMetrics(MetricAccumulator):
     """AUROC and trapezoid AUPRC over every labelled stay (or step) of a split."""
 
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"auroc": True, "auprc": True}
+
     def __init__(self) -> None:
         self.collected = _Collector()
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         labelled = target[..., 0] > 0.5
-        self.collected.add(
-            scores=torch.sigmoid(prediction[labelled].float()), labels=target[..., 1][labelled]
-        )
+        self.collected.add(logits=prediction[labelled], labels=target[..., 1][labelled])
 
     def compute(self) -> dict[str, float]:
-        scores, labels = self.collected.get("scores"), self.collected.get("labels")
-        return {"auroc": binary_auroc(scores, labels), "auprc": auprc_trapezoid(scores, labels)}
+        logits, labels = self.collected.get("logits"), self.collected.get("labels")
+        return {"auroc": binary_auroc(logits, labels), "auprc": auprc_trapezoid(logits, labels)}
 
 
 class PhenotypeMetrics(MetricAccumulator):
     """Macro AUROC over the 25 phenotype labels."""
 
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"auroc_macro": True}
+
     def __init__(self) -> None:
         self.collected = _Collector()
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
-        self.collected.add(scores=torch.sigmoid(prediction.float()), labels=target)
+        self.collected.add(logits=prediction, labels=target)
 
     def compute(self) -> dict[str, float]:
-        scores, labels = self.collected.get("scores"), self.collected.get("labels")
-        if scores.size == 0:
+        logits, labels = self.collected.get("logits"), self.collected.get("labels")
+        if logits.size == 0:
             return {"auroc_macro": float("nan")}
-        per_label = [binary_auroc(scores[:, k], labels[:, k]) for k in range(labels.shape[1])]
+        per_label = [binary_auroc(logits[:, k], labels[:, k]) for k in range(labels.shape[1])]
         defined = [value for value in per_label if not np.isnan(value)]
         return {"auroc_macro": float(np.mean(defined)) if defined else float("nan")}
 
 
 class LengthOfStayMetrics(MetricAccumulator):
     """Linear-weighted kappa over the 10 bins and MAD (hours) against the bin means."""
+
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"kappa": True, "mad": False}
 
     def __init__(self) -> None:
         self.collected = _Collector()
@@ -206,8 +215,6 @@ class LengthOfStayMetrics(MetricAccumulator):
 class MortalityTask(Task):
     """In-hospital mortality from the first 48 hours: one logit per stay, (B,)."""
 
-    score_is_probability = True
-
     def __init__(self, name: str = "mortality") -> None:
         self.name = name
 
@@ -228,8 +235,6 @@ class MortalityTask(Task):
 
 class DecompensationTask(Task):
     """Death within the next 24 hours, at every hourly step: logits (B, T)."""
-
-    score_is_probability = True
 
     def __init__(self, name: str = "decompensation") -> None:
         self.name = name
@@ -253,8 +258,6 @@ class DecompensationTask(Task):
 class LengthOfStayTask(Task):
     """Remaining length of stay in 10 bins, at every hourly step: logits (B, T, 10)."""
 
-    score_is_probability = True
-
     def __init__(self, name: str = "length_of_stay") -> None:
         self.name = name
 
@@ -277,8 +280,6 @@ class LengthOfStayTask(Task):
 
 class PhenotypeTask(Task):
     """25 acute-care phenotypes of the stay (multi-label): logits (B, 25)."""
-
-    score_is_probability = True
 
     def __init__(self, name: str = "phenotype") -> None:
         self.name = name

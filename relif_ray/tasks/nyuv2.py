@@ -14,6 +14,8 @@ ERM validation quantiles is applied at analysis time, hence `score_is_probabilit
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +44,6 @@ def _feature_norm_score(features: Tensor, valid: Tensor) -> tuple[Tensor, Tensor
 
 class SegmentationTask(Task):
     name = "seg"
-    score_is_probability = True
 
     def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(prediction, target.long(), ignore_index=-1)
@@ -106,6 +107,8 @@ class SegmentationMetrics(MetricAccumulator):
     where LibMTL's code would return NaN.
     """
 
+    higher_is_better: ClassVar[Mapping[str, bool]] = {"miou": True, "pixel_acc": True}
+
     def __init__(self) -> None:
         self.confusion = torch.zeros(NUM_CLASSES, NUM_CLASSES, dtype=torch.int64)
 
@@ -134,6 +137,12 @@ class SegmentationMetrics(MetricAccumulator):
 class DepthMetrics(MetricAccumulator):
     """Absolute error, relative error |p-g|/g and RMSE pooled over all valid pixels."""
 
+    higher_is_better: ClassVar[Mapping[str, bool]] = {
+        "abs_err": False,
+        "rel_err": False,
+        "rmse": False,
+    }
+
     def __init__(self) -> None:
         self.sums = torch.zeros(3, dtype=torch.float64)
         self.count = 0
@@ -148,7 +157,11 @@ class DepthMetrics(MetricAccumulator):
         self.count += int(valid.sum())
 
     def compute(self) -> dict[str, float]:
-        abs_err, rel_err, sq_err = (self.sums / max(self.count, 1)).tolist()
+        """NaN errors (hence a NaN normalized score) when the split has no valid pixel, like
+        an undefined mIoU: no prediction was checked, so there is no error to report."""
+        if self.count == 0:
+            return dict.fromkeys(("abs_err", "rel_err", "rmse"), math.nan)
+        abs_err, rel_err, sq_err = (self.sums / self.count).tolist()
         return {"abs_err": abs_err, "rel_err": rel_err, "rmse": math.sqrt(sq_err)}
 
 
@@ -161,6 +174,11 @@ class NormalMetrics(MetricAccumulator):
     """
 
     THRESHOLDS = (11.25, 22.5, 30.0)
+    higher_is_better: ClassVar[Mapping[str, bool]] = {
+        "angle_mean": False,
+        "angle_median": False,
+        **{f"within_{threshold:g}": True for threshold in THRESHOLDS},
+    }
 
     def __init__(self) -> None:
         self.histogram = torch.zeros(180 * ANGLE_BINS_PER_DEGREE + 1, dtype=torch.int64)
@@ -179,15 +197,18 @@ class NormalMetrics(MetricAccumulator):
         self.histogram += torch.bincount(bins, minlength=self.histogram.numel())
 
     def compute(self) -> dict[str, float]:
-        count = max(self.count, 1)
+        """NaN for every metric when the split has no valid pixel (see `DepthMetrics`)."""
+        if self.count == 0:
+            names = ["angle_mean", "angle_median", *(f"within_{t:g}" for t in self.THRESHOLDS)]
+            return dict.fromkeys(names, math.nan)
         cumulative = self.histogram.cumsum(0)
         # Like numpy: the mean of the lower and upper middle values (equal for odd counts).
         middle = torch.tensor([(self.count + 1) // 2, self.count // 2 + 1])
         median_bins = torch.searchsorted(cumulative, middle).double() + 0.5
         result = {
-            "angle_mean": self.angle_sum / count,
+            "angle_mean": self.angle_sum / self.count,
             "angle_median": float(median_bins.mean()) / ANGLE_BINS_PER_DEGREE,
         }
         for threshold, below in zip(self.THRESHOLDS, self.below.tolist(), strict=True):
-            result[f"within_{threshold:g}"] = below / count
+            result[f"within_{threshold:g}"] = below / self.count
         return result

@@ -1,11 +1,12 @@
-"""Command-line sweeps: parse flags, build the grid (or Optuna studies), launch on Ray Tune.
+"""Command-line sweeps: parse and check flags, then launch the planned trials on Ray Tune.
 
 `sweeps/nyuv2.py`, `sweeps/clinical.py` and `sweeps/controller_sensitivity.py` are thin
 wrappers around `main`. Everything is validated before Ray starts, every trial config included;
 user mistakes exit with status 2 and one line `<script>: error: <what is wrong>`.
 
-A data set plugs in with a `DatasetDefaults` (budget, model, live delta, demo data writer) in
-`DATASETS`; the flags, grid, resources and launch are shared.
+A data set plugs in as a benchmark module of `relif_ray.problems` (budget, model, live delta,
+demo data writer); the flags, grid (`relif_ray.planning`), resources and launch
+(`relif_ray.tuning`) are shared.
 """
 
 from __future__ import annotations
@@ -14,124 +15,36 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment_lock import exclusive_experiment, prepare_new_experiment
+from relif_ray.methods import METHODS
+from relif_ray.planning import (
+    CONTROLLER_ETAS,
+    CONTROLLER_R_STARS,
+    STATIC_LAMBDAS,
+    OptunaPlan,
+    Resources,
+    controller_variants,
+    param_space,
+)
+from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.variants import (
     RELIF_LABELS,
     apply_overrides,
-    experiment_config,
     grid_variants,
     split_label,
     uses_controller,
 )
 
-
-@dataclass(frozen=True)
-class DatasetDefaults:
-    """What differs between data sets.
-
-    seeds, backbone, batch_size, lr, epochs: the budget (flags override them).
-    r_star, eta: the paper's ReLiF controller setting for this data set (--r-star/--eta).
-    delta: threshold of the live validation Bias shown while training and optimised by Optuna
-        (the official fixed-delta audit is computed at analysis time).
-    delta_ref: the paper's held-fixed audit threshold where it is one number (MIMIC-III 0.275,
-        eICU 0.06); NYUv2 takes quantiles of a reference run instead (None).
-    demo_data: keyword arguments of the data set's synthetic writer (`cli_data.DATA_WRITERS`).
-    demo_train: the `--demo` budget (epochs, batch_size, lr, backbone, seeds, methods).
-    config: dotted ExperimentConfig fields set for every trial before the flags apply (the
-        paper's settings, e.g. {"train.optimizer": "adamw"}); demo_config: the same in --demo.
-    """
-
-    dataset: str
-    seeds: int
-    backbone: str
-    batch_size: int
-    lr: float
-    epochs: int
-    r_star: float
-    eta: float
-    delta: float
-    demo_data: dict[str, int]
-    demo_train: dict[str, Any]
-    config: dict[str, Any] = field(default_factory=dict)
-    demo_config: dict[str, Any] = field(default_factory=dict)
-    delta_ref: float | None = None
-
-
-NYUV2 = DatasetDefaults(
-    dataset="nyuv2",
-    seeds=7,
-    backbone="resnet50",
-    batch_size=8,
-    lr=1e-4,
-    epochs=200,
-    r_star=0.24,
-    eta=1e-3,
-    delta=0.2,
-    demo_data={"train": 48, "val": 24, "height": 48, "width": 64},
-    demo_train={
-        "epochs": 4,
-        "batch_size": 8,
-        "lr": 1e-3,
-        "backbone": "resnet18",
-        "seeds": 2,
-        "methods": "erm,relif",
-    },
-)
-"""NYUv2: ResNet50, 7 seeds, r* = 0.24, eta = 1e-3 (paper Table 5); Adam lr 1e-4, batch 8,
-200 epochs (LibMTL's NYUv2 setting; the paper only says "the same budget for every method").
-delta = 0.2 for the live Bias is our choice: the paper's delta_p75/delta_p50 come from a
-reference validation distribution that exists only after the ERM runs (issue 6)."""
-
-CLINICAL_CONFIG = {
-    "train.optimizer": "adamw",
-    "train.weight_decay": 1e-5,
-    "train.grad_clip": 1.0,
-    "train.eval_batch_size": 64,
-    "model.hidden_size": 256,
-    "model.num_layers": 2,
-    "model.dropout": 0.3,
-}
-"""The paper's clinical setting: 2-layer LSTM (256, dropout 0.3), AdamW, wd 1e-5, clip 1.0."""
-
-CLINICAL_DEMO = {"epochs": 3, "batch_size": 16, "lr": 3e-3, "seeds": 2, "methods": "erm,relif"}
-
-MIMIC3 = DatasetDefaults(
-    dataset="mimic3",
-    seeds=7,
-    backbone="lstm",
-    batch_size=64,
-    lr=1e-3,
-    epochs=100,
-    r_star=0.16,
-    eta=1e-3,
-    delta=0.275,
-    demo_data={"patients": 150},
-    demo_train=CLINICAL_DEMO,
-    config=CLINICAL_CONFIG,
-    demo_config={"model.hidden_size": 32},
-    delta_ref=0.275,
-)
-"""MIMIC-III: 7 seeds, delta_ref 0.275, also the live delta (clinical scores are
-probabilities, so the live Bias on val is the paper's audit of val). The paper selects
-(r*, eta) on validation: --search optuna, or a grid with --r-star/--eta (its controller checks
-span r* 0.16-0.28, eta 1e-4-1e-2). 100 epochs is our choice: the paper does not state the
-clinical budget; 100 is the default of Harutyunyan et al.'s benchmark scripts."""
-
-EICU = replace(
-    MIMIC3, dataset="eicu", seeds=3, delta=0.06, demo_data={"patients": 200}, delta_ref=0.06
-)
-"""eICU: MIMIC-III's clinical setting except 3 seeds and delta_ref 0.06 (also the live delta);
-r* 0.16 and eta 1e-3 are the paper's eICU setting."""
-
-CLINICAL = {"mimic3": MIMIC3, "eicu": EICU}
-DATASETS: dict[str, DatasetDefaults] = {"nyuv2": NYUV2, **CLINICAL}
-"""Data sets by name: `--dataset` of sweeps/clinical.py and sweeps/controller_sensitivity.py."""
+DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
+"""Every registered benchmark's defaults (`relif_ray.problems`): `--dataset` of sweeps/run.py
+and sweeps/controller_sensitivity.py."""
+NYUV2, MIMIC3 = DATASETS["nyuv2"], DATASETS["mimic3"]
+CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -152,8 +65,6 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def default_methods() -> str:
     """Every registered MTL method, then ReLiF (= ERM + ReLiF)."""
-    from relif_ray.methods import METHODS
-
     names = sorted(METHODS, key=lambda name: (name != "erm", name))
     return ",".join([*names, "relif"])
 
@@ -189,9 +100,15 @@ def build_parser(
     data.add_argument(
         "--epochs",
         type=int,
-        help=f"epochs per trial (default: {defaults.epochs}; demo: {demo['epochs']})",
+        help=f"epochs per trial (default: {defaults.epochs}; demo: {demo['epochs']}; "
+        "none with --steps alone)",
     )
-    data.add_argument("--steps", type=int, help="cap on optimisation steps per trial")
+    data.add_argument(
+        "--steps",
+        type=int,
+        help="optimisation steps per trial: alone, exactly N steps (across epochs); with "
+        "--epochs, the smaller of the two budgets wins",
+    )
     data.add_argument(
         "--batch-size", type=int, help=f"training batch size (default: {defaults.batch_size})"
     )
@@ -314,8 +231,6 @@ def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, fl
 
 def parse_labels(text: str) -> list[str]:
     """Method labels, each checked against the method registry and the ReLiF labels."""
-    from relif_ray.methods import METHODS
-
     labels = [label.strip() for label in text.split(",") if label.strip()]
     if not labels:
         raise UserError("--methods: no method given")
@@ -331,11 +246,9 @@ def parse_labels(text: str) -> list[str]:
     return labels
 
 
-def resources(args: argparse.Namespace):
-    """The validated `relif_ray.tune.Resources` of the flags (checked again against the
-    cluster once Ray is up)."""
-    from relif_ray.tune import Resources
-
+def resources(args: argparse.Namespace) -> Resources:
+    """The validated `Resources` of the flags (checked again against the cluster once Ray is
+    up)."""
     gpus_per_trial = args.gpus_per_trial
     if gpus_per_trial is None:
         gpus_per_trial = 1.0 if args.num_gpus > 0 else 0.0
@@ -390,10 +303,8 @@ def data_root(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
 def write_demo_data(root: str, defaults: DatasetDefaults) -> None:
     """Write the synthetic demo data set once (atomically, so an existing folder is complete;
     later demo sweeps reuse it)."""
-    from relif_ray.cli_data import DATA_WRITERS
-
     if not Path(root).exists():
-        DATA_WRITERS[defaults.dataset].write(Path(root), seed=0, **defaults.demo_data)
+        benchmark(defaults.dataset).synthetic.write(Path(root), seed=0, **defaults.demo_data)
 
 
 def wants_gpus(args: argparse.Namespace) -> bool:
@@ -419,8 +330,9 @@ def base_config(
     config["device"] = "auto" if use_gpu else "cpu"
     config["model"]["backbone"] = pick(args.backbone, "backbone")
     train = config["train"]
-    train["epochs"] = pick(args.epochs, "epochs")
-    train["max_steps"] = args.steps
+    train["epochs"], train["max_steps"] = training_budget(
+        args.epochs, args.steps, pick(None, "epochs")
+    )
     train["batch_size"] = pick(args.batch_size, "batch_size")
     train["lr"] = pick(args.lr, "lr")
     if args.warmup_steps is not None:
@@ -431,15 +343,20 @@ def base_config(
     return config
 
 
+def training_budget(
+    epochs: int | None, steps: int | None, default_epochs: int
+) -> tuple[int | None, int | None]:
+    """(train.epochs, train.max_steps) of the --epochs/--steps flags (None = not given):
+    --steps alone trains exactly that many steps (no epoch limit); --epochs alone, or neither,
+    that many epochs (the data set's default when neither); both: the smaller budget wins."""
+    if epochs is None and steps is not None:
+        return None, steps
+    return (default_epochs if epochs is None else epochs), steps
+
+
 def check_delta(delta: float) -> None:
     if not 0.0 <= delta <= 1.0:
         raise UserError(f"--delta: must be in [0, 1], got {delta:g}")
-
-
-def check_variants(base: dict, variants: list[dict]) -> None:
-    """Build every trial's config once before Ray starts, so no trial fails on a bad value."""
-    for item in variants:
-        experiment_config({"base": base, "variant": item, "seed": 0})
 
 
 def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str = "") -> str:
@@ -458,17 +375,17 @@ def launch(
     args: argparse.Namespace,
     defaults: DatasetDefaults,
     name: str,
-    plan: Callable[[dict], tuple[dict, Any]],
+    plan: Callable[[dict], tuple[dict, OptunaPlan | None]],
 ) -> str:
     """Validate, then run (or resume) the sweep. `plan(base)` returns (Tune param space,
     OptunaPlan or None) for the validated base config."""
     limits = resources(args)
     check_delta(args.delta)
-    from relif_ray import tune as relif_tune  # Ray is imported from here on
+    from relif_ray.tuning import launch as ray_launch  # Ray is imported from here on
 
     if args.resume:
         with exclusive_experiment(args.storage, name):
-            return relif_tune.run_sweep(
+            return ray_launch.run_sweep(
                 {},
                 name=name,
                 storage=args.storage,
@@ -485,13 +402,14 @@ def launch(
         prepare_new_experiment(args.storage, name, replace=args.demo)
         if args.demo and not args.data_dir:
             write_demo_data(root, defaults)
-        experiment_dir = relif_tune.run_sweep(
+        experiment_dir = ray_launch.run_sweep(
             space,
             name=name,
             storage=args.storage,
             resources=limits,
             max_failures=args.max_failures,
             keep_checkpoints=args.keep_checkpoints,
+            checkpoint_every=0 if args.demo else 1,
             search=search,
         )
     if defaults.delta_ref is not None:
@@ -516,23 +434,15 @@ def run(
         plan = optuna_plan(args, labels, seeds)
     name = experiment_name(args, defaults)
 
-    def grid(base: dict) -> tuple[dict, Any]:
-        from relif_ray import tune as relif_tune
-
+    def grid(base: dict) -> tuple[dict, OptunaPlan | None]:
         if optuna:
-            corners = grid_variants(plan.labels, list(plan.r_star_range), list(plan.eta_range))
-            check_variants(base, corners)
             return plan.space(base, args.delta), plan
-        variants = grid_variants(labels, r_stars, etas)
-        check_variants(base, variants)
-        return relif_tune.param_space(base, variants, seeds, args.delta), None
+        return param_space(base, grid_variants(labels, r_stars, etas), seeds, args.delta), None
 
     return launch(args, defaults, name, grid)
 
 
-def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]):
-    from relif_ray.tune import OptunaPlan
-
+def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]) -> OptunaPlan:
     others = [label for label in labels if not uses_controller(label)]
     if others:
         raise UserError(
@@ -551,33 +461,6 @@ def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]):
         r_star_range=r_range,
         eta_range=parse_range(args.eta_range, "--eta-range", positive=True),
     )
-
-
-CONTROLLER_ETAS = "1e-4,1e-3,1e-2"
-CONTROLLER_R_STARS = ",".join(f"{0.16 + 0.02 * i:g}" for i in range(7))
-STATIC_LAMBDAS = "0.01,0.03,0.1,0.3,1.0"
-
-
-def controller_variants(
-    eta_r_star: float,
-    etas: list[float],
-    r_stars: list[float],
-    r_star_eta: float,
-    static_lambdas: list[float],
-) -> list[dict]:
-    """The paper's controller checks (appendix "Controller sensitivity", section 5):
-    eta in `etas` at r* = `eta_r_star`; r* in `r_stars` at eta = `r_star_eta`; lambda fixed at
-    each of `static_lambdas` ("relif-static"); plus ERM, the same-seed reference the audit
-    squashes NYUv2 scores with. A setting in two checks is trained once."""
-    from relif_ray.variants import unique_variants, variant
-
-    variants = [variant("erm")]
-    variants += [variant("relif", eta_r_star, eta) for eta in etas]
-    variants += [variant("relif", r_star, r_star_eta) for r_star in r_stars]
-    variants += [
-        variant("relif-static", extra={"relif.lambda0": value}) for value in static_lambdas
-    ]
-    return unique_variants(variants)
 
 
 def choose_dataset(
@@ -621,11 +504,8 @@ def run_controller_sensitivity(argv: list[str] | None, defaults: DatasetDefaults
     )
     name = experiment_name(args, defaults, suffix="-controller")
 
-    def grid(base: dict) -> tuple[dict, Any]:
-        from relif_ray import tune as relif_tune
-
-        check_variants(base, variants)
-        return relif_tune.param_space(base, variants, seeds, args.delta), None
+    def grid(base: dict) -> tuple[dict, OptunaPlan | None]:
+        return param_space(base, variants, seeds, args.delta), None
 
     return launch(args, defaults, name, grid)
 

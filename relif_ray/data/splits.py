@@ -1,0 +1,39 @@
+"""In-memory splits: what a format reader hands to a problem, and how batches are gathered.
+
+The lowest layer of the library: readers (this package), tasks and models all speak `Batch`,
+and nothing here knows a model or a task.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from torch import Tensor
+
+Batch = dict[str, Tensor]
+"""A mini-batch: "input" (and e.g. "lengths"), one target entry per task name, "example_id"."""
+
+
+class Split(ABC):
+    """One split held in memory; batches are gathered by example index."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def batch(self, index: Tensor) -> Batch:
+        """The examples at `index` (a 1-D long tensor), including "example_id"."""
+
+
+@dataclass
+class TensorSplit(Split):
+    """A split whose every entry is a tensor with the examples along dim 0."""
+
+    tensors: dict[str, Tensor]
+
+    def __len__(self) -> int:
+        return int(self.tensors["example_id"].shape[0])
+
+    def batch(self, index: Tensor) -> Batch:
+        return {key: value[index] for key, value in self.tensors.items()}

@@ -1,0 +1,126 @@
+"""What a sweep will run, decided and checked before Ray starts (no Ray import).
+
+The resources a sweep may use and each trial asks for (`Resources`), the grid of trial configs
+(`param_space`), the Optuna studies (`OptunaPlan`) and the paper's controller checks
+(`controller_variants`). `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune
+config is described in `relif_ray.variants`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from relif_ray.errors import UserError
+from relif_ray.variants import experiment_config, grid_variants, unique_variants, variant
+
+# The defaults of the paper's controller checks (appendix "Controller sensitivity"): eta at
+# one r*, r* from 0.16 to 0.28 in steps of 0.02 at one eta, and the static-lambda grid.
+CONTROLLER_ETAS = "1e-4,1e-3,1e-2"
+CONTROLLER_R_STARS = ",".join(f"{0.16 + 0.02 * i:g}" for i in range(7))
+STATIC_LAMBDAS = "0.01,0.03,0.1,0.3,1.0"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the sweep may use and what each trial asks for.
+
+    num_gpus: GPUs the sweep may use in total; with gpus_per_trial it caps concurrency at
+        floor(num_gpus / gpus_per_trial) (8 and 0.5 -> 16 trials at once).
+    num_cpus: CPUs of the local Ray instance (None = all); ignored with `address`.
+    address: an existing Ray cluster ("auto" or "HEAD_IP:6379"); None starts local Ray, which
+        detects the machine's real GPUs.
+    """
+
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    num_gpus: float = 0.0
+    num_cpus: int | None = None
+    address: str | None = None
+
+    @property
+    def max_concurrent_trials(self) -> int | None:
+        if self.gpus_per_trial <= 0:
+            return None
+        return max(1, math.floor(self.num_gpus / self.gpus_per_trial + 1e-9))
+
+
+def check_variants(base: dict[str, Any], variants: list[dict]) -> None:
+    """Build every trial's config once before Ray starts, so no trial fails on a bad value."""
+    for item in variants:
+        experiment_config({"base": base, "variant": item, "seed": 0})
+
+
+def param_space(
+    base: dict[str, Any],
+    variants: list[dict],
+    seeds: list[int],
+    delta: float,
+    fault_injection_step: int | None = None,
+) -> dict[str, Any]:
+    """The grid: every variant crossed with every seed, each variant's config checked first.
+
+    `{"grid_search": values}` is Ray Tune's grid-search spec (what `tune.grid_search` returns).
+    fault_injection_step (tests only): every trial raises `InjectedFault` once when it reaches
+    this training step, unless restored from a checkpoint; put it after the first epoch, or
+    the retry has no checkpoint to restore and fails again.
+    """
+    check_variants(base, variants)
+    space = {
+        "variant": {"grid_search": variants},
+        "seed": {"grid_search": seeds},
+        "base": base,
+        "delta": delta,
+    }
+    if fault_injection_step is not None:
+        if not isinstance(fault_injection_step, int) or fault_injection_step < 0:
+            raise UserError(
+                "fault_injection_step: must be a non-negative integer, "
+                f"got {fault_injection_step!r}"
+            )
+        space["fault_injection_step"] = fault_injection_step
+    return space
+
+
+@dataclass(frozen=True)
+class OptunaPlan:
+    """Multi-objective Optuna over (r*, eta): one study per ReLiF label and seed, each with
+    `num_samples` trials; r* uniform and eta log-uniform in the given closed ranges."""
+
+    labels: list[str]
+    seeds: list[int]
+    num_samples: int
+    r_star_range: tuple[float, float]
+    eta_range: tuple[float, float]
+
+    @property
+    def total_trials(self) -> int:
+        return self.num_samples * len(self.labels) * len(self.seeds)
+
+    def space(self, base: dict[str, Any], delta: float) -> dict[str, Any]:
+        """The constant part of every trial's config (the studies suggest the rest), after
+        checking the corners of the search ranges for every label."""
+        corners = grid_variants(self.labels, list(self.r_star_range), list(self.eta_range))
+        check_variants(base, corners)
+        return {"base": base, "delta": delta}
+
+
+def controller_variants(
+    eta_r_star: float,
+    etas: list[float],
+    r_stars: list[float],
+    r_star_eta: float,
+    static_lambdas: list[float],
+) -> list[dict]:
+    """The paper's controller checks (appendix "Controller sensitivity", section 5):
+    eta in `etas` at r* = `eta_r_star`; r* in `r_stars` at eta = `r_star_eta`; lambda fixed at
+    each of `static_lambdas` ("relif-static"); plus ERM, the same-seed reference the audit
+    squashes NYUv2 scores with. A setting in two checks is trained once."""
+    variants = [variant("erm")]
+    variants += [variant("relif", eta_r_star, eta) for eta in etas]
+    variants += [variant("relif", r_star, r_star_eta) for r_star in r_stars]
+    variants += [
+        variant("relif-static", extra={"relif.lambda0": value}) for value in static_lambdas
+    ]
+    return unique_variants(variants)

@@ -1,0 +1,239 @@
+"""Benchmarks: the problem interface, and the registry that finds one module per benchmark.
+
+A benchmark is one module of this package that defines a module-level `BENCHMARK`
+(a `Benchmark`): how to load its `Problem` (reader + tasks + model), its sweep defaults
+(budget, controller setting, live delta, delta_ref), the metrics its report shows and its
+synthetic writer for `relif make-data`. Nothing else registers it: sweeps, trials, `relif
+make-data` and `relif report` all look benchmarks up in `benchmarks()`, which imports every
+module `pkgutil.iter_modules` finds on this package's `__path__`.
+
+Plug-ins: the directories in the environment variable `RELIF_PROBLEMS_PATH`
+(`os.pathsep`-separated) are appended to that `__path__`, so a file `toy.py` with a `BENCHMARK`
+in one of them is found exactly like the built-in `nyuv2.py`. The sweep passes the variable on
+to its Ray workers (`worker_env`), so trial processes find the same plug-ins.
+
+Loaded problems are cached per process (keyed by data set and root), so a Ray worker that runs
+many trials reads its data once, not once per trial.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from relif_ray.config import DataConfig, ModelConfig
+from relif_ray.data.splits import Batch, Split, TensorSplit
+from relif_ray.errors import UserError
+from relif_ray.models.base import MultiTaskModel
+from relif_ray.tasks.base import Task
+
+PATH_VARIABLE = "RELIF_PROBLEMS_PATH"
+"""Environment variable: extra directories searched for benchmark modules."""
+
+BENCHMARK_ATTRIBUTE = "BENCHMARK"
+"""The module-level name a benchmark module defines."""
+
+
+@dataclass
+class Problem:
+    """Tasks + splits + a model factory for one data set."""
+
+    name: str
+    tasks: list[Task]
+    splits: dict[str, Split]
+    model_factory: Callable[[ModelConfig], MultiTaskModel]
+
+    @property
+    def task_names(self) -> list[str]:
+        return [task.name for task in self.tasks]
+
+    def build_model(self, config: ModelConfig) -> MultiTaskModel:
+        return self.model_factory(config)
+
+
+@dataclass(frozen=True)
+class DatasetDefaults:
+    """What a sweep on this data set starts from.
+
+    seeds, backbone, batch_size, lr, epochs: the budget (flags override them).
+    r_star, eta: the paper's ReLiF controller setting for this data set (--r-star/--eta).
+    delta: threshold of the live validation Bias shown while training and optimised by Optuna
+        (the official fixed-delta audit is computed at analysis time).
+    delta_ref: the paper's held-fixed audit threshold where it is one number (MIMIC-III 0.275,
+        eICU 0.06); None: `relif report` calibrates it on ERM's reference run (NYUv2).
+    demo_data: keyword arguments of the data set's synthetic writer (`Benchmark.synthetic`).
+    demo_train: the `--demo` budget (epochs, batch_size, lr, backbone, seeds, methods).
+    config: dotted ExperimentConfig fields set for every trial before the flags apply (the
+        paper's settings, e.g. {"train.optimizer": "adamw"}); demo_config: the same in --demo.
+    """
+
+    dataset: str
+    seeds: int
+    backbone: str
+    batch_size: int
+    lr: float
+    epochs: int
+    r_star: float
+    eta: float
+    delta: float
+    demo_data: dict[str, int]
+    demo_train: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+    demo_config: dict[str, Any] = field(default_factory=dict)
+    delta_ref: float | None = None
+
+
+@dataclass(frozen=True)
+class WriterOption:
+    """One `--name VALUE` option of `relif make-data`, passed to the writer as keyword `name`."""
+
+    name: str
+    type: Callable[[str], object]
+    default: object
+    help: str
+
+
+@dataclass(frozen=True)
+class DataWriter:
+    """A synthetic data set in the real on-disk layout: `write(out, *, overwrite, **options)`
+    and the options it takes."""
+
+    write: Callable[..., Path]
+    help: str
+    options: tuple[WriterOption, ...]
+
+
+@dataclass(frozen=True)
+class ReportMetric:
+    """A native metric column of the report's main table: `<task>_<metric>` and its headers
+    (Markdown, LaTeX). Its direction is the one the task's metric declares."""
+
+    column: str
+    header: str
+    latex: str = ""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: everything the library, the sweeps and the analysis know about it.
+
+    load: root -> Problem (reader + tasks + model), read once per process.
+    tasks: the tasks, without data (the analysis reads their score and metric declarations).
+    defaults: the sweep defaults, `defaults.dataset` being the benchmark's name.
+    synthetic: the writer of `relif make-data <name>` and of `--demo` sweeps.
+    report_metrics: the native metrics of the main table; empty: each task's normalized score.
+    """
+
+    load: Callable[[str], Problem]
+    tasks: Callable[[], list[Task]]
+    defaults: DatasetDefaults
+    synthetic: DataWriter
+    report_metrics: tuple[ReportMetric, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.defaults.dataset
+
+    @property
+    def delta_ref(self) -> float | None:
+        return self.defaults.delta_ref
+
+    @cached_property
+    def squashed_tasks(self) -> frozenset[str]:
+        """Tasks whose stored audit score is not a probability (squashed by the audit)."""
+        return frozenset(task.name for task in self.tasks() if not task.score_is_probability)
+
+    @cached_property
+    def metric_directions(self) -> dict[str, bool]:
+        """`<task>_<metric>` -> higher is better, as each task's metrics declare it; the
+        normalized scores (`<task>_score`, worst, macro) are higher-is-better by definition."""
+        directions = {"worst": True, "macro": True}
+        for task in self.tasks():
+            directions[f"{task.name}_score"] = True
+            for metric, higher in task.new_metrics().higher_is_better.items():
+                directions[f"{task.name}_{metric}"] = higher
+        return directions
+
+
+def benchmarks() -> dict[str, Benchmark]:
+    """Every benchmark module on this package's path and `RELIF_PROBLEMS_PATH`, by name."""
+    return _discover(os.environ.get(PATH_VARIABLE, ""))
+
+
+def benchmark(name: str, where: str = "data.dataset") -> Benchmark:
+    """The benchmark called `name`; a one-line error naming `where` and the known names."""
+    found = benchmarks()
+    if name not in found:
+        raise UserError(
+            f"{where}: must be one of {', '.join(found)}, got '{name}' "
+            f"(benchmark modules are found in relif_ray/problems/ and on ${PATH_VARIABLE})"
+        )
+    return found[name]
+
+
+def plugin_directories(value: str) -> list[str]:
+    """The absolute directories listed in a `RELIF_PROBLEMS_PATH` value (empty entries
+    skipped); absolute, so Ray trials, which run in their own folders, find them too."""
+    return [str(Path(entry).resolve()) for entry in value.split(os.pathsep) if entry]
+
+
+def worker_env() -> dict[str, str]:
+    """Environment variables a Ray worker needs to find the same benchmarks as this process."""
+    directories = plugin_directories(os.environ.get(PATH_VARIABLE, ""))
+    return {PATH_VARIABLE: os.pathsep.join(directories)} if directories else {}
+
+
+@functools.cache
+def _discover(path_value: str) -> dict[str, Benchmark]:
+    for directory in plugin_directories(path_value):
+        if directory not in __path__:
+            __path__.append(directory)
+    found: dict[str, Benchmark] = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        described = getattr(module, BENCHMARK_ATTRIBUTE, None)
+        if described is None:
+            continue
+        if not isinstance(described, Benchmark):
+            raise UserError(f"{module.__file__}: {BENCHMARK_ATTRIBUTE} must be a Benchmark")
+        if described.name in found:
+            raise UserError(f"{module.__file__}: a benchmark '{described.name}' already exists")
+        found[described.name] = described
+    return dict(sorted(found.items()))
+
+
+def load_problem(config: DataConfig) -> Problem:
+    """Load (once per process) the problem named by `config.dataset` from `config.root`."""
+    benchmark(config.dataset, "config field data.dataset")
+    if not config.root:
+        raise UserError("config field data.root: no data directory given")
+    return _cached_problem(config.dataset, config.root)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_problem(dataset: str, root: str) -> Problem:
+    return benchmarks()[dataset].load(root)
+
+
+__all__ = [
+    "Batch",
+    "Benchmark",
+    "DataWriter",
+    "DatasetDefaults",
+    "Problem",
+    "ReportMetric",
+    "Split",
+    "TensorSplit",
+    "WriterOption",
+    "benchmark",
+    "benchmarks",
+    "load_problem",
+    "worker_env",
+]

@@ -1,0 +1,127 @@
+"""Where experiment directories and score files live: a local path, `file://`, `s3://` or
+`gs://`, all read through `pyarrow.fs` (sweeps write to the same kinds of storage).
+
+A location is a `Path` (local paths and `file://` URIs) or a URI string (object storage).
+Credentials come from the usual places of each store (AWS_* / GOOGLE_* environment variables,
+their config files). An S3-compatible store on another endpoint (MinIO, moto, ...) is reached
+by setting `AWS_ENDPOINT_URL` (e.g. `http://127.0.0.1:9000`, which Arrow reads), or by putting
+Arrow's options in the URI itself: `s3://bucket/dir?endpoint_override=127.0.0.1:9000&scheme=http`
+(the query is kept for every file read below it). Reading never writes to the store.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from urllib.request import url2pathname
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from relif_ray.errors import UserError
+
+Location = str | Path
+"""A local `Path`, or the URI of a location in object storage."""
+_BUCKET_SCHEMES = ("s3", "gs", "gcs")
+_LOCAL = pafs.LocalFileSystem()
+
+
+def location(text: str | Path) -> Location:
+    """A path or URI as given by a user: `file://` URIs and plain paths become `Path`s."""
+    if isinstance(text, Path) or "://" not in text:
+        return Path(text)
+    parts = urlsplit(text)
+    if parts.scheme == "file":
+        return Path(url2pathname(parts.path))
+    return text
+
+
+def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem holding `place` and the path of `place` inside it."""
+    if isinstance(place, Path):
+        return _LOCAL, str(place.absolute())
+    parts = urlsplit(place)
+    try:
+        if parts.scheme in _BUCKET_SCHEMES:
+            query = f"?{parts.query}" if parts.query else ""
+            store = _bucket_filesystem(f"{parts.scheme}://{parts.netloc}{query}")
+            return store, f"{parts.netloc}{parts.path}".rstrip("/")
+        return pafs.FileSystem.from_uri(place)
+    except (OSError, pa.ArrowException) as error:
+        raise UserError(f"{display(place)}: cannot open: {_first_line(error)}") from error
+
+
+@functools.lru_cache(maxsize=16)
+def _bucket_filesystem(bucket_uri: str) -> pafs.FileSystem:
+    """One filesystem object per bucket and options (creating one resolves the region)."""
+    return pafs.FileSystem.from_uri(bucket_uri)[0]
+
+
+def join(place: Location, *names: str) -> Location:
+    """`place / name / ...`, keeping a URI's query (its filesystem options)."""
+    if isinstance(place, Path):
+        return place.joinpath(*names)
+    parts = urlsplit(place)
+    path = "/".join([parts.path.rstrip("/"), *names])
+    return urlunsplit(parts._replace(path=path))
+
+
+def parent(place: Location) -> Location:
+    """The folder holding `place`."""
+    if isinstance(place, Path):
+        return place.parent
+    parts = urlsplit(place)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/").rpartition("/")[0]))
+
+
+def display(place: Location) -> str:
+    """The location as shown to a user (a URI without its query options)."""
+    if isinstance(place, Path):
+        return str(place)
+    return urlunsplit(urlsplit(place)._replace(query=""))
+
+
+def file_type(place: Location) -> pafs.FileType:
+    store, path = filesystem(place)
+    try:
+        return store.get_file_info(path).type
+    except OSError as error:
+        raise UserError(f"{display(place)}: cannot read: {_first_line(error)}") from error
+
+
+def list_files(place: Location) -> list[str]:
+    """Every file below the directory `place`, as '/'-separated paths relative to it (one
+    recursive listing: a few requests on object storage however many trials there are)."""
+    store, root = filesystem(place)
+    try:
+        infos = store.get_file_info(pafs.FileSelector(root, recursive=True))
+    except OSError as error:
+        raise UserError(f"{display(place)}: cannot list: {_first_line(error)}") from error
+    prefix = root.rstrip("/") + "/"
+    return sorted(info.path[len(prefix) :] for info in infos if info.type == pafs.FileType.File)
+
+
+def read_text(place: Location) -> str:
+    store, path = filesystem(place)
+    with store.open_input_stream(path) as stream:
+        return stream.read().decode()
+
+
+def read_parquet(place: Location, **options: Any) -> pa.Table:
+    """A parquet file as an arrow table (`options`: those of `pyarrow.parquet.read_table`)."""
+    store, path = filesystem(place)
+    return pq.read_table(path, filesystem=store, **options)
+
+
+def open_input(place: Location) -> pa.NativeFile:
+    """A binary input stream (a context manager) for readers that take file objects."""
+    store, path = filesystem(place)
+    return store.open_input_file(path)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

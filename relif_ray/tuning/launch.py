@@ -1,0 +1,266 @@
+"""Launch a sweep on Ray Tune: connect, check the cluster and storage, run or resume, and
+write the Optuna studies' Pareto sets.
+
+`relif_ray.tuning` is the only package of the library that imports Ray; what a sweep runs is
+planned and checked before, without Ray, in `relif_ray.planning`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.fs
+import ray
+from ray import tune
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from relif_ray.errors import UserError
+from relif_ray.pareto import pareto_front
+from relif_ray.planning import OptunaPlan, Resources
+from relif_ray.problems import worker_env
+from relif_ray.tuning.search import StudyGroups
+from relif_ray.tuning.trainable import ReLiFTrainable
+from relif_ray.variants import describe
+
+PROGRESS_PARAMETERS = {"seed": "seed"}
+PROGRESS_METRICS = {
+    "label": "method",
+    "r_star": "r*",
+    "eta": "eta",
+    "train_step": "step",
+    "worst": "Worst",
+    "macro": "Macro",
+    "val_bias": "val Bias",
+}
+
+
+def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
+    """`<experiment>/pareto.csv`: the Pareto set of every Optuna study of the sweep."""
+    rows = []
+    for result in results:
+        study = (result.config or {}).get("study")
+        metrics = result.metrics or {}
+        if study is None or result.error is not None or "val_bias" not in metrics:
+            continue
+        rows.append(
+            {
+                "study": study,
+                "label": metrics["label"],
+                "seed": metrics["seed"],
+                "trial_id": metrics["trial_id"],
+                "r_star": metrics["r_star"],
+                "eta": metrics["eta"],
+                "val_bias": metrics["val_bias"],
+                "val_worst": metrics["worst"],
+                "val_macro": metrics["macro"],
+            }
+        )
+    if not rows:
+        return None
+    table = pd.DataFrame(rows).dropna(subset=["val_bias", "val_worst"])
+    path = f"{experiment_dir.rstrip('/')}/pareto.csv"
+    _write_text(path, pareto_front(table).to_csv(index=False))
+    return path
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write a small text file to a local path or a storage URI (s3://, gs://, ...)."""
+    if "://" not in path:
+        Path(path).write_text(text)
+        return
+    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
+    with filesystem.open_output_stream(inner) as stream:
+        stream.write(text.encode())
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A `host:port` (or `ray://host:port`) address must accept a TCP connection: Ray itself
+    retries an unreachable address for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms: ray.init reports those itself, and quickly
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(f"--address {address}: no Ray cluster answers there ({reason})") from None
+
+
+def connect(resources: Resources) -> None:
+    """Start local Ray or join the cluster at `resources.address` (unless already connected);
+    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`)."""
+    if ray.is_initialized():
+        return
+    runtime_env = {"env_vars": env} if (env := worker_env()) else None
+    if resources.address:
+        check_reachable(resources.address)
+        try:
+            ray.init(address=resources.address, runtime_env=runtime_env)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"--address {resources.address}: cannot connect ({message})") from None
+    else:
+        ray.init(num_cpus=resources.num_cpus, include_dashboard=False, runtime_env=runtime_env)
+
+
+def check_cluster(resources: Resources) -> None:
+    """Fail before any trial starts when no trial could ever be scheduled (Ray would wait
+    forever): too few GPUs in the cluster, or a trial larger than every node."""
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    total = ray.cluster_resources()
+    gpus = total.get("GPU", 0.0)
+    where = "local Ray" if not resources.address else f"the Ray cluster at {resources.address}"
+    if resources.num_gpus > gpus + 1e-9:
+        raise UserError(
+            f"--num-gpus {resources.num_gpus:g}: {where} has {gpus:g} GPU(s); "
+            "no GPU trial could start (use --num-gpus 0 for CPU trials)"
+        )
+    for kind, asked, flag in (
+        ("CPU", resources.cpus_per_trial, "--cpus-per-trial"),
+        ("GPU", resources.gpus_per_trial, "--gpus-per-trial"),
+    ):
+        largest = max((node["Resources"].get(kind, 0.0) for node in nodes), default=0.0)
+        if asked > largest + 1e-9:
+            raise UserError(
+                f"{flag} {asked:g}: the largest node of {where} has {largest:g} {kind}(s); "
+                "no trial could start"
+            )
+
+
+def storage_problem(probe: str, token: str) -> str | None:
+    """Why the probe file written by the driver is not usable here (None if it is)."""
+    path = Path(probe)
+    if not path.exists():
+        return "the directory is not visible there"
+    if path.read_text() != token:
+        return "a different directory of the same name is there"
+    try:
+        check = path.with_name(path.name + f".{uuid.uuid4().hex}")
+        check.write_text(token)
+        check.unlink()
+    except OSError as exc:
+        return f"not writable there ({exc.strerror})"
+    return None
+
+
+def check_storage_visible(storage_path: str) -> None:
+    """On a multi-node cluster, a local `--storage` path must be one shared directory (NFS):
+    the driver writes a probe file with a random token and a task pinned to each node reads it
+    back and writes next to it. URIs (s3://, gs://) are left to Ray's storage layer."""
+    if "://" in storage_path:
+        return
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    if len(nodes) <= 1:
+        return
+    root = Path(storage_path)
+    root.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    probe = root / f".relif-storage-probe-{token}"
+    probe.write_text(token)
+    remote_check = ray.remote(num_cpus=0)(storage_problem)
+    try:
+        pending = {
+            node["NodeManagerAddress"]: remote_check.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ).remote(str(probe), token)
+            for node in nodes
+        }
+        for address, reference in pending.items():
+            problem = ray.get(reference, timeout=120)
+            if problem:
+                raise UserError(
+                    f"--storage {storage_path}: {problem} on node {address}; a multi-node sweep "
+                    "needs shared storage (an NFS path mounted on every node, or s3://...)"
+                )
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def _trial_dirname(trial: Any) -> str:
+    return f"{describe(trial.config)}_{trial.trial_id}"
+
+
+def run_sweep(
+    space: dict[str, Any],
+    *,
+    name: str,
+    storage: str,
+    resources: Resources | None = None,
+    max_failures: int = 2,
+    keep_checkpoints: int = 2,
+    checkpoint_every: int = 1,
+    resume: bool = False,
+    search: OptunaPlan | None = None,
+    callbacks: list[tune.Callback] | None = None,
+    verbose: int = 1,
+    trainable: type[ReLiFTrainable] = ReLiFTrainable,
+) -> str:
+    """Run (or resume) one sweep; return the experiment directory (a path or a URI).
+
+    Checks that fail fast, before any trial starts: resources (`check_cluster`) and, on a
+    multi-node cluster, shared storage (`check_storage_visible`). `resume` continues a killed
+    sweep from its experiment state: finished trials are kept, unfinished and errored ones
+    continue from their last checkpoint. `trainable` may be an instrumented subclass (the
+    efficiency benchmark times its trials that way). `checkpoint_every`: epochs between
+    checkpoints, 0 = only the final one: Tune snapshots the experiment state each time a trial
+    has written `keep_checkpoints` checkpoints, so epochs of about a second (the demo) with a
+    checkpoint each would snapshot many times a second (and Tune warns about it).
+    """
+    resources = resources or Resources()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
+    storage_path = storage if "://" in storage else str(Path(storage).resolve())
+    experiment_dir = f"{storage_path.rstrip('/')}/{name}"
+    connect(resources)
+    check_cluster(resources)
+    check_storage_visible(storage_path)
+    with_resources = tune.with_resources(
+        trainable, {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
+    )
+    exists = tune.Tuner.can_restore(experiment_dir)
+    if resume and not exists:
+        raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
+    if not resume and exists:
+        raise UserError(
+            f"--name: a sweep already exists at {experiment_dir} (use --resume to continue it, "
+            "or another --name)"
+        )
+    if resume:
+        tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
+    else:
+        tuner = tune.Tuner(
+            with_resources,
+            param_space=space,
+            tune_config=tune.TuneConfig(
+                reuse_actors=True,
+                search_alg=StudyGroups(search) if search else None,
+                num_samples=search.total_trials if search else 1,
+                max_concurrent_trials=resources.max_concurrent_trials,
+                trial_dirname_creator=_trial_dirname,
+            ),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=storage_path,
+                checkpoint_config=tune.CheckpointConfig(
+                    checkpoint_frequency=checkpoint_every,
+                    checkpoint_at_end=True,
+                    num_to_keep=keep_checkpoints,
+                ),
+                failure_config=tune.FailureConfig(max_failures=max_failures),
+                progress_reporter=tune.CLIReporter(
+                    metric_columns=PROGRESS_METRICS,
+                    parameter_columns=PROGRESS_PARAMETERS,
+                    max_report_frequency=30,
+                ),
+                callbacks=callbacks,
+                verbose=verbose,
+            ),
+        )
+    results = tuner.fit()
+    write_pareto(experiment_dir, results)
+    return experiment_dir

@@ -1,0 +1,153 @@
+"""The Ray Tune trial: a Trainable around the engine, with a live validation audit.
+
+One trial = one `TrainingRun`; one Tune iteration = one epoch followed by a validation pass
+and a live fixed-delta audit. Checkpoints hold the engine state (model, optimiser, method,
+ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the trial's
+outputs for val and test (see `relif_ray.outputs`), so the experiment directory in storage is
+all that analysis needs. A trial's Tune config is described in `relif_ray.variants`.
+
+Live validation Bias (`val_bias`, the progress table and the Optuna objective): the audit of
+`relif_ray.audit.fixed_delta_audit` at the sweep's `delta` on the trial's own validation
+scores. Scores that are not probabilities (NYUv2 depth/normal feature norms) are squashed with
+clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), q10/q90 taken from the SAME trial's validation
+scores, because the paper's reference (the same-seed ERM validation run) may not exist yet.
+It is a progress and search signal only: the official fixed-delta numbers are computed at
+analysis time with same-seed ERM quantiles and the reference delta (`analysis`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from ray import tune
+
+from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, squash
+from relif_ray.config import ReLiFConfig
+from relif_ray.engine import TrainingRun
+from relif_ray.outputs import write_trial_outputs
+from relif_ray.variants import experiment_config
+
+STATE_FILE = "state.pt"
+EVAL_SPLITS = ("val", "test")
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the test-only `fault_injection_step` of a trial config."""
+
+
+def live_validation_audit(
+    scores: pd.DataFrame, probability_tasks: set[str], delta: float
+) -> AuditResult | None:
+    """Fixed-delta audit of one split's raw scores, self-squashed (see the module docstring).
+
+    Rows that are invalid or not finite are dropped; None when fewer than two tasks remain.
+    """
+    frame = scores[scores["valid"].astype(bool)].copy()
+    frame["score"] = frame["score"].astype(np.float64)
+    frame = frame[np.isfinite(frame["score"])]
+    for task, rows in frame.groupby("task"):
+        values = rows["score"].to_numpy()
+        if task not in probability_tasks:
+            low, high = np.quantile(values, SQUASH_QUANTILES)
+            values = squash(values, low, high)
+        frame.loc[rows.index, "score"] = np.clip(values, 0.0, 1.0)
+    if frame["task"].nunique() < 2:
+        return None
+    return fixed_delta_audit(frame, delta)
+
+
+def controller_setting(relif: ReLiFConfig) -> dict[str, float]:
+    """The (r*, eta) a trial reports (progress table, `pareto.csv`): NaN unless its controller
+    adapts lambda, since r* and eta change nothing otherwise."""
+    adapts = relif.controller_adapts()
+    return {
+        "r_star": relif.r_star if adapts else math.nan,
+        "eta": relif.eta if adapts else math.nan,
+    }
+
+
+class ReLiFTrainable(tune.Trainable):
+    """One trial: `step()` trains one epoch, validates and audits; checkpoints carry the engine
+    state, and the final one the trial's outputs."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        cpus = self.trial_resources.required_resources.get("CPU", 1)
+        torch.set_num_threads(max(1, int(cpus)))
+        self.label = config["variant"]["label"]
+        self.delta = float(config["delta"])
+        self.fault_step = config.get("fault_injection_step")
+        self.restored = False
+        self.run = TrainingRun(experiment_config(config))
+        self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
+        self.last_eval = None
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        self.setup(new_config)
+        return True
+
+    def step(self) -> dict[str, Any]:
+        self._inject_fault()
+        self.run.train_epoch()
+        self.last_eval = self.run.evaluate("val")
+        audit = live_validation_audit(self.last_eval.scores, self.probability_tasks, self.delta)
+        metrics = {f"val_{key}": value for key, value in self.last_eval.metrics.items()}
+        return {
+            **metrics,
+            "label": self.label,
+            "seed": self.run.config.seed,
+            **controller_setting(self.run.config.relif),
+            "worst": self.last_eval.metrics["worst"],
+            "macro": self.last_eval.metrics["macro"],
+            "val_bias": audit.bias if audit else math.nan,
+            "val_vr": audit.vr if audit else math.nan,
+            "epoch": self.run.epoch,
+            "train_step": self.run.step,
+            "done": self.run.finished,
+        }
+
+    def _inject_fault(self) -> None:
+        """Train up to `fault_injection_step` and raise, unless this trial was restored from a
+        checkpoint: the fault fires once, and the retry continues from the last checkpoint."""
+        step = self.fault_step
+        if step is None or self.restored:
+            return
+        end = min((self.run.epoch + 1) * self.run.steps_per_epoch, self.run.total_steps)
+        if self.run.step <= step < end:
+            self.run.train_steps(step - self.run.step)
+            raise InjectedFault(f"fault injected at training step {step}")
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        torch.save(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
+        if self.run.finished:
+            self._write_outputs(Path(checkpoint_dir))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        state = torch.load(Path(checkpoint_dir) / STATE_FILE, weights_only=True)
+        self.run.load_state_dict(state)
+        self.restored = True
+
+    def _write_outputs(self, directory: Path) -> None:
+        splits = {
+            name: self.last_eval if name == "val" and self.last_eval else self.run.evaluate(name)
+            for name in EVAL_SPLITS
+            if name in self.run.problem.splits
+        }
+        config = self.run.config
+        info = {
+            "trial_id": self.trial_id,
+            "label": self.label,
+            "method": config.method.name,
+            "relif": config.relif.enabled,
+            "seed": config.seed,
+            "steps": self.run.step,
+            "status": "completed",
+            "device": str(self.run.device),
+            "restored_from_checkpoint": self.restored,
+            "config": config.to_dict(),
+        }
+        write_trial_outputs(directory, info, splits, self.run.trace)

@@ -1,0 +1,189 @@
+"""Experiments and score files in object storage: `analysis.load`, `relif report` and
+`relif audit` read `s3://` (an S3 API served by moto on 127.0.0.1), `file://` and local paths
+alike, and give the same numbers as the local copy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.fs as pafs
+import pytest
+from moto.server import ThreadedMotoServer
+
+import analysis
+from analysis.synthetic import write_synthetic_experiment
+from relif_ray import storage
+from relif_ray.cli import main as relif_main
+from relif_ray.errors import UserError
+
+BUCKET = "relif"
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory) -> dict:
+    """A moto S3 server on 127.0.0.1 holding a generated experiment and a score file under
+    s3://relif/results/; yields the endpoint and the local copies."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    local = tmp_path_factory.mktemp("local")
+    experiment = write_synthetic_experiment(
+        local / "nyuv2",
+        labels=("erm", "pcgrad", "relif"),
+        seeds=2,
+        n_examples=24,
+        splits=("val", "test"),
+        errored=1,
+        incomplete=1,
+    )
+    scores = local / "scores"
+    scores.mkdir()
+    frame = pd.read_parquet(next(experiment.glob("*/checkpoint_000000/outputs/scores.parquet")))
+    frame[frame["task"] == "seg"].assign(task="a").pipe(
+        lambda seg: pd.concat([seg, seg.assign(task="b", score=1 - seg["score"])])
+    ).to_parquet(scores / "scores.parquet")
+    pd.read_parquet(scores / "scores.parquet").to_csv(scores / "scores.csv", index=False)
+    upload = pafs.S3FileSystem(
+        endpoint_override=f"{host}:{port}",
+        scheme="http",
+        region="us-east-1",
+        access_key="testing",
+        secret_key="testing",
+        allow_bucket_creation=True,
+    )
+    upload.create_dir(BUCKET)
+    pafs.copy_files(str(local), f"{BUCKET}/results", destination_filesystem=upload)
+    yield {"endpoint": f"http://{host}:{port}", "host": f"{host}:{port}", "local": local}
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: dict, monkeypatch) -> dict:
+    """Credentials and the endpoint the way a user sets them (environment variables)."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": s3_server["endpoint"],
+    }.items():
+        monkeypatch.setenv(name, value)
+    storage._bucket_filesystem.cache_clear()
+    yield s3_server
+    storage._bucket_filesystem.cache_clear()
+
+
+def comparable(trials: pd.DataFrame) -> pd.DataFrame:
+    """Trials without the columns that name where they were read from."""
+    return trials.drop(columns=["experiment", "path"]).reset_index(drop=True)
+
+
+def test_load_reads_s3_like_the_local_copy(s3: dict):
+    local = analysis.load(s3["local"] / "nyuv2")
+    remote = analysis.load(f"s3://{BUCKET}/results/nyuv2")
+    pd.testing.assert_frame_equal(comparable(remote.trials), comparable(local.trials))
+    pd.testing.assert_frame_equal(remote.scores, local.scores)
+    pd.testing.assert_frame_equal(remote.traces, local.traces)
+    trial = local.trials["trial"].iloc[-1]
+    for got, expected in zip(
+        remote.representations(trial), local.representations(trial), strict=True
+    ):
+        np.testing.assert_array_equal(got, expected)
+    assert remote.trials["experiment"].unique().tolist() == [f"s3://{BUCKET}/results/nyuv2"]
+    assert all(p.startswith(f"s3://{BUCKET}/results/nyuv2/") for p in remote.trials["path"])
+    assert sorted(remote.problems["status"]) == ["errored", "incomplete"]
+    assert remote.problems["error"].tolist() == local.problems["error"].tolist()
+
+
+def test_endpoint_options_in_the_uri_instead_of_the_environment(s3: dict, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    uri = f"s3://{BUCKET}/results/nyuv2?endpoint_override={s3['host']}&scheme=http"
+    remote = analysis.load(uri)
+    local = analysis.load(s3["local"] / "nyuv2")
+    pd.testing.assert_frame_equal(comparable(remote.trials), comparable(local.trials))
+    assert remote.trials["experiment"].iloc[0] == f"s3://{BUCKET}/results/nyuv2"
+    trial = local.trials["trial"].iloc[0]
+    pd.testing.assert_frame_equal(remote.trace(trial), local.trace(trial))
+
+
+def test_file_uri_is_a_local_path(s3_server: dict):
+    directory = s3_server["local"] / "nyuv2"
+    from_uri = analysis.load(directory.as_uri())
+    pd.testing.assert_frame_equal(from_uri.trials, analysis.load(directory).trials)
+    assert from_uri.paths == [directory]
+
+
+def test_missing_s3_directory_is_a_one_line_error(s3: dict):
+    with pytest.raises(UserError, match=f"^experiment directory not found: s3://{BUCKET}/nope$"):
+        analysis.load(f"s3://{BUCKET}/nope")
+
+
+def test_report_of_s3_equals_the_report_of_the_local_copy(s3: dict, tmp_path: Path, capsys):
+    outputs = {}
+    for name, source in (
+        ("local", str(s3["local"] / "nyuv2")),
+        ("s3", f"s3://{BUCKET}/results/nyuv2"),
+    ):
+        out = tmp_path / name
+        argv = ["report", source, "--out", str(out), "--n-boot", "20", "--no-figures"]
+        assert relif_main(argv) == 0
+        outputs[name] = out
+    assert capsys.readouterr().err == ""
+    local, remote = outputs["local"], outputs["s3"]
+    tables = sorted(p.relative_to(local) for p in local.rglob("*.csv"))
+    assert Path("tables/main.csv") in tables and Path("per_trial.csv") in tables
+    assert sorted(p.relative_to(remote) for p in remote.rglob("*.csv")) == tables
+    for table in tables:
+        pd.testing.assert_frame_equal(pd.read_csv(remote / table), pd.read_csv(local / table))
+    for name in ("main", "utility", "drift"):
+        assert (remote / f"tables/{name}.md").read_text() == (
+            local / f"tables/{name}.md"
+        ).read_text()
+    assert json.loads((remote / "delta_ref.json").read_text()) == json.loads(
+        (local / "delta_ref.json").read_text()
+    )
+    report = (remote / "report.md").read_text()
+    assert f"Experiment directories: `s3://{BUCKET}/results/nyuv2`" in report
+    assert f"`s3://{BUCKET}/results/nyuv2/ReLiFTrainable_" in report  # problems listed by URI
+
+
+@pytest.mark.parametrize("name", ["scores.parquet", "scores.csv"])
+def test_audit_reads_a_score_file_in_s3(s3: dict, name: str, capsys):
+    flags = ["--delta", "0.2", "--pairs", "300", "--split", "val", "--json"]
+    assert relif_main(["audit", str(s3["local"] / "scores" / name), *flags]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert relif_main(["audit", f"s3://{BUCKET}/results/scores/{name}", *flags]) == 0
+    assert json.loads(capsys.readouterr().out) == local
+    assert set(local["pairs"]) == {"a|b"}
+
+
+def test_audit_reads_a_file_uri(s3_server: dict, capsys):
+    path = s3_server["local"] / "scores" / "scores.csv"
+    flags = ["--delta", "0.2", "--pairs", "300", "--split", "test", "--json"]
+    assert relif_main(["audit", str(path), *flags]) == 0
+    local = capsys.readouterr().out
+    assert relif_main(["audit", path.as_uri(), *flags]) == 0
+    assert capsys.readouterr().out == local
+
+
+def test_audit_of_a_missing_s3_file_is_a_one_line_error(s3: dict, capsys):
+    uri = f"s3://{BUCKET}/results/scores/none.parquet"
+    assert relif_main(["audit", uri, "--delta", "0.2"]) == 2
+    assert capsys.readouterr().err == f"relif: error: {uri}: no such file\n"
+
+
+def test_uri_helpers_keep_the_filesystem_options():
+    uri = "s3://bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+    trial = storage.join(uri, "trial_1", "checkpoint_000002")
+    assert (
+        trial
+        == "s3://bucket/runs/trial_1/checkpoint_000002?endpoint_override=127.0.0.1:9000&scheme=http"
+    )
+    assert storage.parent(storage.parent(trial)) == uri
+    assert storage.display(trial) == "s3://bucket/runs/trial_1/checkpoint_000002"
+    assert storage.location("file:///tmp/runs") == Path("/tmp/runs")
+    assert storage.location("runs/nyuv2") == Path("runs/nyuv2")
+    assert storage.join(Path("/tmp/runs"), "a", "b") == Path("/tmp/runs/a/b")
