@@ -27,7 +27,7 @@ import torch
 import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.outputs import read_trial_info
-from relif_ray.sweep import NYUV2, main
+from relif_ray.sweep_cli import NYUV2, main
 from tests.conftest import TINY_DATA
 
 pytestmark = pytest.mark.slow
@@ -152,7 +152,7 @@ def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
     """seed -> (config, val metrics, trace) of each trial's config trained here in one go, with the
     trial's one CPU thread (float reductions depend on the thread count)."""
     from relif_ray.engine import TrainingRun
-    from relif_ray.sweep import base_config, build_parser
+    from relif_ray.sweep_cli import base_config, build_parser
     from relif_ray.variants import experiment_config, variant
 
     args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x", "unused"))

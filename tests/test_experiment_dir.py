@@ -27,7 +27,8 @@ from relif_ray.experiment_lock import (
     running_sweep,
 )
 from relif_ray.export import export_experiment
-from relif_ray.sweep import NYUV2, main
+from relif_ray.sweep_cli import NYUV2, main
+from tests.conftest import BUCKET
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,12 +69,12 @@ def locked(tmp_path) -> Iterator[tuple[Path, subprocess.Popen]]:
 def test_a_second_sweep_on_a_running_experiment_is_refused_in_one_line(
     mode, locked, nyuv2_dir, capsys, monkeypatch
 ):
-    import relif_ray.tune
+    import relif_ray.tuning.launch
 
     def refuse(*args, **kwargs):
         raise AssertionError("a second sweep would start")
 
-    monkeypatch.setattr(relif_ray.tune, "run_sweep", refuse)
+    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
     experiment, holder = locked
     data = [] if mode == ["--demo"] else ["--data-dir", str(nyuv2_dir)]
     argv = [*data, *mode, "--storage", str(experiment.parent), "--name", "exp"]
@@ -231,3 +232,19 @@ def test_the_documented_resnet50_checkpoint_size_is_the_models(nyuv2_dir):
     docs = " ".join((REPO / "docs" / "sweeps.md").read_text().split())
     assert f"{parameters:,} parameters and {buffers:,} BatchNorm buffer values" in docs
     assert f"measured at {size_mb:.1f} MB" in docs
+
+
+def test_export_of_s3_equals_the_local_experiment(s3, tmp_path, capsys):
+    """`relif export s3://...` (moto on 127.0.0.1) copies what the local original holds for
+    analysis, and both load alike."""
+    uri = f"s3://{BUCKET}/results/nyuv2"
+    assert relif_main(["export", uri, str(tmp_path / "copy")]) == 0
+    assert capsys.readouterr().out.startswith("exported 8 trial(s) (6 with outputs, 2 without): ")
+    local = s3["local"] / "nyuv2"
+    copied = sorted(str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*"))
+    assert copied == sorted(str(p.relative_to(local)) for p in local.rglob("*"))
+    original, copy = analysis.load(local), analysis.load(tmp_path / "copy")
+    columns = [c for c in original.trials.columns if c not in ("experiment", "path")]
+    pd.testing.assert_frame_equal(original.trials[columns], copy.trials[columns])
+    pd.testing.assert_frame_equal(original.scores, copy.scores)
+    assert copy.problems["error"].tolist() == original.problems["error"].tolist()
