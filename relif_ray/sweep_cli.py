@@ -381,6 +381,10 @@ def launch(
     OptunaPlan or None) for the validated base config."""
     limits = resources(args)
     check_delta(args.delta)
+    if not limits.address:
+        from relif_ray.tuning import keep_local_ray_on_loopback
+
+        keep_local_ray_on_loopback()
     from relif_ray.tuning import launch as ray_launch  # Ray is imported from here on
 
     if args.resume:

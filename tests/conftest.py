@@ -11,8 +11,12 @@ import pytest
 import torch
 
 from relif_ray import storage
+from relif_ray.tuning import keep_local_ray_on_loopback
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Every local Ray of the tests (the session's and those of the CLI subprocesses, which inherit
+# the environment) binds to 127.0.0.1; this must happen before anything imports Ray.
+keep_local_ray_on_loopback()
 # One thread, as in a 1-CPU Ray trial: the same float reductions, and no oversubscription
 # of a 2-core machine while Ray workers run beside the test process.
 torch.set_num_threads(1)
@@ -45,7 +49,7 @@ def nyuv2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ray_session():
     """Local Ray with 2 CPUs and 2 logical GPUs (for fractional-GPU packing; trials still run
-    on the CPU), no dashboard, started once for all sweep tests."""
+    on the CPU), no dashboard, bound to 127.0.0.1, started once for all sweep tests."""
     import ray
 
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, ignore_reinit_error=True)

@@ -41,15 +41,18 @@ def add_worker(cluster: Cluster):
     return cluster.add_node(num_cpus=1, node_ip_address=LOCALHOST)
 
 
-def listening_addresses() -> list[str]:
-    """The IP addresses that this process's descendants (every node's processes) listen on."""
+def listening_addresses(root: psutil.Process | None = None) -> list[str]:
+    """The IP addresses that `root` (this process by default) and its descendants (every
+    node's processes that it started) listen on; IPv4 addresses in IPv6 form as IPv4."""
+    root = root or psutil.Process()
     addresses = set()
-    for process in psutil.Process().children(recursive=True):
+    for process in [root, *root.children(recursive=True)]:
         try:
             connections = process.net_connections(kind="inet")
         except psutil.Error:
             continue
-        addresses |= {c.laddr.ip for c in connections if c.status == psutil.CONN_LISTEN}
+        listening = [c.laddr.ip for c in connections if c.status == psutil.CONN_LISTEN]
+        addresses |= {ip.removeprefix("::ffff:") for ip in listening}
     return sorted(addresses)
 
 
