@@ -216,5 +216,5 @@ def test_export_copies_only_what_the_report_reads(experiment, tmp_path):
             for path in sorted(out.rglob("*"))
             if path.is_file() and path.name != "report.md"
         }
-    assert "tables/main.csv" in reports["original"] and "utility.csv" in reports["original"]
+    assert "tables/main.csv" in reports["original"] and "tables/utility.csv" in reports["original"]
     assert reports["copy"] == reports["original"]
