@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -276,7 +277,21 @@ def _sources(experiment: Experiment) -> str:
         )
         lines += [f"- {display_text(variant)}: seeds {seeds}" for variant, seeds in counts.items()]
     lines.append(f"Trials without outputs: {len(experiment.problems)} (listed at the end)")
+    note = running_note(experiment)
+    if note:
+        lines.append(f"**{note}.**")
     return "\n".join(lines) + "\n"
+
+
+def running_note(experiment: Experiment) -> str | None:
+    """What to say when a sweep still writes an experiment (`relif_ray.experiment_lock`)."""
+    running = int((experiment.problems["status"] == "running").sum())
+    if not running:
+        return None
+    return (
+        f"A sweep is still running: {running} trial(s) still running, not in this report; "
+        f"it covers the {len(experiment.trials)} finished trial(s)"
+    )
 
 
 def _protocol(experiment: Experiment, results: Results, options: ReportOptions) -> str:
@@ -530,7 +545,11 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
 
 def run_report(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    report = write_report(load(*args.experiments), args.out, options)
+    experiment = load(*args.experiments)
+    report = write_report(experiment, args.out, options)
+    note = running_note(experiment)
+    if note:
+        print(f"relif: note: {note}", file=sys.stderr)
     print(report)
     return 0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.experiment_lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.methods import METHODS
 from relif_ray.planning import (
     CONTROLLER_ETAS,
@@ -404,19 +404,6 @@ def check_delta(delta: float) -> None:
         raise UserError(f"--delta: must be in [0, 1], got {delta:g}")
 
 
-def prepare_experiment_dir(storage: str, name: str, demo: bool) -> None:
-    """Refuse to mix a new sweep into an existing experiment; `--demo` replaces its own."""
-    path = Path(storage) / name
-    if "://" in storage or not path.exists():
-        return
-    if not demo:
-        raise UserError(
-            f"--name: experiment {path} already exists (use --resume to continue it, "
-            "or another --name)"
-        )
-    shutil.rmtree(path)
-
-
 def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str = "") -> str:
     name = args.name or f"{defaults.dataset}{suffix}{'-demo' if args.demo else ''}"
     if "/" in name or name.startswith("."):
@@ -439,36 +426,42 @@ def launch(
     OptunaPlan or None) for the validated base config."""
     limits = resources(args)
     check_delta(args.delta)
+    if not limits.address:
+        from relif_ray.tuning import keep_local_ray_on_loopback
+
+        keep_local_ray_on_loopback()
     from relif_ray.tuning import launch as ray_launch  # Ray is imported from here on
 
     if args.resume:
-        return ray_launch.run_sweep(
-            {},
+        with exclusive_experiment(args.storage, name):
+            return ray_launch.run_sweep(
+                {},
+                name=name,
+                storage=args.storage,
+                resources=limits,
+                max_failures=args.max_failures,
+                keep_checkpoints=args.keep_checkpoints,
+                resume=True,
+                search=None,
+            )
+    root = data_root(args, defaults)
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
+    space, search = plan(base)
+    with exclusive_experiment(args.storage, name):
+        prepare_new_experiment(args.storage, name, replace=args.demo)
+        if args.demo and not args.data_dir:
+            write_demo_data(root, defaults)
+        experiment_dir = ray_launch.run_sweep(
+            space,
             name=name,
             storage=args.storage,
             resources=limits,
             max_failures=args.max_failures,
             keep_checkpoints=args.keep_checkpoints,
-            resume=True,
-            search=None,
+            checkpoint_every=0 if args.demo else 1,
+            search=search,
+            reference=args.reference,
         )
-    root = data_root(args, defaults)
-    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
-    space, search = plan(base)
-    prepare_experiment_dir(args.storage, name, args.demo)
-    if args.demo and not args.data_dir:
-        write_demo_data(root, defaults)
-    experiment_dir = ray_launch.run_sweep(
-        space,
-        name=name,
-        storage=args.storage,
-        resources=limits,
-        max_failures=args.max_failures,
-        keep_checkpoints=args.keep_checkpoints,
-        checkpoint_every=0 if args.demo else 1,
-        search=search,
-        reference=args.reference,
-    )
     if defaults.delta_ref is not None:
         print(f"fixed-delta audit threshold of the paper: delta_ref = {defaults.delta_ref:g}")
     return experiment_dir

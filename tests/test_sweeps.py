@@ -37,6 +37,7 @@ from relif_ray.variants import (
     variant,
 )
 from tests.conftest import tiny_config
+from tests.local_cluster import LOCALHOST, listening_addresses
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS_PER_EPOCH = 2
@@ -514,6 +515,14 @@ def test_a_trial_crashing_once_recovers_with_the_uninterrupted_numbers(grid_swee
             retried_trace[columns].reset_index(drop=True),
             plain_trace[columns].reset_index(drop=True),
         )
+
+
+def test_the_tests_local_ray_listens_on_loopback_only(ray_session):
+    """The session's local Ray (conftest.py) has its node, its GCS and every listening socket
+    of its processes on 127.0.0.1, not on the network address Ray picks on Linux."""
+    assert {node["NodeManagerAddress"] for node in ray.nodes()} == {LOCALHOST}
+    assert ray.get_runtime_context().gcs_address.startswith(f"{LOCALHOST}:")
+    assert listening_addresses() == [LOCALHOST]
 
 
 @pytest.mark.slow
