@@ -31,6 +31,7 @@ from relif_ray.planning import (
     controller_variants,
     param_space,
 )
+from relif_ray.preflight import check_data, check_storage
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.variants import (
     RELIF_LABELS,
@@ -410,9 +411,11 @@ def launch(
     root = data_root(args, defaults)
     base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
     space, search = plan(base)
+    check_storage(args.storage)
     prepare_experiment_dir(args.storage, name, args.demo)
     if args.demo and not args.data_dir:
         write_demo_data(root, defaults)
+    check_data(defaults.dataset, root)
     experiment_dir = ray_launch.run_sweep(
         space,
         name=name,

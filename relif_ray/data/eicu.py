@@ -206,6 +206,15 @@ def stay_arrays(rows: dict[str, np.ndarray]) -> StayArrays | None:
     return features, mortality, length_of_stay
 
 
+def check_eicu(root: str | Path) -> None:
+    """Check an eICU folder as `read_eicu` would, up to building the stays: all_data.csv
+    parsed whole (columns, numbers, required values, discharge status) and splits.csv."""
+    root = Path(root)
+    path = root / "all_data.csv"
+    table = read_all_data(path)
+    read_splits(root, table["patientunitstayid"].to_numpy().astype(np.int64), path)
+
+
 def read_eicu(root: str | Path) -> tuple[dict[str, SequenceSplit], Standardizer]:
     """The train/val/test splits of an eICU benchmark folder and the training statistics."""
     root = Path(root)
