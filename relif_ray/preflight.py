@@ -16,6 +16,7 @@ the trial, so each rule keeps one home:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,7 +48,9 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
         model_key = (config.data.dataset, repr(config.model))
         if described.model is not None and model_key not in models:
             models.add(model_key)
-            with torch.device("meta"):
+            with torch.device("meta"), warnings.catch_warnings():
+                # loading pretrained weights into meta parameters copies nothing, by design
+                warnings.filterwarnings("ignore", ".*copying from a non-meta parameter")
                 described.model(config.model)
 
 
