@@ -168,6 +168,10 @@ def trial_config(root: Path, **sections: dict) -> ExperimentConfig:
         ({"method": {"name": "fairgrad", "options": {"beta": 1.0}}}, "method.options: invalid"),
         ({"method": {"name": "erm", "gradient_source": "representation"}}, "has no 'repr"),
         ({"model": {"backbone": "resnet999"}}, "model.backbone: unknown backbone"),
+        (
+            {"method": {"gradient_source": "representation"}, "train": {"compile": True}},
+            "needs train.compile false",
+        ),
         ({"model": {"pretrained": "/no/such/weights.pt"}}, "model.pretrained: no such file"),
     ],
 )
@@ -228,6 +232,15 @@ def test_the_eicu_check_parses_all_data_whole(tmp_path):
     check_eicu(data)
     table = data / "all_data.csv"
     lines = table.read_text().splitlines()
+    column = lines[0].split(",").index("patientunitstayid")
+    stays = sorted({int(float(line.split(",")[column])) for line in lines[1:]})
+    (data / "splits.csv").write_text(
+        "patientunitstayid,split\n"
+        + "".join(f"{stay},{'train' if i % 2 else 'test'}\n" for i, stay in enumerate(stays))
+    )
+    with pytest.raises(UserError, match=f"{table}: no usable stay in the val split"):
+        check_eicu(data)
+    (data / "splits.csv").unlink()
     header = lines[0].split(",")
     row = lines[3].split(",")
     row[header.index("hospitaldischargestatus")] = "7"
