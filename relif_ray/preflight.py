@@ -29,25 +29,21 @@ from relif_ray.problems import benchmark
 
 def check_trial_configs(configs: list[ExperimentConfig]) -> None:
     """Build each distinct method and model of `configs` once, as a trial would."""
-    methods, models = set(), set()
+    built: set[str] = set()
     for config in configs:
         described = benchmark(config.data.dataset, "config field data.dataset")
         method = config.method
-        key = (config.data.dataset, method.name, repr(sorted(method.options.items())),
-               method.gradient_source)  # fmt: skip
-        if key not in methods:
-            methods.add(key)
-            task_names = [task.name for task in described.tasks()]
+        if repr((config.data.dataset, method)) not in built:
+            built.add(repr((config.data.dataset, method)))
             build_method(
                 method.name,
-                task_names,
+                [task.name for task in described.tasks()],
                 config.seed,
                 gradient_source=method.gradient_source,
                 **method.options,
             )
-        model_key = (config.data.dataset, repr(config.model))
-        if described.model is not None and model_key not in models:
-            models.add(model_key)
+        if described.model is not None and repr((config.data.dataset, config.model)) not in built:
+            built.add(repr((config.data.dataset, config.model)))
             with torch.device("meta"), warnings.catch_warnings():
                 # loading pretrained weights into meta parameters copies nothing, by design
                 warnings.filterwarnings("ignore", ".*copying from a non-meta parameter")
