@@ -296,3 +296,29 @@ def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(nyu
     problems = analysis.load(experiment).problems
     assert list(problems["status"]) == ["errored"]
     assert message in problems["error"].iloc[0]
+
+
+@pytest.mark.slow
+def test_a_user_error_ends_an_optuna_trial_without_stopping_the_study(
+    ray_session, nyuv2_copy, tmp_path
+):
+    """The Optuna searcher reads val_bias and worst from every result: the one result of a
+    trial that hit a user error must carry them (NaN), or Tune would stop the whole run."""
+    from ray.tune import ExperimentAnalysis
+
+    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep_outcome import TrialsErrored
+    from relif_ray.tuning.launch import run_sweep
+
+    bad = nyuv2_copy / "train" / "depth" / "2.npy"
+    np.save(bad, -np.ones((32, 40, 1), np.float32))
+    plan = OptunaPlan(["relif"], [0], 1, (0.1, 0.4), (1e-4, 1e-2))
+    base = {**tiny_config(nyuv2_copy, epochs=1), "relif": {"warmup_steps": 1}}
+    with pytest.raises(TrialsErrored) as raised:
+        run_sweep(plan.space(base, 0.2), name="optuna", storage=str(tmp_path), search=plan,
+                  verbose=0)  # fmt: skip
+    [trial] = raised.value.trials
+    assert (trial.label, trial.seed) == ("relif", 0)
+    assert trial.error.endswith(f"{bad}: depth contains negative values (min -1)")
+    states = ExperimentAnalysis(str(tmp_path / "optuna")).trials
+    assert [(t.status, t.run_metadata.num_failures) for t in states] == [("ERROR", 1)]

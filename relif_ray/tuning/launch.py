@@ -24,7 +24,7 @@ from relif_ray.pareto import pareto_front
 from relif_ray.planning import OptunaPlan, Resources
 from relif_ray.problems import worker_env
 from relif_ray.tuning.outcome import raise_if_errored
-from relif_ray.tuning.search import StudyGroups
+from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
 from relif_ray.variants import describe
@@ -225,7 +225,7 @@ def run_sweep(
     check_cluster(resources)
     check_storage_visible(storage_path)
     with_resources = tune.with_resources(
-        ending_on_user_error(trainable),
+        ending_on_user_error(trainable, metrics=tuple(OBJECTIVES)),
         {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial},
     )
     exists = tune.Tuner.can_restore(experiment_dir)

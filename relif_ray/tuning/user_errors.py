@@ -11,7 +11,8 @@ The mechanism, in two public hooks and no patch of Tune:
 
 1. `ending_on_user_error(trainable)` returns a subclass (as `tune.with_resources` does) whose
    `setup`/`step` catch a `UserError` and keep it; the next `step` reports one result
-   `{"user_error": "<message>"}` instead of training.
+   `{"user_error": "<message>"}` (with NaN for the metrics the searcher reads) instead of
+   training.
 2. `UserErrorsEndTrials`, a Tune `Callback`, sees that result in `on_trial_result` (which the
    controller runs before it asks the trial for anything more) and sets that trial's
    `max_failures` to 0. The trial's next call (the following `step`, or the checkpoint Tune
@@ -26,6 +27,7 @@ keeps the `--max-failures` retries.
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 from ray import tune
@@ -38,9 +40,11 @@ USER_ERROR = "user_error"
 TrainableType = TypeVar("TrainableType", bound=type[tune.Trainable])
 
 
-def ending_on_user_error(trainable: TrainableType) -> TrainableType:
+def ending_on_user_error(trainable: TrainableType, metrics: tuple[str, ...] = ()) -> TrainableType:
     """`trainable`, with a `UserError` in `setup` or `step` reported once and then raised
-    (see the module docstring)."""
+    (see the module docstring). `metrics`: every metric a searcher or scheduler of the run
+    reads; the one result carries them as NaN, since Tune stops the whole run on a result
+    that lacks one."""
 
     class EndingOnUserError(trainable):  # type: ignore[misc, valid-type]
         def setup(self, config: dict[str, Any]) -> None:
@@ -59,7 +63,7 @@ def ending_on_user_error(trainable: TrainableType) -> TrainableType:
                     self.user_error = error
             if not self.user_error_reported:
                 self.user_error_reported = True
-                return {USER_ERROR: str(self.user_error)}
+                return {USER_ERROR: str(self.user_error), **dict.fromkeys(metrics, math.nan)}
             raise self.user_error
 
         def save_checkpoint(self, checkpoint_dir: str) -> Any:
