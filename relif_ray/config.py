@@ -225,6 +225,12 @@ class ExperimentConfig:
         config = _build(cls, values, prefix="")
         for section in (config.model, config.train, config.relif):
             section.validate()
+        if config.method.gradient_source == "representation" and config.train.compile:
+            raise UserError(
+                "config field method.gradient_source: 'representation' needs train.compile "
+                "false (inside a compiled forward the heads do not read the returned encoder "
+                "output)"
+            )
         return config
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.preflight import check_trial_configs
 from relif_ray.problems import benchmark
 from relif_ray.variants import experiment_config, grid_variants, unique_variants, variant
 
@@ -52,9 +53,11 @@ class Resources:
 
 
 def check_variants(base: dict[str, Any], variants: list[dict]) -> None:
-    """Build every trial's config once before Ray starts, so no trial fails on a bad value."""
-    for item in variants:
-        experiment_config({"base": base, "variant": item, "seed": 0})
+    """Build every trial's config once before Ray starts, then its method and model
+    (`relif_ray.preflight`), so no trial fails on a bad value or option."""
+    check_trial_configs(
+        [experiment_config({"base": base, "variant": item, "seed": 0}) for item in variants]
+    )
 
 
 def param_space(

@@ -31,8 +31,15 @@ from relif_ray.planning import (
     controller_variants,
     param_space,
 )
+from relif_ray.preflight import check_data, check_storage
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.relif.controller import scale_to_budget
+from relif_ray.sweep_outcome import (
+    EXIT_TRIALS_ERRORED,
+    TrialsErrored,
+    retry_command,
+    summary_lines,
+)
 from relif_ray.variants import (
     RELIF_LABELS,
     apply_overrides,
@@ -447,9 +454,13 @@ def launch(
     root = data_root(args, defaults)
     base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
     space, search = plan(base)
+    check_storage(args.storage)
+    writes_demo_data = args.demo and not args.data_dir
+    if not writes_demo_data:
+        check_data(defaults.dataset, root)
     with exclusive_experiment(args.storage, name):
         prepare_new_experiment(args.storage, name, replace=args.demo)
-        if args.demo and not args.data_dir:
+        if writes_demo_data:
             write_demo_data(root, defaults)
         experiment_dir = ray_launch.run_sweep(
             space,
@@ -575,12 +586,18 @@ def main(
     argv: list[str] | None = None,
     runner: Callable[[list[str] | None, DatasetDefaults], str] = run,
 ) -> int:
-    """Entry point of a sweep script: exit 0 with the experiment directory, or 2 on a
-    user mistake (one line on stderr)."""
+    """Entry point of a sweep script: exit 0 with the experiment directory when every trial
+    terminated, 2 on a user mistake found before Ray starts (one line on stderr), or 1 when
+    trials errored (their summary and the retry command close stderr)."""
     try:
         experiment_dir = runner(argv, defaults)
     except UserError as exc:
         print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
         return 2
+    except TrialsErrored as failure:
+        print(f"experiment directory: {failure.experiment_dir}")
+        retry = retry_command([sys.executable, sys.argv[0]], sys.argv[1:] if argv is None else argv)
+        print("\n".join(summary_lines(failure, retry)), file=sys.stderr)
+        return EXIT_TRIALS_ERRORED
     print(f"experiment directory: {experiment_dir}")
     return 0

@@ -13,6 +13,7 @@ import analysis
 from analysis.interface import squash_quantiles
 from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, read_trial_info
 from relif_ray.planning import param_space, trial_order
+from relif_ray.sweep_outcome import TrialsErrored
 from relif_ray.variants import variant
 from tests.test_sweeps import base_config, trial_states
 
@@ -151,9 +152,9 @@ def test_dependents_of_an_errored_reference_error_without_training(
 
     space = _space(small_data, ["erm", "relif"], [0], epochs=2)
     space["fault_injection_step"] = 0  # every trial fails once before any checkpoint
-    experiment = Path(
+    with pytest.raises(TrialsErrored):
         run_sweep(space, name="broken", storage=str(tmp_path), max_failures=0, verbose=0)
-    )
+    experiment = tmp_path / "broken"
     assert sorted(status for status, _ in trial_states(experiment).values()) == ["ERROR"] * 2
     errors = {
         path.parent.name.split("_")[0]: path.read_text() for path in experiment.glob("*/error.txt")

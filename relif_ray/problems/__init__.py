@@ -131,6 +131,14 @@ class Benchmark:
     defaults: the sweep defaults, `defaults.dataset` being the benchmark's name.
     synthetic: the writer of `relif make-data <name>` and of `--demo` sweeps.
     report_metrics: the native metrics of the main table; empty: each task's normalized score.
+    check: root -> None, the sweep driver's check of the data set before any trial starts:
+        every file present and readable, shapes and dtypes from file headers, small files
+        parsed whole; a one-line `UserError` naming the file otherwise. It uses the reader's
+        own rules, so it never accepts what `load` rejects for a reason it could see. None: the
+        trials find data problems when they load.
+    model: the model factory of `load`'s problems, for the driver to build each trial's model
+        on PyTorch's meta device (no memory) and so check its config before any trial starts;
+        None: the trials find model config problems.
     """
 
     load: Callable[[str], Problem]
@@ -138,6 +146,8 @@ class Benchmark:
     defaults: DatasetDefaults
     synthetic: DataWriter
     report_metrics: tuple[ReportMetric, ...] = ()
+    check: Callable[[str], None] | None = None
+    model: Callable[[ModelConfig], MultiTaskModel] | None = None
 
     @property
     def name(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from relif_ray.data.nyuv2 import read_nyuv2
+from relif_ray.data.nyuv2 import check_nyuv2, read_nyuv2
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.models.dense import DenseMTLModel
 from relif_ray.problems import (
@@ -81,6 +81,8 @@ BENCHMARK = Benchmark(
             WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
         ),
     ),
+    check=check_nyuv2,
+    model=DenseMTLModel,
     report_metrics=(
         ReportMetric("seg_miou", "Seg mIoU", "Seg mIoU"),
         ReportMetric("depth_rmse", "Depth RMSE", "Depth RMSE"),

@@ -25,9 +25,11 @@ from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, writ
 from relif_ray.pareto import pareto_front
 from relif_ray.planning import OptunaPlan, Resources, TrialOrder, trial_order
 from relif_ray.problems import worker_env
+from relif_ray.tuning.outcome import raise_if_errored
 from relif_ray.tuning.reference import ReferenceOrder
-from relif_ray.tuning.search import StudyGroups
+from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
+from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
 from relif_ray.variants import describe
 
 PROGRESS_PARAMETERS = {"seed": "seed"}
@@ -243,10 +245,13 @@ def run_sweep(
     multi-node cluster, shared storage (`check_storage_visible`). `resume` continues a killed
     sweep from its experiment state: finished trials are kept, unfinished and errored ones
     continue from their last checkpoint. `trainable` may be an instrumented subclass (the
-    efficiency benchmark times its trials that way). `checkpoint_every`: epochs between
-    checkpoints, 0 = only the final one: Tune snapshots the experiment state each time a trial
-    has written `keep_checkpoints` checkpoints, so epochs of about a second (the demo) with a
-    checkpoint each would snapshot many times a second (and Tune warns about it).
+    efficiency benchmark times its trials that way); a `UserError` in a trial ends it without
+    retries (`relif_ray.tuning.user_errors`), and trials that end in ERROR raise
+    `TrialsErrored` after the run (experiment state, outputs and `pareto.csv` are written).
+    `checkpoint_every`: epochs between checkpoints, 0 = only the final one: Tune snapshots the
+    experiment state each time a trial has written `keep_checkpoints` checkpoints, so epochs of
+    about a second (the demo) with a checkpoint each would snapshot many times a second (and
+    Tune warns about it).
 
     Trials reach Tune through `ReferenceOrder`: a ReLiF trial that trains on its seed's ERM
     squash constants starts after that seed's ERM trial (added where the sweep has none, and
@@ -262,7 +267,8 @@ def run_sweep(
     check_cluster(resources)
     check_storage_visible(storage_path)
     with_resources = tune.with_resources(
-        trainable, {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
+        ending_on_user_error(trainable, metrics=tuple(OBJECTIVES)),
+        {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial},
     )
     exists = tune.Tuner.can_restore(experiment_dir)
     if resume and not exists:
@@ -305,10 +311,11 @@ def run_sweep(
                     parameter_columns=PROGRESS_PARAMETERS,
                     max_report_frequency=30,
                 ),
-                callbacks=callbacks,
+                callbacks=[*(callbacks or []), UserErrorsEndTrials(max_failures)],
                 verbose=verbose,
             ),
         )
     results = tuner.fit()
     write_pareto(experiment_dir, results)
+    raise_if_errored(results, experiment_dir)
     return experiment_dir
