@@ -22,7 +22,7 @@ across the phase boundary.
 
 from __future__ import annotations
 
-import json
+import pickle
 from typing import Any
 
 from ray.tune.search import Searcher
@@ -101,27 +101,34 @@ class ReferenceOrder(Searcher):
         return config
 
     def save(self, checkpoint_path: str) -> None:
-        """Tune's experiment-state snapshot of the order (written and read by this sweep)."""
+        """Tune's experiment-state snapshot of the order and of the Optuna studies (a file
+        this sweep writes and reads itself; Tune renames it into place)."""
         state = {
             "pending": self._pending,
             "ready": self._ready,
             "failed": self._failed,
             "providers": self._providers,
+            "studies": self._studies.__dict__ if self._studies is not None else None,
         }
-        with open(checkpoint_path, "w") as file:
-            json.dump(state, file)
-        if self._studies is not None:
-            self._studies.save(checkpoint_path + ".studies")
+        with open(checkpoint_path, "wb") as file:
+            pickle.dump(state, file)
 
     def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path) as file:
-            state = json.load(file)
-        self._pending = state["pending"]
+        """The snapshot, with the constants file as the last word: a reference whose seed has
+        constants there has finished, even if the snapshot predates it (the driver may have
+        been killed in between), so it is not handed out again."""
+        with open(checkpoint_path, "rb") as file:
+            state = pickle.load(file)
         self._ready = {**state["ready"], **read_squash_constants(self._experiment_dir)}
+        self._pending = [
+            item
+            for item in state["pending"]
+            if item.get("provides") is None or str(item["provides"]) not in self._ready
+        ]
         self._failed = state["failed"]
         self._providers = state["providers"]
-        if self._studies is not None:
-            self._studies.restore(checkpoint_path + ".studies")
+        if self._studies is not None and state["studies"] is not None:
+            self._studies.__dict__.update(state["studies"])
 
 
 def _reported_constants(result: dict[str, Any]) -> dict[str, list[float]]:
