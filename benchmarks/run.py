@@ -26,6 +26,9 @@ sides alike; the CPU rows use one torch thread. Rows:
 - CUDA only (else "needs a GPU"): training images/s of ResNet-50 at 288x384, batch 8, bf16,
   channels-last, for ERM, ERM + ReLiF and each method; and aggregate images/s with the GPU's
   utilisation for 1, 2 and 4 ERM trials packed on one GPU.
+- fidelity, only with `--only fidelity` (about 15 minutes of sweeps on 2 CPU cores): ReLiF's
+  fixed-delta Bias, VR, Worst and Macro against same-seed ERM through the real sweep and
+  report (`fidelity.py`).
 
 Run from the repository root with relif_ray importable (`pip install -e .`, or PYTHONPATH=.).
 The sibling modules are imported inside their sections, so a section runs without the others'
