@@ -76,7 +76,8 @@ class Size:
 FULL = Size(train=160, val=64, height=48, width=64, seeds=3, steps=80, labels=LABELS)
 """80 steps (4 epochs): measured on the 2 shared cores at load 7-10, two concurrent trials ran
 1.35 s per step each (validation audit included), i.e. 0.65 s per trial step; 21 trials x 80
-steps x 0.65 s is about 15 minutes, plus Ray start and the report."""
+steps x 0.65 s is about 15 minutes, plus Ray start and the report. The full run took 862 s
+at load 8.7 (7.5 at the end)."""
 QUICK = Size(train=16, val=8, height=48, width=64, seeds=1, steps=4, labels=LABELS[:2])
 BATCH_SIZE = 8
 LEARNING_RATE = 1e-3
