@@ -26,6 +26,9 @@ sides alike; the CPU rows use one torch thread. Rows:
 - CUDA only (else "needs a GPU"): training images/s of ResNet-50 at 288x384, batch 8, bf16,
   channels-last, for ERM, ERM + ReLiF and each method; and aggregate images/s with the GPU's
   utilisation for 1, 2 and 4 ERM trials packed on one GPU.
+- fidelity, only with `--only fidelity` (about 15 minutes of sweeps on 2 CPU cores): ReLiF's
+  fixed-delta Bias, VR, Worst and Macro against same-seed ERM through the real sweep and
+  report (`fidelity.py`).
 
 Run from the repository root with relif_ray importable (`pip install -e .`, or PYTHONPATH=.).
 The sibling modules are imported inside their sections, so a section runs without the others'
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from timing import TIMING_SQUASH_BAND, verdict_at_most
+from timing import TIMING_SQUASH_BAND, verdict, verdict_at_most
 
 BENCHMARKS = Path(__file__).resolve().parent
 SWEEP_EFFICIENCY_MODULE = "sweep_efficiency"
@@ -74,6 +77,8 @@ class Row:
     target: str
     result: str
     detail: str = ""
+    per_seed: dict[int, float] | None = None
+    """Seed -> value, for rows that aggregate seeds (the fidelity rows)."""
 
 
 @dataclass
@@ -230,7 +235,7 @@ def audit_rows(ctx: Context) -> list[Row]:
             result["pairs_per_s"],
             "pairs/s",
             f">= {module.TARGET:.0e}",
-            "pass" if result["pairs_per_s"] >= module.TARGET else "FAIL",
+            verdict(result["pairs_per_s"] >= module.TARGET),
             f"{result['pairs']:.3g} pairs in {result['seconds']:.3f} s (sampling included); "
             f"plain Python loop {result['loop_pairs_per_s']:.3g} pairs/s "
             f"({result['speedup']:.1f}x)",
@@ -263,7 +268,7 @@ def analysis_rows(ctx: Context) -> list[Row]:
             result["total_s"],
             "s",
             f"<= {module.TARGET_SECONDS:g} s / 1000",
-            ("pass" if passed else "FAIL") + (" (scaled)" if ctx.quick else ""),
+            verdict(passed) + (" (scaled)" if ctx.quick else ""),
             detail,
         )
     ]
@@ -295,7 +300,7 @@ def sweep_rows(ctx: Context) -> list[Row]:
             result["ratio"],
             "",
             f">= {module.TARGET}",
-            "pass" if result["ratio"] >= module.TARGET else "FAIL",
+            verdict(result["ratio"] >= module.TARGET),
             f"{result['trials']} trials of {result['mean_trial_s']:.1f} s on "
             f"{result['slots']} slots, wall {result['wall_s']:.1f} s",
         )
@@ -487,6 +492,16 @@ class UtilisationSampler(threading.Thread):
         return statistics.mean(self.samples) if self.samples else None
 
 
+# --- fidelity (not in the default run) -----------------------------------------------------
+
+
+def fidelity_rows(ctx: Context) -> list[Row]:
+    import fidelity as module
+
+    size = module.QUICK if ctx.quick else module.FULL
+    return module.fidelity_rows(size, ctx.workdir / "fidelity")
+
+
 # --- table ----------------------------------------------------------------------------------
 
 SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
@@ -497,7 +512,10 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "sweep": sweep_rows,
     "memory": memory_and_throughput_rows,
     "packing": packing_rows,
+    "fidelity": fidelity_rows,
 }
+DEFAULT_SECTIONS = [name for name in SECTIONS if name != "fidelity"]
+"""The full run: every section but fidelity (about 15 minutes of sweeps; `--only fidelity`)."""
 
 
 def machine(device: torch.device) -> dict[str, object]:
@@ -549,7 +567,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: minutes on 2 CPUs")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run these sections only")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(SECTIONS),
+        help="run these sections only (fidelity runs only when named here)",
+    )
     parser.add_argument("--compile", action="store_true", help="GPU rows with torch.compile")
     args = parser.parse_args(argv)
     name = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
@@ -559,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         context = Context(args.quick, device, Path(tmp), args.compile)
-        for section in args.only or list(SECTIONS):
+        for section in args.only or DEFAULT_SECTIONS:
             rows += SECTIONS[section](context)
     if args.json:
         payload = {

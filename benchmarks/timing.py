@@ -56,8 +56,13 @@ def ratio_with_interval(
     return statistics.median(ratios), ratios[k], ratios[n - 1 - k]
 
 
+def verdict(passed: bool) -> str:
+    """The result of a row with a target and no noise interval."""
+    return "pass" if passed else "FAIL"
+
+
 def verdict_at_most(median: float, lower: float, target: float) -> str:
     """pass: median <= target; within noise: above, but target is inside the interval; FAIL."""
     if median <= target:
-        return "pass"
+        return verdict(True)
     return "within noise" if lower <= target else "FAIL"

@@ -1,5 +1,6 @@
 """The benchmark suite's own logic: interval arithmetic, verdicts, the audit reference loop and
-the rows `benchmarks/run.py` prints on a machine without a GPU (no timings are asserted)."""
+the rows `benchmarks/run.py` prints on a machine without a GPU (no timings are asserted), and the
+fidelity benchmark's rows against the report's per-trial numbers."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -141,3 +144,74 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
         assert -1.0 <= cosine.value <= 1.0 + 1e-6
     # GradNorm's first step is exact in both modes (w = 1): the cosine is 1
     assert "first 1.0000" in by_name["gradnorm-representation update cosine with exact"].detail
+
+
+def test_fidelity_compares_each_label_with_the_same_seed_erm_trial(load) -> None:
+    fidelity = load("fidelity")
+    trials = pd.DataFrame(
+        {
+            "label": ["erm", "erm", "relif", "relif"],
+            "seed": [0, 1, 1, 0],
+            "bias_p75": [0.4, 0.2, 0.05, 0.1],
+            "worst": [0.3, 0.5, 0.48, 0.31],
+        }
+    )
+    assert fidelity.compare(trials, "relif", "bias_p75", ratio=True) == pytest.approx(
+        {0: 0.25, 1: 0.25}
+    )
+    assert fidelity.compare(trials, "relif", "worst", ratio=False) == pytest.approx(
+        {0: 0.01, 1: -0.02}
+    )
+
+
+def test_run_reaches_fidelity_only_when_named(load, monkeypatch, capsys) -> None:
+    run = load("run")
+    assert "fidelity" in run.SECTIONS and "fidelity" not in run.DEFAULT_SECTIONS
+    sizes = []
+
+    def rows(size, workdir):  # noqa: ANN001, ANN202
+        sizes.append(size)
+        return [run.Row("fidelity", "stub", 0.25, "x", "<= 0.5", "pass", "", {0: 0.25})]
+
+    stub = SimpleNamespace(QUICK="quick size", FULL="full size", fidelity_rows=rows)
+    monkeypatch.setitem(sys.modules, "fidelity", stub)
+    assert run.main(["--quick", "--device", "cpu", "--json", "--only", "fidelity"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert sizes == ["quick size"]
+    assert payload["rows"][0]["per_seed"] == {"0": 0.25}
+
+
+@pytest.mark.slow
+def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_path) -> None:
+    """The --quick size end to end through the real sweep and report."""
+    fidelity = load("fidelity")
+    size = fidelity.QUICK
+    rows = fidelity.fidelity_rows(size, tmp_path)
+    trials = pd.read_csv(tmp_path / "report" / "per_trial.csv")
+    assert sorted(trials["label"]) == sorted(["erm", *size.labels])
+    erm = trials[trials["label"] == "erm"].set_index("seed")
+    by_name = {row.name: row for row in rows}
+    assert len(rows) == 1 + 5 * len(size.labels)
+    for label in size.labels:
+        trial = trials[trials["label"] == label].set_index("seed")
+        bias = by_name[f"Bias@delta_p75 {label} / ERM"]
+        assert bias.per_seed == pytest.approx((trial["bias_p75"] / erm["bias_p75"]).to_dict())
+        assert bias.value == pytest.approx(np.mean(list(bias.per_seed.values())))
+        vr = by_name[f"VR@delta_p75 {label} / ERM"]
+        assert vr.per_seed == pytest.approx((trial["vr_p75"] / erm["vr_p75"]).to_dict())
+        worst = by_name[f"Worst {label} - ERM"]
+        assert worst.per_seed == pytest.approx((trial["worst"] - erm["worst"]).to_dict())
+        macro = by_name[f"Macro {label} - ERM"]
+        assert macro.per_seed == pytest.approx((trial["macro"] - erm["macro"]).to_dict())
+        clip_columns = ["clip0_depth", "clip0_normal", "clip1_depth", "clip1_normal"]
+        clipped = by_name[f"clipped audit scores, {label}"]
+        assert clipped.per_seed == pytest.approx(trial[clip_columns].mean(axis=1).to_dict())
+    judged = [row for row in rows if row.result in ("pass", "FAIL")]
+    assert {row.name for row in judged} == {
+        "Bias@delta_p75 relif / ERM",
+        "Worst relif - ERM",
+        "Macro relif - ERM",
+    }
+    assert by_name["Bias@delta_p75 relif / ERM"].result == (
+        "pass" if by_name["Bias@delta_p75 relif / ERM"].value <= 0.5 else "FAIL"
+    )
