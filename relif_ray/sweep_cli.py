@@ -19,9 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from relif_ray import storage
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.methods import METHODS
+from relif_ray.pareto import SELECTION_FILE, read_pareto, select_settings
 from relif_ray.planning import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
@@ -30,6 +34,8 @@ from relif_ray.planning import (
     Resources,
     controller_variants,
     param_space,
+    selected_trials,
+    trial_list_space,
 )
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.variants import (
@@ -134,10 +140,10 @@ def build_parser(
             f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
         )
         grid.add_argument(
-            "--r-star", default=f"{defaults.r_star:g}", help="ReLiF controller targets (list)"
+            "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"
         )
         grid.add_argument(
-            "--eta", default=f"{defaults.eta:g}", help="ReLiF controller step sizes (list)"
+            "--eta", help=f"ReLiF controller step sizes (list) (default: {defaults.eta:g})"
         )
         grid.add_argument(
             "--search",
@@ -154,6 +160,21 @@ def build_parser(
         )
         grid.add_argument(
             "--eta-range", default="1e-4,1e-2", help="--search optuna: eta bounds (log scale)"
+        )
+        grid.add_argument(
+            "--select-from",
+            metavar="SEARCH_EXPERIMENT",
+            help="run each controller-driven ReLiF label and seed at the (r*, eta) selected "
+            "from the pareto.csv of this --search optuna experiment (path or URI): the lowest "
+            "validation Bias within --select-worst-tolerance of the study's best validation "
+            "Worst",
+        )
+        grid.add_argument(
+            "--select-worst-tolerance",
+            type=float,
+            default=0.02,
+            help="--select-from: how far below the study's best validation Worst a chosen "
+            "point may be",
         )
     add_launch_flags(parser, defaults)
     return parser
@@ -440,17 +461,70 @@ def run(
     optuna = args.search == "optuna"
     default = defaults.demo_train["methods"] if args.demo else default_methods()
     labels = parse_labels(args.methods or ("relif" if optuna else default))
-    r_stars, etas = parse_floats(args.r_star, "--r-star"), parse_floats(args.eta, "--eta")
+    r_stars = parse_floats(args.r_star or f"{defaults.r_star:g}", "--r-star")
+    etas = parse_floats(args.eta or f"{defaults.eta:g}", "--eta")
     if optuna:
         plan = optuna_plan(args, labels, seeds)
+    chosen = select_settings_of(args) if args.select_from and not args.resume else None
+    if chosen is not None:
+        trials = selected_trials(labels, seeds, settings_of(chosen), args.select_from)
+        chosen = chosen[chosen["label"].isin(labels) & chosen["seed"].isin(seeds)]
+        print_selection(chosen, args.select_worst_tolerance)
     name = experiment_name(args, defaults)
 
     def grid(base: dict) -> tuple[dict, OptunaPlan | None]:
         if optuna:
             return plan.space(base, args.delta), plan
+        if chosen is not None:
+            return trial_list_space(base, trials, args.delta), None
         return param_space(base, grid_variants(labels, r_stars, etas), seeds, args.delta), None
 
-    return launch(args, defaults, name, grid)
+    experiment_dir = launch(args, defaults, name, grid)
+    if chosen is not None:
+        record_selection(experiment_dir, chosen, args)
+    return experiment_dir
+
+
+def select_settings_of(args: argparse.Namespace) -> pd.DataFrame:
+    """The (r*, eta) chosen per label and seed from the `--select-from` search (after the
+    flags that would contradict it are refused)."""
+    for flag, value in (("--r-star", args.r_star), ("--eta", args.eta)):
+        if value is not None:
+            raise UserError(
+                f"--select-from: conflicts with {flag} (it selects r* and eta per seed)"
+            )
+    if args.search == "optuna":
+        raise UserError(
+            "--select-from: conflicts with --search optuna (it runs the selected setting)"
+        )
+    return select_settings(read_pareto(args.select_from), args.select_worst_tolerance)
+
+
+def settings_of(chosen: pd.DataFrame) -> dict[tuple[str, int], tuple[float, float]]:
+    return {
+        (row.label, int(row.seed)): (float(row.r_star), float(row.eta))
+        for row in chosen.itertuples()
+    }
+
+
+def print_selection(chosen: pd.DataFrame, tolerance: float) -> None:
+    print(
+        "(r*, eta) selected on validation: lowest val Bias within "
+        f"{tolerance:g} of the study's best val Worst"
+    )
+    for row in chosen.itertuples():
+        print(
+            f"  {row.label} seed {int(row.seed)}: r*={row.r_star:g} eta={row.eta:g} "
+            f"(val Bias {row.val_bias:.4f}, val Worst {row.val_worst:.4f}; "
+            f"study {row.study}, trial {row.trial_id})"
+        )
+
+
+def record_selection(experiment_dir: str, chosen: pd.DataFrame, args: argparse.Namespace) -> None:
+    """`<experiment>/selection.csv`: the chosen pareto.csv rows, their source and tolerance."""
+    table = chosen.assign(source=args.select_from, worst_tolerance=args.select_worst_tolerance)
+    path = storage.join(storage.location(experiment_dir), SELECTION_FILE)
+    storage.write_text(path, table.to_csv(index=False))
 
 
 def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]) -> OptunaPlan:

@@ -2,8 +2,10 @@
 
 A variant is {"label": str, "overrides": {dotted ExperimentConfig field: value}}; a trial's
 Tune config is {"variant", "seed", "base", "delta"} (+ "study" for Optuna trials, + the
-test-only "fault_injection_step"). `base` is the ExperimentConfig dict shared by the sweep;
-the trial's config is `base`, then the variant's overrides, then the seed.
+test-only "fault_injection_step"); a sweep planned as an explicit trial list hands Tune
+{"trial": {"variant", "seed"}, "base", "delta"} instead (`trial_entry` flattens it). `base`
+is the ExperimentConfig dict shared by the sweep; the trial's config is `base`, then the
+variant's overrides, then the seed.
 
 Labels:
 - a registered method name (`erm`, `pcgrad`, ...): that method, ReLiF off;
@@ -57,6 +59,15 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
             target = target.setdefault(key, {})
         target[field] = value
     return result
+
+
+def trial_entry(trial_config: dict[str, Any]) -> dict[str, Any]:
+    """The trial's Tune config with the "variant" and "seed" of an explicit trial list
+    (`relif_ray.planning.trial_list_space`) lifted to the top level; other configs as they are."""
+    if "trial" not in trial_config:
+        return trial_config
+    flat = {key: value for key, value in trial_config.items() if key != "trial"}
+    return {**flat, **trial_config["trial"]}
 
 
 def experiment_config(trial_config: dict[str, Any]) -> ExperimentConfig:

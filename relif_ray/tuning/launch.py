@@ -25,7 +25,7 @@ from relif_ray.planning import OptunaPlan, Resources
 from relif_ray.problems import worker_env
 from relif_ray.tuning.search import StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
-from relif_ray.variants import describe
+from relif_ray.variants import describe, trial_entry
 
 PROGRESS_PARAMETERS = {"seed": "seed"}
 PROGRESS_METRICS = {
@@ -182,7 +182,7 @@ def check_storage_visible(storage_path: str) -> None:
 
 
 def _trial_dirname(trial: Any) -> str:
-    return f"{describe(trial.config)}_{trial.trial_id}"
+    return f"{describe(trial_entry(trial.config))}_{trial.trial_id}"
 
 
 def run_sweep(

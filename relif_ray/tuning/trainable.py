@@ -30,7 +30,7 @@ from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, sq
 from relif_ray.config import ReLiFConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.outputs import write_trial_outputs
-from relif_ray.variants import experiment_config
+from relif_ray.variants import experiment_config, trial_entry
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
@@ -76,6 +76,7 @@ class ReLiFTrainable(tune.Trainable):
     state, and the final one the trial's outputs."""
 
     def setup(self, config: dict[str, Any]) -> None:
+        config = trial_entry(config)
         cpus = self.trial_resources.required_resources.get("CPU", 1)
         torch.set_num_threads(max(1, int(cpus)))
         self.label = config["variant"]["label"]
