@@ -465,7 +465,7 @@ def run(
     etas = parse_floats(args.eta or f"{defaults.eta:g}", "--eta")
     if optuna:
         plan = optuna_plan(args, labels, seeds)
-    chosen = select_settings_of(args) if args.select_from and not args.resume else None
+    chosen = selection_of(args) if args.select_from and not args.resume else None
     if chosen is not None:
         trials = selected_trials(labels, seeds, settings_of(chosen), args.select_from)
         chosen = chosen[chosen["label"].isin(labels) & chosen["seed"].isin(seeds)]
@@ -485,7 +485,7 @@ def run(
     return experiment_dir
 
 
-def select_settings_of(args: argparse.Namespace) -> pd.DataFrame:
+def selection_of(args: argparse.Namespace) -> pd.DataFrame:
     """The (r*, eta) chosen per label and seed from the `--select-from` search (after the
     flags that would contradict it are refused)."""
     for flag, value in (("--r-star", args.r_star), ("--eta", args.eta)):

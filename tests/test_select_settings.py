@@ -205,3 +205,13 @@ def test_search_then_select_from_runs_the_selected_setting(tmp_path):
     recorded = pd.read_csv(storage / "chosen" / "selection.csv")
     assert list(recorded["trial_id"]) == [expected.trial_id]
     assert recorded.loc[0, "source"] == str(storage / "search")
+
+
+def test_the_report_keeps_one_row_for_a_label_selected_per_seed():
+    from analysis.experiment import variant_names
+
+    trials = pd.DataFrame(
+        {"label": ["relif", "relif"], "r_star": [0.2, 0.3], "eta": [1e-3, 1e-2], "seed": [0, 1]}
+    )
+    assert list(variant_names(trials)) == ["relif (r*=0.2, eta=0.001)", "relif (r*=0.3, eta=0.01)"]
+    assert list(variant_names(trials.assign(selected=True))) == ["relif", "relif"]
