@@ -202,6 +202,7 @@ def test_search_then_select_from_runs_the_selected_setting(tmp_path):
     relif = trials.loc["relif", "config"]["relif"]
     assert (relif["r_star"], relif["eta"]) == (expected.r_star, expected.eta)
     assert trials.loc["erm", "seed"] == 0 and not trials.loc["erm", "relif"]
+    assert trials.loc["relif", "selected"] and not trials.loc["erm", "selected"]
     recorded = pd.read_csv(storage / "chosen" / "selection.csv")
     assert list(recorded["trial_id"]) == [expected.trial_id]
     assert recorded.loc[0, "source"] == str(storage / "search")
@@ -215,3 +216,10 @@ def test_the_report_keeps_one_row_for_a_label_selected_per_seed():
     )
     assert list(variant_names(trials)) == ["relif (r*=0.2, eta=0.001)", "relif (r*=0.3, eta=0.01)"]
     assert list(variant_names(trials.assign(selected=True))) == ["relif", "relif"]
+
+
+def test_the_controller_table_lists_each_seeds_selected_setting():
+    from analysis.tables import setting_text
+
+    assert setting_text(pd.Series([0.2, 0.2])) == "0.2"
+    assert setting_text(pd.Series([0.2, 0.3, 0.2])) == "0.2 / 0.3 / 0.2"
