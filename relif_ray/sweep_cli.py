@@ -461,8 +461,9 @@ def run(
     optuna = args.search == "optuna"
     default = defaults.demo_train["methods"] if args.demo else default_methods()
     labels = parse_labels(args.methods or ("relif" if optuna else default))
-    r_stars = parse_floats(args.r_star or f"{defaults.r_star:g}", "--r-star")
-    etas = parse_floats(args.eta or f"{defaults.eta:g}", "--eta")
+    r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
+    r_stars = parse_floats(r_star, "--r-star")
+    etas = parse_floats(f"{defaults.eta:g}" if args.eta is None else args.eta, "--eta")
     if optuna:
         plan = optuna_plan(args, labels, seeds)
     chosen = selection_of(args) if args.select_from and not args.resume else None
