@@ -2,18 +2,24 @@
 
 The resources a sweep may use and each trial asks for (`Resources`), the grid of trial configs
 (`param_space`), an explicit list of (variant, seed) trials at settings selected per seed
-(`selected_trials`, `trial_list_space`), the Optuna studies (`OptunaPlan`) and the paper's
-controller checks (`controller_variants`). `relif_ray.tuning` turns these into a Ray Tune run;
-a trial's Tune config is described in `relif_ray.variants`.
+(`selected_trials`, `trial_list_space`), the Optuna studies (`OptunaPlan`), the paper's
+controller checks (`controller_variants`), and the order Tune gets the trials in
+(`trial_order`: same-seed ERM reference trials before the ReLiF trials that train on their
+squash constants). `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config
+is described in `relif_ray.variants`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
+from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.preflight import check_trial_configs
+from relif_ray.problems import benchmark
 from relif_ray.variants import (
     experiment_config,
     grid_variants,
@@ -54,9 +60,11 @@ class Resources:
 
 
 def check_variants(base: dict[str, Any], variants: list[dict]) -> None:
-    """Build every trial's config once before Ray starts, so no trial fails on a bad value."""
-    for item in variants:
-        experiment_config({"base": base, "variant": item, "seed": 0})
+    """Build every trial's config once before Ray starts, then its method and model
+    (`relif_ray.preflight`), so no trial fails on a bad value or option."""
+    check_trial_configs(
+        [experiment_config({"base": base, "variant": item, "seed": 0}) for item in variants]
+    )
 
 
 def param_space(
@@ -120,9 +128,9 @@ def selected_trials(
 
 
 def trial_list_space(base: dict[str, Any], trials: list[dict], delta: float) -> dict[str, Any]:
-    """Tune's param space of an explicit trial list: one grid over the {"variant", "seed"}
-    entries under the key "trial" (`relif_ray.variants.trial_entry` lifts it back to the top
-    level), each variant's config checked first."""
+    """The param space of an explicit trial list: one grid over the {"variant", "seed"}
+    entries under the key "trial" (`trial_order` hands each trial its entry's "variant" and
+    "seed"), each variant's config checked first."""
     check_variants(base, unique_variants([trial["variant"] for trial in trials]))
     return {"trial": {"grid_search": trials}, "base": base, "delta": delta}
 
@@ -168,3 +176,83 @@ def controller_variants(
         variant("relif-static", extra={"relif.lambda0": value}) for value in static_lambdas
     ]
     return unique_variants(variants)
+
+
+def waits_for_reference(config: ExperimentConfig) -> bool:
+    """Whether a trial trains on same-seed ERM squash constants it does not have yet: ReLiF
+    with the paper's squash (`relif.squash = "erm"`) on a data set with squashed scores."""
+    relif = config.relif
+    if not relif.enabled or relif.squash != "erm" or relif.squash_constants:
+        return False
+    return bool(benchmark(config.data.dataset).squashed_tasks)
+
+
+def is_reference(config: ExperimentConfig) -> bool:
+    """Whether a trial is an ERM reference: plain ERM on a data set with squashed scores."""
+    plain_erm = config.method.name == "erm" and not config.relif.enabled
+    return plain_erm and bool(benchmark(config.data.dataset).squashed_tasks)
+
+
+@dataclass(frozen=True)
+class TrialOrder:
+    """The trials of a sweep in the order Tune gets them (`relif_ray.tuning.reference`).
+
+    constants: the part of the Tune config every trial shares (base, delta, ...).
+    items: {"config": {"variant", "seed"}, "needs": seed or None, "provides": seed or None}:
+        ERM references first, then the trials that wait for nothing, then the waiting ones.
+    studies_need_reference: whether Optuna's (ReLiF) trials wait for their seed's reference.
+    added_references: seeds whose ERM reference trial the sweep added (none was asked for).
+    """
+
+    constants: dict[str, Any]
+    items: list[dict[str, Any]]
+    studies_need_reference: bool = False
+    added_references: tuple[int, ...] = ()
+
+
+def trial_order(
+    space: dict[str, Any], search: OptunaPlan | None, ready_seeds: set[int]
+) -> TrialOrder:
+    """Order the grid of `param_space` (or the Optuna studies of `search` over the constant
+    `space`) so every trial that needs its seed's ERM squash constants comes after that seed's
+    ERM trial; seeds in `ready_seeds` already have their constants (`--reference`). A seed
+    whose waiting trials have no ERM trial in the sweep gets one added."""
+    base = space["base"]
+    grids = {key: value["grid_search"] for key, value in space.items() if _is_grid(value)}
+    constants = {key: value for key, value in space.items() if key not in grids}
+    names = list(grids)
+    trials = [dict(zip(names, values, strict=True)) for values in product(*grids.values())]
+    trials = [{**trial, **trial.pop("trial")} if "trial" in trial else trial for trial in trials]
+    if search is not None:
+        trials = []
+    trials.sort(key=lambda trial: trial["seed"])  # stable: the grid's order within a seed
+    providers, plain, waiting = {}, [], []
+    for trial in trials:
+        item, seed = trial["variant"], trial["seed"]
+        config = experiment_config({"base": base, "variant": item, "seed": seed})
+        entry = {"config": trial, "needs": None, "provides": None}
+        if waits_for_reference(config) and seed not in ready_seeds:
+            waiting.append({**entry, "needs": seed})
+        elif is_reference(config) and seed not in providers and seed not in ready_seeds:
+            providers[seed] = {**entry, "provides": seed}
+        else:
+            plain.append(entry)
+    studies_wait = False
+    if search is not None:
+        corner = variant(search.labels[0], search.r_star_range[0], search.eta_range[0])
+        config = experiment_config({"base": base, "variant": corner, "seed": search.seeds[0]})
+        studies_wait = waits_for_reference(config)
+    needing = {entry["needs"] for entry in waiting}
+    if studies_wait:
+        needing |= {seed for seed in search.seeds if seed not in ready_seeds}
+    added = tuple(sorted(seed for seed in needing if seed not in providers))
+    for seed in added:
+        entry = {"config": {"variant": variant("erm"), "seed": seed}, "needs": None}
+        providers[seed] = {**entry, "provides": seed}
+    items = [providers[seed] for seed in sorted(providers)] + plain + waiting
+    return TrialOrder(constants, items, studies_wait, added)
+
+
+def _is_grid(value: Any) -> bool:
+    """Ray Tune's grid-search spec, {"grid_search": values} (see `param_space`)."""
+    return isinstance(value, dict) and set(value) == {"grid_search"}

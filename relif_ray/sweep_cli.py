@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import pandas as pd
 from relif_ray import storage
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.experiment_lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.methods import METHODS
 from relif_ray.pareto import SELECTION_FILE, read_pareto, select_settings
 from relif_ray.planning import (
@@ -37,7 +37,15 @@ from relif_ray.planning import (
     selected_trials,
     trial_list_space,
 )
+from relif_ray.preflight import check_data, check_storage
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
+from relif_ray.relif.controller import scale_to_budget
+from relif_ray.sweep_outcome import (
+    EXIT_TRIALS_ERRORED,
+    TrialsErrored,
+    retry_command,
+    summary_lines,
+)
 from relif_ray.variants import (
     RELIF_LABELS,
     apply_overrides,
@@ -106,14 +114,14 @@ def build_parser(
     data.add_argument(
         "--epochs",
         type=int,
-        help=f"epochs per trial (default: {defaults.epochs}; demo: {demo['epochs']}; "
-        "none with --steps alone)",
+        help=f"epochs per trial (default: {defaults.epochs}; demo: "
+        f"{demo.get('epochs', 'none')}; none with --steps alone)",
     )
     data.add_argument(
         "--steps",
         type=int,
         help="optimisation steps per trial: alone, exactly N steps (across epochs); with "
-        "--epochs, the smaller of the two budgets wins",
+        f"--epochs, the smaller of the two budgets wins (demo: {demo.get('steps', 'none')})",
     )
     data.add_argument(
         "--batch-size", type=int, help=f"training batch size (default: {defaults.batch_size})"
@@ -124,7 +132,12 @@ def build_parser(
         help=f"model backbone (default: {defaults.backbone}; demo: "
         f"{demo.get('backbone', defaults.backbone)})",
     )
-    data.add_argument("--warmup-steps", type=int, help="ReLiF controller warmup steps")
+    data.add_argument(
+        "--warmup-steps",
+        type=int,
+        help="ReLiF controller warmup steps (default: 100; demo: scale_to_budget, warmup / "
+        "steps as in the paper's NYUv2 run)",
+    )
     data.add_argument(
         "--delta",
         type=float,
@@ -143,7 +156,10 @@ def build_parser(
             "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"
         )
         grid.add_argument(
-            "--eta", help=f"ReLiF controller step sizes (list) (default: {defaults.eta:g})"
+            "--eta",
+            help=f"ReLiF controller step sizes (list) (default: {defaults.eta:g}; demo: "
+            "scaled to the demo's step budget with scale_to_budget, eta x steps as in the "
+            "paper's 200-epoch NYUv2 run)",
         )
         grid.add_argument(
             "--search",
@@ -212,6 +228,12 @@ def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults)
         "--resume",
         action="store_true",
         help="continue the killed sweep --name in --storage (other grid flags are ignored)",
+    )
+    launch.add_argument(
+        "--reference",
+        metavar="EXPERIMENT",
+        help="take the same-seed ERM squash constants that ReLiF trains on from this finished "
+        "experiment (directory or URI) instead of running ERM reference trials first",
     )
 
 
@@ -352,16 +374,47 @@ def base_config(
     config["model"]["backbone"] = pick(args.backbone, "backbone")
     train = config["train"]
     train["epochs"], train["max_steps"] = training_budget(
-        args.epochs, args.steps, pick(None, "epochs")
+        args.epochs, demo_steps(args, defaults), pick(None, "epochs")
     )
     train["batch_size"] = pick(args.batch_size, "batch_size")
     train["lr"] = pick(args.lr, "lr")
+    scaled = demo_controller(args, defaults)
     if args.warmup_steps is not None:
         config["relif"]["warmup_steps"] = args.warmup_steps
-    elif args.demo:
-        config["relif"]["warmup_steps"] = 5
+    elif scaled is not None:
+        config["relif"]["warmup_steps"] = scaled[1]
     ExperimentConfig.from_dict(config)
     return config
+
+
+def controller_grid(
+    args: argparse.Namespace, defaults: DatasetDefaults
+) -> tuple[list[float], list[float]]:
+    """(r* values, eta values) of the grid: the flags, else the data set's (for --demo, eta
+    scaled to the demo's step budget, `demo_controller`)."""
+    scaled = demo_controller(args, defaults)
+    eta = f"{scaled[0] if scaled else defaults.eta:g}" if args.eta is None else args.eta
+    r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
+    return parse_floats(r_star, "--r-star"), parse_floats(eta, "--eta")
+
+
+def demo_steps(args: argparse.Namespace, defaults: DatasetDefaults) -> int | None:
+    """--steps, or the demo's step budget when --demo is given without --epochs/--steps."""
+    if args.steps is None and args.epochs is None and args.demo:
+        return defaults.demo_train.get("steps")
+    return args.steps
+
+
+def demo_controller(
+    args: argparse.Namespace, defaults: DatasetDefaults
+) -> tuple[float, int] | None:
+    """(eta, warmup) of a --demo sweep: `relif_ray.relif.controller.scale_to_budget` of its
+    step budget, so lambda moves as far as in the paper's 200-epoch NYUv2 run (eta x steps and
+    warmup / steps kept); None outside --demo or without a step budget (--epochs)."""
+    steps = demo_steps(args, defaults)
+    if not args.demo or steps is None or args.epochs is not None:
+        return None
+    return scale_to_budget(steps, defaults.eta)
 
 
 def training_budget(
@@ -378,19 +431,6 @@ def training_budget(
 def check_delta(delta: float) -> None:
     if not 0.0 <= delta <= 1.0:
         raise UserError(f"--delta: must be in [0, 1], got {delta:g}")
-
-
-def prepare_experiment_dir(storage: str, name: str, demo: bool) -> None:
-    """Refuse to mix a new sweep into an existing experiment; `--demo` replaces its own."""
-    path = Path(storage) / name
-    if "://" in storage or not path.exists():
-        return
-    if not demo:
-        raise UserError(
-            f"--name: experiment {path} already exists (use --resume to continue it, "
-            "or another --name)"
-        )
-    shutil.rmtree(path)
 
 
 def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str = "") -> str:
@@ -415,35 +455,46 @@ def launch(
     OptunaPlan or None) for the validated base config."""
     limits = resources(args)
     check_delta(args.delta)
+    if not limits.address:
+        from relif_ray.tuning import keep_local_ray_on_loopback
+
+        keep_local_ray_on_loopback()
     from relif_ray.tuning import launch as ray_launch  # Ray is imported from here on
 
     if args.resume:
-        return ray_launch.run_sweep(
-            {},
+        with exclusive_experiment(args.storage, name):
+            return ray_launch.run_sweep(
+                {},
+                name=name,
+                storage=args.storage,
+                resources=limits,
+                max_failures=args.max_failures,
+                keep_checkpoints=args.keep_checkpoints,
+                resume=True,
+                search=None,
+            )
+    root = data_root(args, defaults)
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
+    space, search = plan(base)
+    check_storage(args.storage)
+    writes_demo_data = args.demo and not args.data_dir
+    if not writes_demo_data:
+        check_data(defaults.dataset, root)
+    with exclusive_experiment(args.storage, name):
+        prepare_new_experiment(args.storage, name, replace=args.demo)
+        if writes_demo_data:
+            write_demo_data(root, defaults)
+        experiment_dir = ray_launch.run_sweep(
+            space,
             name=name,
             storage=args.storage,
             resources=limits,
             max_failures=args.max_failures,
             keep_checkpoints=args.keep_checkpoints,
-            resume=True,
-            search=None,
+            checkpoint_every=0 if args.demo else 1,
+            search=search,
+            reference=args.reference,
         )
-    root = data_root(args, defaults)
-    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
-    space, search = plan(base)
-    prepare_experiment_dir(args.storage, name, args.demo)
-    if args.demo and not args.data_dir:
-        write_demo_data(root, defaults)
-    experiment_dir = ray_launch.run_sweep(
-        space,
-        name=name,
-        storage=args.storage,
-        resources=limits,
-        max_failures=args.max_failures,
-        keep_checkpoints=args.keep_checkpoints,
-        checkpoint_every=0 if args.demo else 1,
-        search=search,
-    )
     if defaults.delta_ref is not None:
         print(f"fixed-delta audit threshold of the paper: delta_ref = {defaults.delta_ref:g}")
     return experiment_dir
@@ -461,9 +512,7 @@ def run(
     optuna = args.search == "optuna"
     default = defaults.demo_train["methods"] if args.demo else default_methods()
     labels = parse_labels(args.methods or ("relif" if optuna else default))
-    r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
-    r_stars = parse_floats(r_star, "--r-star")
-    etas = parse_floats(f"{defaults.eta:g}" if args.eta is None else args.eta, "--eta")
+    r_stars, etas = controller_grid(args, defaults)
     if optuna:
         plan = optuna_plan(args, labels, seeds)
     chosen = selection_of(args) if args.select_from and not args.resume else None
@@ -611,12 +660,18 @@ def main(
     argv: list[str] | None = None,
     runner: Callable[[list[str] | None, DatasetDefaults], str] = run,
 ) -> int:
-    """Entry point of a sweep script: exit 0 with the experiment directory, or 2 on a
-    user mistake (one line on stderr)."""
+    """Entry point of a sweep script: exit 0 with the experiment directory when every trial
+    terminated, 2 on a user mistake found before Ray starts (one line on stderr), or 1 when
+    trials errored (their summary and the retry command close stderr)."""
     try:
         experiment_dir = runner(argv, defaults)
     except UserError as exc:
         print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
         return 2
+    except TrialsErrored as failure:
+        print(f"experiment directory: {failure.experiment_dir}")
+        retry = retry_command([sys.executable, sys.argv[0]], sys.argv[1:] if argv is None else argv)
+        print("\n".join(summary_lines(failure, retry)), file=sys.stderr)
+        return EXIT_TRIALS_ERRORED
     print(f"experiment directory: {experiment_dir}")
     return 0

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from ray.tune.search.variant_generator import generate_variants
 
 from relif_ray.errors import UserError
 from relif_ray.pareto import PARETO_COLUMNS, read_pareto, select_settings
-from relif_ray.planning import selected_trials, trial_list_space
+from relif_ray.planning import selected_trials, trial_list_space, trial_order
 from relif_ray.sweep_cli import MIMIC3, main, run_clinical
-from relif_ray.variants import experiment_config, trial_entry
+from relif_ray.variants import experiment_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,8 +92,9 @@ def test_each_seed_runs_at_its_own_setting_and_other_labels_at_every_seed(tmp_pa
     assert described == [("erm", 0, None), ("erm", 1, None), ("relif", 0, 0.2), ("relif", 1, 0.3)]
     base = {"data": {"dataset": "nyuv2", "root": str(tmp_path)}}
     space = trial_list_space(base, trials, 0.2)
-    # Tune's own variant generator turns the one grid into exactly these trials
-    configs = [trial_entry(spec["config"]) for _, spec in generate_variants({"config": space})]
+    # the sweep's trial order hands Tune exactly these trials (ERM references first)
+    order = trial_order(space, None, set())
+    configs = [{**order.constants, **item["config"]} for item in order.items]
     resolved = [experiment_config(config) for config in configs]
     assert [(c.seed, c.relif.enabled, c.relif.r_star, c.relif.eta) for c in resolved[2:]] == [
         (0, True, 0.2, 1e-3), (1, True, 0.3, 1e-2)

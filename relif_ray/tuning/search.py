@@ -55,20 +55,27 @@ class StudyGroups(Searcher):
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
 
-    def suggest(self, trial_id: str) -> dict | str | None:
+    def suggest(self, trial_id: str, ready: set[int] | None = None) -> dict | str | None:
+        """The next study's suggestion, round-robin; with `ready`, only studies of those seeds
+        draw (None while the others wait for their seed's ERM reference)."""
+        waiting = False
         for offset in range(len(self._studies)):
             study = self._studies[(self._turn + offset) % len(self._studies)]
-            if self._remaining[study["name"]] > 0:
-                self._turn = (self._turn + offset + 1) % len(self._studies)
-                self._remaining[study["name"]] -= 1
-                self._trial_study[trial_id] = study
-                params = study["searcher"].suggest(trial_id)
-                return {
-                    "study": study["name"],
-                    "seed": study["seed"],
-                    "variant": variant(study["label"], params["r_star"], params["eta"]),
-                }
-        return Searcher.FINISHED
+            if self._remaining[study["name"]] <= 0:
+                continue
+            if ready is not None and study["seed"] not in ready:
+                waiting = True
+                continue
+            self._turn = (self._turn + offset + 1) % len(self._studies)
+            self._remaining[study["name"]] -= 1
+            self._trial_study[trial_id] = study
+            params = study["searcher"].suggest(trial_id)
+            return {
+                "study": study["name"],
+                "seed": study["seed"],
+                "variant": variant(study["label"], params["r_star"], params["eta"]),
+            }
+        return None if waiting else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         study = self._trial_study.get(trial_id)
