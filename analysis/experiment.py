@@ -13,6 +13,7 @@ only when asked for.
 
 from __future__ import annotations
 
+import io
 import json
 from functools import cached_property
 from pathlib import Path
@@ -38,6 +39,7 @@ from relif_ray.outputs import (
     read_representations,
     read_trial_info,
 )
+from relif_ray.pareto import SELECTION_FILE
 from relif_ray.progress import progress
 from relif_ray.storage import Location
 
@@ -130,6 +132,7 @@ def load(*paths: str | Path) -> Experiment:
         roots.append(root)
         running = running_sweep(root) is not None
         folders = trial_folders(root)
+        selected = _selected_labels(root)
         for trial_dir, files in progress(folders.items(), "loading trials", "trial", len(folders)):
             final = final_outputs(trial_dir, files)
             if final is None:
@@ -151,7 +154,7 @@ def load(*paths: str | Path) -> Experiment:
                     f"{storage.display(final)}"
                 )
             outputs[trial] = final
-            rows.append(_trial_row(info, root, final))
+            rows.append({**_trial_row(info, root, final), "selected": info["label"] in selected})
             tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
@@ -171,18 +174,30 @@ def load(*paths: str | Path) -> Experiment:
 
 def variant_names(trials: pd.DataFrame) -> pd.Series:
     """One row name per method setting: the label, plus the controller setting where trials
-    of one label ran at several (r*, eta) (e.g. a controller-sensitivity sweep)."""
-    settings = trials.groupby("label")[["r_star", "eta"]].nunique(dropna=False)
+    of one label ran at several (r*, eta) (e.g. a controller-sensitivity sweep). Trials whose
+    (r*, eta) was selected per seed (column `selected`, a `--select-from` sweep) are one
+    setting, the paper's selected ReLiF, and keep the label."""
+    chosen = trials["selected"] if "selected" in trials else pd.Series(False, trials.index)
+    settings = trials[~chosen].groupby("label")[["r_star", "eta"]].nunique(dropna=False)
     several = set(settings.index[(settings > 1).any(axis=1)])
     return pd.Series(
         [
-            f"{label} (r*={r_star:g}, eta={eta:g})" if label in several else label
-            for label, r_star, eta in zip(
-                trials["label"], trials["r_star"], trials["eta"], strict=True
+            f"{label} (r*={r_star:g}, eta={eta:g})" if label in several and not selected else label
+            for label, r_star, eta, selected in zip(
+                trials["label"], trials["r_star"], trials["eta"], chosen, strict=True
             )
         ],
         index=trials.index,
     )
+
+
+def _selected_labels(root: Location) -> set[str]:
+    """The labels whose (r*, eta) the sweep at `root` selected per seed (its
+    `selection.csv`, written by `--select-from`); empty for other sweeps."""
+    path = storage.join(root, SELECTION_FILE)
+    if storage.file_type(path) != FileType.File:
+        return set()
+    return set(pd.read_csv(io.StringIO(storage.read_text(path)))["label"])
 
 
 def _result_records(trial_dir: Location) -> list[dict]:

@@ -297,9 +297,10 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
     order = list(dict.fromkeys(adaptive["variant"]))
     rows = summarize(per_trial, "variant", ["worst", "macro", key, "at_lower", "at_upper"], order)
     rows = rows.rename(columns={"variant": "row"})
-    settings = adaptive.groupby("variant", sort=False)[["r_star", "eta"]].first()
-    rows["r_star"] = [f"{settings.loc[v, 'r_star']:g}" for v in rows["row"]]
-    rows["eta"] = [f"{settings.loc[v, 'eta']:g}" for v in rows["row"]]
+    by_variant = adaptive.sort_values("seed").groupby("variant", sort=False)
+    for column in ("r_star", "eta"):
+        values = by_variant[column].agg(setting_text)
+        rows[column] = [values[v] for v in rows["row"]]
     _add_ci(rows, results, key, results.primary.value, ci)
     columns = [
         Column("r_star", "r*", r"$r^\star$", None, "text"),
@@ -316,6 +317,13 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
         "upper bound (from the traces), mean ± std over seeds."
     )
     return Table("controller", title, "Variant", columns, rows)
+
+
+def setting_text(values: pd.Series) -> str:
+    """A variant's r* or eta: one value, or each seed's in seed order, '/'-separated, when the
+    setting was selected per seed (`--select-from`)."""
+    texts = [f"{value:g}" for value in values]
+    return texts[0] if len(set(texts)) == 1 else " / ".join(texts)
 
 
 def lambda_bound_shares(experiment: Experiment, trials: list[str]) -> pd.DataFrame:

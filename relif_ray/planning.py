@@ -1,11 +1,12 @@
 """What a sweep will run, decided and checked before Ray starts (no Ray import).
 
 The resources a sweep may use and each trial asks for (`Resources`), the grid of trial configs
-(`param_space`), the Optuna studies (`OptunaPlan`) and the paper's controller checks
-(`controller_variants`), and the order Tune gets the trials in (`trial_order`: same-seed ERM
-reference trials before the ReLiF trials that train on their squash constants).
-`relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config is described in
-`relif_ray.variants`.
+(`param_space`), an explicit list of (variant, seed) trials at settings selected per seed
+(`selected_trials`, `trial_list_space`), the Optuna studies (`OptunaPlan`), the paper's
+controller checks (`controller_variants`), and the order Tune gets the trials in
+(`trial_order`: same-seed ERM reference trials before the ReLiF trials that train on their
+squash constants). `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config
+is described in `relif_ray.variants`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.preflight import check_trial_configs
 from relif_ray.problems import benchmark
-from relif_ray.variants import experiment_config, grid_variants, unique_variants, variant
+from relif_ray.variants import (
+    experiment_config,
+    grid_variants,
+    unique_variants,
+    uses_controller,
+    variant,
+)
 
 # The defaults of the paper's controller checks (appendix "Controller sensitivity"): eta at
 # one r*, r* from 0.16 to 0.28 in steps of 0.02 at one eta, and the static-lambda grid.
@@ -89,6 +96,43 @@ def param_space(
             )
         space["fault_injection_step"] = fault_injection_step
     return space
+
+
+def selected_trials(
+    labels: list[str],
+    seeds: list[int],
+    settings: dict[tuple[str, int], tuple[float, float]],
+    source: str,
+) -> list[dict]:
+    """The sweep's trials as an explicit list of {"variant", "seed"} entries: each label with
+    each seed, a label whose controller uses (r*, eta) at the (r*, eta) selected for that seed
+    (`settings`: (label, seed) -> (r*, eta), chosen from the Optuna search `source`), every
+    other label as it is."""
+    studied = {label for label, _ in settings}
+    trials = []
+    for label in labels:
+        for seed in seeds:
+            if not uses_controller(label):
+                trials.append({"variant": variant(label), "seed": seed})
+                continue
+            if label not in studied:
+                raise UserError(
+                    f"--select-from {source}: no study of '{label}' "
+                    f"(studied: {', '.join(sorted(studied)) or 'none'})"
+                )
+            if (label, seed) not in settings:
+                raise UserError(f"--select-from {source}: no study of '{label}' for seed {seed}")
+            r_star, eta = settings[(label, seed)]
+            trials.append({"variant": variant(label, r_star, eta), "seed": seed})
+    return trials
+
+
+def trial_list_space(base: dict[str, Any], trials: list[dict], delta: float) -> dict[str, Any]:
+    """The param space of an explicit trial list: one grid over the {"variant", "seed"}
+    entries under the key "trial" (`trial_order` hands each trial its entry's "variant" and
+    "seed"), each variant's config checked first."""
+    check_variants(base, unique_variants([trial["variant"] for trial in trials]))
+    return {"trial": {"grid_search": trials}, "base": base, "delta": delta}
 
 
 @dataclass(frozen=True)
@@ -178,6 +222,7 @@ def trial_order(
     constants = {key: value for key, value in space.items() if key not in grids}
     names = list(grids)
     trials = [dict(zip(names, values, strict=True)) for values in product(*grids.values())]
+    trials = [{**trial, **trial.pop("trial")} if "trial" in trial else trial for trial in trials]
     if search is not None:
         trials = []
     trials.sort(key=lambda trial: trial["seed"])  # stable: the grid's order within a seed

@@ -18,10 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from relif_ray import storage
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment_lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.methods import METHODS
+from relif_ray.pareto import SELECTION_FILE, read_pareto, select_settings
 from relif_ray.planning import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
@@ -30,6 +34,8 @@ from relif_ray.planning import (
     Resources,
     controller_variants,
     param_space,
+    selected_trials,
+    trial_list_space,
 )
 from relif_ray.preflight import check_data, check_storage
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
@@ -147,7 +153,7 @@ def build_parser(
             f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
         )
         grid.add_argument(
-            "--r-star", default=f"{defaults.r_star:g}", help="ReLiF controller targets (list)"
+            "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"
         )
         grid.add_argument(
             "--eta",
@@ -170,6 +176,21 @@ def build_parser(
         )
         grid.add_argument(
             "--eta-range", default="1e-4,1e-2", help="--search optuna: eta bounds (log scale)"
+        )
+        grid.add_argument(
+            "--select-from",
+            metavar="SEARCH_EXPERIMENT",
+            help="run each controller-driven ReLiF label and seed at the (r*, eta) selected "
+            "from the pareto.csv of this --search optuna experiment (path or URI): the lowest "
+            "validation Bias within --select-worst-tolerance of the study's best validation "
+            "Worst",
+        )
+        grid.add_argument(
+            "--select-worst-tolerance",
+            type=float,
+            default=0.02,
+            help="--select-from: how far below the study's best validation Worst a chosen "
+            "point may be",
         )
     add_launch_flags(parser, defaults)
     return parser
@@ -372,8 +393,9 @@ def controller_grid(
     """(r* values, eta values) of the grid: the flags, else the data set's (for --demo, eta
     scaled to the demo's step budget, `demo_controller`)."""
     scaled = demo_controller(args, defaults)
-    eta = args.eta or f"{scaled[0] if scaled else defaults.eta:g}"
-    return parse_floats(args.r_star, "--r-star"), parse_floats(eta, "--eta")
+    eta = f"{scaled[0] if scaled else defaults.eta:g}" if args.eta is None else args.eta
+    r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
+    return parse_floats(r_star, "--r-star"), parse_floats(eta, "--eta")
 
 
 def demo_steps(args: argparse.Namespace, defaults: DatasetDefaults) -> int | None:
@@ -493,14 +515,66 @@ def run(
     r_stars, etas = controller_grid(args, defaults)
     if optuna:
         plan = optuna_plan(args, labels, seeds)
+    chosen = selection_of(args) if args.select_from and not args.resume else None
+    if chosen is not None:
+        trials = selected_trials(labels, seeds, settings_of(chosen), args.select_from)
+        chosen = chosen[chosen["label"].isin(labels) & chosen["seed"].isin(seeds)]
+        print_selection(chosen, args.select_worst_tolerance)
     name = experiment_name(args, defaults)
 
     def grid(base: dict) -> tuple[dict, OptunaPlan | None]:
         if optuna:
             return plan.space(base, args.delta), plan
+        if chosen is not None:
+            return trial_list_space(base, trials, args.delta), None
         return param_space(base, grid_variants(labels, r_stars, etas), seeds, args.delta), None
 
-    return launch(args, defaults, name, grid)
+    experiment_dir = launch(args, defaults, name, grid)
+    if chosen is not None:
+        record_selection(experiment_dir, chosen, args)
+    return experiment_dir
+
+
+def selection_of(args: argparse.Namespace) -> pd.DataFrame:
+    """The (r*, eta) chosen per label and seed from the `--select-from` search (after the
+    flags that would contradict it are refused)."""
+    for flag, value in (("--r-star", args.r_star), ("--eta", args.eta)):
+        if value is not None:
+            raise UserError(
+                f"--select-from: conflicts with {flag} (it selects r* and eta per seed)"
+            )
+    if args.search == "optuna":
+        raise UserError(
+            "--select-from: conflicts with --search optuna (it runs the selected setting)"
+        )
+    return select_settings(read_pareto(args.select_from), args.select_worst_tolerance)
+
+
+def settings_of(chosen: pd.DataFrame) -> dict[tuple[str, int], tuple[float, float]]:
+    return {
+        (row.label, int(row.seed)): (float(row.r_star), float(row.eta))
+        for row in chosen.itertuples()
+    }
+
+
+def print_selection(chosen: pd.DataFrame, tolerance: float) -> None:
+    print(
+        "(r*, eta) selected on validation: lowest val Bias within "
+        f"{tolerance:g} of the study's best val Worst"
+    )
+    for row in chosen.itertuples():
+        print(
+            f"  {row.label} seed {int(row.seed)}: r*={row.r_star:g} eta={row.eta:g} "
+            f"(val Bias {row.val_bias:.4f}, val Worst {row.val_worst:.4f}; "
+            f"study {row.study}, trial {row.trial_id})"
+        )
+
+
+def record_selection(experiment_dir: str, chosen: pd.DataFrame, args: argparse.Namespace) -> None:
+    """`<experiment>/selection.csv`: the chosen pareto.csv rows, their source and tolerance."""
+    table = chosen.assign(source=args.select_from, worst_tolerance=args.select_worst_tolerance)
+    path = storage.join(storage.location(experiment_dir), SELECTION_FILE)
+    storage.write_text(path, table.to_csv(index=False))
 
 
 def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]) -> OptunaPlan:

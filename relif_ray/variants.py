@@ -2,8 +2,9 @@
 
 A variant is {"label": str, "overrides": {dotted ExperimentConfig field: value}}; a trial's
 Tune config is {"variant", "seed", "base", "delta"} (+ "study" for Optuna trials, + the
-test-only "fault_injection_step"). `base` is the ExperimentConfig dict shared by the sweep;
-the trial's config is `base`, then the variant's overrides, then the seed.
+test-only "fault_injection_step", + "experiment_dir" where the squash constants live). `base`
+is the ExperimentConfig dict shared by the sweep; the trial's config is `base`, then the
+variant's overrides, then the seed.
 
 Labels:
 - a registered method name (`erm`, `pcgrad`, ...): that method, ReLiF off;
