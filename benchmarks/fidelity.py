@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from run import Row, machine, print_table
+from run import Row, emit, machine
 from timing import verdict
 
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
@@ -249,16 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = fidelity_rows(size, Path(tmp))
     info["wall_s"] = round(time.perf_counter() - start)
     info["load_average_end"] = os.getloadavg()[0]
-    if args.json:
-        payload = {
-            "machine": info,
-            "quick": args.quick,
-            "rows": [dataclasses.asdict(r) for r in rows],
-        }
-        print(json.dumps(payload, indent=2))
-    else:
-        print_table(rows, info, args.quick)
-    return 1 if any(row.result.startswith("FAIL") for row in rows) else 0
+    return emit(rows, info, args.quick, args.json)
 
 
 def machine_info() -> dict[str, object]:

@@ -584,15 +584,16 @@ def main(argv: list[str] | None = None) -> int:
         context = Context(args.quick, device, Path(tmp), args.compile)
         for section in args.only or DEFAULT_SECTIONS:
             rows += SECTIONS[section](context)
-    if args.json:
-        payload = {
-            "machine": info,
-            "quick": args.quick,
-            "rows": [dataclasses.asdict(r) for r in rows],
-        }
+    return emit(rows, info, args.quick, args.json)
+
+
+def emit(rows: list[Row], info: dict[str, object], quick: bool, as_json: bool) -> int:
+    """Print the rows (a table, or JSON with the machine); exit status 1 if any row FAILs."""
+    if as_json:
+        payload = {"machine": info, "quick": quick, "rows": [dataclasses.asdict(r) for r in rows]}
         print(json.dumps(payload, indent=2))
     else:
-        print_table(rows, info, args.quick)
+        print_table(rows, info, quick)
     return 1 if any(row.result.startswith("FAIL") for row in rows) else 0
 
 

@@ -131,3 +131,14 @@ def s3(s3_server: dict, monkeypatch) -> dict:
     storage._bucket_filesystem.cache_clear()
     yield s3_server
     storage._bucket_filesystem.cache_clear()
+
+
+@pytest.fixture
+def no_sweep(monkeypatch):
+    """A flag set that passes every check must fail the test, not start a sweep."""
+    import relif_ray.tuning.launch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the flags were accepted and a sweep would start")
+
+    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)

@@ -124,16 +124,6 @@ def search_dir(tmp_path: Path) -> Path:
     return experiment
 
 
-@pytest.fixture
-def no_sweep(monkeypatch):
-    import relif_ray.tuning.launch
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the flags were accepted and a sweep would start")
-
-    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
-
-
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [

@@ -295,17 +295,6 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
     assert storage_problem(str(probe), "token") is None
 
 
-@pytest.fixture
-def no_sweep(monkeypatch):
-    """A flag set that passes every check must fail the test, not start a sweep."""
-    import relif_ray.tuning.launch
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the flags were accepted and a sweep would start")
-
-    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
-
-
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
