@@ -139,7 +139,7 @@ def measure(
             space = param_space(config, variants, list(range(trials)), 0.2)
             timing_dir = workdir / "timing"
             timing_dir.mkdir()
-            space["timing_dir"] = str(timing_dir)
+            space.constants["timing_dir"] = str(timing_dir)
             start = time.perf_counter()
             experiment = run_sweep(
                 space,

@@ -1,7 +1,7 @@
 """What a sweep will run, decided and checked before Ray starts (no Ray import).
 
 The resources a sweep may use and each trial asks for (`Resources`), the grid of trial configs
-(`param_space`), the Optuna studies (`OptunaPlan`) and the paper's controller checks
+(`param_space`, a `SweepSpace`), the Optuna studies (`OptunaPlan`) and the paper's controller checks
 (`controller_variants`). `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune
 config is described in `relif_ray.variants`.
 """
@@ -9,11 +9,17 @@ config is described in `relif_ray.variants`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from relif_ray.errors import UserError
-from relif_ray.variants import experiment_config, grid_variants, unique_variants, variant
+from relif_ray.variants import (
+    experiment_config,
+    grid_variants,
+    sweep_constants,
+    trial_overrides,
+    unique_variants,
+    variant,
+)
 
 # The defaults of the paper's controller checks (appendix "Controller sensitivity"): eta at
 # one r*, r* from 0.16 to 0.28 in steps of 0.02 at one eta, and the static-lambda grid.
@@ -46,41 +52,63 @@ class Resources:
         return max(1, math.floor(self.num_gpus / self.gpus_per_trial + 1e-9))
 
 
+@dataclass
+class SweepSpace:
+    """What Tune runs: `constants` (Tune's param_space, shared by every trial: the base config
+    as flat dotted keys and delta) and `trials`, each trial's own part of its config (label,
+    seed, the variant's overrides) in the order the searcher hands them out (empty for Optuna,
+    whose studies suggest them). Merged, they are the resolved config that runs
+    (`relif_ray.variants`)."""
+
+    constants: dict[str, Any]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+
+SCHEDULER_METRICS: dict[str, str] = {"worst": "max", "macro": "max", "val_bias": "min"}
+"""What `--scheduler asha` may rank trials by, with its mode: validation Worst or Macro
+(higher is better) or the live validation Bias (lower is better)."""
+
+LOGGER_CALLBACKS = {"wandb": "wandb", "mlflow": "mlflow"}
+"""`--callbacks` name -> the package Ray's integration needs (the extra of the same name)."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How Tune schedules and logs the trials.
+
+    scheduler: "fifo" (every trial runs its whole budget) or "asha" (asynchronous successive
+        halving on `scheduler_metric` per epoch; same-seed ERM reference trials are never
+        stopped, see `relif_ray.tuning.integrations`).
+    asha_max_epochs: ASHA's max_t (the trials' epochs; None when the budget is steps only).
+    max_concurrent_trials: at most this many trials at once (None: as resources allow).
+    callbacks: Ray's logger integrations to add ("wandb", "mlflow"); TensorBoard and CSV/JSON
+        are always written by Ray's default loggers.
+    """
+
+    scheduler: str = "fifo"
+    scheduler_metric: str = "worst"
+    asha_grace_epochs: int = 1
+    asha_reduction_factor: float = 3.0
+    asha_max_epochs: int | None = None
+    max_concurrent_trials: int | None = None
+    callbacks: tuple[str, ...] = ()
+
+
 def check_variants(base: dict[str, Any], variants: list[dict]) -> None:
     """Build every trial's config once before Ray starts, so no trial fails on a bad value."""
+    constants = sweep_constants(base, 0.0)
     for item in variants:
-        experiment_config({"base": base, "variant": item, "seed": 0})
+        experiment_config({**constants, **trial_overrides(item, 0)})
 
 
 def param_space(
-    base: dict[str, Any],
-    variants: list[dict],
-    seeds: list[int],
-    delta: float,
-    fault_injection_step: int | None = None,
-) -> dict[str, Any]:
-    """The grid: every variant crossed with every seed, each variant's config checked first.
-
-    `{"grid_search": values}` is Ray Tune's grid-search spec (what `tune.grid_search` returns).
-    fault_injection_step (tests only): every trial raises `InjectedFault` once when it reaches
-    this training step, unless restored from a checkpoint; put it after the first epoch, or
-    the retry has no checkpoint to restore and fails again.
-    """
+    base: dict[str, Any], variants: list[dict], seeds: list[int], delta: float
+) -> SweepSpace:
+    """The grid: every variant crossed with every seed (variant-major), each variant's config
+    checked first."""
     check_variants(base, variants)
-    space = {
-        "variant": {"grid_search": variants},
-        "seed": {"grid_search": seeds},
-        "base": base,
-        "delta": delta,
-    }
-    if fault_injection_step is not None:
-        if not isinstance(fault_injection_step, int) or fault_injection_step < 0:
-            raise UserError(
-                "fault_injection_step: must be a non-negative integer, "
-                f"got {fault_injection_step!r}"
-            )
-        space["fault_injection_step"] = fault_injection_step
-    return space
+    trials = [trial_overrides(item, seed) for item in variants for seed in seeds]
+    return SweepSpace(sweep_constants(base, delta), trials)
 
 
 @dataclass(frozen=True)
@@ -98,12 +126,12 @@ class OptunaPlan:
     def total_trials(self) -> int:
         return self.num_samples * len(self.labels) * len(self.seeds)
 
-    def space(self, base: dict[str, Any], delta: float) -> dict[str, Any]:
+    def space(self, base: dict[str, Any], delta: float) -> SweepSpace:
         """The constant part of every trial's config (the studies suggest the rest), after
         checking the corners of the search ranges for every label."""
         corners = grid_variants(self.labels, list(self.r_star_range), list(self.eta_range))
         check_variants(base, corners)
-        return {"base": base, "delta": delta}
+        return SweepSpace(sweep_constants(base, delta))
 
 
 def controller_variants(

@@ -21,9 +21,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError
 from relif_ray.pareto import pareto_front
-from relif_ray.planning import OptunaPlan, Resources
+from relif_ray.planning import OptunaPlan, Resources, SweepSpace, TuneOptions
 from relif_ray.problems import worker_env
-from relif_ray.tuning.search import StudyGroups
+from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
+from relif_ray.tuning.search import StudyGroups, TrialList
 from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.variants import describe
 
@@ -36,6 +37,8 @@ PROGRESS_METRICS = {
     "worst": "Worst",
     "macro": "Macro",
     "val_bias": "val Bias",
+    "lambda": "lambda",
+    "r_ema": "r_ema",
 }
 
 
@@ -181,12 +184,23 @@ def check_storage_visible(storage_path: str) -> None:
         probe.unlink(missing_ok=True)
 
 
+def _trial_name(trial: Any) -> str:
+    """The trial's name in the progress table, W&B and MLflow: label, setting, seed."""
+    return describe(trial.config)
+
+
 def _trial_dirname(trial: Any) -> str:
     return f"{describe(trial.config)}_{trial.trial_id}"
 
 
+def concurrency(resources: Resources, options: TuneOptions) -> int | None:
+    """At most `--max-concurrent-trials`, and no more than the GPUs hold."""
+    limits = [n for n in (resources.max_concurrent_trials, options.max_concurrent_trials) if n]
+    return min(limits) if limits else None
+
+
 def run_sweep(
-    space: dict[str, Any],
+    space: SweepSpace | None,
     *,
     name: str,
     storage: str,
@@ -196,6 +210,7 @@ def run_sweep(
     checkpoint_every: int = 1,
     resume: bool = False,
     search: OptunaPlan | None = None,
+    options: TuneOptions | None = None,
     callbacks: list[tune.Callback] | None = None,
     verbose: int = 1,
     trainable: type[ReLiFTrainable] = ReLiFTrainable,
@@ -211,7 +226,7 @@ def run_sweep(
     has written `keep_checkpoints` checkpoints, so epochs of about a second (the demo) with a
     checkpoint each would snapshot many times a second (and Tune warns about it).
     """
-    resources = resources or Resources()
+    resources, options = resources or Resources(), options or TuneOptions()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
     storage_path = storage if "://" in storage else str(Path(storage).resolve())
@@ -230,17 +245,21 @@ def run_sweep(
             f"--name: a sweep already exists at {experiment_dir} (use --resume to continue it, "
             "or another --name)"
         )
+    callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name)]
     if resume:
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
+        assert space is not None, "a new sweep needs its space"
         tuner = tune.Tuner(
             with_resources,
-            param_space=space,
+            param_space={**space.constants, **scheduler_constants(options)},
             tune_config=tune.TuneConfig(
                 reuse_actors=True,
-                search_alg=StudyGroups(search) if search else None,
-                num_samples=search.total_trials if search else 1,
-                max_concurrent_trials=resources.max_concurrent_trials,
+                search_alg=StudyGroups(search) if search else TrialList(space.trials),
+                scheduler=scheduler(options),
+                num_samples=search.total_trials if search else len(space.trials),
+                max_concurrent_trials=concurrency(resources, options),
+                trial_name_creator=_trial_name,
                 trial_dirname_creator=_trial_dirname,
             ),
             run_config=tune.RunConfig(

@@ -1,17 +1,47 @@
-"""Optuna on Ray Tune: one multi-objective study per ReLiF label and seed, in one Tune run."""
+"""Tune searchers of a sweep: the grid's trials in order (`TrialList`), and Optuna, one
+multi-objective study per ReLiF label and seed in one Tune run (`StudyGroups`)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import zlib
+from typing import Any
 
 from ray.tune.search import Searcher
 
 from relif_ray.planning import OptunaPlan
-from relif_ray.variants import variant
+from relif_ray.variants import trial_overrides, variant
 
 OBJECTIVES = {"val_bias": "min", "worst": "max"}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
+
+
+class TrialList(Searcher):
+    """Hands out the grid's trials (each trial's own part of its config, `SweepSpace.trials`)
+    in order; Tune merges each into the sweep's constants. Its state is the list still to hand
+    out, so `--resume` starts none twice."""
+
+    def __init__(self, trials: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self._pending = [dict(trial) for trial in trials]
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        return self._pending.pop(0) if self._pending else Searcher.FINISHED
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        pass
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "w") as file:
+            json.dump(self._pending, file)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path) as file:
+            self._pending = json.load(file)
 
 
 class StudyGroups(Searcher):
@@ -63,11 +93,8 @@ class StudyGroups(Searcher):
                 self._remaining[study["name"]] -= 1
                 self._trial_study[trial_id] = study
                 params = study["searcher"].suggest(trial_id)
-                return {
-                    "study": study["name"],
-                    "seed": study["seed"],
-                    "variant": variant(study["label"], params["r_star"], params["eta"]),
-                }
+                item = variant(study["label"], params["r_star"], params["eta"])
+                return {"study": study["name"], **trial_overrides(item, study["seed"])}
         return Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):

@@ -13,6 +13,12 @@ clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), q10/q90 taken from the SAME trial's 
 scores, because the paper's reference (the same-seed ERM validation run) may not exist yet.
 It is a progress and search signal only: the official fixed-delta numbers are computed at
 analysis time with same-seed ERM quantiles and the reference delta (`analysis`).
+
+Each epoch's result also carries the ReLiF controller's state at the epoch's last step (lambda,
+r_ema, tau, kappa, loss_lip; NaN without ReLiF), so TensorBoard, W&B, MLflow and the progress
+table follow the controller live. A trial stopped early by the scheduler (ASHA) writes its
+outputs, with status "stopped", at the checkpoints where it may be stopped
+(`outputs_at_iterations` of its config).
 """
 
 from __future__ import annotations
@@ -61,6 +67,16 @@ def live_validation_audit(
     return fixed_delta_audit(frame, delta)
 
 
+LIVE_CONTROLLER_KEYS = ("lambda", "r_ema", "tau", "kappa", "loss_lip")
+"""The ReLiF statistics each epoch's result carries (their values at the epoch's last step)."""
+
+
+def live_controller_state(trace: list[dict[str, float]]) -> dict[str, float]:
+    """The controller statistics of the last trace row (NaN where the trial has none)."""
+    last = trace[-1] if trace else {}
+    return {key: float(last.get(key, math.nan)) for key in LIVE_CONTROLLER_KEYS}
+
+
 def controller_setting(relif: ReLiFConfig) -> dict[str, float]:
     """The (r*, eta) a trial reports (progress table, `pareto.csv`): NaN unless its controller
     adapts lambda, since r* and eta change nothing otherwise."""
@@ -78,9 +94,10 @@ class ReLiFTrainable(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         cpus = self.trial_resources.required_resources.get("CPU", 1)
         torch.set_num_threads(max(1, int(cpus)))
-        self.label = config["variant"]["label"]
+        self.label = config["label"]
         self.delta = float(config["delta"])
         self.fault_step = config.get("fault_injection_step")
+        self.outputs_at = set(config.get("outputs_at_iterations", ()))
         self.restored = False
         self.run = TrainingRun(experiment_config(config))
         self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
@@ -105,6 +122,7 @@ class ReLiFTrainable(tune.Trainable):
             "macro": self.last_eval.metrics["macro"],
             "val_bias": audit.bias if audit else math.nan,
             "val_vr": audit.vr if audit else math.nan,
+            **live_controller_state(self.run.trace),
             "epoch": self.run.epoch,
             "train_step": self.run.step,
             "done": self.run.finished,
@@ -123,7 +141,7 @@ class ReLiFTrainable(tune.Trainable):
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         torch.save(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
-        if self.run.finished:
+        if self.run.finished or self.iteration in self.outputs_at:
             self._write_outputs(Path(checkpoint_dir))
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
@@ -145,7 +163,7 @@ class ReLiFTrainable(tune.Trainable):
             "relif": config.relif.enabled,
             "seed": config.seed,
             "steps": self.run.step,
-            "status": "completed",
+            "status": "completed" if self.run.finished else "stopped",
             "device": str(self.run.device),
             "restored_from_checkpoint": self.restored,
             "config": config.to_dict(),
