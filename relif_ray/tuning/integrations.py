@@ -84,16 +84,25 @@ def scheduler_constants(options: TuneOptions) -> dict[str, Any]:
 
 def logger_callbacks(names: tuple[str, ...], experiment: str) -> list[Callback]:
     """Ray's W&B and MLflow logger callbacks: one run per trial, named like the trial, with its
-    resolved config as parameters and every epoch's result as metrics. W&B reads its project,
-    mode and key from the environment (WANDB_PROJECT, default the experiment name; WANDB_MODE;
-    WANDB_API_KEY or `wandb login`); MLflow logs to MLFLOW_TRACKING_URI (default ./mlruns) in
-    the experiment named like the sweep."""
+    resolved config as parameters and every epoch's result as metrics. W&B reads its settings
+    from the driver's environment (WANDB_PROJECT, default the experiment name; WANDB_MODE, e.g.
+    offline; WANDB_DIR; WANDB_API_KEY or `wandb login`); MLflow logs to MLFLOW_TRACKING_URI
+    (default ./mlruns) in an MLflow experiment named like the sweep."""
     callbacks: list[Callback] = []
     if "wandb" in names:
         from ray.air.integrations.wandb import WandbLoggerCallback
 
+        # The logging actors run in Ray workers, which do not see the driver's WANDB_MODE or
+        # WANDB_DIR: hand them to wandb.init.
+        settings = {"mode": os.environ.get("WANDB_MODE"), "dir": os.environ.get("WANDB_DIR")}
         project = os.environ.get("WANDB_PROJECT", experiment)
-        callbacks.append(WandbLoggerCallback(project=project, group=experiment))
+        callbacks.append(
+            WandbLoggerCallback(
+                project=project,
+                group=experiment,
+                **{key: value for key, value in settings.items() if value},
+            )
+        )
     if "mlflow" in names:
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
