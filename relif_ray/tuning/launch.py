@@ -193,10 +193,17 @@ def _trial_dirname(trial: Any) -> str:
     return f"{describe(trial.config)}_{trial.trial_id}"
 
 
-def concurrency(resources: Resources, options: TuneOptions) -> int | None:
-    """At most `--max-concurrent-trials`, and no more than the GPUs hold."""
+def concurrency(resources: Resources, options: TuneOptions, trials: int | None) -> int | None:
+    """At most `--max-concurrent-trials`, and no more than the GPUs hold.
+
+    `trials`: the number of grid trials (None for Optuna). Tune lets a custom searcher keep
+    only ONE trial pending unless it is limited (`ConcurrencyLimiter`), and with one pending
+    trial a finished trial's actor is often torn down before the next trial is created, so
+    the next trial starts a fresh process. Limited to the grid's size, every trial is pending
+    from the start, as with Tune's grid search, and actors are reused.
+    """
     limits = [n for n in (resources.max_concurrent_trials, options.max_concurrent_trials) if n]
-    return min(limits) if limits else None
+    return min(limits) if limits else trials
 
 
 def run_sweep(
@@ -258,7 +265,9 @@ def run_sweep(
                 search_alg=StudyGroups(search) if search else TrialList(space.trials),
                 scheduler=scheduler(options),
                 num_samples=search.total_trials if search else len(space.trials),
-                max_concurrent_trials=concurrency(resources, options),
+                max_concurrent_trials=concurrency(
+                    resources, options, None if search else len(space.trials)
+                ),
                 trial_name_creator=_trial_name,
                 trial_dirname_creator=_trial_dirname,
             ),
