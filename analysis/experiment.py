@@ -1,8 +1,10 @@
 """Read experiment directories offline (no Ray, no re-training) into pandas DataFrames.
 
 An experiment directory is what a sweep leaves in storage: one folder per trial, each with
-Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see `relif_ray.outputs`).
-Trials that errored (Tune's `error.txt`) or never finished are listed, never silently dropped.
+Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see `relif_ray.outputs`; where
+each file lies: `relif_ray.experiment_layout`). Trials that errored (Tune's `error.txt`), never
+finished, or are still running (a sweep holds the experiment's lock:
+`relif_ray.experiment_lock`) are listed, never silently dropped.
 
 Loading reads each trial's `trial.json` and `scores.parquet` (one arrow conversion for all
 trials: 1,000 trials load in about a second); per-step traces and representations are read
@@ -11,8 +13,8 @@ only when asked for.
 
 from __future__ import annotations
 
+import io
 import json
-import re
 from functools import cached_property
 from pathlib import Path
 
@@ -23,21 +25,24 @@ from pyarrow.fs import FileType
 
 from relif_ray import storage
 from relif_ray.errors import UserError
+from relif_ray.experiment_layout import (
+    ERROR_FILE,
+    PARAMS_FILE,
+    RESULT_FILE,
+    final_outputs,
+    trial_folders,
+)
+from relif_ray.experiment_lock import running_sweep
 from relif_ray.outputs import (
-    OUTPUTS_DIR,
     SCORES_FILE,
     TRACE_FILE,
-    TRIAL_FILE,
     read_representations,
     read_trial_info,
 )
+from relif_ray.pareto import SELECTION_FILE
 from relif_ray.progress import progress
 from relif_ray.storage import Location
 
-_CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
-RESULT_FILE = "result.json"
-"""Tune's per-iteration results of a trial (one JSON object per line; one iteration = one
-epoch of `relif_ray.tuning.trainable.ReLiFTrainable`)."""
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 
 
@@ -54,7 +59,8 @@ class Experiment:
         on first access).
     traces: trial, step, loss_<task>, weight_<task>, and ReLiF's lambda, r, r_ema, tau, kappa,
         loss_lip where enabled (read on first access).
-    problems: trial folders without outputs: path, status ("errored" or "incomplete"), error.
+    problems: trial folders without outputs: path, status ("errored", "running" while a sweep
+        still writes the experiment, or "incomplete"), error.
     outputs: trial id -> its outputs folder (a `Path`, or a URI in object storage).
     paths: the experiment directories as loaded.
     """
@@ -125,14 +131,23 @@ def load(*paths: str | Path) -> Experiment:
         if storage.file_type(root) != FileType.Directory:
             raise UserError(f"experiment directory not found: {storage.display(root)}")
         roots.append(root)
-        folders = _trial_folders(root)
+        running = running_sweep(root) is not None
+        folders = trial_folders(root)
+        selected = _selected_labels(root)
         for trial_dir, files in progress(folders.items(), "loading trials", "trial", len(folders)):
-            final = _final_outputs(trial_dir, files)
+            final = final_outputs(trial_dir, files)
             if final is None:
-                if "params.json" in files:
-                    problems.append(_problem(trial_dir, files))
+                if PARAMS_FILE in files:
+                    problems.append(_problem(trial_dir, files, running))
                 continue
-            info = read_trial_info(final)
+            try:
+                info = read_trial_info(final)
+                scores = storage.read_parquet(storage.join(final, SCORES_FILE))
+            except (OSError, ValueError):
+                if not running:
+                    raise
+                problems.append(_problem(trial_dir, files, running))  # still being written
+                continue
             trial = info["trial_id"]
             if trial in outputs:
                 raise UserError(
@@ -140,8 +155,8 @@ def load(*paths: str | Path) -> Experiment:
                     f"{storage.display(final)}"
                 )
             outputs[trial] = final
-            rows.append(_trial_row(info, root, final))
-            tables.append(storage.read_parquet(storage.join(final, SCORES_FILE)))
+            rows.append({**_trial_row(info, root, final), "selected": info["label"] in selected})
+            tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
     order = _numeric_order(rows)
@@ -160,18 +175,30 @@ def load(*paths: str | Path) -> Experiment:
 
 def variant_names(trials: pd.DataFrame) -> pd.Series:
     """One row name per method setting: the label, plus the controller setting where trials
-    of one label ran at several (r*, eta) (e.g. a controller-sensitivity sweep)."""
-    settings = trials.groupby("label")[["r_star", "eta"]].nunique(dropna=False)
+    of one label ran at several (r*, eta) (e.g. a controller-sensitivity sweep). Trials whose
+    (r*, eta) was selected per seed (column `selected`, a `--select-from` sweep) are one
+    setting, the paper's selected ReLiF, and keep the label."""
+    chosen = trials["selected"] if "selected" in trials else pd.Series(False, trials.index)
+    settings = trials[~chosen].groupby("label")[["r_star", "eta"]].nunique(dropna=False)
     several = set(settings.index[(settings > 1).any(axis=1)])
     return pd.Series(
         [
-            f"{label} (r*={r_star:g}, eta={eta:g})" if label in several else label
-            for label, r_star, eta in zip(
-                trials["label"], trials["r_star"], trials["eta"], strict=True
+            f"{label} (r*={r_star:g}, eta={eta:g})" if label in several and not selected else label
+            for label, r_star, eta, selected in zip(
+                trials["label"], trials["r_star"], trials["eta"], chosen, strict=True
             )
         ],
         index=trials.index,
     )
+
+
+def _selected_labels(root: Location) -> set[str]:
+    """The labels whose (r*, eta) the sweep at `root` selected per seed (its
+    `selection.csv`, written by `--select-from`); empty for other sweeps."""
+    path = storage.join(root, SELECTION_FILE)
+    if storage.file_type(path) != FileType.File:
+        return set()
+    return set(pd.read_csv(io.StringIO(storage.read_text(path)))["label"])
 
 
 def _result_records(trial_dir: Location) -> list[dict]:
@@ -195,36 +222,17 @@ def _numeric_order(rows: list[dict]) -> list[int]:
     return [int(i) for i in ordered.index]
 
 
-def _trial_folders(root: Location) -> dict[Location, set[str]]:
-    """Trial folder -> the paths of its files relative to it, from one recursive listing."""
-    folders: dict[str, set[str]] = {}
-    for relative in storage.list_files(root):
-        folder, slash, rest = relative.partition("/")
-        if slash:
-            folders.setdefault(folder, set()).add(rest)
-    return {storage.join(root, name): folders[name] for name in sorted(folders)}
-
-
-def _final_outputs(trial_dir: Location, files: set[str]) -> Location | None:
-    """The outputs folder of the trial's latest checkpoint that has one."""
-    candidates = []
-    for relative in files:
-        checkpoint, _, rest = relative.partition("/")
-        match = _CHECKPOINT.match(checkpoint)
-        if match and rest == f"{OUTPUTS_DIR}/{TRIAL_FILE}":
-            candidates.append((int(match.group(1)), checkpoint))
-    if not candidates:
-        return None
-    return storage.join(trial_dir, max(candidates)[1], OUTPUTS_DIR)
-
-
-def _problem(trial_dir: Location, files: set[str]) -> dict[str, str]:
-    path = storage.display(trial_dir)
-    if "error.txt" in files:
-        text = storage.read_text(storage.join(trial_dir, "error.txt"))
+def _problem(trial_dir: Location, files: set[str], running: bool) -> dict[str, str]:
+    """A trial folder without outputs: "running" while a sweep still holds the experiment's
+    lock (a trial that failed may yet be retried from its checkpoint; `error` then holds its
+    last error), else "errored" (Tune's error.txt) or "incomplete" (its sweep was stopped)."""
+    error = ""
+    if ERROR_FILE in files:
+        text = storage.read_text(storage.join(trial_dir, ERROR_FILE))
         lines = [line for line in text.splitlines() if line.strip()]
-        return {"path": path, "status": "errored", "error": lines[-1] if lines else ""}
-    return {"path": path, "status": "incomplete", "error": ""}
+        error = lines[-1] if lines else ""
+    status = "running" if running else "errored" if ERROR_FILE in files else "incomplete"
+    return {"path": storage.display(trial_dir), "status": status, "error": error}
 
 
 def _trial_row(info: dict, root: Location, final: Location) -> dict:

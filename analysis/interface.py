@@ -10,8 +10,10 @@ clinical probabilities) passes through unchanged.
 
 ERM is the trial whose method is `erm` with ReLiF off. Where several such trials share a seed
 (several experiment directories loaded together), the one from the trial's own experiment
-directory is used; if that still leaves several, or there is none, it is an error naming the
-seed.
+directory is used; if that still leaves several, it is an error naming the seed. A sweep that
+took its constants from another experiment (`--reference`) has no ERM trial of its own: its
+`squash_constants.json` (the same numbers ReLiF trained on) is used instead; with neither, it
+is an error naming the seed.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
+from relif_ray import storage
 from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.errors import UserError
+from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.problems import benchmark
 
 
@@ -41,8 +45,13 @@ def is_erm(trials: pd.DataFrame) -> pd.Series:
     return (trials["method"] == "erm") & ~trials["relif"].astype(bool)
 
 
-def squash_reference(trials: pd.DataFrame) -> dict[str, str]:
-    """For every trial that has squashed tasks, the trial id of its same-seed ERM trial."""
+def squash_reference(
+    trials: pd.DataFrame, lent: dict[str, dict[str, dict[str, list[float]]]] | None = None
+) -> dict[str, str]:
+    """For every trial that has squashed tasks, the trial id of its same-seed ERM trial, or
+    `SQUASH_CONSTANTS_FILE` where its experiment lends the constants (`lent`: experiment ->
+    seed -> task -> [q10, q90]) and has no such trial."""
+    lent = lent or {}
     erm: dict[tuple[str, int], list[tuple[str, str]]] = {}
     for row in trials[is_erm(trials)].itertuples():
         erm.setdefault((row.dataset, row.seed), []).append((row.experiment, row.trial))
@@ -53,6 +62,9 @@ def squash_reference(trials: pd.DataFrame) -> dict[str, str]:
         same = erm.get((row.dataset, row.seed), [])
         if any(experiment == row.experiment for experiment, _ in same):
             same = [(e, trial) for e, trial in same if e == row.experiment]
+        elif str(row.seed) in lent.get(row.experiment, {}):
+            references[row.trial] = SQUASH_CONSTANTS_FILE
+            continue
         tasks = "/".join(sorted(squashed_tasks(row.dataset)))
         if not same:
             raise UserError(
@@ -71,8 +83,10 @@ def squash_reference(trials: pd.DataFrame) -> dict[str, str]:
 
 
 def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
-    """q10/q90 per (trial, squashed task): trial, task, reference (the ERM trial), q10, q90."""
-    references = squash_reference(experiment.trials)
+    """q10/q90 per (trial, squashed task): trial, task, reference (the ERM trial, or the
+    experiment's `SQUASH_CONSTANTS_FILE`), q10, q90."""
+    lent = {storage.display(path): read_squash_constants(path) for path in experiment.paths}
+    references = squash_reference(experiment.trials, lent)
     scores = experiment.scores
     val = scores[(scores["split"] == "val") & scores["valid"]]
     val = val[val["trial"].isin(set(references.values()))]
@@ -80,17 +94,21 @@ def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
         (str(trial), str(task)): np.quantile(values.to_numpy(np.float64), SQUASH_QUANTILES)
         for (trial, task), values in val.groupby(["trial", "task"], observed=True)["score"]
     }
-    datasets = dict(zip(experiment.trials["trial"], experiment.trials["dataset"], strict=True))
+    trials = experiment.trials.set_index("trial")
     rows = []
     for trial, reference in references.items():
-        for task in sorted(squashed_tasks(datasets[trial])):
-            if (reference, task) not in quantiles:
+        row = trials.loc[trial]
+        for task in sorted(squashed_tasks(row["dataset"])):
+            if reference == SQUASH_CONSTANTS_FILE:
+                bounds = lent[row["experiment"]][str(row["seed"])].get(task)
+            else:
+                bounds = quantiles.get((reference, task))
+            if bounds is None:
                 raise UserError(
-                    f"ERM trial {reference}: no valid validation scores of task {task!r} for "
-                    "the squash quantiles"
+                    f"{reference}: no valid validation scores of task {task!r} for the squash "
+                    "quantiles"
                 )
-            q10, q90 = quantiles[reference, task]
-            rows.append((trial, task, reference, float(q10), float(q90)))
+            rows.append((trial, task, reference, float(bounds[0]), float(bounds[1])))
     return pd.DataFrame(rows, columns=["trial", "task", "reference", "q10", "q90"])
 
 

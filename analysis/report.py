@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -55,6 +56,7 @@ from analysis.tables import (
     controller_table,
     drift_table,
     main_table,
+    saturation_table,
     sensitivity_table,
     shift_table,
     violation_table,
@@ -63,6 +65,7 @@ from relif_ray import storage
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.progress import progress
+from relif_ray.relif.controller import PAPER_NYUV2_STEPS
 
 SPLITS = ("val", "test")
 CONTROLLER_FIELDS = (
@@ -141,6 +144,7 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     builders = [
         partial(main_table, results, options.ci),
         partial(violation_table, results),
+        partial(saturation_table, results),
         partial(drift_table, results, baseline),
         partial(shift_table, results, options.ci),
         partial(certificate_table, results),
@@ -165,6 +169,12 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
             "Utility metrics and audit scores come from the same (final) checkpoint.",
         ),
         _section("Violation rates", named["violation"], options.ci),
+        _section(
+            "Audit-score saturation",
+            named["saturation"],
+            options.ci,
+            _figure_line(figures.get("score_distributions")),
+        ),
         _pareto_section(results, figures.get("pareto")),
         "## Threshold-drift diagnostics (not the comparison metric)\n",
         _section("Method-induced thresholds", named["drift"], options.ci, level=3),
@@ -278,7 +288,21 @@ def _sources(experiment: Experiment) -> str:
                 for row in stopped.itertuples()
             ]
     lines.append(f"Trials without outputs: {len(experiment.problems)} (listed at the end)")
+    note = running_note(experiment)
+    if note:
+        lines.append(f"**{note}.**")
     return "\n".join(lines) + "\n"
+
+
+def running_note(experiment: Experiment) -> str | None:
+    """What to say when a sweep still writes an experiment (`relif_ray.experiment_lock`)."""
+    running = int((experiment.problems["status"] == "running").sum())
+    if not running:
+        return None
+    return (
+        f"A sweep is still running: {running} trial(s) still running, not in this report; "
+        f"it covers the {len(experiment.trials)} finished trial(s)"
+    )
 
 
 def _protocol(experiment: Experiment, results: Results, options: ReportOptions) -> str:
@@ -344,13 +368,21 @@ def _controller_settings(trials: pd.DataFrame) -> str:
     rows = []
     for variant, group in relif.groupby("variant", sort=False):
         config = group["config"].iloc[0]["relif"]
-        rows.append(
-            "| "
-            + " | ".join([display_text(variant), *(str(config[f]) for f in CONTROLLER_FIELDS)])
-            + " |"
-        )
-    header = "| variant | " + " | ".join(CONTROLLER_FIELDS) + " |"
-    return "\n".join([heading, header, "|" + "---|" * (len(CONTROLLER_FIELDS) + 1), *rows, ""])
+        steps = int(group["steps"].iloc[0])
+        budget = [f"{config['eta'] * steps:.3g}", f"{config['warmup_steps'] / steps:.3g}"]
+        cells = [display_text(variant), *(str(config[f]) for f in CONTROLLER_FIELDS), *budget]
+        rows.append("| " + " | ".join(cells) + " |")
+    fields = [*CONTROLLER_FIELDS, "eta x steps", "warmup / steps"]
+    header = "| variant | " + " | ".join(fields) + " |"
+    note = (
+        f"eta x steps and warmup / steps say how far the controller can move lambda over a "
+        f"trial's budget: the paper's NYUv2 run has {1e-3 * PAPER_NYUV2_STEPS:g} and "
+        f"{100 / PAPER_NYUV2_STEPS:g} (eta 1e-3, warmup 100, {PAPER_NYUV2_STEPS:,} steps); "
+        "`--demo` and the fidelity benchmark keep both with "
+        "`relif_ray.relif.controller.scale_to_budget`.\n"
+    )
+    table = [header, "|" + "---|" * (len(fields) + 1), *rows]
+    return "\n".join([heading, note, *table, ""])
 
 
 def _problems(experiment: Experiment) -> str:
@@ -388,6 +420,7 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
         controller_figure,
         controller_variants,
         pareto_figure,
+        score_distributions_figure,
         sensitivity_figure,
         slug,
     )
@@ -397,11 +430,13 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
     written: dict = {
         "pareto": folder / "pareto.png",
         "delta_sensitivity": folder / "delta_sensitivity.png",
+        "score_distributions": folder / "score_distributions.png",
         "controller": [],
     }
     jobs = [
         (written["pareto"], partial(pareto_figure, results)),
         (written["delta_sensitivity"], partial(sensitivity_figure, results)),
+        (written["score_distributions"], partial(score_distributions_figure, results)),
     ]
     for variant in controller_variants(experiment):
         path = folder / f"controller_{slug(variant)}.png"
@@ -521,7 +556,11 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
 
 def run_report(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    report = write_report(load(*args.experiments), args.out, options)
+    experiment = load(*args.experiments)
+    report = write_report(experiment, args.out, options)
+    note = running_note(experiment)
+    if note:
+        print(f"relif: note: {note}", file=sys.stderr)
     print(report)
     return 0
 

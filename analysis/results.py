@@ -17,10 +17,16 @@ import pandas as pd
 
 from analysis.audits import ExperimentAudit
 from analysis.delta import DeltaRef
+from analysis.interface import squash_quantiles
 from analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
+
+SATURATION_FLAG = 0.2
+"""A method is flagged when, on a squashed task, its share of audit scores clipped at 0 or at
+1 exceeds its same-seed ERM trial's by more than this (mean over seeds): its gaps may shrink
+because the audit clips its scores, not because it became Lipschitz-fair."""
 
 SENSITIVITY_DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
 """The delta grid of the paper's fixed-delta sensitivity table (appendix B.2)."""
@@ -148,6 +154,7 @@ def compute_results(
         per_trial[sensitivity_key(delta)] = chosen.loc[per_trial["trial"], "bias"].to_numpy()
     induced = audit.induced()
     _add_raw(per_trial, induced, audit.gaps(split), deltas[0].value)
+    _add_saturation(per_trial, audit, split)
     return Results(
         per_trial=per_trial,
         induced=induced,
@@ -178,3 +185,35 @@ def _add_raw(
     per_trial["raw_bias"] = raw_bias
     per_trial["raw_vr"] = raw_vr
     per_trial["drift"] = drift
+
+
+def _add_saturation(per_trial: pd.DataFrame, audit: ExperimentAudit, split: str) -> None:
+    """Per squashed task: `clip0_<task>` / `clip1_<task>`, the share of the trial's valid
+    audit scores on `split` that the squash clipped to 0 / 1; and `saturation_excess`, the
+    largest of these shares minus its same-seed ERM trial's (NaN without such a trial in the
+    experiment, e.g. constants lent by `--reference`)."""
+    quantiles = squash_quantiles(audit.experiment)
+    if quantiles.empty:
+        return
+    scores = audit.scores
+    scores = scores[(scores["split"] == split) & scores["valid"].astype(bool)]
+    squashed = scores[scores["task"].isin(set(quantiles["task"]))]
+    grouped = squashed.groupby(["trial", "task"], observed=True)["score"]
+    shares = pd.DataFrame({"clip0": grouped.apply(lambda s: (s <= 0).mean())})
+    shares["clip1"] = grouped.apply(lambda s: (s >= 1).mean())
+    wide = shares.unstack("task")
+    columns = [f"{bound}_{task}" for bound, task in wide.columns]
+    wide.columns = columns
+    wide.index = wide.index.astype(str)
+    for column in columns:
+        per_trial[column] = wide[column].reindex(per_trial["trial"]).to_numpy()
+    reference = quantiles.drop_duplicates("trial").set_index("trial")["reference"]
+    table = per_trial.set_index("trial")[columns]
+    excess = []
+    for trial in per_trial["trial"]:
+        erm = reference.get(trial)
+        if erm not in table.index:
+            excess.append(np.nan)
+            continue
+        excess.append(float((table.loc[trial] - table.loc[erm]).max()))
+    per_trial["saturation_excess"] = excess

@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis.experiment import Experiment
 from analysis.render import Column, Table, display_text, latex_escape, metric_digits, summarize
-from analysis.results import Results, sensitivity_key
+from analysis.results import SATURATION_FLAG, Results, sensitivity_key
 from relif_ray.audit import ranking_is_robust
 from relif_ray.config import ReLiFConfig
 
@@ -70,7 +70,45 @@ def main_table(results: Results, ci: CISettings) -> Table:
         f"Bias under thresholds chosen once and held fixed for all methods ({deltas}), "
         f"pair_seed={results.audit.settings.pair_seed}."
     )
+    if "saturation_excess" in results.per_trial:
+        columns.append(Column("saturated", "Saturated", "Saturated", kind="text"))
+        rows["saturated"] = [_saturation_flag(results, variant) for variant in rows["row"]]
+        title += (
+            f" Saturated: on a squashed task, the method's share of audit scores clipped at 0 "
+            f"or 1 exceeds its same-seed ERM trial's by more than {SATURATION_FLAG:g} (mean "
+            "over seeds), so its gaps may shrink because the audit clips its scores."
+        )
     return Table("main", title, "Method", columns, rows)
+
+
+def _saturation_flag(results: Results, variant: str) -> str:
+    per_trial = results.per_trial
+    excess = per_trial.loc[per_trial["variant"] == variant, "saturation_excess"].mean()
+    return f"yes (+{excess:.2f})" if excess > SATURATION_FLAG else ""
+
+
+def saturation_table(results: Results) -> Table | Skipped:
+    """Per method and squashed task, the share of audit scores the squash clipped at 0 and at
+    1 on the report split (mean ± std over seeds); same-seed ERM's is the yardstick."""
+    keys = [c for c in results.per_trial.columns if c.startswith(("clip0_", "clip1_"))]
+    if not keys:
+        return Skipped("saturation", "Audit-score saturation", "no task's scores are squashed")
+    keys.sort(key=lambda key: (key.split("_", 1)[1], key))
+    columns = [
+        Column(key, _clip_header(key), latex_escape(_clip_header(key)), digits=3)
+        for key in keys
+    ]
+    title = (
+        f"Share of audit scores clipped by the squash ({results.split} split): at 0 (below "
+        "the same-seed ERM validation q10) and at 1 (above its q90), mean ± sample std over "
+        "seeds. ERM's is about 0.1 each side by construction on its validation split."
+    )
+    return Table("saturation", title, "Method", columns, _stats(results, keys))
+
+
+def _clip_header(key: str) -> str:
+    bound, task = key.split("_", 1)
+    return f"{task} at {'0' if bound == 'clip0' else '1'}"
 
 
 def violation_table(results: Results) -> Table:
@@ -259,9 +297,10 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
     order = list(dict.fromkeys(adaptive["variant"]))
     rows = summarize(per_trial, "variant", ["worst", "macro", key, "at_lower", "at_upper"], order)
     rows = rows.rename(columns={"variant": "row"})
-    settings = adaptive.groupby("variant", sort=False)[["r_star", "eta"]].first()
-    rows["r_star"] = [f"{settings.loc[v, 'r_star']:g}" for v in rows["row"]]
-    rows["eta"] = [f"{settings.loc[v, 'eta']:g}" for v in rows["row"]]
+    by_variant = adaptive.sort_values("seed").groupby("variant", sort=False)
+    for column in ("r_star", "eta"):
+        values = by_variant[column].agg(setting_text)
+        rows[column] = [values[v] for v in rows["row"]]
     _add_ci(rows, results, key, results.primary.value, ci)
     columns = [
         Column("r_star", "r*", r"$r^\star$", None, "text"),
@@ -278,6 +317,13 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
         "upper bound (from the traces), mean ± std over seeds."
     )
     return Table("controller", title, "Variant", columns, rows)
+
+
+def setting_text(values: pd.Series) -> str:
+    """A variant's r* or eta: one value, or each seed's in seed order, '/'-separated, when the
+    setting was selected per seed (`--select-from`)."""
+    texts = [f"{value:g}" for value in values]
+    return texts[0] if len(set(texts)) == 1 else " / ".join(texts)
 
 
 def lambda_bound_shares(experiment: Experiment, trials: list[str]) -> pd.DataFrame:

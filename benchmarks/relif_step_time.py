@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from timing import interleaved_times, ratio_with_interval, verdict_at_most
+from timing import TIMING_SQUASH_BAND, interleaved_times, ratio_with_interval, verdict_at_most
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
@@ -80,7 +80,7 @@ def _run(setting: Setting, dataset: str, root: str, relif: bool) -> TrainingRun:
         "data": {"dataset": dataset, "root": root},
         "model": model,
         "train": {"epochs": 1000, "batch_size": _batch_size(setting), **setting.train},
-        "relif": {"enabled": relif, "warmup_steps": 0},
+        "relif": {"enabled": relif, "warmup_steps": 0, "squash_constants": TIMING_SQUASH_BAND},
     }
     return TrainingRun(ExperimentConfig.from_dict(config))
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from timing import verdict_at_most
+from timing import TIMING_SQUASH_BAND, verdict_at_most
 
 BENCHMARKS = Path(__file__).resolve().parent
 SWEEP_EFFICIENCY_MODULE = "sweep_efficiency"
@@ -326,7 +326,7 @@ def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
         "model": model,
         "train": {"epochs": 100_000, "lr": 1e-4, **train},
         "method": {"name": "erm" if variant == "relif" else variant},
-        "relif": {"enabled": variant == "relif"},
+        "relif": {"enabled": variant == "relif", "squash_constants": TIMING_SQUASH_BAND},
     }
 
 

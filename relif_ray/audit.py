@@ -350,6 +350,16 @@ def induced_thresholds(
     }
 
 
+def squash_bounds(raw_scores: Sequence[float] | np.ndarray) -> list[float]:
+    """[q10, q90] of valid raw audit scores (numpy's linear interpolation, in float64): the
+    squash constants that a same-seed ERM validation run hands to the audit and to ReLiF's
+    training surrogate (paper section 3 and appendix A.3)."""
+    values = np.asarray(raw_scores, dtype=np.float64)
+    if values.size == 0 or not np.isfinite(values).all():
+        raise UserError("squash constants: need at least one finite raw score")
+    return [float(v) for v in np.quantile(values, SQUASH_QUANTILES)]
+
+
 def _finite_values(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64).ravel()
     if array.size == 0 or not np.isfinite(array).all():

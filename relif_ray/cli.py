@@ -1,4 +1,4 @@
-"""The `relif` console script: make-data, report, audit.
+"""The `relif` console script: make-data, report, audit, export.
 
 Every subcommand module provides `add_parser(subparsers)`; its parser sets `handler`, a
 function `(args) -> exit status`. User mistakes (`UserError`) print one line and exit 2.
@@ -13,6 +13,7 @@ from analysis.report import add_parser as add_report_parser
 from relif_ray.cli_audit import add_parser as add_audit_parser
 from relif_ray.cli_data import add_parser as add_make_data_parser
 from relif_ray.errors import UserError
+from relif_ray.export import add_parser as add_export_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_make_data_parser(subparsers)
     add_report_parser(subparsers)
     add_audit_parser(subparsers)
+    add_export_parser(subparsers)
     return parser
 
 

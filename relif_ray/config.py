@@ -11,6 +11,7 @@ Tune stores and shows as a trial's config, and the form of `--set section.field=
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import asdict, dataclass, field
@@ -138,9 +139,16 @@ class ReLiFConfig:
         "high-confidence prototypes"): each task's `prototypes_per_task` highest-scoring valid
         examples of the batch; "cross" pairs all of task i's with all of task j's, "rank" pairs
         them by confidence rank. See `relif_ray.relif.surrogate.prototype_pairs`.
-    squash_ema: EMA weight of the running q10/q90 that squash non-probability audit scores
-        (NYUv2 depth/normal feature norms) into [0, 1] during training (our choice; the paper
-        squashes with ERM validation quantiles at audit time only).
+    squash: how non-probability audit scores (NYUv2 depth/normal feature norms) are squashed
+        into [0, 1] in the training surrogate. "erm" (the paper's, section 3 and appendix A.3:
+        "the same scalar score is used to form both the fixed-audit gaps and the training-time
+        surrogate gaps"): clip((s - q10) / (q90 - q10 + 1e-6), 0, 1) with the fixed q10/q90 of
+        the same-seed ERM validation run, given in `squash_constants`; a sweep runs the ERM
+        reference trials first and fills them in. "running": q10/q90 are running EMAs (weight
+        `squash_ema`) of each batch's quantiles, our earlier choice, kept for comparison; it
+        lets scores drift above the audit's band, where the audit clips them (docs/relif.md).
+    squash_constants: task -> [q10, q90] of the same-seed ERM validation raw scores, for every
+        task whose score is not a probability (used with squash="erm" only).
     quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
     controller="static": lambda fixed at lambda0 (static-lambda ablation).
     lipschitz_branch=False: lambda = 0, no gradient from L_lip (ablation "ReLiF w/o Lip").
@@ -156,6 +164,8 @@ class ReLiFConfig:
     quantile_alignment: bool = True
     prototypes_per_task: int = 4
     prototype_pairing: Literal["cross", "rank"] = "cross"
+    squash: Literal["erm", "running"] = "erm"
+    squash_constants: dict[str, list[float]] = field(default_factory=dict)
     squash_ema: float = 0.1
     controller: Literal["adaptive", "static"] = "adaptive"
     lipschitz_branch: bool = True
@@ -182,6 +192,8 @@ class ReLiFConfig:
         _positive("relif.scale_floor", self.scale_floor)
         _positive("relif.prototypes_per_task", self.prototypes_per_task)
         _in_range("relif.squash_ema", self.squash_ema, 0.0, 1.0)
+        for task, bounds in self.squash_constants.items():
+            _check_squash_bounds(f"relif.squash_constants.{task}", bounds)
         _in_range("relif.violation_ema", self.violation_ema, 0.0, 1.0)
         _in_range("relif.r_star", self.r_star, 0.0, 1.0)
         if self.eta < 0:
@@ -215,6 +227,12 @@ class ExperimentConfig:
         config = _build(cls, values, prefix="")
         for section in (config.model, config.train, config.relif):
             section.validate()
+        if config.method.gradient_source == "representation" and config.train.compile:
+            raise UserError(
+                "config field method.gradient_source: 'representation' needs train.compile "
+                "false (inside a compiled forward the heads do not read the returned encoder "
+                "output)"
+            )
         return config
 
     def to_dict(self) -> dict[str, Any]:
@@ -259,6 +277,16 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
     if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool)):
         raise UserError(f"config field {name}: expected {hint.__name__}, got {value!r}")
     return value
+
+
+def _check_squash_bounds(name: str, bounds: Any) -> None:
+    """[q10, q90]: two finite numbers with q10 <= q90."""
+    numbers = isinstance(bounds, list | tuple) and len(bounds) == 2
+    numbers = numbers and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in bounds
+    )
+    if not numbers or not all(math.isfinite(v) for v in bounds) or bounds[0] > bounds[1]:
+        raise UserError(f"config field {name}: expected [q10, q90] with q10 <= q90, got {bounds!r}")
 
 
 def _positive(name: str, value: float) -> None:

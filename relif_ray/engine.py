@@ -101,11 +101,6 @@ class TrainingRun:
             gradient_source=config.method.gradient_source,
             **config.method.options,
         ).to(self.device)
-        if config.method.gradient_source == "representation" and config.train.compile:
-            raise UserError(
-                "method.gradient_source: 'representation' needs train.compile false (inside a "
-                "compiled forward the heads do not read the returned encoder output)"
-            )
         shared = {id(param) for param in self.model.shared_parameters()}
         self.head_parameters = [
             p for p in self.model.parameters() if p.requires_grad and id(p) not in shared

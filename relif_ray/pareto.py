@@ -1,11 +1,18 @@
 """Pareto dominance of (Bias, Worst) points: Bias lower is better, Worst higher is better (the
-paper's utility-fairness trade-off, Figure 2). Used by the Optuna sweep's `pareto.csv` and by
-the analysis fronts."""
+paper's utility-fairness trade-off, Figure 2). Used by the Optuna sweep's `pareto.csv`, by
+the choice of (r*, eta) from it (`select_settings`) and by the analysis fronts."""
 
 from __future__ import annotations
 
+import io
+import math
+
 import numpy as np
 import pandas as pd
+from pyarrow.fs import FileType
+
+from relif_ray import storage
+from relif_ray.errors import UserError
 
 
 def non_dominated(bias: np.ndarray, worst: np.ndarray) -> np.ndarray:
@@ -29,3 +36,66 @@ def pareto_front(rows: pd.DataFrame) -> pd.DataFrame:
         group = rows.iloc[positions]
         keep[positions] = non_dominated(group["val_bias"], group["val_worst"])
     return rows[keep].sort_values(["study", "val_bias"]).reset_index(drop=True)
+
+
+PARETO_FILE = "pareto.csv"
+PARETO_COLUMNS = (
+    "study",
+    "label",
+    "seed",
+    "trial_id",
+    "r_star",
+    "eta",
+    "val_bias",
+    "val_worst",
+    "val_macro",
+)
+"""`<experiment>/pareto.csv` of an Optuna sweep: each study's Pareto set on validation."""
+
+SELECTION_FILE = "selection.csv"
+"""`<experiment>/selection.csv` of a `--select-from` sweep: the rows `select_settings` chose."""
+_TOLERANCE_SLACK = 1e-12
+"""Float slack of the tolerance edge: Worst exactly `tolerance` below the best is within it."""
+
+
+def read_pareto(experiment: str) -> pd.DataFrame:
+    """The `pareto.csv` of the experiment directory (a path or storage URI), columns checked."""
+    root = storage.location(experiment)
+    if storage.file_type(root) != FileType.Directory:
+        raise UserError(f"--select-from: experiment directory not found: {experiment}")
+    path = storage.join(root, PARETO_FILE)
+    if storage.file_type(path) != FileType.File:
+        raise UserError(
+            f"--select-from: no {PARETO_FILE} in {storage.display(root)} "
+            "(it is written by a finished --search optuna sweep)"
+        )
+    table = pd.read_csv(io.StringIO(storage.read_text(path)))
+    missing = [column for column in PARETO_COLUMNS if column not in table.columns]
+    if missing:
+        raise UserError(f"{storage.display(path)}: missing column(s) {', '.join(missing)}")
+    return table
+
+
+def select_settings(front: pd.DataFrame, worst_tolerance: float) -> pd.DataFrame:
+    """One (r*, eta) per (label, seed) from a `pareto.csv` table, on validation numbers only.
+
+    The paper selects MIMIC-III's (r*, eta) "on validation per data-seed group" without stating
+    a rule; ours: among the study's points whose validation Worst is within `worst_tolerance`
+    of the study's best validation Worst, the one with the lowest validation Bias (ties: higher
+    validation Worst, then smaller r*, then smaller eta). Utility is kept within the tolerance
+    and Bias, what ReLiF is for, decides. Returns the chosen rows sorted by label and seed.
+    """
+    if not (math.isfinite(worst_tolerance) and worst_tolerance >= 0):
+        raise UserError(f"--select-worst-tolerance: must be >= 0, got {worst_tolerance:g}")
+    rows = front.dropna(subset=["val_bias", "val_worst", "r_star", "eta"])
+    chosen = []
+    for _, group in rows.groupby(["label", "seed"], sort=True):
+        floor = group["val_worst"].max() - worst_tolerance
+        near_best = group[group["val_worst"] >= floor - _TOLERANCE_SLACK]
+        ranked = near_best.sort_values(
+            ["val_bias", "val_worst", "r_star", "eta"],
+            ascending=[True, False, True, True],
+            kind="stable",
+        )
+        chosen.append(ranked.iloc[0])
+    return pd.DataFrame(chosen, columns=front.columns).reset_index(drop=True)

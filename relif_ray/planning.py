@@ -1,9 +1,12 @@
 """What a sweep will run, decided and checked before Ray starts (no Ray import).
 
 The resources a sweep may use and each trial asks for (`Resources`), the grid of trial configs
-(`param_space`, a `SweepSpace`), the Optuna studies (`OptunaPlan`) and the paper's controller checks
-(`controller_variants`). `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune
-config is described in `relif_ray.variants`.
+(`param_space`, an explicit trial list at settings selected per seed (`selected_trials`), both a
+`SweepSpace`), the Optuna studies (`OptunaPlan`), the paper's controller checks
+(`controller_variants`), and the order Tune gets the trials in (`trial_order`: same-seed ERM
+reference trials before the ReLiF trials that train on their squash constants).
+`relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config is described in
+`relif_ray.variants`.
 """
 
 from __future__ import annotations
@@ -12,12 +15,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from relif_ray.config import ExperimentConfig
+from relif_ray.errors import UserError
+from relif_ray.preflight import check_trial_configs
+from relif_ray.problems import benchmark
 from relif_ray.variants import (
     experiment_config,
     grid_variants,
     sweep_constants,
     trial_overrides,
     unique_variants,
+    uses_controller,
     variant,
 )
 
@@ -94,21 +102,57 @@ class TuneOptions:
     callbacks: tuple[str, ...] = ()
 
 
-def check_variants(base: dict[str, Any], variants: list[dict]) -> None:
-    """Build every trial's config once before Ray starts, so no trial fails on a bad value."""
-    constants = sweep_constants(base, 0.0)
-    for item in variants:
-        experiment_config({**constants, **trial_overrides(item, 0)})
+def trial_space(base: dict[str, Any], trials: list[dict[str, Any]], delta: float) -> SweepSpace:
+    """The sweep of an explicit list of trials (each its own part of the config,
+    `relif_ray.variants.trial_overrides`). Every distinct setting's config is built once before
+    Ray starts, then its method and model (`relif_ray.preflight`), so no trial fails on a bad
+    value or option."""
+    constants = sweep_constants(base, delta)
+    settings = {
+        repr(sorted((key, value) for key, value in trial.items() if key != "seed")): trial
+        for trial in trials
+    }
+    check_trial_configs([experiment_config({**constants, **trial}) for trial in settings.values()])
+    return SweepSpace(constants, list(trials))
 
 
 def param_space(
     base: dict[str, Any], variants: list[dict], seeds: list[int], delta: float
 ) -> SweepSpace:
-    """The grid: every variant crossed with every seed (variant-major), each variant's config
-    checked first."""
-    check_variants(base, variants)
-    trials = [trial_overrides(item, seed) for item in variants for seed in seeds]
-    return SweepSpace(sweep_constants(base, delta), trials)
+    """The grid: every variant crossed with every seed (variant-major), each setting checked
+    first (`trial_space`)."""
+    return trial_space(
+        base, [trial_overrides(item, seed) for item in variants for seed in seeds], delta
+    )
+
+
+def selected_trials(
+    labels: list[str],
+    seeds: list[int],
+    settings: dict[tuple[str, int], tuple[float, float]],
+    source: str,
+) -> list[dict]:
+    """The sweep's trials as an explicit list (each trial's own part of its config,
+    `trial_overrides`, for `trial_space`): each label with each seed, a label whose controller
+    uses (r*, eta) at the (r*, eta) selected for that seed (`settings`: (label, seed) ->
+    (r*, eta), chosen from the Optuna search `source`), every other label as it is."""
+    studied = {label for label, _ in settings}
+    trials = []
+    for label in labels:
+        for seed in seeds:
+            if not uses_controller(label):
+                trials.append(trial_overrides(variant(label), seed))
+                continue
+            if label not in studied:
+                raise UserError(
+                    f"--select-from {source}: no study of '{label}' "
+                    f"(studied: {', '.join(sorted(studied)) or 'none'})"
+                )
+            if (label, seed) not in settings:
+                raise UserError(f"--select-from {source}: no study of '{label}' for seed {seed}")
+            r_star, eta = settings[(label, seed)]
+            trials.append(trial_overrides(variant(label, r_star, eta), seed))
+    return trials
 
 
 @dataclass(frozen=True)
@@ -130,8 +174,8 @@ class OptunaPlan:
         """The constant part of every trial's config (the studies suggest the rest), after
         checking the corners of the search ranges for every label."""
         corners = grid_variants(self.labels, list(self.r_star_range), list(self.eta_range))
-        check_variants(base, corners)
-        return SweepSpace(sweep_constants(base, delta))
+        trials = [trial_overrides(item, seed) for item in corners for seed in self.seeds[:1]]
+        return SweepSpace(trial_space(base, trials, delta).constants)
 
 
 def controller_variants(
@@ -152,3 +196,68 @@ def controller_variants(
         variant("relif-static", extra={"relif.lambda0": value}) for value in static_lambdas
     ]
     return unique_variants(variants)
+
+
+def waits_for_reference(config: ExperimentConfig) -> bool:
+    """Whether a trial trains on same-seed ERM squash constants it does not have yet: ReLiF
+    with the paper's squash (`relif.squash = "erm"`) on a data set with squashed scores."""
+    relif = config.relif
+    if not relif.enabled or relif.squash != "erm" or relif.squash_constants:
+        return False
+    return bool(benchmark(config.data.dataset).squashed_tasks)
+
+
+def is_reference(config: ExperimentConfig) -> bool:
+    """Whether a trial is an ERM reference: plain ERM on a data set with squashed scores."""
+    plain_erm = config.method.name == "erm" and not config.relif.enabled
+    return plain_erm and bool(benchmark(config.data.dataset).squashed_tasks)
+
+
+@dataclass(frozen=True)
+class TrialOrder:
+    """The trials of a sweep in the order Tune gets them (`relif_ray.tuning.reference`).
+
+    items: {"config": the trial's own part of its config (`SweepSpace.trials`), "needs": seed or
+        None, "provides": seed or None}: ERM references first, then the trials that wait for
+        nothing, then the waiting ones.
+    studies_need_reference: whether Optuna's (ReLiF) trials wait for their seed's reference.
+    added_references: seeds whose ERM reference trial the sweep added (none was asked for).
+    """
+
+    items: list[dict[str, Any]]
+    studies_need_reference: bool = False
+    added_references: tuple[int, ...] = ()
+
+
+def trial_order(space: SweepSpace, search: OptunaPlan | None, ready_seeds: set[int]) -> TrialOrder:
+    """Order the trials of `space` (or the Optuna studies of `search` over its constants) so
+    every trial that needs its seed's ERM squash constants comes after that seed's ERM trial;
+    seeds in `ready_seeds` already have their constants (`--reference`). A seed whose waiting
+    trials have no ERM trial in the sweep gets one added."""
+    trials = [] if search is not None else list(space.trials)
+    trials.sort(key=lambda trial: trial["seed"])  # stable: the sweep's order within a seed
+    providers, plain, waiting = {}, [], []
+    for trial in trials:
+        seed = trial["seed"]
+        config = experiment_config({**space.constants, **trial})
+        entry = {"config": trial, "needs": None, "provides": None}
+        if waits_for_reference(config) and seed not in ready_seeds:
+            waiting.append({**entry, "needs": seed})
+        elif is_reference(config) and seed not in providers and seed not in ready_seeds:
+            providers[seed] = {**entry, "provides": seed}
+        else:
+            plain.append(entry)
+    studies_wait = False
+    if search is not None:
+        corner = variant(search.labels[0], search.r_star_range[0], search.eta_range[0])
+        config = experiment_config({**space.constants, **trial_overrides(corner, search.seeds[0])})
+        studies_wait = waits_for_reference(config)
+    needing = {entry["needs"] for entry in waiting}
+    if studies_wait:
+        needing |= {seed for seed in search.seeds if seed not in ready_seeds}
+    added = tuple(sorted(seed for seed in needing if seed not in providers))
+    for seed in added:
+        entry = {"config": trial_overrides(variant("erm"), seed), "needs": None}
+        providers[seed] = {**entry, "provides": seed}
+    items = [providers[seed] for seed in sorted(providers)] + plain + waiting
+    return TrialOrder(items, studies_wait, added)

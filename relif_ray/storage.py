@@ -116,6 +116,13 @@ def read_parquet(place: Location, **options: Any) -> pa.Table:
     return pq.read_table(path, filesystem=store, **options)
 
 
+def write_text(place: Location, text: str) -> None:
+    """Write a small text file (a sweep's record next to its trials)."""
+    store, path = filesystem(place)
+    with store.open_output_stream(path) as stream:
+        stream.write(text.encode())
+
+
 def open_input(place: Location) -> pa.NativeFile:
     """A binary input stream (a context manager) for readers that take file objects."""
     store, path = filesystem(place)

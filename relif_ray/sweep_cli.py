@@ -14,16 +14,20 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from relif_ray import storage
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.experiment_lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.methods import METHODS
 from relif_ray.overrides import parse_set, read_config_file
+from relif_ray.pareto import SELECTION_FILE, read_pareto, select_settings
 from relif_ray.planning import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
@@ -36,8 +40,18 @@ from relif_ray.planning import (
     TuneOptions,
     controller_variants,
     param_space,
+    selected_trials,
+    trial_space,
 )
+from relif_ray.preflight import check_data, check_storage
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
+from relif_ray.relif.controller import scale_to_budget
+from relif_ray.sweep_outcome import (
+    EXIT_TRIALS_ERRORED,
+    TrialsErrored,
+    retry_command,
+    summary_lines,
+)
 from relif_ray.variants import (
     RELIF_LABELS,
     apply_overrides,
@@ -106,14 +120,14 @@ def build_parser(
     data.add_argument(
         "--epochs",
         type=int,
-        help=f"epochs per trial (default: {defaults.epochs}; demo: {demo['epochs']}; "
-        "none with --steps alone)",
+        help=f"epochs per trial (default: {defaults.epochs}; demo: "
+        f"{demo.get('epochs', 'none')}; none with --steps alone)",
     )
     data.add_argument(
         "--steps",
         type=int,
         help="optimisation steps per trial: alone, exactly N steps (across epochs); with "
-        "--epochs, the smaller of the two budgets wins",
+        f"--epochs, the smaller of the two budgets wins (demo: {demo.get('steps', 'none')})",
     )
     data.add_argument(
         "--batch-size", type=int, help=f"training batch size (default: {defaults.batch_size})"
@@ -124,7 +138,12 @@ def build_parser(
         help=f"model backbone (default: {defaults.backbone}; demo: "
         f"{demo.get('backbone', defaults.backbone)})",
     )
-    data.add_argument("--warmup-steps", type=int, help="ReLiF controller warmup steps")
+    data.add_argument(
+        "--warmup-steps",
+        type=int,
+        help="ReLiF controller warmup steps (default: 100; demo: scale_to_budget, warmup / "
+        "steps as in the paper's NYUv2 run)",
+    )
     data.add_argument(
         "--delta",
         type=float,
@@ -140,10 +159,13 @@ def build_parser(
             f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
         )
         grid.add_argument(
-            "--r-star", default=f"{defaults.r_star:g}", help="ReLiF controller targets (list)"
+            "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"
         )
         grid.add_argument(
-            "--eta", default=f"{defaults.eta:g}", help="ReLiF controller step sizes (list)"
+            "--eta",
+            help=f"ReLiF controller step sizes (list) (default: {defaults.eta:g}; demo: "
+            "scaled to the demo's step budget with scale_to_budget, eta x steps as in the "
+            "paper's 200-epoch NYUv2 run)",
         )
         grid.add_argument(
             "--search",
@@ -160,6 +182,21 @@ def build_parser(
         )
         grid.add_argument(
             "--eta-range", default="1e-4,1e-2", help="--search optuna: eta bounds (log scale)"
+        )
+        grid.add_argument(
+            "--select-from",
+            metavar="SEARCH_EXPERIMENT",
+            help="run each controller-driven ReLiF label and seed at the (r*, eta) selected "
+            "from the pareto.csv of this --search optuna experiment (path or URI): the lowest "
+            "validation Bias within --select-worst-tolerance of the study's best validation "
+            "Worst",
+        )
+        grid.add_argument(
+            "--select-worst-tolerance",
+            type=float,
+            default=0.02,
+            help="--select-from: how far below the study's best validation Worst a chosen "
+            "point may be",
         )
     add_config_flags(parser)
     add_launch_flags(parser, defaults)
@@ -258,6 +295,12 @@ def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults)
         "--resume",
         action="store_true",
         help="continue the killed sweep --name in --storage (other grid flags are ignored)",
+    )
+    launch.add_argument(
+        "--reference",
+        metavar="EXPERIMENT",
+        help="take the same-seed ERM squash constants that ReLiF trains on from this finished "
+        "experiment (directory or URI) instead of running ERM reference trials first",
     )
 
 
@@ -387,7 +430,7 @@ def base_config(
     use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
     config = apply_overrides(ExperimentConfig().to_dict(), dataset_fields(defaults))
     if args.demo:
-        config = apply_overrides(config, demo_fields(defaults))
+        config = apply_overrides(config, demo_fields(args, defaults))
     layers = [
         (f"--config {args.config}", read_config_file(args.config) if args.config else {}),
         ("--set", parse_set(args.set)),
@@ -416,18 +459,22 @@ def dataset_fields(defaults: DatasetDefaults) -> dict[str, Any]:
     }
 
 
-def demo_fields(defaults: DatasetDefaults) -> dict[str, Any]:
-    """The --demo budget and settings as dotted config fields (short controller warmup)."""
+def demo_fields(args: argparse.Namespace, defaults: DatasetDefaults) -> dict[str, Any]:
+    """The --demo budget and settings as dotted config fields: its step budget unless
+    --epochs/--steps give one, and the controller's warmup scaled to it (`demo_controller`)."""
     demo = defaults.demo_train
     fields = {
         **defaults.demo_config,
-        "train.epochs": demo["epochs"],
         "train.batch_size": demo["batch_size"],
         "train.lr": demo["lr"],
-        "relif.warmup_steps": 5,
     }
     if "backbone" in demo:
         fields["model.backbone"] = demo["backbone"]
+    if args.epochs is None and args.steps is None:
+        fields["train.epochs"], fields["train.max_steps"] = None, demo["steps"]
+    scaled = demo_controller(args, defaults)
+    if scaled is not None:
+        fields["relif.warmup_steps"] = scaled[1]
     return fields
 
 
@@ -471,22 +518,39 @@ def pretrained_weights(value: str) -> str:
     return str(path.resolve())
 
 
+def controller_grid(
+    args: argparse.Namespace, defaults: DatasetDefaults
+) -> tuple[list[float], list[float]]:
+    """(r* values, eta values) of the grid: the flags, else the data set's (for --demo, eta
+    scaled to the demo's step budget, `demo_controller`)."""
+    scaled = demo_controller(args, defaults)
+    eta = f"{scaled[0] if scaled else defaults.eta:g}" if args.eta is None else args.eta
+    r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
+    return parse_floats(r_star, "--r-star"), parse_floats(eta, "--eta")
+
+
+def demo_steps(args: argparse.Namespace, defaults: DatasetDefaults) -> int | None:
+    """--steps, or the demo's step budget when --demo is given without --epochs/--steps."""
+    if args.steps is None and args.epochs is None and args.demo:
+        return defaults.demo_train.get("steps")
+    return args.steps
+
+
+def demo_controller(
+    args: argparse.Namespace, defaults: DatasetDefaults
+) -> tuple[float, int] | None:
+    """(eta, warmup) of a --demo sweep: `relif_ray.relif.controller.scale_to_budget` of its
+    step budget, so lambda moves as far as in the paper's 200-epoch NYUv2 run (eta x steps and
+    warmup / steps kept); None outside --demo or without a step budget (--epochs)."""
+    steps = demo_steps(args, defaults)
+    if not args.demo or steps is None or args.epochs is not None:
+        return None
+    return scale_to_budget(steps, defaults.eta)
+
+
 def check_delta(delta: float) -> None:
     if not 0.0 <= delta <= 1.0:
         raise UserError(f"--delta: must be in [0, 1], got {delta:g}")
-
-
-def prepare_experiment_dir(storage: str, name: str, demo: bool) -> None:
-    """Refuse to mix a new sweep into an existing experiment; `--demo` replaces its own."""
-    path = Path(storage) / name
-    if "://" in storage or not path.exists():
-        return
-    if not demo:
-        raise UserError(
-            f"--name: experiment {path} already exists (use --resume to continue it, "
-            "or another --name)"
-        )
-    shutil.rmtree(path)
 
 
 def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str = "") -> str:
@@ -541,37 +605,48 @@ def launch(
     `SweepSpace`, OptunaPlan or None) for the validated base config."""
     limits = resources(args)
     check_delta(args.delta)
+    if not limits.address:
+        from relif_ray.tuning import keep_local_ray_on_loopback
+
+        keep_local_ray_on_loopback()
     from relif_ray.tuning import launch as ray_launch  # Ray is imported from here on
 
     if args.resume:
-        return ray_launch.run_sweep(
-            None,
+        with exclusive_experiment(args.storage, name):
+            return ray_launch.run_sweep(
+                None,
+                name=name,
+                storage=args.storage,
+                resources=limits,
+                max_failures=args.max_failures,
+                keep_checkpoints=args.keep_checkpoints,
+                resume=True,
+                search=None,
+            )
+    root = data_root(args, defaults)
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
+    options = tune_options(args, base)
+    space, search = plan(base)
+    check_storage(args.storage)
+    writes_demo_data = args.demo and not args.data_dir
+    if not writes_demo_data:
+        check_data(defaults.dataset, root)
+    with exclusive_experiment(args.storage, name):
+        prepare_new_experiment(args.storage, name, replace=args.demo)
+        if writes_demo_data:
+            write_demo_data(root, defaults)
+        experiment_dir = ray_launch.run_sweep(
+            space,
             name=name,
             storage=args.storage,
             resources=limits,
             max_failures=args.max_failures,
             keep_checkpoints=args.keep_checkpoints,
-            resume=True,
-            search=None,
+            checkpoint_every=0 if args.demo else 1,
+            search=search,
+            options=options,
+            reference=args.reference,
         )
-    root = data_root(args, defaults)
-    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
-    options = tune_options(args, base)
-    space, search = plan(base)
-    prepare_experiment_dir(args.storage, name, args.demo)
-    if args.demo and not args.data_dir:
-        write_demo_data(root, defaults)
-    experiment_dir = ray_launch.run_sweep(
-        space,
-        name=name,
-        storage=args.storage,
-        resources=limits,
-        max_failures=args.max_failures,
-        keep_checkpoints=args.keep_checkpoints,
-        checkpoint_every=0 if args.demo else 1,
-        search=search,
-        options=options,
-    )
     if defaults.delta_ref is not None:
         print(f"fixed-delta audit threshold of the paper: delta_ref = {defaults.delta_ref:g}")
     return experiment_dir
@@ -589,17 +664,69 @@ def run(
     optuna = args.search == "optuna"
     default = defaults.demo_train["methods"] if args.demo else default_methods()
     labels = parse_labels(args.methods or ("relif" if optuna else default))
-    r_stars, etas = parse_floats(args.r_star, "--r-star"), parse_floats(args.eta, "--eta")
+    r_stars, etas = controller_grid(args, defaults)
     if optuna:
         plan = optuna_plan(args, labels, seeds)
+    chosen = selection_of(args) if args.select_from and not args.resume else None
+    if chosen is not None:
+        trials = selected_trials(labels, seeds, settings_of(chosen), args.select_from)
+        chosen = chosen[chosen["label"].isin(labels) & chosen["seed"].isin(seeds)]
+        print_selection(chosen, args.select_worst_tolerance)
     name = experiment_name(args, defaults)
 
     def grid(base: dict) -> tuple[SweepSpace, OptunaPlan | None]:
         if optuna:
             return plan.space(base, args.delta), plan
+        if chosen is not None:
+            return trial_space(base, trials, args.delta), None
         return param_space(base, grid_variants(labels, r_stars, etas), seeds, args.delta), None
 
-    return launch(args, defaults, name, grid)
+    experiment_dir = launch(args, defaults, name, grid)
+    if chosen is not None:
+        record_selection(experiment_dir, chosen, args)
+    return experiment_dir
+
+
+def selection_of(args: argparse.Namespace) -> pd.DataFrame:
+    """The (r*, eta) chosen per label and seed from the `--select-from` search (after the
+    flags that would contradict it are refused)."""
+    for flag, value in (("--r-star", args.r_star), ("--eta", args.eta)):
+        if value is not None:
+            raise UserError(
+                f"--select-from: conflicts with {flag} (it selects r* and eta per seed)"
+            )
+    if args.search == "optuna":
+        raise UserError(
+            "--select-from: conflicts with --search optuna (it runs the selected setting)"
+        )
+    return select_settings(read_pareto(args.select_from), args.select_worst_tolerance)
+
+
+def settings_of(chosen: pd.DataFrame) -> dict[tuple[str, int], tuple[float, float]]:
+    return {
+        (row.label, int(row.seed)): (float(row.r_star), float(row.eta))
+        for row in chosen.itertuples()
+    }
+
+
+def print_selection(chosen: pd.DataFrame, tolerance: float) -> None:
+    print(
+        "(r*, eta) selected on validation: lowest val Bias within "
+        f"{tolerance:g} of the study's best val Worst"
+    )
+    for row in chosen.itertuples():
+        print(
+            f"  {row.label} seed {int(row.seed)}: r*={row.r_star:g} eta={row.eta:g} "
+            f"(val Bias {row.val_bias:.4f}, val Worst {row.val_worst:.4f}; "
+            f"study {row.study}, trial {row.trial_id})"
+        )
+
+
+def record_selection(experiment_dir: str, chosen: pd.DataFrame, args: argparse.Namespace) -> None:
+    """`<experiment>/selection.csv`: the chosen pareto.csv rows, their source and tolerance."""
+    table = chosen.assign(source=args.select_from, worst_tolerance=args.select_worst_tolerance)
+    path = storage.join(storage.location(experiment_dir), SELECTION_FILE)
+    storage.write_text(path, table.to_csv(index=False))
 
 
 def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]) -> OptunaPlan:
@@ -685,12 +812,18 @@ def main(
     argv: list[str] | None = None,
     runner: Callable[[list[str] | None, DatasetDefaults], str] = run,
 ) -> int:
-    """Entry point of a sweep script: exit 0 with the experiment directory, or 2 on a
-    user mistake (one line on stderr)."""
+    """Entry point of a sweep script: exit 0 with the experiment directory when every trial
+    terminated, 2 on a user mistake found before Ray starts (one line on stderr), or 1 when
+    trials errored (their summary and the retry command close stderr)."""
     try:
         experiment_dir = runner(argv, defaults)
     except UserError as exc:
         print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
         return 2
+    except TrialsErrored as failure:
+        print(f"experiment directory: {failure.experiment_dir}")
+        retry = retry_command([sys.executable, sys.argv[0]], sys.argv[1:] if argv is None else argv)
+        print("\n".join(summary_lines(failure, retry)), file=sys.stderr)
+        return EXIT_TRIALS_ERRORED
     print(f"experiment directory: {experiment_dir}")
     return 0

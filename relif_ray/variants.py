@@ -3,10 +3,11 @@
 A variant is {"label": str, "overrides": {dotted ExperimentConfig field: value}}. A trial's
 Tune config is the resolved config that runs, as flat dotted keys (`relif.enabled`, `seed`,
 `method.name`, ... every ExperimentConfig field, see `relif_ray.config.flat_config`) plus
-"label" and the sweep's "delta" (+ "study" for Optuna trials, + the test-only
-"fault_injection_step"), so Tune's tools (ExperimentAnalysis, W&B, MLflow) show what ran. It is
-the sweep's constants (`sweep_constants`: the shared base config, flat, and delta) merged with
-the trial's own part (`trial_overrides`: label, seed and the variant's overrides);
+"label" and the sweep's "delta" (+ "study" for Optuna trials, + "experiment_dir" where the
+squash constants live, + "reference_error" when a trial's ERM reference errored, + the
+test-only "fault_injection_step"), so Tune's tools (ExperimentAnalysis, W&B, MLflow) show what
+ran. It is the sweep's constants (`sweep_constants`: the shared base config, flat, and delta)
+merged with the trial's own part (`trial_overrides`: label, seed and the variant's overrides);
 `experiment_config` builds the trial's ExperimentConfig from it.
 
 Labels:
@@ -15,6 +16,7 @@ Labels:
 - `relif-nolip`, `relif-noalign`, `relif-static`: the paper's ablations (Table 4 and the
   static-lambda baseline of section 5): no Lipschitz branch (lambda = 0), no quantile alignment
   (tau = kappa = 1), lambda fixed at lambda0;
+- `relif-running`: ReLiF with the running-quantile squash instead of the paper's ERM squash;
 - `<method>+<relif label>`, e.g. `pcgrad+relif`: that method with ReLiF switched on.
 ReLiF labels with the adaptive controller are crossed with the controller settings (r*, eta);
 other labels (including `relif-static` and `relif-nolip`, which ignore them) are not.
@@ -33,8 +35,11 @@ RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif-nolip": {"relif.lipschitz_branch": False},
     "relif-noalign": {"relif.quantile_alignment": False},
     "relif-static": {"relif.controller": "static"},
+    "relif-running": {"relif.squash": "running"},
 }
-"""ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`."""
+"""ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`. `relif-running` is not
+the paper's: ReLiF whose training surrogate squashes NYUv2 depth/normal scores with running
+batch quantiles instead of the same-seed ERM ones, kept to compare the two squashes."""
 
 DISPLAY_NAMES: dict[str, str] = {
     "erm": "ERM",
@@ -47,6 +52,7 @@ DISPLAY_NAMES: dict[str, str] = {
     "relif-nolip": "ReLiF w/o Lip",
     "relif-noalign": "ReLiF-no-align",
     "relif-static": "ReLiF-static",
+    "relif-running": "ReLiF (running squash)",
 }
 """Method and ReLiF label -> the name tables and figures show (the paper's spelling)."""
 

@@ -1,19 +1,34 @@
-"""Shared fixtures: tiny NYUv2-format data, tiny configs, one Ray session per test session."""
+"""Shared fixtures: tiny NYUv2-format data, tiny configs, one Ray session per test session,
+an S3 server (moto) on 127.0.0.1."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
+from relif_ray import storage
+from relif_ray.tuning import keep_local_ray_on_loopback
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Every local Ray of the tests (the session's and those of the CLI subprocesses, which inherit
+# the environment) binds to 127.0.0.1; this must happen before anything imports Ray.
+keep_local_ray_on_loopback()
 # One thread, as in a 1-CPU Ray trial: the same float reductions, and no oversubscription
 # of a 2-core machine while Ray workers run beside the test process.
 torch.set_num_threads(1)
 
+BUCKET = "relif"
+"""The bucket of the moto S3 server of `s3_server`."""
+
 TINY_DATA = {"train": 24, "val": 12, "height": 32, "width": 40}
+TINY_ERM_SQUASH = {"depth": [4.8131, 4.9289], "normal": [3.9598, 4.0494]}
+"""q10/q90 (rounded) of the validation depth/normal scores of the ERM run of `tiny_config` on
+the tiny data (seed 0, 2 epochs): the paper's squash constants for ReLiF runs in tests."""
 
 
 def tiny_config(root: str | Path, **train: object) -> dict:
@@ -23,6 +38,7 @@ def tiny_config(root: str | Path, **train: object) -> dict:
         "data": {"dataset": "nyuv2", "root": str(root)},
         "model": {"backbone": "resnet18", "head_channels": 16},
         "train": {"epochs": 2, "batch_size": 6, "eval_batch_size": 12, "lr": 1e-3, **train},
+        "relif": {"squash_constants": TINY_ERM_SQUASH},
     }
 
 
@@ -38,9 +54,80 @@ def nyuv2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ray_session():
     """Local Ray with 2 CPUs and 2 logical GPUs (for fractional-GPU packing; trials still run
-    on the CPU), no dashboard, started once for all sweep tests."""
+    on the CPU), no dashboard, bound to 127.0.0.1, started once for all sweep tests."""
     import ray
 
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, ignore_reinit_error=True)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory) -> Path:
+    """12 train / 6 val images of 32x40 and a test split (a copy of val), so outputs cover val
+    AND test; with batch 6 an epoch is 2 steps."""
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    sizes = {**TINY_DATA, "train": 12, "val": 6}
+    root = write_synthetic_nyuv2(tmp_path_factory.mktemp("small") / "data", seed=0, **sizes)
+    shutil.copytree(root / "val", root / "test")
+    return root
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> dict:
+    """A moto S3 server on 127.0.0.1 holding a generated experiment and a score file under
+    s3://relif/results/; yields the endpoint and the local copies."""
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    from analysis.synthetic import write_synthetic_experiment
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    local = tmp_path_factory.mktemp("local")
+    experiment = write_synthetic_experiment(
+        local / "nyuv2",
+        labels=("erm", "pcgrad", "relif"),
+        seeds=2,
+        n_examples=24,
+        splits=("val", "test"),
+        errored=1,
+        incomplete=1,
+    )
+    scores = local / "scores"
+    scores.mkdir()
+    frame = pd.read_parquet(next(experiment.glob("*/checkpoint_000000/outputs/scores.parquet")))
+    frame[frame["task"] == "seg"].assign(task="a").pipe(
+        lambda seg: pd.concat([seg, seg.assign(task="b", score=1 - seg["score"])])
+    ).to_parquet(scores / "scores.parquet")
+    pd.read_parquet(scores / "scores.parquet").to_csv(scores / "scores.csv", index=False)
+    upload = pafs.S3FileSystem(
+        endpoint_override=f"{host}:{port}",
+        scheme="http",
+        region="us-east-1",
+        access_key="testing",
+        secret_key="testing",
+        allow_bucket_creation=True,
+    )
+    upload.create_dir(BUCKET)
+    pafs.copy_files(str(local), f"{BUCKET}/results", destination_filesystem=upload)
+    yield {"endpoint": f"http://{host}:{port}", "host": f"{host}:{port}", "local": local}
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: dict, monkeypatch) -> dict:
+    """Credentials and the endpoint the way a user sets them (environment variables)."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": s3_server["endpoint"],
+    }.items():
+        monkeypatch.setenv(name, value)
+    storage._bucket_filesystem.cache_clear()
+    yield s3_server
+    storage._bucket_filesystem.cache_clear()

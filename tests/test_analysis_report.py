@@ -29,6 +29,7 @@ from analysis.tables import (
     controller_table,
     drift_table,
     main_table,
+    saturation_table,
     sensitivity_table,
     shift_table,
     violation_table,
@@ -127,7 +128,43 @@ def test_main_table(results, direct):
     assert_stat_columns(table, direct, keys)
     assert list(table.rows["row"]) == list(dict.fromkeys(results.per_trial["variant"]))
     assert (table.rows["n_seeds"] == 3).all()
-    assert [c.header for c in table.columns][-2:] == ["Bias@δ=0.3", "Bias@δ_p75"]
+    headers = [c.header for c in table.columns][-3:]
+    assert headers == ["Bias@δ=0.3", "Bias@δ_p75", "Saturated"]
+
+
+def test_saturation_shares_and_the_flag(stored, results) -> None:
+    """Shares of valid audit scores at 0 / at 1 recomputed from the files with the same-seed
+    ERM squash; a method is flagged when its largest share exceeds same-seed ERM's by more
+    than 0.2 (mean over seeds)."""
+    per_trial = results.per_trial.set_index("trial")
+    erm_of = {}
+    for trial, record in stored.items():
+        scores = squashed_scores(stored, trial, "test")
+        scores = scores[scores["valid"]]
+        for task in ("depth", "normal"):
+            values = scores.loc[scores["task"] == task, "score"]
+            assert per_trial.loc[trial, f"clip0_{task}"] == (values <= 0).mean()
+            assert per_trial.loc[trial, f"clip1_{task}"] == (values >= 1).mean()
+        if record.is_erm:
+            erm_of[record.seed] = trial
+    columns = [f"{b}_{t}" for b in ("clip0", "clip1") for t in ("depth", "normal")]
+    excess = {
+        trial: float(
+            (per_trial.loc[trial, columns] - per_trial.loc[erm_of[record.seed], columns]).max()
+        )
+        for trial, record in stored.items()
+    }
+    assert per_trial["saturation_excess"].to_dict() == pytest.approx(excess, abs=1e-12)
+    table = main_table(results, NO_CI).rows.set_index("row")
+    for variant, trials in results.per_trial.groupby("variant")["trial"]:
+        mean = np.mean([excess[t] for t in trials])
+        expected = f"yes (+{mean:.2f})" if mean > 0.2 else ""
+        assert table.loc[variant, "saturated"] == expected
+    assert table.loc["erm", "saturated"] == ""  # zero excess over itself
+    shares = saturation_table(results).rows.set_index("row")
+    assert shares.loc["erm", "clip1_depth_mean"] == pytest.approx(
+        per_trial.loc[list(erm_of.values()), "clip1_depth"].mean(), abs=1e-12
+    )
 
 
 def test_violation_table(results, direct):
@@ -435,11 +472,13 @@ def test_report_figures_are_pngs(tmp_path, capsys):
     status, _, _ = run(capsys, str(root), "--out", str(out), *AUDIT_FLAGS, "--n-boot", "0")
     assert status == 0
     names = sorted(p.name for p in (out / "figures").iterdir())
-    assert names == ["controller_relif.png", "delta_sensitivity.png", "pareto.png"]
+    expected = ["delta_sensitivity.png", "pareto.png", "score_distributions.png"]
+    assert names == ["controller_relif.png", *expected]
     for path in (out / "figures").iterdir():
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
     assert "![pareto](figures/pareto.png)" in report
+    assert "![score_distributions](figures/score_distributions.png)" in report
     assert "Skipped: no ReLiF variant with a component switched off" in report
     assert "δ_p75" in report and "δ_p50" in report  # the NYUv2 default
 
@@ -525,12 +564,16 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
     from tests.conftest import tiny_config
 
     root = tmp_path / "exp"
+    constants = {}  # ReLiF trains on the same-seed ERM run's squash constants, as in a sweep
     for index, label in enumerate(("erm", "relif")):
         values = tiny_config(nyuv2_dir, epochs=1, max_steps=2)
         values["relif"] = {"enabled": label == "relif", "warmup_steps": 1, "eta": 0.5}
+        values["relif"]["squash_constants"] = constants
         run_ = TrainingRun(ExperimentConfig.from_dict(values))
         while not run_.finished:
             run_.train_epoch()
+        if label == "erm":
+            constants.update(run_.evaluate("val").squash_constants(["depth", "normal"]))
         info = {
             "trial_id": f"t{index}",
             "label": label,

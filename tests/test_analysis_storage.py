@@ -9,71 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.fs as pafs
 import pytest
-from moto.server import ThreadedMotoServer
 
 import analysis
-from analysis.synthetic import write_synthetic_experiment
 from relif_ray import storage
 from relif_ray.cli import main as relif_main
 from relif_ray.errors import UserError
-
-BUCKET = "relif"
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory) -> dict:
-    """A moto S3 server on 127.0.0.1 holding a generated experiment and a score file under
-    s3://relif/results/; yields the endpoint and the local copies."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    local = tmp_path_factory.mktemp("local")
-    experiment = write_synthetic_experiment(
-        local / "nyuv2",
-        labels=("erm", "pcgrad", "relif"),
-        seeds=2,
-        n_examples=24,
-        splits=("val", "test"),
-        errored=1,
-        incomplete=1,
-    )
-    scores = local / "scores"
-    scores.mkdir()
-    frame = pd.read_parquet(next(experiment.glob("*/checkpoint_000000/outputs/scores.parquet")))
-    frame[frame["task"] == "seg"].assign(task="a").pipe(
-        lambda seg: pd.concat([seg, seg.assign(task="b", score=1 - seg["score"])])
-    ).to_parquet(scores / "scores.parquet")
-    pd.read_parquet(scores / "scores.parquet").to_csv(scores / "scores.csv", index=False)
-    upload = pafs.S3FileSystem(
-        endpoint_override=f"{host}:{port}",
-        scheme="http",
-        region="us-east-1",
-        access_key="testing",
-        secret_key="testing",
-        allow_bucket_creation=True,
-    )
-    upload.create_dir(BUCKET)
-    pafs.copy_files(str(local), f"{BUCKET}/results", destination_filesystem=upload)
-    yield {"endpoint": f"http://{host}:{port}", "host": f"{host}:{port}", "local": local}
-    server.stop()
-
-
-@pytest.fixture
-def s3(s3_server: dict, monkeypatch) -> dict:
-    """Credentials and the endpoint the way a user sets them (environment variables)."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_ENDPOINT_URL": s3_server["endpoint"],
-    }.items():
-        monkeypatch.setenv(name, value)
-    storage._bucket_filesystem.cache_clear()
-    yield s3_server
-    storage._bucket_filesystem.cache_clear()
+from tests.conftest import BUCKET
 
 
 def comparable(trials: pd.DataFrame) -> pd.DataFrame:

@@ -208,10 +208,10 @@ def test_sweep_trials_and_report_find_the_plugin(
     text = (out / "report.md").read_text()
     assert "Finished trials: 2 (data set: toy)" in text
     assert json.loads((out / "delta_ref.json").read_text())["deltas"][0]["value"] == 0.1
-    header = (out / "utility.csv").read_text().splitlines()[0]
+    header = (out / "tables" / "utility.csv").read_text().splitlines()[0]
     assert "left_accuracy_mean" in header and "right_accuracy_mean" in header
-    markdown = (out / "utility.md").read_text()
-    assert "left_accuracy ↑" in markdown  # the direction the toy metric declares
+    markdown = (out / "tables" / "utility.md").read_text()
+    assert "Left accuracy ↑" in markdown  # the direction the toy metric declares
 
 
 def test_workers_get_the_plugin_directories_as_absolute_paths(

@@ -62,7 +62,7 @@ def test_paper_settings_are_the_clinical_defaults(tmp_path: Path) -> None:
         train = config["train"]
         assert (train["optimizer"], train["lr"], train["weight_decay"]) == ("adamw", 1e-3, 1e-5)
         assert (train["batch_size"], train["grad_clip"]) == (64, 1.0)
-        assert args.r_star == "0.16"
+        assert args.r_star is None and defaults.r_star == 0.16  # the grid default
 
 
 @pytest.mark.slow

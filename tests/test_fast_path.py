@@ -31,7 +31,7 @@ def make_run(
 ) -> TrainingRun:
     values = tiny_config(root, **train)
     if relif is not None:
-        values["relif"] = relif
+        values["relif"] = {**values["relif"], **relif}
     return TrainingRun(ExperimentConfig.from_dict(values), problem)
 
 
@@ -102,7 +102,9 @@ def test_channels_last_gives_the_same_numbers(nyuv2_dir) -> None:
     channels_last.train_steps(1)
     assert seen_layouts and all(seen_layouts)
     assert channels_last.model.encoder[0].weight.is_contiguous(memory_format=torch.channels_last)
-    assert channels_last.trace[0] == pytest.approx(default.trace[0], rel=1e-5, nan_ok=True)
+    # The squash divides raw depth/normal scores by the ERM band width (about 0.1 on the tiny
+    # data), which magnifies their float32 rounding about tenfold in tau: hence 1e-4.
+    assert channels_last.trace[0] == pytest.approx(default.trace[0], rel=1e-4, nan_ok=True)
     for (name, param), reference in zip(
         channels_last.model.named_parameters(), default.model.parameters(), strict=True
     ):
@@ -222,7 +224,7 @@ def test_the_guard_catches_host_synchronisation(monkeypatch: pytest.MonkeyPatch)
 def dense_values(root, method: str = "erm", relif: bool = True, **top: object) -> dict:
     values = tiny_config(root)
     values["method"] = {"name": method}
-    values["relif"] = {**RELIF, "enabled": relif}
+    values["relif"] = {**values["relif"], **RELIF, "enabled": relif}
     return {**values, **top}
 
 

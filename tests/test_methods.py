@@ -770,8 +770,8 @@ def real_model_step(model: nn.Module, batch: dict, method: MTLMethod, task: str)
 
 def project_models():
     from relif_ray.data.mimic3 import NUM_FEATURES
-    from relif_ray.problems.mimic3 import HEADS
     from relif_ray.models.clinical import ClinicalMTLModel
+    from relif_ray.problems.mimic3 import HEADS
 
     torch.manual_seed(0)
     dense = DenseMTLModel(ModelConfig(backbone="resnet18", head_channels=8)).train()
@@ -823,7 +823,7 @@ def engine_run(
     config = tiny_config(root, **train)
     config["method"] = {"name": name, "gradient_source": source}
     if relif:
-        config["relif"] = {"enabled": True, "warmup_steps": 0}
+        config["relif"] = {**config["relif"], "enabled": True, "warmup_steps": 0}
     return TrainingRun(ExperimentConfig.from_dict(config))
 
 

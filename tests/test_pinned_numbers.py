@@ -3,6 +3,7 @@
 The values in `pinned_numbers.json` were produced by this very code path; a refactoring must
 reproduce them bit for bit (the same config and seed give the same floats on CPU). A change that
 alters numbers on purpose regenerates the file in its own commit and says why:
+(ReLiF trials on NYUv2 use the paper's squash, with the pinned ERM run's validation q10/q90.)
 
     .venv/bin/python -m tests.test_pinned_numbers --write
 """
@@ -16,13 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from relif_ray.outputs import EvalResult
+
 PINS = Path(__file__).with_name("pinned_numbers.json")
 NYUV2_LABELS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad", "relif", "pcgrad+relif"]
 CLINICAL_LABEL = "relif"
 
 
-def _trial(base: dict, label: str) -> dict:
-    """Trace, validation metrics and summed audit scores of one short trial of `label`."""
+def _trial(base: dict, label: str) -> tuple[dict, EvalResult]:
+    """Trace, validation metrics and summed audit scores of one short trial of `label`, and
+    its validation result."""
     from relif_ray.engine import TrainingRun
     from relif_ray.variants import experiment_config, sweep_constants, trial_overrides, variant
 
@@ -32,18 +36,19 @@ def _trial(base: dict, label: str) -> dict:
         run.train_epoch()
     result = run.evaluate("val")
     scores = result.scores.groupby("task")["score"].sum()
-    return {
+    numbers = {
         "trace": run.trace,
         "val": {key: float(value) for key, value in result.metrics.items()},
         "val_score_sums": {task: float(total) for task, total in scores.items()},
     }
+    return numbers, result
 
 
 def _nyuv2_base(root: Path) -> dict:
     from tests.conftest import tiny_config
 
     base = tiny_config(root, epochs=1, max_steps=3)
-    base["relif"] = {"warmup_steps": 1}
+    base["relif"] = {"warmup_steps": 1}  # squash constants: the pinned ERM run's
     return base
 
 
@@ -68,8 +73,12 @@ def compute(workdir: Path) -> dict:
     torch.set_num_threads(1)
     nyuv2 = write_synthetic_nyuv2(workdir / "nyuv2", seed=0, **TINY_DATA)
     mimic3 = write_synthetic_mimic3(workdir / "mimic3", patients=40, seed=0)
-    pins = {f"nyuv2/{label}": _trial(_nyuv2_base(nyuv2), label) for label in NYUV2_LABELS}
-    pins[f"mimic3/{CLINICAL_LABEL}"] = _trial(_clinical_base(mimic3), CLINICAL_LABEL)
+    base = _nyuv2_base(nyuv2)
+    pins, results = {}, {}
+    for label in NYUV2_LABELS:  # erm first: its validation run gives ReLiF's squash constants
+        pins[f"nyuv2/{label}"], results[label] = _trial(base, label)
+        base["relif"]["squash_constants"] = results["erm"].squash_constants(["depth", "normal"])
+    pins[f"mimic3/{CLINICAL_LABEL}"] = _trial(_clinical_base(mimic3), CLINICAL_LABEL)[0]
     return pins
 
 

@@ -9,11 +9,14 @@ import pytest
 import torch
 
 from relif_ray.config import ReLiFConfig
+from relif_ray.errors import UserError
 from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
 from tests.host_sync import no_host_sync
 
 TASKS = ["a", "b"]
 PROBABILITY = {"a": True, "b": True}
+ERM_BAND = {"b": [3.0, 6.0]}
+"""Same-seed ERM validation q10/q90 of task b's raw scores, as a sweep would pass them."""
 
 
 def config(**overrides: object) -> ReLiFConfig:
@@ -168,17 +171,22 @@ def test_a_step_without_pairs_leaves_the_following_steps_unchanged() -> None:
         interleaved(*batch(valid_b=(False, False, False)), PROBABILITY)
         loss, stats = interleaved(*batch(a, b), PROBABILITY)
         assert loss.item() == expected_loss.item()
-        assert {k: v.item() for k, v in stats.items()} == {k: v.item() for k, v in expected.items()}
+        # assert_equal treats NaN as equal to NaN (`clipped` is NaN without squashed tasks).
+        np.testing.assert_equal(
+            {k: v.item() for k, v in stats.items()}, {k: v.item() for k, v in expected.items()}
+        )
     assert interleaved.controller.updates.item() == plain.controller.updates.item() == 4
 
 
 def test_stats_are_detached_fresh_scalars() -> None:
-    regularizer = ReLiFRegularizer(config(), TASKS).double()
-    _, first = regularizer(*batch(), PROBABILITY)
-    assert tuple(first) == STAT_KEYS == ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip")
+    regularizer = ReLiFRegularizer(config(squash_constants=ERM_BAND), TASKS).double()
+    mixed = {"a": True, "b": False}
+    _, first = regularizer(*batch(b=(1.0, 9.0, 5.0)), mixed)
+    keys = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip", "clipped")
+    assert tuple(first) == STAT_KEYS == keys
     kept = {key: value.item() for key, value in first.items()}
     for _ in range(3):
-        regularizer(*batch(a=(0.1, 0.95, 0.3)), PROBABILITY)
+        regularizer(*batch(a=(0.1, 0.95, 0.3)), mixed)
     for key, value in first.items():
         assert value.dim() == 0 and not value.requires_grad
         assert value.item() == kept[key], key  # not a view of a buffer updated in place
@@ -201,7 +209,7 @@ def test_trace_obeys_the_controller_recursion() -> None:
 
 
 def test_non_probability_scores_are_squashed_with_running_quantiles() -> None:
-    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    regularizer = ReLiFRegularizer(config(squash="running"), TASKS).double()
     is_probability = {"a": True, "b": False}
     raw_b = np.array([2.0, 7.0, 4.0])
     regularizer(*batch(b=tuple(raw_b)), is_probability)
@@ -217,6 +225,41 @@ def test_non_probability_scores_are_squashed_with_running_quantiles() -> None:
     gaps = np.array([(0.9, 0.5, 0.1)[x] - squashed[y] for x, y in PAIR_INDEX])
     z = rho(gaps) / stats["tau"].item() - DISTANCES / stats["kappa"].item()
     assert stats["loss_lip"].item() == pytest.approx(phi(z).mean(), rel=1e-9)
+
+
+def test_erm_squash_uses_the_fixed_erm_quantiles_of_the_audit() -> None:
+    """Training gaps use clip((s - q10) / (q90 - q10 + 1e-6), 0, 1) with the ERM constants,
+    exactly the audit's squash, and the constants never move."""
+    regularizer = ReLiFRegularizer(config(squash_constants=ERM_BAND), TASKS).double()
+    is_probability = {"a": True, "b": False}
+    for raw_b in ((2.0, 7.0, 4.0), (1.0, 9.0, 5.0)):
+        _, stats = regularizer(*batch(b=raw_b), is_probability)
+        assert regularizer.squash_low[1].item() == 3.0
+        assert regularizer.squash_high[1].item() == 6.0
+    squashed = np.clip((np.array([1.0, 9.0, 5.0]) - 3.0) / (3.0 + 1e-6), 0, 1)
+    gaps = np.array([(0.9, 0.5, 0.1)[x] - squashed[y] for x, y in PAIR_INDEX])
+    z = rho(gaps) / stats["tau"].item() - DISTANCES / stats["kappa"].item()
+    assert stats["loss_lip"].item() == pytest.approx(phi(z).mean(), rel=1e-9)
+
+
+def test_clipped_share_counts_squashed_prototypes_outside_the_erm_band() -> None:
+    """b's prototypes are examples 1 (raw 9, above q90) and 2 (raw 5, inside): one of two is
+    clipped, and a clipped score passes no gradient; probability tasks are not counted."""
+    regularizer = ReLiFRegularizer(config(squash_constants=ERM_BAND), TASKS).double()
+    scores, representation = batch(b=(1.0, 9.0, 5.0))
+    loss, stats = regularizer(scores, representation, {"a": True, "b": False})
+    assert stats["clipped"].item() == 0.5
+    loss.backward()
+    assert scores["b"][0].grad[1].item() == 0.0 and scores["b"][0].grad[2].item() != 0.0
+    _, plain = ReLiFRegularizer(config(), TASKS).double()(*batch(), PROBABILITY)
+    assert math.isnan(plain["clipped"].item())
+
+
+def test_erm_squash_without_constants_is_a_one_line_config_error() -> None:
+    regularizer = ReLiFRegularizer(config(), TASKS).double()
+    with pytest.raises(UserError, match=r"relif.squash_constants: .* for b$"):
+        regularizer(*batch(), {"a": True, "b": False})
+    regularizer(*batch(), PROBABILITY)  # probabilities need no constants
 
 
 def test_ablation_without_quantile_alignment_uses_unit_scales() -> None:
@@ -284,14 +327,17 @@ def test_state_dict_and_deterministic_mode() -> None:
 
 @pytest.mark.parametrize("pairing", ["cross", "rank"])
 @pytest.mark.parametrize("valid_b", [(True, True, True), (False, False, False)])
+@pytest.mark.parametrize("squash", ["erm", "running"])
 def test_a_training_step_has_no_host_synchronisation(
-    monkeypatch: pytest.MonkeyPatch, pairing: str, valid_b: tuple[bool, ...]
+    monkeypatch: pytest.MonkeyPatch, pairing: str, valid_b: tuple[bool, ...], squash: str
 ) -> None:
     """Forward (squash, pairs, scales, controller, stats) and backward, with and without pairs."""
-    regularizer = ReLiFRegularizer(config(prototype_pairing=pairing), TASKS).double()
-    regularizer(*batch(), PROBABILITY)  # warm state, as in the middle of training
+    settings = config(prototype_pairing=pairing, squash=squash, squash_constants=ERM_BAND)
+    regularizer = ReLiFRegularizer(settings, TASKS).double()
+    mixed = {"a": True, "b": False}
+    regularizer(*batch(b=(3.0, 6.0, 5.0)), mixed)  # warm state, as in the middle of training
     scores, representation = batch(b=(2.0, 7.0, 4.0), valid_b=valid_b)
     with no_host_sync(monkeypatch):
-        loss, stats = regularizer(scores, representation, {"a": True, "b": False})
+        loss, stats = regularizer(scores, representation, mixed)
         loss.backward()
     assert set(stats) == set(STAT_KEYS) and representation.grad is not None

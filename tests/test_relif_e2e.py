@@ -50,7 +50,7 @@ def problem() -> Problem:
 def run(problem: Problem, relif: dict | None = None) -> TrainingRun:
     values = tiny_config("unused")
     if relif is not None:
-        values["relif"] = relif
+        values["relif"] = {**values["relif"], **relif}
     return TrainingRun(ExperimentConfig.from_dict(values), problem)
 
 

@@ -1,13 +1,21 @@
 """End to end through the real CLIs: sweep on local Ray -> analysis.load -> relif report."""
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 import analysis
+from relif_ray.tuning import LOOPBACK_SWITCH
+from tests.local_cluster import LOCALHOST, listening_addresses
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,18 +33,59 @@ def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) ->
     assert fragment in lines[0]
 
 
+@dataclass(frozen=True)
+class DemoSweep:
+    experiment: Path
+    listening: set[str]
+    """Every address that the driver and the local Ray it started listened on while it ran."""
+
+
 @pytest.fixture(scope="module")
-def experiment(nyuv2_dir, tmp_path_factory) -> Path:
+def demo_sweep(nyuv2_dir, tmp_path_factory) -> DemoSweep:
+    """A sweep through sweeps/nyuv2.py on the local Ray that the driver starts itself, in an
+    environment without the tests' loopback switch (conftest.py): the driver's own default."""
     storage = tmp_path_factory.mktemp("results")
-    result = run_cli(
-        "sweeps/nyuv2.py",
-        *("--data-dir", str(nyuv2_dir), "--methods", "erm", "--seeds", "2", "--epochs", "2"),
-        *("--backbone", "resnet18", "--batch-size", "6", "--lr", "1e-3"),
+    command = [
+        *("sweeps/nyuv2.py", "--data-dir", str(nyuv2_dir), "--methods", "erm", "--seeds", "2"),
+        *("--epochs", "2", "--backbone", "resnet18", "--batch-size", "6", "--lr", "1e-3"),
         *("--storage", str(storage), "--name", "tiny", "--num-cpus", "2"),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"experiment directory: {storage / 'tiny'}" in result.stdout
-    return storage / "tiny"
+    ]
+    env = {name: value for name, value in os.environ.items() if name != LOOPBACK_SWITCH}
+    listening: set[str] = set()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        driver = subprocess.Popen(
+            [sys.executable, *command], cwd=REPO, env=env, stdout=out, stderr=err, text=True
+        )
+        process = psutil.Process(driver.pid)
+        try:
+            while driver.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    listening |= set(listening_addresses(process))
+                time.sleep(0.5)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+            driver.wait(timeout=600)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    assert driver.returncode == 0, stderr[-3000:]
+    assert f"experiment directory: {storage / 'tiny'}" in stdout
+    return DemoSweep(storage / "tiny", listening)
+
+
+@pytest.fixture(scope="module")
+def experiment(demo_sweep) -> Path:
+    return demo_sweep.experiment
+
+
+@pytest.mark.slow
+def test_the_sweep_drivers_local_ray_stays_on_loopback(demo_sweep):
+    """The driver starts local Ray bound to 127.0.0.1 (`keep_local_ray_on_loopback`): every
+    socket listens there, and Tune records the trials' node as 127.0.0.1."""
+    assert demo_sweep.listening == {LOCALHOST}
+    for result in demo_sweep.experiment.glob("*/result.json"):
+        records = [json.loads(line) for line in result.read_text().splitlines() if line]
+        assert {record["node_ip"] for record in records} == {LOCALHOST}
 
 
 @pytest.mark.slow
@@ -144,3 +193,30 @@ def test_demo_sweep_and_report_end_to_end(tmp_path):
     report = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(tmp_path / "r"))
     assert report.returncode == 0, report.stderr
     assert Path(report.stdout.strip()).read_text().startswith("# relif-ray report")
+
+
+@pytest.mark.slow
+def test_export_copies_only_what_the_report_reads(experiment, tmp_path):
+    """`relif export` leaves out every checkpoint state, and `relif report` on the copy writes
+    the same tables as on the original."""
+    copy = tmp_path / "copy"
+    result = run_cli("-m", "relif_ray.cli", "export", str(experiment), str(copy))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("exported 2 trial(s) (2 with outputs): ")
+    assert list(experiment.rglob("state.pt")) and not list(copy.rglob("state.pt"))
+    constants = "squash_constants.json"  # what ReLiF trained on and the audit squashes with
+    assert (copy / constants).read_bytes() == (experiment / constants).read_bytes()
+    size = {root: sum(p.stat().st_size for p in root.rglob("*")) for root in (experiment, copy)}
+    assert size[copy] * 100 < size[experiment]
+    reports = {}
+    for name, root in (("original", experiment), ("copy", copy)):
+        out = tmp_path / f"report-{name}"
+        report = run_cli("-m", "relif_ray.cli", "report", str(root), "--out", str(out))
+        assert report.returncode == 0, report.stderr
+        reports[name] = {
+            str(path.relative_to(out)): path.read_bytes()
+            for path in sorted(out.rglob("*"))
+            if path.is_file() and path.name != "report.md"
+        }
+    assert "tables/main.csv" in reports["original"] and "tables/utility.csv" in reports["original"]
+    assert reports["copy"] == reports["original"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,23 +38,12 @@ from relif_ray.variants import (
     uses_controller,
     variant,
 )
-from tests.conftest import TINY_DATA, tiny_config
+from tests.conftest import tiny_config
+from tests.local_cluster import LOCALHOST, listening_addresses
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS_PER_EPOCH = 2
 VAL_SIZE = 6
-
-
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory) -> Path:
-    """12 train / 6 val images of 32x40 and a test split (a copy of val), so outputs cover val
-    AND test; with batch 6 an epoch is 2 steps."""
-    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
-
-    sizes = {**TINY_DATA, "train": 12, "val": 6}
-    root = write_synthetic_nyuv2(tmp_path_factory.mktemp("small") / "data", seed=0, **sizes)
-    shutil.copytree(root / "val", root / "test")
-    return root
 
 
 def base_config(root: Path, **train) -> dict:
@@ -410,7 +398,7 @@ def test_help_says_what_steps_and_epochs_each_do():
 @pytest.mark.parametrize(
     ("flags", "budget"),
     [
-        ([], (4, None)),
+        ([], (None, 240)),  # the demo's own budget is a step count
         (["--steps", "7"], (None, 7)),
         (["--steps", "160", "--epochs", "2"], (2, 160)),
         (["--epochs", "3"], (3, None)),
@@ -422,6 +410,36 @@ def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
     args = build_parser(NYUV2).parse_args(["--demo", *flags])
     train = sweep_base_config(args, NYUV2, str(tmp_path))["train"]
     assert (train["epochs"], train["max_steps"]) == budget
+
+
+@pytest.mark.parametrize(
+    ("flags", "eta", "warmup"),
+    [
+        ([], 20 / 240, 1),  # eta x steps = 20 and warmup / steps = 0.005, as in the paper
+        (["--steps", "4000"], 20 / 4000, 20),
+        (["--eta", "0.01", "--warmup-steps", "7"], 0.01, 7),  # given values win
+        (["--epochs", "3"], 1e-3, 100),  # an epoch budget is not scaled
+    ],
+)
+def test_the_demo_scales_the_controller_to_its_step_budget(flags, eta, warmup, tmp_path):
+    from relif_ray.sweep_cli import controller_grid
+
+    args = build_parser(NYUV2).parse_args(["--demo", *flags])
+    assert sweep_base_config(args, NYUV2, str(tmp_path))["relif"]["warmup_steps"] == warmup
+    r_stars, etas = controller_grid(args, NYUV2)
+    assert r_stars == [0.24] and etas == [pytest.approx(eta, rel=1e-5)]
+
+
+def test_scale_to_budget_keeps_the_papers_eta_steps_product_and_warmup_share():
+    from relif_ray.relif.controller import PAPER_NYUV2_STEPS, scale_to_budget
+
+    assert PAPER_NYUV2_STEPS == 20_000
+    assert scale_to_budget(PAPER_NYUV2_STEPS) == (1e-3, 100)
+    for steps in (24, 240, 1500, 40_000):
+        eta, warmup = scale_to_budget(steps)
+        assert eta * steps == pytest.approx(20.0) and warmup == max(1, round(steps / 200))
+    with pytest.raises(ValueError):
+        scale_to_budget(0)
 
 
 # --- in-process sweeps on the session's Ray -------------------------------------------------
@@ -496,7 +514,7 @@ def test_half_gpu_trials_pack_four_to_two_logical_gpus_and_run_on_cpu(packed_swe
 
 
 @pytest.mark.slow
-def test_live_val_bias_is_the_audit_of_the_trials_own_val_scores(grid_sweep):
+def test_live_val_bias_is_the_audit_of_the_trials_val_scores(grid_sweep):
     from relif_ray.tuning.trainable import live_validation_audit
 
     loaded = analysis.load(grid_sweep)
@@ -504,7 +522,11 @@ def test_live_val_bias_is_the_audit_of_the_trials_own_val_scores(grid_sweep):
         scores = loaded.scores[
             (loaded.scores["trial"] == trial) & (loaded.scores["split"] == "val")
         ]
-        expected = live_validation_audit(scores, {"seg"}, 0.2)
+        relif = read_trial_info(outputs)["config"]["relif"]
+        constants = relif["squash_constants"] if relif["enabled"] else None
+        if relif["enabled"]:  # ReLiF trials squash with their same-seed ERM constants
+            assert set(constants) == {"depth", "normal"}
+        expected = live_validation_audit(scores, {"seg"}, 0.2, constants)
         result = last_result(outputs)
         assert result["val_bias"] == pytest.approx(expected.bias, abs=1e-12)
         assert result["worst"] == loaded.trials.set_index("trial").loc[trial, "val_worst"]
@@ -531,6 +553,14 @@ def test_a_trial_crashing_once_recovers_with_the_uninterrupted_numbers(grid_swee
         )
 
 
+def test_the_tests_local_ray_listens_on_loopback_only(ray_session):
+    """The session's local Ray (conftest.py) has its node, its GCS and every listening socket
+    of its processes on 127.0.0.1, not on the network address Ray picks on Linux."""
+    assert {node["NodeManagerAddress"] for node in ray.nodes()} == {LOCALHOST}
+    assert ray.get_runtime_context().gcs_address.startswith(f"{LOCALHOST}:")
+    assert listening_addresses() == [LOCALHOST]
+
+
 @pytest.mark.slow
 def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
     from relif_ray.planning import OptunaPlan
@@ -545,8 +575,10 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
         verbose=0,
     )
     states = trial_states(Path(experiment))
-    assert len(states) == 2 and {status for status, _ in states.values()} == {"TERMINATED"}
+    # 2 study trials + the same-seed ERM reference the sweep adds for ReLiF's squash constants
+    assert len(states) == 3 and {status for status, _ in states.values()} == {"TERMINATED"}
     trials = analysis.load(experiment).trials
+    assert sorted(trials["label"]) == ["erm", "relif", "relif"]
     front = pd.read_csv(Path(experiment) / "pareto.csv")
     assert set(front["study"]) == {"relif/seed0"} and 1 <= len(front) <= 2
     assert set(front["trial_id"]) <= set(trials["trial"])
@@ -586,10 +618,11 @@ EPOCHS_KILLED = 3
 
 
 def sweep_command(data: Path, storage: Path, address: str, *extra: str) -> list[str]:
-    """2 erm trials of 3 one-step epochs, one after the other (2 CPUs each), on the Ray
-    cluster at `address` (the test session's), as on a cluster where drivers come and go."""
+    """An erm and a relif trial of 3 one-step epochs, one after the other (2 CPUs each; relif
+    waits for its ERM reference anyway), on the Ray cluster at `address` (the test session's),
+    as on a cluster where drivers come and go."""
     flags = {
-        "--data-dir": data, "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS_KILLED,
+        "--data-dir": data, "--methods": "erm,relif", "--seeds": 1, "--epochs": EPOCHS_KILLED,
         "--backbone": "resnet18", "--batch-size": 12, "--lr": 1e-3, "--storage": storage,
         "--name": "killed", "--address": address, "--cpus-per-trial": 2,
     }  # fmt: skip
@@ -637,7 +670,7 @@ def mid_sweep(experiment: Path) -> tuple[set[str], set[str]]:
 
 
 @pytest.mark.slow
-def test_killed_driver_resumes_without_rerunning_finished_trials(ray_session, small_data, tmp_path):
+def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_data, tmp_path):
     experiment = tmp_path / "killed"
     address = ray_session.get_runtime_context().gcs_address
     driver = subprocess.Popen(
@@ -657,6 +690,7 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_session, sm
         finished, interrupted = mid_sweep(experiment)
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
+    # The kill lands after the ERM phase, while the ReLiF trial that waited for it runs.
     assert finished and interrupted, "the kill must land while a second trial is running"
     results_before = {
         trial: next(experiment.glob(f"*_{trial}/result.json")).read_bytes() for trial in finished
@@ -675,7 +709,10 @@ def test_killed_driver_resumes_without_rerunning_finished_trials(ray_session, sm
     for trial, before in results_before.items():  # finished trials are not run again
         assert next(experiment.glob(f"*_{trial}/result.json")).read_bytes() == before
     loaded = analysis.load(experiment)
-    assert sorted(loaded.trials["seed"]) == [0, 1] and loaded.problems.empty
+    assert sorted(loaded.trials["label"]) == ["erm", "relif"] and loaded.problems.empty
+    by_label = loaded.trials.set_index("label")
+    assert by_label.loc["erm", "trial"] in finished
+    assert by_label.loc["relif", "trial"] in interrupted  # resumed across the phase boundary
     for trial, outputs in loaded.outputs.items():
         steps = loaded.traces[loaded.traces["trial"] == trial]["step"].tolist()
         assert steps == list(range(EPOCHS_KILLED))

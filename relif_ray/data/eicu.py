@@ -175,13 +175,19 @@ StayArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
 """features (steps, 19), mortality (2,) = (mask, label), length_of_stay (steps, 2)."""
 
 
+def charted_inside(hours: np.ndarray, discharge_minutes: np.ndarray | float) -> np.ndarray:
+    """Which charted hours k fall inside the unit stay: 1 <= k < discharge / 60 hours."""
+    last_hour = np.ceil(np.asarray(discharge_minutes) / 60.0) - 1
+    return (hours >= 1) & (hours <= last_hour)
+
+
 def stay_arrays(rows: dict[str, np.ndarray]) -> StayArrays | None:
     """The arrays of one stay from its rows (column -> values in file order), or None when
     the stay has no charted hour inside its unit stay."""
     discharge_hours = rows["unitdischargeoffset"][0] / 60.0
     last_hour = math.ceil(discharge_hours) - 1  # the hours k with k < discharge_hours
     hours = rows["itemoffset"].astype(np.int64)
-    inside = (hours >= 1) & (hours <= last_hour)
+    inside = charted_inside(hours, rows["unitdischargeoffset"][0])
     if not inside.any():
         return None
     steps = min(last_hour, max(int(hours[inside].max()), MORTALITY_HOURS))
@@ -204,6 +210,23 @@ def stay_arrays(rows: dict[str, np.ndarray]) -> StayArrays | None:
     remaining_hours = discharge_hours - np.arange(1, steps + 1)
     length_of_stay = np.stack([charted, charted * remaining_hours], axis=1)
     return features, mortality, length_of_stay
+
+
+def check_eicu(root: str | Path) -> None:
+    """Check an eICU folder as `read_eicu` would, short of building the stays' arrays:
+    all_data.csv parsed whole (columns, numbers, required values, discharge status),
+    splits.csv, and a usable stay (a charted hour inside the unit stay) in every split."""
+    root = Path(root)
+    path = root / "all_data.csv"
+    table = read_all_data(path)
+    stay_ids = table["patientunitstayid"].to_numpy().astype(np.int64)
+    split_of = read_splits(root, stay_ids, path)
+    discharge = table.groupby("patientunitstayid")["unitdischargeoffset"].transform("first")
+    inside = charted_inside(table["itemoffset"].to_numpy(), discharge.to_numpy())
+    usable_splits = {split_of[int(stay)] for stay in np.unique(stay_ids[inside])}
+    for split in SPLITS:
+        if split not in usable_splits:
+            raise UserError(f"{path}: no usable stay in the {split} split")
 
 
 def read_eicu(root: str | Path) -> tuple[dict[str, SequenceSplit], Standardizer]:

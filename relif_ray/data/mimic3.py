@@ -44,6 +44,7 @@ categorical values, empty episodes) raise a one-line `UserError` naming the file
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,12 +196,7 @@ def read_episode(path: Path) -> Episode:
     """Parse one `*_timeseries.csv`; errors name the file and line."""
     with open(path, newline="") as handle:
         reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None or not header or header[0] != "Hours":
-            raise UserError(f"{path}: line 1: header must start with 'Hours', got {header}")
-        for channel in header[1:]:
-            if channel not in NORMAL_VALUES:
-                raise UserError(f"{path}: line 1: unknown variable column '{channel}'")
+        header = _episode_header(reader, path)
         times: list[float] = []
         rows: dict[str, list[int]] = {channel: [] for channel in header[1:]}
         values: dict[str, list[float]] = {channel: [] for channel in header[1:]}
@@ -228,6 +224,17 @@ def read_episode(path: Path) -> Episode:
             if rows[channel]
         },
     )
+
+
+def _episode_header(reader: Iterator[list[str]], path: Path) -> list[str]:
+    """The header row of an episode file: `Hours` and known variable names."""
+    header = next(reader, None)
+    if header is None or not header or header[0] != "Hours":
+        raise UserError(f"{path}: line 1: header must start with 'Hours', got {header}")
+    for channel in header[1:]:
+        if channel not in NORMAL_VALUES:
+            raise UserError(f"{path}: line 1: unknown variable column '{channel}'")
+    return header
 
 
 def _channel_value(channel: str, cell: str, path: Path, line: int) -> float:
@@ -383,9 +390,7 @@ def read_stays(listfile: Path, episode_dir: Path) -> list[Stay]:
     """Read and discretise every stay listed in `listfile`, episodes from `episode_dir`."""
     stays = []
     for line, row in read_listfile(listfile):
-        episode_path = episode_dir / row.filename
-        if not episode_path.is_file():
-            raise UserError(f"{listfile}: line {line}: episode file {episode_path} not found")
+        episode_path = _episode_path(listfile, line, row, episode_dir)
         # float32 halves the memory of a real training split (millions of hourly steps)
         features = discretize(read_episode(episode_path), row.length_of_stay).astype(np.float32)
         steps = len(features)
@@ -402,6 +407,13 @@ def read_stays(listfile: Path, episode_dir: Path) -> list[Stay]:
             )
         )
     return stays
+
+
+def _episode_path(listfile: Path, line: int, row: ListfileRow, episode_dir: Path) -> Path:
+    episode_path = episode_dir / row.filename
+    if not episode_path.is_file():
+        raise UserError(f"{listfile}: line {line}: episode file {episode_path} not found")
+    return episode_path
 
 
 def _per_step(masks: list[int], labels: list[float], steps: int) -> np.ndarray:
@@ -431,6 +443,29 @@ def to_split(stays: list[Stay], standardizer: Standardizer) -> SequenceSplit:
 
 def read_mimic3(root: str | Path) -> tuple[dict[str, SequenceSplit], Standardizer]:
     """The train/val/test splits of a benchmark multitask folder and the training statistics."""
+    sources = _sources(root)
+    stays = {split: read_stays(listfile, folder) for split, (listfile, folder) in sources.items()}
+    standardizer = Standardizer.fit([stay.features for stay in stays["train"]], CONTINUOUS_COLUMNS)
+    splits = {split: to_split(split_stays, standardizer) for split, split_stays in stays.items()}
+    return splits, standardizer
+
+
+def check_mimic3(root: str | Path) -> None:
+    """Check a multitask folder as `read_mimic3` would, without reading the episodes: every
+    listfile parsed whole (every row, label and range), every listed episode file present
+    with a readable header. Episode rows are checked when the trials read them."""
+    for listfile, folder in _sources(root).values():
+        for line, row in read_listfile(listfile):
+            path = _episode_path(listfile, line, row, folder)
+            try:
+                with open(path, newline="") as handle:
+                    _episode_header(csv.reader(handle), path)
+            except (OSError, UnicodeDecodeError, csv.Error) as error:
+                raise UserError(f"{path}: unreadable episode file ({error})") from None
+
+
+def _sources(root: str | Path) -> dict[str, tuple[Path, Path]]:
+    """Split -> (listfile, episode folder) of a multitask folder, after checking the folder."""
     root = Path(root)
     if not root.is_dir():
         raise UserError(f"{root}: MIMIC-III multitask folder not found")
@@ -440,12 +475,8 @@ def read_mimic3(root: str | Path) -> tuple[dict[str, SequenceSplit], Standardize
             "train_listfile.csv and val_listfile.csv with the benchmark's "
             "`python -m mimic3models.split_train_val multitask`"
         )
-    sources = {
+    return {
         "train": (root / "train_listfile.csv", root / "train"),
         "val": (root / "val_listfile.csv", root / "train"),
         "test": (root / "test" / "listfile.csv", root / "test"),
     }
-    stays = {split: read_stays(listfile, folder) for split, (listfile, folder) in sources.items()}
-    standardizer = Standardizer.fit([stay.features for stay in stays["train"]], CONTINUOUS_COLUMNS)
-    splits = {split: to_split(split_stays, standardizer) for split, split_stays in stays.items()}
-    return splits, standardizer

@@ -9,10 +9,11 @@ example i of a split is the four files with the same index:
 - depth  H x W x 1, metres, 0 = invalid,
 - normal H x W x 3, unit vectors, (0, 0, 0) = invalid.
 
-The same reader serves the real data and the synthetic scenes of `synthetic_nyuv2`. Every file
-is validated as it is loaded (vectorised numpy per file); anything malformed raises a one-line
-`UserError` that names the offending file or directory. Files are loaded with
-`allow_pickle=False`, so a pickled (object) array is rejected, never unpickled.
+The same reader serves the real data and the synthetic scenes of `synthetic_nyuv2`.
+`check_nyuv2` applies the same rules from the file headers only (a sweep runs it before any
+trial starts). Every file is validated as it is loaded (vectorised numpy per file); anything
+malformed raises a one-line `UserError` that names the offending file or directory. Files are
+loaded with `allow_pickle=False`, so a pickled (object) array is rejected, never unpickled.
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ _CHANNELS: dict[str, tuple[int, ...]] = {"image": (3,), "label": (), "depth": (1
 def read_nyuv2(root: str | Path) -> dict[str, dict[str, Tensor]]:
     """Read the "train" and "val" splits (and "test" when its folder exists) of `root`."""
     root = _existing_root(root)
-    splits = list(REQUIRED_SPLITS) + [s for s in OPTIONAL_SPLITS if (root / s).is_dir()]
-    return {split: read_nyuv2_split(root, split) for split in splits}
+    return {split: read_nyuv2_split(root, split) for split in _split_names(root)}
 
 
 def read_nyuv2_split(root: str | Path, split: str) -> dict[str, Tensor]:
@@ -51,11 +51,9 @@ def read_nyuv2_split(root: str | Path, split: str) -> dict[str, Tensor]:
     float32 (0 = invalid), normal (N,3,H,W) float32 (0 = invalid) and example_id (N,) int64,
     the file index i.
     """
-    split_dir = _existing_root(root) / split
-    if not split_dir.is_dir():
-        raise UserError(f"{split_dir}: NYUv2 split directory not found")
-    count = _example_count(split_dir)
-    height, width = _load_checked(split_dir / "image" / "0.npy", "image").shape[:2]
+    split_dir, count = _split_dir_and_count(root, split)
+    first = split_dir / "image" / "0.npy"
+    height, width = _load_checked(first, "image").shape[:2]
     arrays = {
         "image": np.empty((count, 3, height, width), np.float32),
         "label": np.empty((count, height, width), np.int64),
@@ -66,15 +64,44 @@ def read_nyuv2_split(root: str | Path, split: str) -> dict[str, Tensor]:
         for modality in MODALITIES:
             path = split_dir / modality / f"{index}.npy"
             array = _load_checked(path, modality)
-            if array.shape[:2] != (height, width):
-                raise UserError(
-                    f"{path}: size {array.shape[0]}x{array.shape[1]} differs from "
-                    f"{split_dir / 'image' / '0.npy'} ({height}x{width})"
-                )
+            _check_size(path, array.shape, (height, width), first)
             arrays[modality][index] = array if modality == "label" else array.transpose(2, 0, 1)
     tensors = {name: torch.from_numpy(value) for name, value in arrays.items()}
     tensors["example_id"] = torch.arange(count, dtype=torch.int64)
     return tensors
+
+
+def check_nyuv2(root: str | Path) -> None:
+    """Check every file of `root` as `read_nyuv2` would, from the .npy headers alone: the
+    splits, the numbering, each file's shape, dtype and size (the data is memory-mapped, never
+    read, so a truncated file is found but pixel values are not; the reader checks those)."""
+    root = _existing_root(root)
+    for split in _split_names(root):
+        split_dir, count = _split_dir_and_count(root, split)
+        first = split_dir / "image" / "0.npy"
+        size = _open_npy(first, "image", mmap=True).shape[:2]
+        for index in range(count):
+            for modality in MODALITIES:
+                path = split_dir / modality / f"{index}.npy"
+                _check_size(path, _open_npy(path, modality, mmap=True).shape, size, first)
+
+
+def _split_names(root: Path) -> list[str]:
+    return list(REQUIRED_SPLITS) + [s for s in OPTIONAL_SPLITS if (root / s).is_dir()]
+
+
+def _split_dir_and_count(root: str | Path, split: str) -> tuple[Path, int]:
+    split_dir = _existing_root(root) / split
+    if not split_dir.is_dir():
+        raise UserError(f"{split_dir}: NYUv2 split directory not found")
+    return split_dir, _example_count(split_dir)
+
+
+def _check_size(path: Path, shape: tuple[int, ...], size: tuple[int, int], first: Path) -> None:
+    if tuple(shape[:2]) != tuple(size):
+        raise UserError(
+            f"{path}: size {shape[0]}x{shape[1]} differs from {first} ({size[0]}x{size[1]})"
+        )
 
 
 def _existing_root(root: str | Path) -> Path:
@@ -127,35 +154,48 @@ def _contiguous_count(folder: Path) -> int:
 
 def _load_checked(path: Path, modality: str) -> np.ndarray:
     """Load one .npy file (never unpickling) and validate it for its modality."""
+    array = _open_npy(path, modality, mmap=False)
+    _check_values(path, modality, array)
+    return array
+
+
+def _open_npy(path: Path, modality: str, mmap: bool) -> np.ndarray:
+    """One .npy array (never unpickled) with the shape and dtype of its modality; `mmap`
+    maps it instead of reading it, so only the header is read."""
     try:
-        array = np.load(path, allow_pickle=False)
+        array = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
         reason = " ".join(str(error).split())
         raise UserError(f"{path}: unreadable .npy file ({reason})") from None
     if not isinstance(array, np.ndarray):
         array.close()
         raise UserError(f"{path}: not a single .npy array (an .npz archive?)")
-    _check_shape(path, modality, array)
-    _check_values(path, modality, array)
+    _check_shape(path, modality, array.shape)
+    _check_dtype(path, modality, array.dtype)
     return array
 
 
-def _check_shape(path: Path, modality: str, array: np.ndarray) -> None:
+def _check_shape(path: Path, modality: str, shape: tuple[int, ...]) -> None:
     channels = _CHANNELS[modality]
     expected = "HxW" + "".join(f"x{c}" for c in channels)
-    if array.ndim != 2 + len(channels) or array.shape[2:] != channels:
-        shape = "x".join(str(n) for n in array.shape) or "scalar"
-        raise UserError(f"{path}: {modality} must have shape {expected}, got {shape}")
-    if array.shape[0] == 0 or array.shape[1] == 0:
-        raise UserError(f"{path}: {modality} is empty (shape {array.shape})")
+    if len(shape) != 2 + len(channels) or tuple(shape[2:]) != channels:
+        text = "x".join(str(n) for n in shape) or "scalar"
+        raise UserError(f"{path}: {modality} must have shape {expected}, got {text}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise UserError(f"{path}: {modality} is empty (shape {tuple(shape)})")
+
+
+def _check_dtype(path: Path, modality: str, dtype: np.dtype) -> None:
+    if modality == "label" and dtype.kind not in "fiu":
+        raise UserError(f"{path}: label must be a float or integer array, got dtype {dtype}")
+    if modality != "label" and dtype.kind != "f":
+        raise UserError(f"{path}: {modality} must be a float array, got dtype {dtype}")
 
 
 def _check_values(path: Path, modality: str, array: np.ndarray) -> None:
     if modality == "label":
         _check_label(path, array)
         return
-    if array.dtype.kind != "f":
-        raise UserError(f"{path}: {modality} must be a float array, got dtype {array.dtype}")
     if not np.isfinite(array).all():
         raise UserError(f"{path}: {modality} contains NaN or infinite values")
     if modality == "depth" and array.min() < 0:
@@ -165,8 +205,6 @@ def _check_values(path: Path, modality: str, array: np.ndarray) -> None:
 
 
 def _check_label(path: Path, array: np.ndarray) -> None:
-    if array.dtype.kind not in "fiu":
-        raise UserError(f"{path}: label must be a float or integer array, got dtype {array.dtype}")
     if array.dtype.kind == "f":
         if not np.isfinite(array).all():
             raise UserError(f"{path}: label contains NaN or infinite values")

@@ -69,7 +69,9 @@ class DatasetDefaults:
     delta_ref: the paper's held-fixed audit threshold where it is one number (MIMIC-III 0.275,
         eICU 0.06); None: `relif report` calibrates it on ERM's reference run (NYUv2).
     demo_data: keyword arguments of the data set's synthetic writer (`Benchmark.synthetic`).
-    demo_train: the `--demo` budget (epochs, batch_size, lr, backbone, seeds, methods).
+    demo_train: the `--demo` budget (steps or epochs, batch_size, lr, backbone, seeds,
+        methods); with a step budget, --demo scales the controller's eta and warmup to it
+        (`relif_ray.relif.controller.scale_to_budget`).
     config: dotted ExperimentConfig fields set for every trial before the flags apply (the
         paper's settings, e.g. {"train.optimizer": "adamw"}); demo_config: the same in --demo.
     """
@@ -129,6 +131,14 @@ class Benchmark:
     defaults: the sweep defaults, `defaults.dataset` being the benchmark's name.
     synthetic: the writer of `relif make-data <name>` and of `--demo` sweeps.
     report_metrics: the native metrics of the main table; empty: each task's normalized score.
+    check: root -> None, the sweep driver's check of the data set before any trial starts:
+        every file present and readable, shapes and dtypes from file headers, small files
+        parsed whole; a one-line `UserError` naming the file otherwise. It uses the reader's
+        own rules, so it never accepts what `load` rejects for a reason it could see. None: the
+        trials find data problems when they load.
+    model: the model factory of `load`'s problems, for the driver to build each trial's model
+        on PyTorch's meta device (no memory) and so check its config before any trial starts;
+        None: the trials find model config problems.
     """
 
     load: Callable[[str], Problem]
@@ -136,6 +146,8 @@ class Benchmark:
     defaults: DatasetDefaults
     synthetic: DataWriter
     report_metrics: tuple[ReportMetric, ...] = ()
+    check: Callable[[str], None] | None = None
+    model: Callable[[ModelConfig], MultiTaskModel] | None = None
 
     @property
     def name(self) -> str:

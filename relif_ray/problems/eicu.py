@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from relif_ray.data.eicu import MORTALITY_HOURS, NUM_FEATURES, read_eicu
+from relif_ray.data.eicu import MORTALITY_HOURS, NUM_FEATURES, check_eicu, read_eicu
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.models.clinical import ClinicalMTLModel, HeadSpec
 from relif_ray.problems import Benchmark, DataWriter, Problem, WriterOption
@@ -20,6 +20,10 @@ HEADS = {
 }
 
 
+MODEL = functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS)
+"""The clinical LSTM over the 19 eICU features, with the mortality and length-of-stay heads."""
+
+
 def eicu_tasks() -> list[Task]:
     return [MortalityTask(), LengthOfStayTask()]
 
@@ -31,7 +35,7 @@ def load_eicu(root: str) -> Problem:
         name="eicu",
         tasks=eicu_tasks(),
         splits=dict(splits),
-        model_factory=functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS),
+        model_factory=MODEL,
     )
 
 
@@ -50,6 +54,8 @@ BENCHMARK = Benchmark(
     load=load_eicu,
     tasks=eicu_tasks,
     defaults=DEFAULTS,
+    check=check_eicu,
+    model=MODEL,
     synthetic=DataWriter(
         write=write_synthetic_eicu,
         help="synthetic ICU stays in the eICU benchmark layout (Sheikhalishahi et al.)",

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import functools
 
-from relif_ray.data.mimic3 import MORTALITY_HOURS, NUM_FEATURES, NUM_PHENOTYPES, read_mimic3
+from relif_ray.data.mimic3 import (
+    MORTALITY_HOURS,
+    NUM_FEATURES,
+    NUM_PHENOTYPES,
+    check_mimic3,
+    read_mimic3,
+)
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.models.clinical import ClinicalMTLModel, HeadSpec
 from relif_ray.problems import Benchmark, DatasetDefaults, DataWriter, Problem, WriterOption
@@ -28,6 +34,10 @@ HEADS = {
 state at the last step, decompensation and length of stay every step."""
 
 
+MODEL = functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS)
+"""The paper's 2-layer LSTM over the 76 discretised features, with the four heads."""
+
+
 def mimic3_tasks() -> list[Task]:
     return [MortalityTask(), DecompensationTask(), PhenotypeTask(), LengthOfStayTask()]
 
@@ -39,7 +49,7 @@ def load_mimic3(root: str) -> Problem:
         name="mimic3",
         tasks=mimic3_tasks(),
         splits=dict(splits),
-        model_factory=functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS),
+        model_factory=MODEL,
     )
 
 
@@ -54,7 +64,7 @@ CLINICAL_CONFIG = {
 }
 """The paper's clinical setting: 2-layer LSTM (256, dropout 0.3), AdamW, wd 1e-5, clip 1.0."""
 
-CLINICAL_DEMO = {"epochs": 3, "batch_size": 16, "lr": 3e-3, "seeds": 2, "methods": "erm,relif"}
+CLINICAL_DEMO = {"steps": 150, "batch_size": 16, "lr": 3e-3, "seeds": 2, "methods": "erm,relif"}
 
 DEFAULTS = DatasetDefaults(
     dataset="mimic3",
@@ -82,6 +92,8 @@ BENCHMARK = Benchmark(
     load=load_mimic3,
     tasks=mimic3_tasks,
     defaults=DEFAULTS,
+    check=check_mimic3,
+    model=MODEL,
     synthetic=DataWriter(
         write=write_synthetic_mimic3,
         help="synthetic ICU stays in the MIMIC-III multitask benchmark layout (Harutyunyan et al.)",

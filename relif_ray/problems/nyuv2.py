@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from relif_ray.data.nyuv2 import read_nyuv2
+from relif_ray.data.nyuv2 import check_nyuv2, read_nyuv2
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.models.dense import DenseMTLModel
 from relif_ray.problems import (
@@ -52,7 +52,7 @@ DEFAULTS = DatasetDefaults(
     delta=0.2,
     demo_data={"train": 48, "val": 24, "height": 48, "width": 64},
     demo_train={
-        "epochs": 4,
+        "steps": 240,
         "batch_size": 8,
         "lr": 1e-3,
         "backbone": "resnet18",
@@ -81,6 +81,8 @@ BENCHMARK = Benchmark(
             WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
         ),
     ),
+    check=check_nyuv2,
+    model=DenseMTLModel,
     report_metrics=(
         ReportMetric("seg_miou", "Seg mIoU", "Seg mIoU"),
         ReportMetric("depth_rmse", "Depth RMSE", "Depth RMSE"),

@@ -17,6 +17,8 @@ inactive update leaves every buffer as it was through `torch.where`, not a Pytho
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -74,3 +76,25 @@ class ViolationController(nn.Module):
             change = active & (self.updates > self.warmup_steps)
             self.lambda_.copy_(torch.where(change, proposed, self.lambda_))
         return self.lambda_.clone()
+
+
+PAPER_NYUV2_STEPS = 200 * math.ceil(795 / 8)
+"""Controller updates of the paper's NYUv2 run: 200 epochs of 795 images in batches of 8
+(LibMTL's budget, which ours follows), 20,000 steps, at eta 1e-3 with a 100-step warmup."""
+
+
+def scale_to_budget(
+    steps: int,
+    eta: float = 1e-3,
+    warmup_steps: int = 100,
+    reference_steps: int = PAPER_NYUV2_STEPS,
+) -> tuple[float, int]:
+    """(eta, warmup) for a run of `steps` controller updates that moves lambda as the paper's
+    NYUv2 run does: eta x steps and warmup / steps as there (defaults: eta 1e-3 and warmup 100
+    over `PAPER_NYUV2_STEPS`; Table 5). The multiplicative update changes log lambda by about
+    eta (r~_t - r*) per step, so over a run it moves by about eta x steps x mean(r~ - r*): at
+    eta 1e-3 a 24-step demo would move lambda by 0.1% where the paper's run moves it by
+    factors. Used by `--demo` sweeps and the fidelity benchmark; warmup is at least 1 step."""
+    if steps <= 0:
+        raise ValueError(f"steps must be positive, got {steps}")
+    return eta * reference_steps / steps, max(1, round(warmup_steps * steps / reference_steps))

@@ -4,10 +4,13 @@ Per step, given every task's per-example audit score and the shared representati
 
 1. Scores that are not probabilities (NYUv2 depth/normal: unbounded feature norms) are squashed
    into [0, 1] with clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), the audit's own squash
-   (appendix A.3). The audit takes q10/q90 from a same-seed ERM validation run, which does not
-   exist while training, so here q10/q90 are running EMAs (weight `squash_ema`, first value =
-   the first batch's quantiles) of each task's batch quantiles over its valid finite scores,
-   without gradient. This choice is ours; the paper is silent on it.
+   (appendix A.3). With `squash="erm"` (the paper's: "the same scalar score is used to form
+   both the fixed-audit gaps and the training-time surrogate gaps", section 3) q10/q90 are the
+   fixed same-seed ERM validation quantiles of `squash_constants`, exactly the audit's. With
+   `squash="running"` they are running EMAs (weight `squash_ema`, first value = the first
+   batch's quantiles) of each task's batch quantiles over its valid finite scores, without
+   gradient (our earlier choice, kept as an option). A clipped score passes no gradient; the
+   trace's `clipped` is the share of squashed-task prototype scores clipped at 0 or 1.
 2. Prototype pairs P_t (`surrogate.prototype_pairs`): signed gaps Delta s, clipped distances d'.
 3. Scale buffers (section 4.2): tau_t = EMA of Quantile_q(|Delta s|), kappa_t = EMA of
    Quantile_q(d') over P_t, q = `scale_quantile` (linear interpolation, as numpy's default),
@@ -40,10 +43,11 @@ from torch import Tensor, nn
 
 from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.config import ReLiFConfig
+from relif_ray.errors import UserError
 from relif_ray.relif.controller import ViolationController
 from relif_ray.relif.surrogate import PrototypePairs, huber_rho, huberized_hinge, prototype_pairs
 
-STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip")
+STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip", "clipped")
 
 TaskScores = dict[str, tuple[Tensor, Tensor]]
 
@@ -80,8 +84,10 @@ class ReLiFRegularizer(nn.Module):
         initial_scale = float("nan") if config.quantile_alignment else 1.0
         self.register_buffer("tau", torch.tensor(initial_scale))
         self.register_buffer("kappa", torch.tensor(initial_scale))
-        self.register_buffer("squash_low", torch.full((len(task_names),), float("nan")))
-        self.register_buffer("squash_high", torch.full((len(task_names),), float("nan")))
+        self._squashed_rows_cache: dict[tuple[bool, ...], Tensor] = {}
+        low, high = _fixed_squash_bounds(config, self.task_names)
+        self.register_buffer("squash_low", low)
+        self.register_buffer("squash_high", high)
 
     def forward(
         self,
@@ -94,7 +100,7 @@ class ReLiFRegularizer(nn.Module):
         scores: task -> (raw audit score (B,), bool valid mask (B,)), differentiable.
         representation: (B, D) shared representation.
         score_is_probability: task -> whether its raw score is already in [0, 1] (default:
-            every task's is); other scores are squashed with running q10/q90 (step 1 above).
+            every task's is); other scores are squashed as `relif.squash` says (step 1 above).
 
         The loss is a 0-dim tensor on every step (exactly 0, with zero gradients, on a step
         without pairs); it is None only for the lipschitz_branch=False ablation, a fixed choice
@@ -104,8 +110,12 @@ class ReLiFRegularizer(nn.Module):
             score_is_probability = dict.fromkeys(self.task_names, True)
         raw = torch.stack([scores[name][0] for name in self.task_names])
         valid = torch.stack([scores[name][1].bool() for name in self.task_names])
-        low, high = self._squash_quantiles(raw.detach(), valid)
-        audit_scores = self._squash(raw, low, high, score_is_probability)
+        squashed_rows = self._squashed_rows(score_is_probability)
+        if self.config.squash == "erm":
+            low, high = self.squash_low, self.squash_high
+        else:
+            low, high = self._squash_quantiles(raw.detach(), valid)
+        audit_scores, clipped = self._squash(raw, low, high, squashed_rows)
         pairs = prototype_pairs(
             audit_scores,
             valid,
@@ -116,8 +126,9 @@ class ReLiFRegularizer(nn.Module):
             rank_scores=raw,
         )
         has_pairs = pairs.mask.any()
-        self.squash_low.copy_(torch.where(has_pairs, low, self.squash_low))
-        self.squash_high.copy_(torch.where(has_pairs, high, self.squash_high))
+        if self.config.squash == "running":
+            self.squash_low.copy_(torch.where(has_pairs, low, self.squash_low))
+            self.squash_high.copy_(torch.where(has_pairs, high, self.squash_high))
         if self.config.quantile_alignment:
             self._update_scales(pairs, has_pairs)
         margin = self.margin(pairs, has_pairs)
@@ -130,6 +141,7 @@ class ReLiFRegularizer(nn.Module):
         stats = self._stats(
             r=torch.where(has_pairs, violation_rate, nan),
             loss_lip=torch.where(has_pairs, loss_lip.detach(), nan),
+            clipped=_prototype_share(clipped, pairs, squashed_rows),
         )
         if not self.config.lipschitz_branch:
             return None, stats
@@ -155,18 +167,40 @@ class ReLiFRegularizer(nn.Module):
             _ema(self.squash_high, batch_high.to(self.squash_high.dtype), self.config.squash_ema),
         )
 
+    def _squashed_rows(self, score_is_probability: dict[str, bool]) -> Tensor:
+        """(T,) bool: which tasks' scores are squashed, built once (a per-step host-to-device
+        copy would make the host wait). With the ERM squash each of them needs its constants."""
+        flags = tuple(not score_is_probability[name] for name in self.task_names)
+        cached = self._squashed_rows_cache.get(flags)
+        if cached is not None:
+            return cached
+        if self.config.squash == "erm":
+            missing = [
+                name
+                for name, squashed in zip(self.task_names, flags, strict=True)
+                if squashed and name not in self.config.squash_constants
+            ]
+            if missing:
+                raise UserError(
+                    f"config field relif.squash_constants: relif.squash=erm needs [q10, q90] of "
+                    f"the same-seed ERM validation scores for {', '.join(missing)}"
+                )
+        rows = torch.tensor(flags, device=self.squash_low.device)
+        self._squashed_rows_cache[flags] = rows
+        return rows
+
     def _squash(
-        self, raw: Tensor, low: Tensor, high: Tensor, score_is_probability: dict[str, bool]
-    ) -> Tensor:
-        """A task without any usable score yet has NaN quantiles; all its entries are masked out
+        self, raw: Tensor, low: Tensor, high: Tensor, squashed_rows: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """(audit scores (T, B), clipped (T, B) bool: the squash clipped that entry).
+
+        A task without any usable score yet has NaN quantiles; all its entries are masked out
         of the pairs anyway, and placeholders keep its (zero) gradients finite."""
         low, high = low.nan_to_num(nan=0.0), high.nan_to_num(nan=1.0)
         squashed = squash(raw, low[:, None], high[:, None])
-        rows = [
-            raw[k] if score_is_probability[name] else squashed[k]
-            for k, name in enumerate(self.task_names)
-        ]
-        return torch.stack(rows)
+        rows = squashed_rows[:, None]
+        at_bound = (squashed <= 0) | (squashed >= 1)
+        return torch.where(rows, squashed, raw), (rows & at_bound).detach()
 
     def _update_scales(self, pairs: PrototypePairs, has_pairs: Tensor) -> None:
         level = self.config.scale_quantile
@@ -178,7 +212,7 @@ class ReLiFRegularizer(nn.Module):
             updated = updated.clamp_min(self.config.scale_floor)
             buffer.copy_(torch.where(has_pairs, updated, buffer))
 
-    def _stats(self, r: Tensor, loss_lip: Tensor) -> dict[str, Tensor]:
+    def _stats(self, r: Tensor, loss_lip: Tensor, clipped: Tensor) -> dict[str, Tensor]:
         """Fresh detached copies: the engine keeps them past later in-place buffer updates."""
         values = {
             "lambda": self.controller.lambda_,
@@ -187,6 +221,7 @@ class ReLiFRegularizer(nn.Module):
             "tau": self.tau,
             "kappa": self.kappa,
             "loss_lip": loss_lip,
+            "clipped": clipped,
         }
         return {key: values[key].detach().clone().to(self.tau.dtype) for key in STAT_KEYS}
 
@@ -198,3 +233,24 @@ def _ema(previous: Tensor, estimate: Tensor, weight: float) -> Tensor:
     return torch.where(
         torch.isnan(previous), estimate, torch.where(torch.isnan(estimate), previous, blended)
     )
+
+
+def _fixed_squash_bounds(config: ReLiFConfig, task_names: list[str]) -> tuple[Tensor, Tensor]:
+    """Initial (q10, q90) buffers: the ERM constants where given (squash="erm"), else NaN."""
+    nan = [float("nan"), float("nan")]
+    bounds = [
+        config.squash_constants.get(name, nan) if config.squash == "erm" else nan
+        for name in task_names
+    ]
+    values = torch.tensor(bounds, dtype=torch.float32).reshape(len(task_names), 2)
+    return values[:, 0].clone(), values[:, 1].clone()
+
+
+def _prototype_share(clipped: Tensor, pairs: PrototypePairs, squashed_rows: Tensor) -> Tensor:
+    """Share of the selected prototype scores of squashed tasks that the squash clipped (no
+    gradient flows through them); NaN where no squashed task has a usable prototype."""
+    chosen = clipped.gather(1, pairs.index) & pairs.selected_ok
+    counted = pairs.selected_ok & squashed_rows[:, None]
+    total = counted.sum()
+    share = chosen.sum() / total.clamp_min(1)
+    return torch.where(total > 0, share.float(), torch.nan)

@@ -58,11 +58,15 @@ class PrototypePairs:
     mask: True for pairs whose two examples are valid and finite. Masked-out entries hold
         finite placeholder values (zero inputs), so gradients through them are exactly zero;
         every statistic over P_t must use `mask`.
+    index, selected_ok: (T, k) batch indices of each task's prototypes and whether each is
+        usable (`select_prototypes`).
     """
 
     gap: Tensor
     distance: Tensor
     mask: Tensor
+    index: Tensor
+    selected_ok: Tensor
 
 
 def task_pairs(num_tasks: int, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
@@ -142,4 +146,6 @@ def prototype_pairs(
         gap=gap.reshape(-1),
         distance=distance.clamp_min(distance_floor).reshape(-1),
         mask=mask.reshape(-1),
+        index=index,
+        selected_ok=selected_ok,
     )

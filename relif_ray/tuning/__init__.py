@@ -2,5 +2,27 @@
 
 `trainable`: one trial (`ReLiFTrainable`) and its live validation audit; `search`: the Optuna
 studies (`StudyGroups`); `launch`: connect, cluster and storage checks, `run_sweep`, the
-studies' `pareto.csv`. What to run is planned without Ray in `relif_ray.planning`.
+studies' `pareto.csv`. What to run is planned without Ray in `relif_ray.planning`. This
+package's own module (no Ray import) keeps a local Ray on 127.0.0.1: `keep_local_ray_on_loopback`.
 """
+
+from __future__ import annotations
+
+import os
+
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for whether "this node" is the machine's network address ("1", the default on
+Linux) or 127.0.0.1 ("0", the default on macOS and Windows). Ray reads it once, on import."""
+
+
+def keep_local_ray_on_loopback() -> None:
+    """Make the local Ray that this process starts bind to 127.0.0.1 only, as on a laptop.
+
+    On Linux `ray.init()` binds its processes (GCS, raylet, workers) to the machine's network
+    address, where other machines may reach them; a sweep on local Ray needs none of that, and
+    `ray.init(_node_ip_address="127.0.0.1")` does not help (Ray rewrites a loopback address to
+    the network one). Setting `LOOPBACK_SWITCH` to "0" does; it takes effect only if set
+    before Ray is imported, and it is left as the user set it. Not for a driver that joins a
+    cluster (`--address`): it would look for its node's raylet at 127.0.0.1.
+    """
+    os.environ.setdefault(LOOPBACK_SWITCH, "0")

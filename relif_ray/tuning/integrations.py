@@ -2,11 +2,12 @@
 MLflow logger callbacks (`--scheduler`, `--callbacks`; `relif_ray.planning.TuneOptions`).
 
 ASHA (`ray.tune.schedulers.AsyncHyperBandScheduler`) ranks trials at each rung by one metric of
-the epoch's result and stops the worse ones. The same-seed ERM trials are the reference the
-audit squashes NYUv2 scores with, so they must run their whole budget: `ReferenceSafeASHA`
-leaves them out of the rungs altogether (never stopped, never ranked against). A trial can only
-be stopped at a rung, so a trial writes its outputs (status "stopped") at the checkpoints of the
-rung epochs (`outputs_at_iterations`); a trial that goes on overwrites them at the end.
+the epoch's result and stops the worse ones. The same-seed ERM trials are the reference that
+ReLiF trains on and the audit squashes NYUv2 scores with, so they must run their whole budget:
+`ReferenceSafeASHA` leaves them out of the rungs altogether (never stopped, never ranked
+against). A trial can only be stopped at a rung, so a trial writes its outputs (status
+"stopped") at the checkpoints of the rung epochs (`outputs_at_iterations`); a trial that goes
+on overwrites them at the end.
 """
 
 from __future__ import annotations
@@ -19,36 +20,37 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
-from relif_ray.planning import SCHEDULER_METRICS, TuneOptions
+from relif_ray.planning import SCHEDULER_METRICS, TuneOptions, is_reference
+from relif_ray.variants import experiment_config
 
 ASHA_OPEN_ENDED_EPOCHS = 10_000
 """ASHA's max_t when the budget is steps only (the epochs are not known before data loads)."""
 
 
-def is_reference_trial(config: dict[str, Any]) -> bool:
-    """Whether a trial (by its flat Tune config) is an ERM reference trial: plain ERM, no
-    ReLiF."""
-    return config.get("method.name") == "erm" and not config.get("relif.enabled")
+def is_reference_trial(trial: Trial) -> bool:
+    """Whether a trial (by its flat Tune config) is an ERM reference trial
+    (`relif_ray.planning.is_reference`)."""
+    return is_reference(experiment_config(trial.config))
 
 
 class ReferenceSafeASHA(AsyncHyperBandScheduler):
     """ASHA over every trial except the ERM reference trials, which it never ranks or stops."""
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
-        if not is_reference_trial(trial.config):
+        if not is_reference_trial(trial):
             super().on_trial_add(tune_controller, trial)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
-        if is_reference_trial(trial.config):
+        if is_reference_trial(trial):
             return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
-        if not is_reference_trial(trial.config):
+        if not is_reference_trial(trial):
             super().on_trial_complete(tune_controller, trial, result)
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
-        if not is_reference_trial(trial.config):
+        if not is_reference_trial(trial):
             super().on_trial_remove(tune_controller, trial)
 
 

@@ -7,6 +7,7 @@ planned and checked before, without Ray, in `relif_ray.planning`.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -20,12 +21,23 @@ from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError
+from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, write_squash_constants
 from relif_ray.pareto import pareto_front
-from relif_ray.planning import OptunaPlan, Resources, SweepSpace, TuneOptions
+from relif_ray.planning import (
+    OptunaPlan,
+    Resources,
+    SweepSpace,
+    TrialOrder,
+    TuneOptions,
+    trial_order,
+)
 from relif_ray.problems import worker_env
 from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
-from relif_ray.tuning.search import StudyGroups, TrialList
+from relif_ray.tuning.outcome import raise_if_errored
+from relif_ray.tuning.reference import ReferenceOrder
+from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
+from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
 from relif_ray.variants import describe
 
 PROGRESS_PARAMETERS = {"seed": "seed"}
@@ -96,7 +108,9 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 def connect(resources: Resources) -> None:
     """Start local Ray or join the cluster at `resources.address` (unless already connected);
-    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`)."""
+    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`).
+    Local Ray binds to 127.0.0.1 when the sweep driver called
+    `relif_ray.tuning.keep_local_ray_on_loopback` before importing Ray, as `sweep_cli` does."""
     if ray.is_initialized():
         return
     runtime_env = {"env_vars": env} if (env := worker_env()) else None
@@ -193,17 +207,47 @@ def _trial_dirname(trial: Any) -> str:
     return f"{describe(trial.config)}_{trial.trial_id}"
 
 
-def concurrency(resources: Resources, options: TuneOptions, trials: int | None) -> int | None:
-    """At most `--max-concurrent-trials`, and no more than the GPUs hold.
+def concurrency(resources: Resources, options: TuneOptions, trials: int | None) -> int:
+    """How many trials Tune keeps live (running or pending) at once: at most
+    `--max-concurrent-trials`, and no more than the GPUs hold; otherwise every trial of a grid
+    (`trials`), and for Optuna (`trials` None) the trials the cluster's CPUs can run.
 
-    `trials`: the number of grid trials (None for Optuna). Tune lets a custom searcher keep
-    only ONE trial pending unless it is limited (`ConcurrencyLimiter`), and with one pending
-    trial a finished trial's actor is often torn down before the next trial is created, so
-    the next trial starts a fresh process. Limited to the grid's size, every trial is pending
-    from the start, as with Tune's grid search, and actors are reused.
+    Tune lets a custom searcher (`ReferenceOrder`) keep only ONE trial pending unless it is
+    limited (`max_concurrent_trials` wraps it in a `ConcurrencyLimiter`): with one pending
+    trial a free slot waits, and a finished trial's actor is often torn down before the next
+    trial is created, so that trial starts a fresh process. Limited to the grid's size, every
+    trial that waits for nothing is pending from the start, as with Tune's grid search, and
+    actors are reused; Optuna's studies draw no further ahead of their results than the free
+    slots.
     """
     limits = [n for n in (resources.max_concurrent_trials, options.max_concurrent_trials) if n]
-    return min(limits) if limits else trials
+    if limits:
+        return min(limits)
+    if trials is not None:
+        return max(1, trials)
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    return max(1, math.floor(cpus / max(resources.cpus_per_trial, 1e-9) + 1e-9))
+
+
+def reference_order(
+    space: SweepSpace, search: OptunaPlan | None, experiment_dir: str, reference: str | None
+) -> TrialOrder:
+    """The sweep's `TrialOrder`; with `reference`, that experiment's squash constants are copied
+    into this one first, and its seeds wait for nothing. Prints the ERM trials it adds."""
+    ready: dict[str, dict[str, list[float]]] = {}
+    if reference:
+        ready = read_squash_constants(reference)
+        if not ready:
+            raise UserError(f"--reference {reference}: no {SQUASH_CONSTANTS_FILE} there")
+        write_squash_constants(experiment_dir, ready)
+    order = trial_order(space, search, {int(seed) for seed in ready})
+    if order.added_references:
+        seeds = ", ".join(str(seed) for seed in order.added_references)
+        print(
+            f"added ERM reference trials for seed(s) {seeds}: ReLiF trains on the squash "
+            "constants of the same-seed ERM validation run (paper appendix A.3)"
+        )
+    return order
 
 
 def run_sweep(
@@ -218,6 +262,7 @@ def run_sweep(
     resume: bool = False,
     search: OptunaPlan | None = None,
     options: TuneOptions | None = None,
+    reference: str | None = None,
     callbacks: list[tune.Callback] | None = None,
     verbose: int = 1,
     trainable: type[ReLiFTrainable] = ReLiFTrainable,
@@ -228,10 +273,18 @@ def run_sweep(
     multi-node cluster, shared storage (`check_storage_visible`). `resume` continues a killed
     sweep from its experiment state: finished trials are kept, unfinished and errored ones
     continue from their last checkpoint. `trainable` may be an instrumented subclass (the
-    efficiency benchmark times its trials that way). `checkpoint_every`: epochs between
-    checkpoints, 0 = only the final one: Tune snapshots the experiment state each time a trial
-    has written `keep_checkpoints` checkpoints, so epochs of about a second (the demo) with a
-    checkpoint each would snapshot many times a second (and Tune warns about it).
+    efficiency benchmark times its trials that way); a `UserError` in a trial ends it without
+    retries (`relif_ray.tuning.user_errors`), and trials that end in ERROR raise
+    `TrialsErrored` after the run (experiment state, outputs and `pareto.csv` are written).
+    `checkpoint_every`: epochs between checkpoints, 0 = only the final one: Tune snapshots the
+    experiment state each time a trial has written `keep_checkpoints` checkpoints, so epochs of
+    about a second (the demo) with a checkpoint each would snapshot many times a second (and
+    Tune warns about it).
+
+    Trials reach Tune through `ReferenceOrder`: a ReLiF trial that trains on its seed's ERM
+    squash constants starts after that seed's ERM trial (added where the sweep has none, and
+    said so); `reference` (an experiment directory or URI) lends its `squash_constants.json`
+    instead, for the seeds it has.
     """
     resources, options = resources or Resources(), options or TuneOptions()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -242,7 +295,8 @@ def run_sweep(
     check_cluster(resources)
     check_storage_visible(storage_path)
     with_resources = tune.with_resources(
-        trainable, {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
+        ending_on_user_error(trainable, metrics=tuple(OBJECTIVES)),
+        {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial},
     )
     exists = tune.Tuner.can_restore(experiment_dir)
     if resume and not exists:
@@ -257,16 +311,23 @@ def run_sweep(
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
         assert space is not None, "a new sweep needs its space"
+        order = reference_order(space, search, experiment_dir, reference)
+        constants = {**space.constants, **scheduler_constants(options)}
         tuner = tune.Tuner(
             with_resources,
-            param_space={**space.constants, **scheduler_constants(options)},
+            param_space={**constants, "experiment_dir": experiment_dir},
             tune_config=tune.TuneConfig(
                 reuse_actors=True,
-                search_alg=StudyGroups(search) if search else TrialList(space.trials),
+                search_alg=ReferenceOrder(
+                    order.items,
+                    experiment_dir,
+                    StudyGroups(search) if search else None,
+                    order.studies_need_reference,
+                ),
                 scheduler=scheduler(options),
-                num_samples=search.total_trials if search else len(space.trials),
+                num_samples=len(order.items) + (search.total_trials if search else 0),
                 max_concurrent_trials=concurrency(
-                    resources, options, None if search else len(space.trials)
+                    resources, options, None if search else len(order.items)
                 ),
                 trial_name_creator=_trial_name,
                 trial_dirname_creator=_trial_dirname,
@@ -285,10 +346,11 @@ def run_sweep(
                     parameter_columns=PROGRESS_PARAMETERS,
                     max_report_frequency=30,
                 ),
-                callbacks=callbacks,
+                callbacks=[*callbacks, UserErrorsEndTrials(max_failures)],
                 verbose=verbose,
             ),
         )
     results = tuner.fit()
     write_pareto(experiment_dir, results)
+    raise_if_errored(results, experiment_dir)
     return experiment_dir

@@ -1,12 +1,9 @@
-"""Tune searchers of a sweep: the grid's trials in order (`TrialList`), and Optuna, one
-multi-objective study per ReLiF label and seed in one Tune run (`StudyGroups`)."""
+"""Optuna on Ray Tune: one multi-objective study per ReLiF label and seed, in one Tune run."""
 
 from __future__ import annotations
 
-import json
 import pickle
 import zlib
-from typing import Any
 
 from ray.tune.search import Searcher
 
@@ -15,33 +12,6 @@ from relif_ray.variants import trial_overrides, variant
 
 OBJECTIVES = {"val_bias": "min", "worst": "max"}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
-
-
-class TrialList(Searcher):
-    """Hands out the grid's trials (each trial's own part of its config, `SweepSpace.trials`)
-    in order; Tune merges each into the sweep's constants. Its state is the list still to hand
-    out, so `--resume` starts none twice."""
-
-    def __init__(self, trials: list[dict[str, Any]]) -> None:
-        super().__init__()
-        self._pending = [dict(trial) for trial in trials]
-
-    def set_search_properties(self, metric, mode, config, **spec) -> bool:
-        return True
-
-    def suggest(self, trial_id: str) -> dict | str | None:
-        return self._pending.pop(0) if self._pending else Searcher.FINISHED
-
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        pass
-
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "w") as file:
-            json.dump(self._pending, file)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path) as file:
-            self._pending = json.load(file)
 
 
 class StudyGroups(Searcher):
@@ -85,17 +55,24 @@ class StudyGroups(Searcher):
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
 
-    def suggest(self, trial_id: str) -> dict | str | None:
+    def suggest(self, trial_id: str, ready: set[int] | None = None) -> dict | str | None:
+        """The next study's suggestion, round-robin; with `ready`, only studies of those seeds
+        draw (None while the others wait for their seed's ERM reference)."""
+        waiting = False
         for offset in range(len(self._studies)):
             study = self._studies[(self._turn + offset) % len(self._studies)]
-            if self._remaining[study["name"]] > 0:
-                self._turn = (self._turn + offset + 1) % len(self._studies)
-                self._remaining[study["name"]] -= 1
-                self._trial_study[trial_id] = study
-                params = study["searcher"].suggest(trial_id)
-                item = variant(study["label"], params["r_star"], params["eta"])
-                return {"study": study["name"], **trial_overrides(item, study["seed"])}
-        return Searcher.FINISHED
+            if self._remaining[study["name"]] <= 0:
+                continue
+            if ready is not None and study["seed"] not in ready:
+                waiting = True
+                continue
+            self._turn = (self._turn + offset + 1) % len(self._studies)
+            self._remaining[study["name"]] -= 1
+            self._trial_study[trial_id] = study
+            params = study["searcher"].suggest(trial_id)
+            item = variant(study["label"], params["r_star"], params["eta"])
+            return {"study": study["name"], **trial_overrides(item, study["seed"])}
+        return None if waiting else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         study = self._trial_study.get(trial_id)

@@ -6,13 +6,20 @@ ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the
 outputs for val and test (see `relif_ray.outputs`), so the experiment directory in storage is
 all that analysis needs. A trial's Tune config is described in `relif_ray.variants`.
 
+Same-seed ERM squash constants (paper section 3, appendix A.3): a ReLiF trial with
+`relif.squash = "erm"` on a data set with squashed scores reads q10/q90 of its seed from the
+experiment's `squash_constants.json` at set-up (the sweep starts it only after its seed's ERM
+trial has finished, `relif_ray.tuning.reference`) and trains on them; its `trial.json` records
+them in its config. An ERM reference trial reports its validation q10/q90 with its last
+result, from which the driver writes that file.
+
 Live validation Bias (`val_bias`, the progress table and the Optuna objective): the audit of
 `relif_ray.audit.fixed_delta_audit` at the sweep's `delta` on the trial's own validation
 scores. Scores that are not probabilities (NYUv2 depth/normal feature norms) are squashed with
-clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), q10/q90 taken from the SAME trial's validation
-scores, because the paper's reference (the same-seed ERM validation run) may not exist yet.
-It is a progress and search signal only: the official fixed-delta numbers are computed at
-analysis time with same-seed ERM quantiles and the reference delta (`analysis`).
+clip((s - q10) / (q90 - q10 + 1e-6), 0, 1): with the trial's ERM constants where it has them,
+else with q10/q90 of the SAME trial's validation scores (an ERM or baseline trial). It is a
+progress and search signal only: the official fixed-delta numbers are computed at analysis
+time with same-seed ERM quantiles and the reference delta (`analysis`).
 
 Each epoch's result also carries the ReLiF controller's state at the epoch's last step (lambda,
 r_ema, tau, kappa, loss_lip; NaN without ReLiF), so TensorBoard, W&B, MLflow and the progress
@@ -24,6 +31,8 @@ outputs, with status "stopped", at the checkpoints where it may be stopped
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +42,11 @@ import torch
 from ray import tune
 
 from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, squash
-from relif_ray.config import ReLiFConfig
+from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.engine import TrainingRun
-from relif_ray.outputs import write_trial_outputs
+from relif_ray.errors import UserError
+from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, write_trial_outputs
+from relif_ray.planning import is_reference, waits_for_reference
 from relif_ray.variants import experiment_config
 
 STATE_FILE = "state.pt"
@@ -47,9 +58,13 @@ class InjectedFault(RuntimeError):
 
 
 def live_validation_audit(
-    scores: pd.DataFrame, probability_tasks: set[str], delta: float
+    scores: pd.DataFrame,
+    probability_tasks: set[str],
+    delta: float,
+    constants: dict[str, list[float]] | None = None,
 ) -> AuditResult | None:
-    """Fixed-delta audit of one split's raw scores, self-squashed (see the module docstring).
+    """Fixed-delta audit of one split's raw scores, squashed with `constants` (task -> [q10,
+    q90]) where given, else self-squashed (see the module docstring).
 
     Rows that are invalid or not finite are dropped; None when fewer than two tasks remain.
     """
@@ -59,7 +74,7 @@ def live_validation_audit(
     for task, rows in frame.groupby("task"):
         values = rows["score"].to_numpy()
         if task not in probability_tasks:
-            low, high = np.quantile(values, SQUASH_QUANTILES)
+            low, high = (constants or {}).get(task) or np.quantile(values, SQUASH_QUANTILES)
             values = squash(values, low, high)
         frame.loc[rows.index, "score"] = np.clip(values, 0.0, 1.0)
     if frame["task"].nunique() < 2:
@@ -87,6 +102,21 @@ def controller_setting(relif: ReLiFConfig) -> dict[str, float]:
     }
 
 
+def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) -> ExperimentConfig:
+    """`config` with its seed's same-seed ERM squash constants, read from the experiment's
+    `squash_constants.json` (`trial["experiment_dir"]`), where it waits for them."""
+    if not waits_for_reference(config):
+        return config
+    where = trial.get("experiment_dir", "")
+    constants = read_squash_constants(where).get(str(config.seed)) if where else None
+    if not constants:
+        raise UserError(
+            f"not started: no squash constants of seed {config.seed} in "
+            f"{where}/{SQUASH_CONSTANTS_FILE} (written when that seed's ERM trial finishes)"
+        )
+    return replace(config, relif=replace(config.relif, squash_constants=constants))
+
+
 class ReLiFTrainable(tune.Trainable):
     """One trial: `step()` trains one epoch, validates and audits; checkpoints carry the engine
     state, and the final one the trial's outputs."""
@@ -99,8 +129,14 @@ class ReLiFTrainable(tune.Trainable):
         self.fault_step = config.get("fault_injection_step")
         self.outputs_at = set(config.get("outputs_at_iterations", ()))
         self.restored = False
-        self.run = TrainingRun(experiment_config(config))
+        self.started_at = time.time()  # this process's start (wall clock), kept in trial.json
+        if config.get("reference_error"):
+            raise UserError(f"not started: {config['reference_error']}")
+        run_config = with_reference_constants(experiment_config(config), config)
+        self.run = TrainingRun(run_config)
         self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
+        self.squashed_tasks = [t.name for t in self.run.tasks if not t.score_is_probability]
+        self.is_reference = is_reference(run_config)
         self.last_eval = None
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
@@ -111,8 +147,14 @@ class ReLiFTrainable(tune.Trainable):
         self._inject_fault()
         self.run.train_epoch()
         self.last_eval = self.run.evaluate("val")
-        audit = live_validation_audit(self.last_eval.scores, self.probability_tasks, self.delta)
+        relif = self.run.config.relif
+        constants = relif.squash_constants if relif.enabled else None
+        audit = live_validation_audit(
+            self.last_eval.scores, self.probability_tasks, self.delta, constants
+        )
         metrics = {f"val_{key}": value for key, value in self.last_eval.metrics.items()}
+        if self.is_reference and self.run.finished:
+            metrics["squash_constants"] = self.last_eval.squash_constants(self.squashed_tasks)
         return {
             **metrics,
             "label": self.label,
@@ -166,6 +208,8 @@ class ReLiFTrainable(tune.Trainable):
             "status": "completed" if self.run.finished else "stopped",
             "device": str(self.run.device),
             "restored_from_checkpoint": self.restored,
+            "started_at": self.started_at,
+            "finished_at": time.time(),
             "config": config.to_dict(),
         }
         write_trial_outputs(directory, info, splits, self.run.trace)

@@ -1,0 +1,70 @@
+"""Checks a sweep runs in the driver before Ray starts any trial (no Ray import).
+
+A mistake that a trial would find only after the cluster has started, scheduled and retried it
+is found here first, with the one-line `UserError` of the code that would have raised it in
+the trial, so each rule keeps one home:
+
+- every trial's config: the method is built with its options (`build_method`: unknown
+  options, out-of-range values, a gradient source the method lacks) and the model is built on
+  PyTorch's `meta` device, which allocates no memory (unknown backbone, pretrained weights
+  that cannot be loaded, options the model rejects);
+- the data set: the benchmark's `check(root)` (every file present and readable, shapes and
+  dtypes from file headers, small files parsed whole);
+- the storage: a local `--storage` must be creatable and writable; nothing is created here.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.errors import UserError
+from relif_ray.methods import build_method
+from relif_ray.problems import benchmark
+
+
+def check_trial_configs(configs: list[ExperimentConfig]) -> None:
+    """Build each distinct method and model of `configs` once, as a trial would."""
+    built: set[str] = set()
+    for config in configs:
+        described = benchmark(config.data.dataset, "config field data.dataset")
+        method = config.method
+        if repr((config.data.dataset, method)) not in built:
+            built.add(repr((config.data.dataset, method)))
+            build_method(
+                method.name,
+                [task.name for task in described.tasks()],
+                config.seed,
+                gradient_source=method.gradient_source,
+                **method.options,
+            )
+        if described.model is not None and repr((config.data.dataset, config.model)) not in built:
+            built.add(repr((config.data.dataset, config.model)))
+            with torch.device("meta"), warnings.catch_warnings():
+                # loading pretrained weights into meta parameters copies nothing, by design
+                warnings.filterwarnings("ignore", ".*copying from a non-meta parameter")
+                described.model(config.model)
+
+
+def check_data(dataset: str, root: str) -> None:
+    """The benchmark's header-level check of the data set at `root` (if it has one)."""
+    described = benchmark(dataset, "config field data.dataset")
+    if described.check is not None:
+        described.check(root)
+
+
+def check_storage(storage: str) -> None:
+    """A local `--storage` must be a directory we can write into, or creatable below its
+    nearest existing parent; URIs (s3://, gs://) are left to Ray's storage layer."""
+    if "://" in storage:
+        return
+    path = Path(storage).resolve()
+    existing = next(parent for parent in (path, *path.parents) if parent.exists())
+    if not existing.is_dir():
+        raise UserError(f"--storage {storage}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--storage {storage}: {existing} is not writable")

@@ -1,0 +1,136 @@
+"""Same-seed ERM reference trials first: the squash constants that ReLiF trains on.
+
+On a data set whose audit squashes some scores (NYUv2 depth/normal feature norms), the paper
+squashes them with q10/q90 of the same-seed ERM validation run, and "the same scalar score is
+used to form both the fixed-audit gaps and the training-time surrogate gaps" (section 3,
+appendix A.3). So a ReLiF trial with `relif.squash = "erm"` cannot start before its seed's ERM
+trial has finished. `ReferenceOrder` is the Tune searcher that hands out the sweep's trials in
+that order:
+
+- every trial that needs no reference (ERM itself, the other methods, every trial of a data set
+  without squashed scores) at once, in the sweep's order;
+- a dependent trial as soon as the ERM trial of its seed has finished; the driver then writes
+  that trial's constants to `squash_constants.json` in the experiment directory (local, NFS or
+  s3://), where the dependent trials read them at set-up and the audit reads them at analysis;
+- when a seed's ERM trial errors, its dependent trials still start, with the reason in their
+  config, and fail at set-up without training: they count as errored, never silently skipped.
+
+Optuna studies (one per ReLiF label and seed) draw only for seeds whose reference is ready.
+The searcher's state is JSON (Tune stores it in the experiment state), so `--resume` continues
+across the phase boundary.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ray.tune.search import Searcher
+
+from relif_ray.outputs import read_squash_constants, write_squash_constants
+
+
+class ReferenceOrder(Searcher):
+    """Trial configs in dependency order; `studies` (a `StudyGroups`) once a seed is settled.
+
+    items: each {"config": the trial's own part of its Tune config (label, seed, overrides),
+        "needs": seed or None,
+        "provides": seed or None}; "provides" marks the ERM reference trial of that seed.
+    experiment_dir: where the driver writes `squash_constants.json` (constants already there,
+        e.g. copied from `--reference`, count as ready).
+    studies_need_reference: whether the studies' (ReLiF) trials depend on the reference.
+    """
+
+    def __init__(
+        self,
+        items: list[dict[str, Any]],
+        experiment_dir: str,
+        studies: Any | None = None,
+        studies_need_reference: bool = False,
+    ) -> None:
+        super().__init__()
+        self._pending = [dict(item) for item in items]
+        self._experiment_dir = experiment_dir
+        self._studies = studies
+        self._studies_need_reference = studies_need_reference
+        self._ready: dict[str, dict[str, list[float]]] = read_squash_constants(experiment_dir)
+        self._failed: dict[str, str] = {}
+        self._providers: dict[str, int] = {}
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        for index, item in enumerate(self._pending):
+            needs = item.get("needs")
+            if needs is None or self._settled(needs):
+                del self._pending[index]
+                if item.get("provides") is not None:
+                    self._providers[trial_id] = int(item["provides"])
+                return self._with_reference_error(dict(item["config"]), needs is not None)
+        studies_done = True
+        if self._studies is not None:
+            settled = {int(seed) for seed in [*self._ready, *self._failed]}
+            ready = settled if self._studies_need_reference else None
+            suggestion = self._studies.suggest(trial_id, ready=ready)
+            if isinstance(suggestion, dict):
+                return self._with_reference_error(suggestion, self._studies_need_reference)
+            studies_done = suggestion == Searcher.FINISHED
+        if self._pending or not studies_done:
+            return None  # a trial waits for its seed's reference
+        return Searcher.FINISHED
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        seed = self._providers.pop(trial_id, None)
+        if seed is not None:
+            constants = _reported_constants(result or {})
+            if error or not constants:
+                self._failed[str(seed)] = f"the ERM reference trial of seed {seed} errored"
+            else:
+                self._ready[str(seed)] = constants
+                write_squash_constants(self._experiment_dir, self._ready)
+        if self._studies is not None:
+            self._studies.on_trial_complete(trial_id, result, error)
+
+    def _settled(self, seed: int) -> bool:
+        return str(seed) in self._ready or str(seed) in self._failed
+
+    def _with_reference_error(self, config: dict, depends: bool) -> dict:
+        reason = self._failed.get(str(config.get("seed")))
+        if depends and reason is not None:
+            config["reference_error"] = reason
+        return config
+
+    def save(self, checkpoint_path: str) -> None:
+        """Tune's experiment-state snapshot of the order (written and read by this sweep)."""
+        state = {
+            "pending": self._pending,
+            "ready": self._ready,
+            "failed": self._failed,
+            "providers": self._providers,
+        }
+        with open(checkpoint_path, "w") as file:
+            json.dump(state, file)
+        if self._studies is not None:
+            self._studies.save(checkpoint_path + ".studies")
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path) as file:
+            state = json.load(file)
+        self._pending = state["pending"]
+        self._ready = {**state["ready"], **read_squash_constants(self._experiment_dir)}
+        self._failed = state["failed"]
+        self._providers = state["providers"]
+        if self._studies is not None:
+            self._studies.restore(checkpoint_path + ".studies")
+
+
+def _reported_constants(result: dict[str, Any]) -> dict[str, list[float]]:
+    """task -> [q10, q90] from a reference trial's last result, which Tune flattens into
+    "squash_constants/<task>" keys before a searcher sees it."""
+    prefix = "squash_constants/"
+    return {
+        key.removeprefix(prefix): [float(value) for value in bounds]
+        for key, bounds in result.items()
+        if key.startswith(prefix)
+    }

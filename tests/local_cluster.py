@@ -1,0 +1,93 @@
+"""A real multi-node Ray cluster on this machine, every node bound to 127.0.0.1, run in its own
+process so that the test process never connects to it (nor changes its Ray state).
+
+    python -m tests.local_cluster WORKERS
+
+starts a head node without CPUs (the drivers' node, as on a cluster where trials run on workers)
+and WORKERS worker nodes with 1 CPU each, all under a private Ray temp dir (RAY_TMPDIR, set by
+the caller), so neither `ray.init()` nor `--address auto` elsewhere on the machine finds it.
+It prints one JSON line {"address": GCS address, "workers": [node ids]} and then obeys stdin:
+
+    kill I     kill worker I's processes at once (a lost node); prints "killed"
+    add        start one more worker node; prints its node id
+    listening  prints a JSON list of the addresses that the cluster's processes listen on
+    (EOF)      shut every node down and exit
+
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (set by the caller for this process and the drivers) makes
+Ray resolve "this node" to 127.0.0.1 instead of the machine's network address, as it does on
+a laptop: without it, `ray.init(address="127.0.0.1:PORT")` rewrites the address to the
+machine's IP. The head's GCS notices a lost node after 10 missed 1 s health checks.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import psutil
+from ray.cluster_utils import Cluster
+
+LOCALHOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOCALHOST, 0))
+        return probe.getsockname()[1]
+
+
+def add_worker(cluster: Cluster):
+    return cluster.add_node(num_cpus=1, node_ip_address=LOCALHOST)
+
+
+def listening_addresses(root: psutil.Process | None = None) -> list[str]:
+    """The IP addresses that `root` (this process by default) and its descendants (every
+    node's processes that it started) listen on; IPv4 addresses in IPv6 form as IPv4."""
+    root = root or psutil.Process()
+    addresses = set()
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            connections = process.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        listening = [c.laddr.ip for c in connections if c.status == psutil.CONN_LISTEN]
+        addresses |= {ip.removeprefix("::ffff:") for ip in listening}
+    return sorted(addresses)
+
+
+def main(workers: int) -> None:
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "node_ip_address": LOCALHOST,
+            "gcs_server_port": free_port(),
+            "include_dashboard": False,
+            "dashboard_agent_listen_port": free_port(),
+            "_system_config": {
+                "health_check_period_ms": 1000,
+                "health_check_failure_threshold": 10,
+            },
+        },
+    )
+    nodes = [add_worker(cluster) for _ in range(workers)]
+    try:
+        print(json.dumps({"address": cluster.address, "workers": [n.node_id for n in nodes]}))
+        sys.stdout.flush()
+        for line in sys.stdin:
+            command = line.split()
+            if command[:1] == ["kill"]:
+                cluster.remove_node(nodes[int(command[1])], allow_graceful=False)
+                print("killed", flush=True)
+            elif command == ["add"]:
+                nodes.append(add_worker(cluster))
+                print(nodes[-1].node_id, flush=True)
+            elif command == ["listening"]:
+                print(json.dumps(listening_addresses()), flush=True)
+    finally:
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,260 @@
+"""A lost node and a lost driver cost nothing: real sweeps through the sweep CLI (`--address`)
+on a real multi-node Ray cluster on this machine (a head and two 1-CPU worker nodes, all bound
+to 127.0.0.1; `tests/local_cluster.py`), with the experiment in storage every node sees.
+
+Each sweep is 2 ERM trials (seeds 0 and 1) of 4 epochs x 2 steps, one per worker node. The
+numbers every trial ends with are compared with the same configs trained in this process
+without interruption, field by field and step by step."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import analysis
+from relif_ray.cli import main as relif_main
+from relif_ray.outputs import read_trial_info
+from relif_ray.sweep_cli import NYUV2, main
+from tests.conftest import TINY_DATA
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+EPOCHS = 4
+STEPS_PER_EPOCH = 2
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass
+class LocalCluster:
+    """The `tests.local_cluster` process and how to reach its head."""
+
+    process: subprocess.Popen
+    address: str
+    env: dict[str, str]
+
+    def command(self, line: str) -> str:
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        return self.process.stdout.readline().strip()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "RAY_TMPDIR": ray_tmp,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # "this node" is 127.0.0.1 (local_cluster.py)
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "TUNE_GLOBAL_CHECKPOINT_S": "0",  # the experiment state is saved on every loop step
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.local_cluster", "2"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        info = json.loads(process.stdout.readline())
+        yield LocalCluster(process, info["address"], env)
+    finally:
+        process.stdin.close()  # the helper shuts every node down
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """12 train / 6 val images of 32x40: with batch 6 an epoch is 2 steps."""
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    sizes = {**TINY_DATA, "train": 12, "val": 6}
+    return write_synthetic_nyuv2(tmp_path_factory.mktemp("cluster") / "data", seed=0, **sizes)
+
+
+def sweep_argv(data: Path, storage: Path, name: str, address: str) -> list[str]:
+    flags = {
+        "--data-dir": data, "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS,
+        "--backbone": "resnet18", "--batch-size": 6, "--lr": 1e-3, "--storage": storage,
+        "--name": name, "--address": address, "--keep-checkpoints": 1,
+    }  # fmt: skip
+    return [str(item) for flag, value in flags.items() for item in (flag, value)]
+
+
+def start_driver(cluster: LocalCluster, argv: list[str], log: Path) -> subprocess.Popen:
+    with log.open("w") as output:
+        return subprocess.Popen(
+            [sys.executable, "sweeps/nyuv2.py", *argv],
+            cwd=REPO,
+            env=cluster.env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def trial_states(experiment: Path) -> list[tuple[str, bool, int]]:
+    """(status, has a checkpoint, failures) of every trial in Tune's latest experiment state,
+    read without unpickling: the checkpoint manager is a pickled blob in hex in which a
+    checkpoint folder's name (checkpoint_000000, ...) appears as text. [] while none is
+    readable."""
+    states = sorted(experiment.glob("experiment_state-*.json"))
+    try:
+        records = json.loads(states[-1].read_text())["trial_data"]
+    except (IndexError, json.JSONDecodeError, KeyError):
+        return []
+    marker = b"checkpoint_0000".hex()
+    rows = []
+    for state, meta in records:
+        state, meta = json.loads(state), json.loads(meta)
+        checkpointed = marker in meta["checkpoint_manager"]["value"]
+        rows.append((state["status"], checkpointed, meta["num_failures"]))
+    return rows
+
+
+def wait_for(condition: Callable[[], bool], driver: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 300
+    while not condition():
+        assert driver.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def both_running_with_a_checkpoint(experiment: Path) -> bool:
+    rows = trial_states(experiment)
+    return len(rows) == 2 and all(s == "RUNNING" and c for s, c, _ in rows)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
+    """seed -> (config, val metrics, trace) of each trial's config trained here in one go, with the
+    trial's one CPU thread (float reductions depend on the thread count)."""
+    from relif_ray.engine import TrainingRun
+    from relif_ray.sweep_cli import base_config, build_parser
+    from relif_ray.variants import experiment_config, sweep_constants, trial_overrides, variant
+
+    args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x", "unused"))
+    base = base_config(args, NYUV2, str(data))
+    assert torch.get_num_threads() == 1  # set in conftest.py, as in a 1-CPU trial
+    runs = {}
+    for seed in (0, 1):
+        config = experiment_config(
+            {**sweep_constants(base, 0.2), **trial_overrides(variant("erm"), seed)}
+        )
+        run = TrainingRun(config)
+        while not run.finished:
+            run.train_epoch()
+        runs[seed] = (config.to_dict(), run.evaluate("val").metrics, pd.DataFrame(run.trace))
+    return runs
+
+
+def assert_uninterrupted_numbers(experiment: Path, uninterrupted) -> analysis.Experiment:
+    loaded = analysis.load(experiment)
+    assert sorted(loaded.trials["seed"]) == [0, 1] and loaded.problems.empty
+    for _, row in loaded.trials.iterrows():
+        config, metrics, trace = uninterrupted[row["seed"]]
+        assert row["config"] == config
+        for name, value in metrics.items():
+            assert row[f"val_{name}"] == value, (row["seed"], name)
+        stored = loaded.trace(row["trial"]).drop(columns="trial")
+        pd.testing.assert_frame_equal(stored[trace.columns], trace, check_exact=True)
+        assert len(list(Path(row["path"]).parents[1].glob("checkpoint_*"))) == 1
+    return loaded
+
+
+def test_a_lost_worker_node_costs_nothing(
+    cluster, data, tmp_path, uninterrupted, capsys, monkeypatch
+):
+    """A worker node dies mid-sweep: its trial restarts from its last checkpoint on the other
+    node and both trials end with the numbers of an uninterrupted run. Meanwhile a second sweep
+    of the same name is refused, and `relif report` reads only the finished trial."""
+    experiment = tmp_path / "lost-node"
+    log = tmp_path / "lost-node.log"
+    driver = start_driver(cluster, sweep_argv(data, tmp_path, "lost-node", cluster.address), log)
+    try:
+        wait_for(lambda: both_running_with_a_checkpoint(experiment), driver, "two checkpoints")
+        assert cluster.command("kill 0") == "killed"
+
+        monkeypatch.setattr(sys, "argv", ["nyuv2.py"])
+        argv = ["--demo", "--storage", str(tmp_path), "--name", "lost-node"]
+        assert main(NYUV2, argv) == 2
+        refused = capsys.readouterr().err.strip().splitlines()
+        assert len(refused) == 1 and f"in use by a running sweep (pid {driver.pid} on" in refused[0]
+
+        wait_for(
+            lambda: [s for s, _, _ in trial_states(experiment)].count("TERMINATED") == 1,
+            driver,
+            "the first trial to finish",
+        )
+        out = tmp_path / "report-running"
+        report = ["report", str(experiment), "--out", str(out), "--no-figures", "--n-boot", "0"]
+        assert relif_main(report) == 0
+        note = capsys.readouterr().err
+        assert note.strip() == (
+            "relif: note: A sweep is still running: 1 trial(s) still running, not in this "
+            "report; it covers the 1 finished trial(s)"
+        )
+        assert len(pd.read_csv(out / "per_trial.csv")) == 1
+        assert driver.wait(timeout=400) == 0, log.read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    rows = trial_states(experiment)
+    assert sorted(rows) == [("TERMINATED", True, 0), ("TERMINATED", True, 1)]
+    loaded = assert_uninterrupted_numbers(experiment, uninterrupted)
+    restored = [read_trial_info(p)["restored_from_checkpoint"] for p in loaded.outputs.values()]
+    assert sorted(restored) == [False, True]
+    listening = set(json.loads(cluster.command("listening")))
+    assert listening == {LOOPBACK}  # every node process listens on the loopback address only
+
+
+def test_a_killed_driver_on_the_cluster_resumes_with_identical_numbers(
+    cluster, data, tmp_path, uninterrupted
+):
+    assert len(cluster.command("add")) == 56  # a fresh worker replaces the lost one
+    argv = sweep_argv(data, tmp_path, "driver-killed", cluster.address)
+    experiment = tmp_path / "driver-killed"
+    log = tmp_path / "driver-killed.log"
+    driver = start_driver(cluster, argv, log)
+    try:
+        wait_for(lambda: both_running_with_a_checkpoint(experiment), driver, "two checkpoints")
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    resumed = subprocess.run(
+        [sys.executable, "sweeps/nyuv2.py", *argv, "--resume"],
+        cwd=REPO,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    (tmp_path / "resumed.log").write_text(resumed.stdout + resumed.stderr)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [s for s, _, _ in trial_states(experiment)] == ["TERMINATED"] * 2
+    loaded = assert_uninterrupted_numbers(experiment, uninterrupted)
+    restored = [read_trial_info(p)["restored_from_checkpoint"] for p in loaded.outputs.values()]
+    assert restored == [True, True]

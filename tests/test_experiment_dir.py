@@ -1,0 +1,252 @@
+"""The experiment directory: one sweep at a time (an OS lock held by the driver), `relif report`
+on an experiment that is still running, `relif export` (only what analysis reads), and the
+documented size of a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import analysis
+from analysis.synthetic import write_synthetic_experiment
+from relif_ray.cli import main as relif_main
+from relif_ray.errors import UserError
+from relif_ray.experiment_lock import (
+    LOCK_FILE,
+    exclusive_experiment,
+    prepare_new_experiment,
+    running_sweep,
+)
+from relif_ray.export import export_experiment
+from relif_ray.sweep_cli import NYUV2, main
+from tests.conftest import BUCKET
+
+REPO = Path(__file__).resolve().parents[1]
+
+HOLD_LOCK = """
+import sys, time
+from relif_ray.experiment_lock import exclusive_experiment
+with exclusive_experiment(sys.argv[1], sys.argv[2]):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def hold_lock(storage: Path, name: str) -> subprocess.Popen:
+    """Another process holding the experiment's lock, as a running sweep driver does."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(storage), name],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+@pytest.fixture
+def locked(tmp_path) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """An experiment `exp` with one finished-looking file in it, locked by another process."""
+    experiment = tmp_path / "exp"
+    (experiment / "ReLiFTrainable_00000").mkdir(parents=True)
+    (experiment / "ReLiFTrainable_00000" / "params.json").write_text("{}")
+    holder = hold_lock(tmp_path, "exp")
+    yield experiment, holder
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.parametrize("mode", [[], ["--demo"], ["--resume"]], ids=["new", "demo", "resume"])
+def test_a_second_sweep_on_a_running_experiment_is_refused_in_one_line(
+    mode, locked, nyuv2_dir, capsys, monkeypatch
+):
+    import relif_ray.tuning.launch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a second sweep would start")
+
+    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
+    experiment, holder = locked
+    data = [] if mode == ["--demo"] else ["--data-dir", str(nyuv2_dir)]
+    argv = [*data, *mode, "--storage", str(experiment.parent), "--name", "exp"]
+    assert main(NYUV2, ["--methods", "erm", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert (
+        err[0]
+        .split(": error: ", 1)[1]
+        .startswith(
+            f"--name: experiment {experiment} is in use by a running sweep "
+            f"(pid {holder.pid} on {socket.gethostname()}, started "
+        )
+    ), err[0]
+    assert err[0].endswith("); wait for it to end or use another --name")
+    assert (experiment / "ReLiFTrainable_00000" / "params.json").exists()  # nothing deleted
+    assert not (experiment.parent / "data").exists()  # --demo wrote no data either
+    assert running_sweep(experiment).pid == holder.pid
+
+
+def test_the_lock_of_a_killed_driver_is_taken_over_at_once(tmp_path):
+    holder = hold_lock(tmp_path, "exp")
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    lock = tmp_path / "exp" / LOCK_FILE
+    assert json.loads(lock.read_text())["pid"] == holder.pid  # left behind by the dead driver
+    assert running_sweep(tmp_path / "exp") is None
+    with exclusive_experiment(str(tmp_path), "exp"):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+        (tmp_path / "exp" / "trial").mkdir()
+    assert not lock.exists() and (tmp_path / "exp" / "trial").is_dir()
+
+
+def test_a_lock_that_guarded_nothing_leaves_no_directory(tmp_path):
+    with exclusive_experiment(str(tmp_path), "exp"):
+        assert (tmp_path / "exp" / LOCK_FILE).is_file()
+    assert not any(tmp_path.iterdir())
+
+
+def test_demo_replaces_only_its_own_unlocked_experiment(tmp_path):
+
+    old = tmp_path / "exp" / "ReLiFTrainable_00000"
+    old.mkdir(parents=True)
+    with exclusive_experiment(str(tmp_path), "exp"):
+        with pytest.raises(UserError, match="already exists"):
+            prepare_new_experiment(str(tmp_path), "exp", replace=False)
+        prepare_new_experiment(str(tmp_path), "exp", replace=True)
+        assert [p.name for p in (tmp_path / "exp").iterdir()] == [LOCK_FILE]
+
+
+@pytest.fixture
+def synthetic_experiment(tmp_path) -> Path:
+    return write_synthetic_experiment(
+        tmp_path / "exp", labels=("erm", "relif"), seeds=2, n_examples=24, errored=1, incomplete=1
+    )
+
+
+def report(experiment: Path, out: Path, capsys) -> tuple[str, str]:
+    status = relif_main(["report", str(experiment), "--out", str(out), "--no-figures"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    return captured.out, captured.err
+
+
+def test_report_on_a_running_experiment_reads_finished_trials_and_counts_the_running(
+    synthetic_experiment, tmp_path, capsys
+):
+    holder = hold_lock(tmp_path, "exp")
+    try:
+        out, err = report(synthetic_experiment, tmp_path / "running", capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    # the errored trial counts as running while its sweep may still retry it
+    note = "2 trial(s) still running, not in this report; it covers the 4 finished trial(s)"
+    assert err.strip() == f"relif: note: A sweep is still running: {note}"
+    assert out.strip() == str(tmp_path / "running" / "report.md")
+    text = (tmp_path / "running" / "report.md").read_text()
+    assert note in text and text.count("- running: `") == 2
+    assert "RuntimeError: synthetic 0" in text
+    assert len(pd.read_csv(tmp_path / "running" / "per_trial.csv")) == 4
+
+    out, err = report(synthetic_experiment, tmp_path / "stopped", capsys)  # lock released
+    assert err == "" and "still running" not in (tmp_path / "stopped" / "report.md").read_text()
+    text = (tmp_path / "stopped" / "report.md").read_text()
+    assert "- incomplete: `" in text and "- errored: `" in text
+
+
+def test_export_copies_what_analysis_reads_and_nothing_else(synthetic_experiment, tmp_path):
+    source = synthetic_experiment
+    for trial in source.glob("ReLiFTrainable_*[0-9]"):
+        older = trial / "checkpoint_000000"
+        newest = trial / "checkpoint_000001"
+        older.rename(newest)
+        older.mkdir()
+        (older / "state.pt").write_bytes(b"\0" * 100_000)  # a kept older checkpoint
+        (newest / "state.pt").write_bytes(b"\0" * 100_000)
+    (source / "pareto.csv").write_text("study\nrelif/seed0\n")
+    (source / "squash_constants.json").write_text('{"quantiles": [0.1, 0.9], "seeds": {}}')
+    (source / "experiment_state-2026.json").write_text("{}")
+    (source / LOCK_FILE).write_text("{}")
+
+    summary = export_experiment(str(source), tmp_path / "copy")
+    copy = tmp_path / "copy"
+    assert (summary.trials, summary.finished) == (6, 4)
+    files = sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file())
+    assert not [name for name in files if name.endswith("state.pt")]
+    assert "pareto.csv" in files and "experiment_state-2026.json" not in files
+    assert "squash_constants.json" in files
+    assert LOCK_FILE not in files
+    assert "ReLiFTrainable_00000/checkpoint_000001/outputs/scores.parquet" in files
+    assert not (copy / "ReLiFTrainable_00000" / "checkpoint_000000").exists()
+    assert summary.copied_bytes * 10 < summary.source_bytes
+
+    original, copied = analysis.load(source), analysis.load(copy)
+    columns = [c for c in original.trials.columns if c not in ("experiment", "path")]
+    pd.testing.assert_frame_equal(original.trials[columns], copied.trials[columns])
+    pd.testing.assert_frame_equal(original.scores, copied.scores)
+    pd.testing.assert_frame_equal(original.traces, copied.traces)
+    assert sorted(copied.problems["status"]) == ["errored", "incomplete"]
+
+
+def test_export_refuses_an_existing_destination_in_one_line(synthetic_experiment, tmp_path, capsys):
+    (tmp_path / "copy").mkdir()
+    assert relif_main(["export", str(synthetic_experiment), str(tmp_path / "copy")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    expected = f"DEST {tmp_path / 'copy'}: already exists (export writes a new folder)"
+    assert err == [f"relif: error: {expected}"]
+    assert relif_main(["export", str(tmp_path / "nope"), str(tmp_path / "c2")]) == 2
+    assert "experiment directory not found" in capsys.readouterr().err
+    assert not (tmp_path / "c2").exists() and not (tmp_path / "c2.partial").exists()
+
+
+def test_the_documented_resnet50_checkpoint_size_is_the_models(nyuv2_dir):
+    """docs/sweeps.md sizes a full NYUv2 sweep from the default model's parameter count and a
+    measured `state.pt`: weights plus Adam's two moment estimates, all float32."""
+    import io
+
+    import torch
+
+    from relif_ray.config import ExperimentConfig
+    from relif_ray.engine import TrainingRun
+
+    config = {
+        "data": {"dataset": "nyuv2", "root": str(nyuv2_dir)},
+        "train": {"batch_size": 8, "max_steps": 1},
+    }
+    run = TrainingRun(ExperimentConfig.from_dict(config))
+    assert run.config.model.backbone == "resnet50" and run.config.model.head_channels == 128
+    parameters = sum(p.numel() for p in run.model.parameters())
+    buffers = sum(b.numel() for b in run.model.buffers() if b.is_floating_point())
+    run.train_steps(1)
+    state = io.BytesIO()
+    torch.save(run.state_dict(), state)
+    size_mb = state.getbuffer().nbytes / 1e6
+    assert 3 * parameters * 4 / 1e6 < size_mb < 3 * parameters * 4 / 1e6 + 1.0
+    docs = " ".join((REPO / "docs" / "sweeps.md").read_text().split())
+    assert f"{parameters:,} parameters and {buffers:,} BatchNorm buffer values" in docs
+    assert f"measured at {size_mb:.1f} MB" in docs
+
+
+def test_export_of_s3_equals_the_local_experiment(s3, tmp_path, capsys):
+    """`relif export s3://...` (moto on 127.0.0.1) copies what the local original holds for
+    analysis, and both load alike."""
+    uri = f"s3://{BUCKET}/results/nyuv2"
+    assert relif_main(["export", uri, str(tmp_path / "copy")]) == 0
+    assert capsys.readouterr().out.startswith("exported 8 trial(s) (6 with outputs, 2 without): ")
+    local = s3["local"] / "nyuv2"
+    copied = sorted(str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*"))
+    assert copied == sorted(str(p.relative_to(local)) for p in local.rglob("*"))
+    original, copy = analysis.load(local), analysis.load(tmp_path / "copy")
+    columns = [c for c in original.trials.columns if c not in ("experiment", "path")]
+    pd.testing.assert_frame_equal(original.trials[columns], copy.trials[columns])
+    pd.testing.assert_frame_equal(original.scores, copy.scores)
+    assert copy.problems["error"].tolist() == original.problems["error"].tolist()

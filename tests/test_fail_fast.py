@@ -1,0 +1,325 @@
+"""Fail before any trial starts, never retry a user's mistake, and exit honestly.
+
+Through the real sweep scripts as subprocesses: a mistake the driver can see (a data file of
+the wrong shape, an unknown backbone, a garbage listfile row, an empty data folder, storage
+that cannot be written) is one line on stderr, exit status 2, no Ray started and no experiment
+folder. A mistake only a trial can see (a label value out of range, found when the whole file
+is read) ends that trial at once: ERROR after one failure despite --max-failures 2, exit
+status 1, and a summary naming the trial, its error, its error file and the retry command.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import analysis
+from relif_ray.config import ExperimentConfig
+from relif_ray.data.eicu import check_eicu
+from relif_ray.data.mimic3 import check_mimic3
+from relif_ray.data.nyuv2 import check_nyuv2
+from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
+from relif_ray.errors import UserError
+from relif_ray.preflight import check_storage, check_trial_configs
+from relif_ray.sweep_cli import NYUV2, clinical_main, main
+from tests.conftest import tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # local Ray binds to 127.0.0.1 only
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def run_sweep(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, script, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **RAY_ENV},
+    )
+
+
+def assert_refused(result: subprocess.CompletedProcess, fragment: str, storage: Path) -> None:
+    """Exit 2, one line naming what is wrong, no traceback, nothing written to storage."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert fragment in lines[0], lines[0]
+    assert not storage.exists()
+
+
+@pytest.fixture
+def run_main(monkeypatch, capsys):
+    """The sweep script's `main` in this process (what the scripts call), as a finished
+    process; a refused sweep never reaches Ray, so this is the script without its start-up."""
+    import relif_ray.tuning.launch
+
+    def refuse(*_, **__):
+        raise AssertionError("the driver accepted the flags and started a sweep")
+
+    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
+
+    def run(entry, *args: str) -> subprocess.CompletedProcess:
+        code = entry(list(args))
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def nyuv2_copy(nyuv2_dir: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(nyuv2_dir, tmp_path / "data"))
+
+
+def nyuv2_main(argv: list[str]) -> int:
+    return main(NYUV2, argv)
+
+
+def nyuv2_flags(data: Path, storage: Path) -> list[str]:
+    return [
+        *("--data-dir", str(data), "--methods", "erm", "--seeds", "1", "--epochs", "1"),
+        *("--backbone", "resnet18", "--batch-size", "6", "--num-cpus", "2"),
+        *("--storage", str(storage)),
+    ]
+
+
+def test_a_label_file_of_the_wrong_shape_stops_the_nyuv2_sweep(nyuv2_copy, tmp_path):
+    bad = nyuv2_copy / "val" / "label" / "3.npy"
+    np.save(bad, np.load(bad)[..., None])
+    storage = tmp_path / "results"
+    result = run_sweep("sweeps/nyuv2.py", *nyuv2_flags(nyuv2_copy, storage))
+    assert_refused(result, f"{bad}: label must have shape HxW, got 32x40x1", storage)
+
+
+def test_an_unknown_backbone_stops_the_sweep(nyuv2_dir, tmp_path, run_main):
+    storage = tmp_path / "results"
+    flags = nyuv2_flags(nyuv2_dir, storage)
+    flags[flags.index("resnet18")] = "resnet999"
+    result = run_main(nyuv2_main, *flags)
+    assert_refused(result, "config field model.backbone: unknown backbone 'resnet999'", storage)
+
+
+def test_storage_that_cannot_be_created_stops_the_sweep(nyuv2_dir, tmp_path, run_main):
+    result = run_main(nyuv2_main, *nyuv2_flags(nyuv2_dir, Path("/dev/null/x")))
+    assert_refused(result, "--storage /dev/null/x: /dev/null is not a directory", tmp_path / "x")
+
+
+def test_a_garbage_listfile_row_stops_the_clinical_sweep(tmp_path, run_main):
+    data = write_synthetic_mimic3(tmp_path / "data", patients=12, seed=0)
+    listfile = data / "val_listfile.csv"
+    lines = listfile.read_text().splitlines()
+    listfile.write_text("\n".join([*lines[:2], "garbage,row", *lines[2:]]) + "\n")
+    storage = tmp_path / "results"
+    result = run_main(
+        clinical_main,
+        *("--dataset", "mimic3", "--data-dir", str(data), "--storage", str(storage)),
+    )
+    assert_refused(result, f"{listfile}: line 3: expected 6 comma-separated fields", storage)
+
+
+def test_an_empty_data_dir_stops_the_clinical_sweep(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    storage = tmp_path / "results"
+    result = run_sweep(
+        "sweeps/clinical.py",
+        *("--dataset", "mimic3", "--data-dir", str(empty), "--storage", str(storage)),
+    )
+    assert_refused(result, f"{empty / 'train_listfile.csv'}: not found", storage)
+
+
+def test_an_empty_data_dir_stops_the_eicu_sweep(tmp_path, run_main):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    storage = tmp_path / "results"
+    result = run_main(
+        clinical_main,
+        *("--dataset", "eicu", "--data-dir", str(empty), "--storage", str(storage)),
+    )
+    assert_refused(result, f"{empty / 'all_data.csv'}: not found", storage)
+
+
+# ---------------------------------------------------------------------------------------
+# The driver's checks, one rule each
+
+
+def trial_config(root: Path, **sections: dict) -> ExperimentConfig:
+    config = tiny_config(root)
+    for name, values in sections.items():
+        config[name] = {**config.get(name, {}), **values}
+    return ExperimentConfig.from_dict(config)
+
+
+@pytest.mark.parametrize(
+    ("sections", "fragment"),
+    [
+        ({"method": {"name": "gradnorm", "options": {"alpha": -1.0}}}, "method.options.alpha"),
+        ({"method": {"name": "fairgrad", "options": {"beta": 1.0}}}, "method.options: invalid"),
+        ({"method": {"name": "erm", "gradient_source": "representation"}}, "has no 'repr"),
+        ({"model": {"backbone": "resnet999"}}, "model.backbone: unknown backbone"),
+        (
+            {"method": {"gradient_source": "representation"}, "train": {"compile": True}},
+            "needs train.compile false",
+        ),
+        ({"model": {"pretrained": "/no/such/weights.pt"}}, "model.pretrained: no such file"),
+    ],
+)
+def test_each_trials_method_and_model_are_built_before_ray(sections, fragment, tmp_path):
+    good = trial_config(tmp_path)
+    with pytest.raises(UserError, match=fragment.replace(".", r"\.")):
+        check_trial_configs([good, trial_config(tmp_path, **sections)])
+    check_trial_configs([good])
+
+
+def test_pretrained_weights_are_loaded_onto_the_meta_model(tmp_path):
+    import torch
+    import torchvision
+
+    path = tmp_path / "resnet18.pt"
+    state = torchvision.models.resnet18(weights=None).state_dict()
+    torch.save(state, path)
+    check_trial_configs([trial_config(tmp_path, model={"pretrained": str(path)})])
+    torch.save({**state, "conv1.weight": torch.zeros(1)}, path)
+    with pytest.raises(UserError, match="model.pretrained: .*'conv1.weight' has shape"):
+        check_trial_configs([trial_config(tmp_path, model={"pretrained": str(path)})])
+
+
+def test_the_nyuv2_check_reads_headers_only_and_finds_a_truncated_file(nyuv2_copy):
+    check_nyuv2(nyuv2_copy)
+    depth = nyuv2_copy / "train" / "depth" / "5.npy"
+    np.save(depth, -np.ones((32, 40, 1), np.float32))  # values: only a full read finds them
+    check_nyuv2(nyuv2_copy)
+    image = nyuv2_copy / "train" / "image" / "7.npy"
+    image.write_bytes(image.read_bytes()[:-100])
+    with pytest.raises(UserError, match=f"{image}: unreadable .npy file"):
+        check_nyuv2(nyuv2_copy)
+    normal = nyuv2_copy / "val" / "normal" / "2.npy"
+    np.save(normal, np.zeros((32, 41, 3), np.float32))
+    image.unlink()
+    shutil.copy(nyuv2_copy / "train" / "image" / "0.npy", image)
+    with pytest.raises(UserError, match=f"{normal}: size 32x41 differs"):
+        check_nyuv2(nyuv2_copy)
+
+
+def test_the_mimic3_check_finds_a_missing_episode_and_a_bad_header(tmp_path):
+    data = write_synthetic_mimic3(tmp_path / "data", patients=12, seed=0)
+    check_mimic3(data)
+    episode = sorted((data / "test").glob("*_timeseries.csv"))[0]
+    text = episode.read_text()
+    episode.write_text(text.replace("Hours", "Time", 1))
+    with pytest.raises(UserError, match=f"{episode}: line 1: header must start with 'Hours'"):
+        check_mimic3(data)
+    episode.unlink()
+    with pytest.raises(UserError, match=f"episode file {episode} not found"):
+        check_mimic3(data)
+
+
+def test_the_eicu_check_parses_all_data_whole(tmp_path):
+    from relif_ray.data.synthetic_eicu import write_synthetic_eicu
+
+    data = write_synthetic_eicu(tmp_path / "data", patients=12, seed=0)
+    check_eicu(data)
+    table = data / "all_data.csv"
+    lines = table.read_text().splitlines()
+    column = lines[0].split(",").index("patientunitstayid")
+    stays = sorted({int(float(line.split(",")[column])) for line in lines[1:]})
+    (data / "splits.csv").write_text(
+        "patientunitstayid,split\n"
+        + "".join(f"{stay},{'train' if i % 2 else 'test'}\n" for i, stay in enumerate(stays))
+    )
+    with pytest.raises(UserError, match=f"{table}: no usable stay in the val split"):
+        check_eicu(data)
+    (data / "splits.csv").unlink()
+    header = lines[0].split(",")
+    row = lines[3].split(",")
+    row[header.index("hospitaldischargestatus")] = "7"
+    table.write_text("\n".join([*lines[:3], ",".join(row), *lines[4:]]) + "\n")
+    with pytest.raises(UserError, match=f"{table}: line 4: hospitaldischargestatus"):
+        check_eicu(data)
+
+
+def test_storage_is_checked_without_creating_it(tmp_path):
+    target = tmp_path / "a" / "b"
+    check_storage(str(target))
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match="is not a directory"):
+        check_storage(str(tmp_path / "file" / "x"))
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root may write anywhere
+        pytest.skip("running as root")
+    with pytest.raises(UserError, match=f"{locked} is not writable"):
+        check_storage(str(locked / "results"))
+
+
+# ---------------------------------------------------------------------------------------
+# A user error only a trial can find
+
+
+@pytest.mark.slow
+def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(nyuv2_copy, tmp_path):
+    bad = nyuv2_copy / "val" / "label" / "1.npy"
+    label = np.load(bad)
+    label[0, 0] = 99  # the header is fine; only reading the values finds it
+    np.save(bad, label)
+    storage = tmp_path / "results"
+    flags = [*nyuv2_flags(nyuv2_copy, storage), "--name", "bad", "--max-failures", "2"]
+    result = run_sweep("sweeps/nyuv2.py", *flags, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    experiment = storage / "bad"
+    trial_dir = next(path for path in experiment.iterdir() if path.name.startswith("erm_seed0"))
+    error_file = trial_dir / "error.txt"
+    message = f"{bad}: label values must be in -1..12 (-1 = ignore), found range -1..99"
+    last = result.stderr.strip().splitlines()[-3:]
+    assert last[0] == f"1 trial(s) errored in {experiment}:"
+    assert last[1] == (
+        f"  erm seed 0: relif_ray.errors.UserError: {message} (error file: {error_file})"
+    )
+    assert last[2].endswith(f"sweeps/nyuv2.py {' '.join(flags)} --resume")
+    assert error_file.read_text().count("Failure #") == 1  # ended at once, never retried
+    from ray.tune import ExperimentAnalysis
+
+    trials = ExperimentAnalysis(str(experiment)).trials
+    assert [(t.status, t.run_metadata.num_failures) for t in trials] == [("ERROR", 1)]
+    problems = analysis.load(experiment).problems
+    assert list(problems["status"]) == ["errored"]
+    assert message in problems["error"].iloc[0]
+
+
+@pytest.mark.slow
+def test_a_user_error_ends_an_optuna_trial_without_stopping_the_study(
+    ray_session, nyuv2_copy, tmp_path
+):
+    """The Optuna searcher reads val_bias and worst from every result: the one result of a
+    trial that hit a user error must carry them (NaN), or Tune would stop the whole run."""
+    from ray.tune import ExperimentAnalysis
+
+    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep_outcome import TrialsErrored
+    from relif_ray.tuning.launch import run_sweep
+
+    bad = nyuv2_copy / "train" / "depth" / "2.npy"
+    np.save(bad, -np.ones((32, 40, 1), np.float32))
+    plan = OptunaPlan(["relif"], [0], 1, (0.1, 0.4), (1e-4, 1e-2))
+    base = tiny_config(nyuv2_copy, epochs=1)  # its ERM squash constants: no reference trial
+    base["relif"] = {**base["relif"], "warmup_steps": 1}
+    with pytest.raises(TrialsErrored) as raised:
+        run_sweep(plan.space(base, 0.2), name="optuna", storage=str(tmp_path), search=plan,
+                  verbose=0)  # fmt: skip
+    [trial] = raised.value.trials
+    assert (trial.label, trial.seed) == ("relif", 0)
+    assert trial.error.endswith(f"{bad}: depth contains negative values (min -1)")
+    states = ExperimentAnalysis(str(tmp_path / "optuna")).trials
+    assert [(t.status, t.run_metadata.num_failures) for t in states] == [("ERROR", 1)]

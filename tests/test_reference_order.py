@@ -1,0 +1,164 @@
+"""ERM-first sweeps: ReLiF trains on its same-seed ERM run's squash constants (paper section 3,
+appendix A.3), so its trials wait for that run; the audit uses the same constants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import analysis
+from analysis.interface import squash_quantiles
+from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, read_trial_info
+from relif_ray.planning import SweepSpace, param_space, trial_order
+from relif_ray.sweep_outcome import TrialsErrored
+from relif_ray.variants import variant
+from tests.test_sweeps import base_config, trial_states
+
+
+def _space(root: Path, labels: list[str], seeds: list[int], **train) -> SweepSpace:
+    return param_space(base_config(root, **train), [variant(x) for x in labels], seeds, 0.2)
+
+
+def _order(order) -> list[tuple[str, int, int | None, int | None]]:
+    return [
+        (
+            item["config"]["label"],
+            item["config"]["seed"],
+            item["needs"],
+            item["provides"],
+        )
+        for item in order.items
+    ]
+
+
+def test_references_first_then_independent_trials_then_waiting_ones(small_data: Path) -> None:
+    order = trial_order(_space(small_data, ["pcgrad+relif", "pcgrad", "erm"], [1, 0]), None, set())
+    assert _order(order) == [
+        ("erm", 0, None, 0),
+        ("erm", 1, None, 1),
+        ("pcgrad", 0, None, None),
+        ("pcgrad", 1, None, None),
+        ("pcgrad+relif", 0, 0, None),
+        ("pcgrad+relif", 1, 1, None),
+    ]
+    assert order.added_references == ()
+
+
+def test_a_missing_reference_is_added_and_lent_seeds_wait_for_nothing(small_data: Path) -> None:
+    order = trial_order(_space(small_data, ["relif", "relif-static"], [0, 1]), None, {1})
+    assert _order(order) == [
+        ("erm", 0, None, 0),
+        ("relif", 1, None, None),
+        ("relif-static", 1, None, None),
+        ("relif", 0, 0, None),
+        ("relif-static", 0, 0, None),
+    ]
+    assert order.added_references == (0,)
+
+
+def test_running_squash_and_clinical_data_need_no_reference(small_data: Path) -> None:
+    space = _space(small_data, ["erm", "relif"], [0])
+    space.constants["relif.squash"] = "running"
+    assert [item["needs"] for item in trial_order(space, None, set()).items] == [None, None]
+
+
+@pytest.fixture(scope="module")
+def phased(ray_session, small_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """erm, pcgrad and relif for one seed on 2 one-CPU slots."""
+    from relif_ray.tuning.launch import run_sweep
+
+    storage = tmp_path_factory.mktemp("phased")
+    return Path(
+        run_sweep(
+            _space(small_data, ["erm", "pcgrad", "relif"], [0], epochs=3),
+            name="phased",
+            storage=str(storage),
+            verbose=0,
+        )
+    )
+
+
+def _times(experiment: Path) -> dict[str, tuple[float, float]]:
+    loaded = analysis.load(experiment)
+    return {
+        read_trial_info(out)["label"]: (
+            read_trial_info(out)["started_at"],
+            read_trial_info(out)["finished_at"],
+        )
+        for out in loaded.outputs.values()
+    }
+
+
+def test_pcgrad_runs_beside_erm_and_relif_starts_after_erm(phased: Path) -> None:
+    times = _times(phased)
+    erm, pcgrad, relif = times["erm"], times["pcgrad"], times["relif"]
+    assert pcgrad[0] < erm[1] and erm[0] < pcgrad[1]  # the two slots run erm and pcgrad
+    assert relif[0] >= erm[1]  # relif waits for the ERM reference of its seed
+
+
+def test_one_score_two_uses(phased: Path) -> None:
+    """The constants file holds ERM's validation q10/q90; the ReLiF trial trained on exactly
+    those (its trial.json records them) and the audit squashes with the same numbers."""
+    constants = read_squash_constants(str(phased))["0"]
+    loaded = analysis.load(phased)
+    scores = loaded.scores
+    erm = loaded.trials.set_index("label").loc["erm", "trial"]
+    for task in ("depth", "normal"):
+        values = scores[
+            (scores["trial"] == erm) & (scores["split"] == "val") & (scores["task"] == task)
+        ]["score"]
+        assert constants[task] == list(np.quantile(values.to_numpy(np.float64), (0.1, 0.9)))
+    relif = loaded.trials.set_index("label").loc["relif"]
+    assert relif["config"]["relif"]["squash_constants"] == constants
+    audit = squash_quantiles(loaded).set_index(["trial", "task"])
+    for task in ("depth", "normal"):
+        row = audit.loc[(relif["trial"], task)]
+        assert [row["q10"], row["q90"]] == constants[task]
+
+
+def test_reference_lends_its_constants_to_a_new_sweep(
+    ray_session, phased: Path, small_data: Path, tmp_path: Path
+) -> None:
+    from relif_ray.tuning.launch import run_sweep
+
+    experiment = Path(
+        run_sweep(
+            _space(small_data, ["relif"], [0], epochs=1),
+            name="lent",
+            storage=str(tmp_path),
+            reference=str(phased),
+            verbose=0,
+        )
+    )
+    assert json.loads((experiment / SQUASH_CONSTANTS_FILE).read_text()) == json.loads(
+        (phased / SQUASH_CONSTANTS_FILE).read_text()
+    )
+    loaded = analysis.load(experiment)
+    assert list(loaded.trials["label"]) == ["relif"]  # no ERM trial of its own
+    expected = read_squash_constants(str(phased))["0"]
+    assert loaded.trials["config"].iloc[0]["relif"]["squash_constants"] == expected
+    audit = squash_quantiles(loaded).set_index("task")  # the audit reads the lent file too
+    assert set(audit["reference"]) == {SQUASH_CONSTANTS_FILE}
+    assert {task: [row.q10, row.q90] for task, row in audit.iterrows()} == expected
+
+
+def test_dependents_of_an_errored_reference_error_without_training(
+    ray_session, small_data: Path, tmp_path: Path
+) -> None:
+    from relif_ray.tuning.launch import run_sweep
+
+    space = _space(small_data, ["erm", "relif"], [0], epochs=2)
+    space.constants["fault_injection_step"] = 0  # every trial fails once before any checkpoint
+    with pytest.raises(TrialsErrored):
+        run_sweep(space, name="broken", storage=str(tmp_path), max_failures=0, verbose=0)
+    experiment = tmp_path / "broken"
+    assert sorted(status for status, _ in trial_states(experiment).values()) == ["ERROR"] * 2
+    errors = {
+        path.parent.name.split("_")[0]: path.read_text() for path in experiment.glob("*/error.txt")
+    }
+    assert "InjectedFault" in errors["erm"]
+    assert "the ERM reference trial of seed 0 errored" in errors["relif"]
+    assert not (experiment / SQUASH_CONSTANTS_FILE).exists()

@@ -1,0 +1,225 @@
+"""Choosing (r*, eta) per label and seed from an Optuna search's pareto.csv, on validation
+numbers only, and running the sweep at the chosen settings (`--select-from`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from relif_ray.errors import UserError
+from relif_ray.pareto import PARETO_COLUMNS, read_pareto, select_settings
+from relif_ray.planning import selected_trials, trial_order, trial_space
+from relif_ray.sweep_cli import MIMIC3, main, run_clinical
+from relif_ray.variants import experiment_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def front(*points: tuple) -> pd.DataFrame:
+    """A pareto.csv table of (label, seed, r*, eta, val_bias, val_worst) points."""
+    rows = [
+        {
+            "study": f"{label}-seed{seed}", "label": label, "seed": seed,
+            "trial_id": f"t{number}", "r_star": r_star, "eta": eta,
+            "val_bias": bias, "val_worst": worst, "val_macro": worst + 0.1,
+        }
+        for number, (label, seed, r_star, eta, bias, worst) in enumerate(points)
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=list(PARETO_COLUMNS))
+
+
+def chosen_ids(table: pd.DataFrame, tolerance: float = 0.02) -> list[str]:
+    return list(select_settings(table, tolerance)["trial_id"])
+
+
+def test_lowest_bias_within_the_tolerance_of_the_best_worst_per_seed_and_label():
+    table = front(
+        ("relif", 0, 0.20, 1e-3, 0.10, 0.80),  # t0 best Worst
+        ("relif", 0, 0.25, 1e-3, 0.05, 0.79),  # t1 within 0.02, lower Bias: chosen
+        ("relif", 0, 0.30, 1e-2, 0.01, 0.70),  # t2 lowest Bias, but Worst too far below
+        ("relif", 1, 0.16, 1e-4, 0.20, 0.60),  # t3 the only point of seed 1
+        ("relif-noalign", 0, 0.2, 1e-3, 0.03, 0.75),  # t4 its own study
+    )
+    chosen = select_settings(table, 0.02)
+    assert list(chosen["trial_id"]) == ["t1", "t3", "t4"]
+    assert list(zip(chosen["label"], chosen["seed"], strict=True)) == [
+        ("relif", 0), ("relif", 1), ("relif-noalign", 0)
+    ]  # fmt: skip
+    assert (chosen.loc[0, "r_star"], chosen.loc[0, "eta"]) == (0.25, 1e-3)
+    # a tolerance of 0.1 admits t2, which has the lowest Bias; 0 keeps the best Worst only
+    assert chosen_ids(table, 0.1)[0] == "t2"
+    assert chosen_ids(table, 0.0)[0] == "t0"
+
+
+def test_ties_go_to_higher_worst_then_smaller_r_star_then_smaller_eta():
+    assert chosen_ids(
+        front(("relif", 0, 0.2, 1e-3, 0.1, 0.79), ("relif", 0, 0.3, 1e-3, 0.1, 0.80))
+    ) == ["t1"]
+    assert chosen_ids(
+        front(("relif", 0, 0.3, 1e-3, 0.1, 0.8), ("relif", 0, 0.2, 1e-2, 0.1, 0.8))
+    ) == ["t1"]
+    assert chosen_ids(
+        front(("relif", 0, 0.2, 1e-2, 0.1, 0.8), ("relif", 0, 0.2, 1e-3, 0.1, 0.8))
+    ) == ["t1"]
+
+
+def test_the_tolerance_edge_is_inside_and_just_beyond_is_outside():
+    table = front(("relif", 0, 0.2, 1e-3, 0.3, 0.8), ("relif", 0, 0.3, 1e-3, 0.1, 0.78))
+    assert chosen_ids(table, 0.02) == ["t1"]  # 0.78 is exactly 0.02 below 0.80
+    assert chosen_ids(table, 0.0199) == ["t0"]
+
+
+def test_points_without_validation_numbers_are_never_chosen_and_bad_tolerance_is_refused():
+    table = front(("relif", 0, 0.2, 1e-3, float("nan"), 0.9), ("relif", 0, 0.3, 1e-3, 0.2, 0.7))
+    assert chosen_ids(table, 0.0) == ["t1"]
+    with pytest.raises(UserError, match="--select-worst-tolerance: must be >= 0"):
+        select_settings(table, -0.01)
+
+
+def test_each_seed_runs_at_its_own_setting_and_other_labels_at_every_seed(tmp_path):
+    settings = {("relif", 0): (0.2, 1e-3), ("relif", 1): (0.3, 1e-2)}
+    trials = selected_trials(["erm", "relif"], [0, 1], settings, "search")
+    described = [
+        (t["label"], t["seed"], t.get("relif.r_star"))
+        for t in trials
+    ]
+    assert described == [("erm", 0, None), ("erm", 1, None), ("relif", 0, 0.2), ("relif", 1, 0.3)]
+    base = {"data": {"dataset": "nyuv2", "root": str(tmp_path)}}
+    space = trial_space(base, trials, 0.2)
+    # the sweep's trial order hands Tune exactly these trials (ERM references first)
+    order = trial_order(space, None, set())
+    configs = [{**space.constants, **item["config"]} for item in order.items]
+    resolved = [experiment_config(config) for config in configs]
+    assert [(c.seed, c.relif.enabled, c.relif.r_star, c.relif.eta) for c in resolved[2:]] == [
+        (0, True, 0.2, 1e-3), (1, True, 0.3, 1e-2)
+    ]  # fmt: skip
+    assert [c["label"] for c in configs] == ["erm", "erm", "relif", "relif"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "seeds", "fragment"),
+    [
+        (["relif-noalign"], [0], "no study of 'relif-noalign' (studied: relif)"),
+        (["relif"], [0, 2], "no study of 'relif' for seed 2"),
+    ],
+)
+def test_a_label_or_seed_without_a_study_is_refused(labels, seeds, fragment):
+    settings = {("relif", 0): (0.2, 1e-3), ("relif", 1): (0.3, 1e-2)}
+    with pytest.raises(UserError, match=f"--select-from search: {re.escape(fragment)}"):
+        selected_trials(labels, seeds, settings, "search")
+
+
+@pytest.fixture
+def search_dir(tmp_path: Path) -> Path:
+    experiment = tmp_path / "search"
+    experiment.mkdir()
+    table = front(("relif", 0, 0.2, 1e-3, 0.1, 0.8), ("relif", 0, 0.3, 1e-3, 0.05, 0.79))
+    table.to_csv(experiment / "pareto.csv", index=False)
+    return experiment
+
+
+@pytest.fixture
+def no_sweep(monkeypatch):
+    import relif_ray.tuning.launch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the flags were accepted and a sweep would start")
+
+    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--select-from", "{tmp}/nosuch"], "--select-from: experiment directory not found"),
+        (["--select-from", "{tmp}"], "no pareto.csv in {tmp}"),
+        (["--select-from", "{search}", "--r-star", "0.2"], "conflicts with --r-star"),
+        (["--select-from", "{search}", "--eta", "1e-3"], "conflicts with --eta"),
+        (["--select-from", "{search}", "--search", "optuna"], "conflicts with --search optuna"),
+        (["--select-from", "{search}", "--seeds", "2"], "no study of 'relif' for seed 1"),
+        (
+            ["--select-from", "{search}", "--methods", "relif-noalign"],
+            "no study of 'relif-noalign'",
+        ),
+    ],
+)
+def test_select_from_mistakes_are_one_line_errors(flags, fragment, search_dir, capsys, no_sweep):
+    where = {"tmp": str(search_dir.parent), "search": str(search_dir)}
+    argv = [flag.format(**where) for flag in flags]
+    base = ["--dataset", "mimic3", "--data-dir", str(search_dir), "--seeds", "1"]
+    status = main(MIMIC3, [*base, *argv, "--storage", "/nonexistent/x"], runner=run_clinical)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert fragment.format(**where) in err[0]
+
+
+def test_read_pareto_names_a_missing_column(search_dir):
+    table = pd.read_csv(search_dir / "pareto.csv").drop(columns=["val_worst"])
+    table.to_csv(search_dir / "pareto.csv", index=False)
+    with pytest.raises(UserError, match="pareto.csv: missing column.s. val_worst"):
+        read_pareto(str(search_dir))
+
+
+def run_sweep_cli(*args: str) -> subprocess.CompletedProcess:
+    """sweeps/clinical.py with local Ray kept on 127.0.0.1."""
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return subprocess.run(
+        [sys.executable, "sweeps/clinical.py", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_search_then_select_from_runs_the_selected_setting(tmp_path):
+    import analysis
+    from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
+
+    data = write_synthetic_mimic3(tmp_path / "data", patients=24, seed=0)
+    storage = tmp_path / "results"
+    common = [
+        "--dataset", "mimic3", "--data-dir", str(data), "--seeds", "1", "--epochs", "1",
+        "--batch-size", "8", "--warmup-steps", "1", "--num-cpus", "2", "--storage", str(storage),
+    ]  # fmt: skip
+    search = run_sweep_cli(*common, "--name", "search", "--search", "optuna", "--num-samples", "2")
+    assert search.returncode == 0, search.stderr[-3000:]
+    expected = select_settings(read_pareto(str(storage / "search")), 0.02).iloc[0]
+
+    chosen = run_sweep_cli(
+        *common, "--name", "chosen", "--methods", "erm,relif", "--select-from",
+        str(storage / "search"),
+    )  # fmt: skip
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    line = f"relif seed 0: r*={expected.r_star:g} eta={expected.eta:g}"
+    assert line in chosen.stdout
+    trials = analysis.load(storage / "chosen").trials.set_index("label")
+    relif = trials.loc["relif", "config"]["relif"]
+    assert (relif["r_star"], relif["eta"]) == (expected.r_star, expected.eta)
+    assert trials.loc["erm", "seed"] == 0 and not trials.loc["erm", "relif"]
+    assert trials.loc["relif", "selected"] and not trials.loc["erm", "selected"]
+    recorded = pd.read_csv(storage / "chosen" / "selection.csv")
+    assert list(recorded["trial_id"]) == [expected.trial_id]
+    assert recorded.loc[0, "source"] == str(storage / "search")
+
+
+def test_the_report_keeps_one_row_for_a_label_selected_per_seed():
+    from analysis.experiment import variant_names
+
+    trials = pd.DataFrame(
+        {"label": ["relif", "relif"], "r_star": [0.2, 0.3], "eta": [1e-3, 1e-2], "seed": [0, 1]}
+    )
+    assert list(variant_names(trials)) == ["relif (r*=0.2, eta=0.001)", "relif (r*=0.3, eta=0.01)"]
+    assert list(variant_names(trials.assign(selected=True))) == ["relif", "relif"]
+
+
+def test_the_controller_table_lists_each_seeds_selected_setting():
+    from analysis.tables import setting_text
+
+    assert setting_text(pd.Series([0.2, 0.2])) == "0.2"
+    assert setting_text(pd.Series([0.2, 0.3, 0.2])) == "0.2 / 0.3 / 0.2"
