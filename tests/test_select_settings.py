@@ -85,10 +85,7 @@ def test_points_without_validation_numbers_are_never_chosen_and_bad_tolerance_is
 def test_each_seed_runs_at_its_own_setting_and_other_labels_at_every_seed(tmp_path):
     settings = {("relif", 0): (0.2, 1e-3), ("relif", 1): (0.3, 1e-2)}
     trials = selected_trials(["erm", "relif"], [0, 1], settings, "search")
-    described = [
-        (t["label"], t["seed"], t.get("relif.r_star"))
-        for t in trials
-    ]
+    described = [(t["label"], t["seed"], t.get("relif.r_star")) for t in trials]
     assert described == [("erm", 0, None), ("erm", 1, None), ("relif", 0, 0.2), ("relif", 1, 0.3)]
     base = {"data": {"dataset": "nyuv2", "root": str(tmp_path)}}
     space = trial_space(base, trials, 0.2)
