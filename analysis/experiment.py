@@ -51,8 +51,9 @@ class Experiment:
 
     trials: one row per finished trial: trial, label (method label, e.g. "relif"), variant
         (the label, plus " (r*=.., eta=..)" where one label was run at several controller
-        settings), method, relif, seed, dataset, r_star, eta, steps, experiment, path, config
-        (dict), then every metric as <split>_<metric> (e.g. val_worst, val_seg_miou).
+        settings), method, relif, seed, dataset, r_star, eta, steps, status ("completed", or
+        "stopped": stopped early by the Tune scheduler, outputs at that epoch), experiment,
+        path, config (dict), then every metric as <split>_<metric> (e.g. val_worst).
     scores: trial, split, task, example_id, score (raw audit score as stored), valid.
     epochs: per-epoch results Tune recorded (trial, epoch, val_<metric>, val_bias, ...; read
         on first access).
@@ -247,6 +248,7 @@ def _trial_row(info: dict, root: Location, final: Location) -> dict:
         "r_star": relif["r_star"] if info["relif"] else np.nan,
         "eta": relif["eta"] if info["relif"] else np.nan,
         "steps": info["steps"],
+        "status": info.get("status", "completed"),
         "experiment": storage.display(root),
         "path": storage.display(final),
         "config": config,

@@ -276,6 +276,17 @@ def _sources(experiment: Experiment) -> str:
             f"{', '.join(sorted(set(trials['dataset'])))})"
         )
         lines += [f"- {display_text(variant)}: seeds {seeds}" for variant, seeds in counts.items()]
+        stopped = trials[trials["status"] == "stopped"]
+        if len(stopped):
+            lines.append(
+                f"Stopped early by the Tune scheduler (ASHA), outputs at the epoch they stopped: "
+                f"{len(stopped)}"
+            )
+            lines += [
+                f"- stopped: {display_text(row.variant)} seed {row.seed} after {row.steps} "
+                f"steps (`{row.trial}`)"
+                for row in stopped.itertuples()
+            ]
     lines.append(f"Trials without outputs: {len(experiment.problems)} (listed at the end)")
     note = running_note(experiment)
     if note:

@@ -3,7 +3,9 @@
 The config is a tree of dataclasses. `ExperimentConfig.from_dict` builds it from the nested
 dict that Ray Tune passes to a trial (and that trials store as `config.json`), rejecting
 unknown fields, wrong types and out-of-range values with a one-line `UserError` that names the
-dotted field, e.g. `config field train.lr: must be > 0, got -1.0`.
+dotted field, e.g. `config field train.lr: must be > 0, got -1.0`. `flat_config` and
+`nested_config` turn it into flat dotted keys (`relif.enabled`, `seed`) and back: the form Ray
+Tune stores and shows as a trial's config, and the form of `--set section.field=value`.
 """
 
 from __future__ import annotations
@@ -295,3 +297,41 @@ def _positive(name: str, value: float) -> None:
 def _in_range(name: str, value: float, low: float, high: float) -> None:
     if not low <= value <= high:
         raise UserError(f"config field {name}: must be in [{low}, {high}], got {value}")
+
+
+CONFIG_SECTIONS: tuple[str, ...] = tuple(
+    name
+    for name, hint in typing.get_type_hints(ExperimentConfig).items()
+    if dataclasses.is_dataclass(hint)
+)
+"""The sections of ExperimentConfig (data, model, train, method, relif), whose own fields are
+the leaves of the flat form."""
+
+
+def flat_config(values: dict[str, Any]) -> dict[str, Any]:
+    """A config dict with flat dotted keys: {"relif": {"enabled": True}, "seed": 1} ->
+    {"relif.enabled": True, "seed": 1}. A mapping-valued field (`method.options`) stays one
+    value."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in CONFIG_SECTIONS and isinstance(value, dict):
+            flat.update({f"{key}.{name}": item for name, item in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def nested_config(flat: dict[str, Any]) -> dict[str, Any]:
+    """The ExperimentConfig dict of the flat dotted keys in `flat` that name its fields; other
+    keys (a trial's label, the sweep's delta, ...) are left out."""
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    values: dict[str, Any] = {}
+    for key, value in flat.items():
+        section, dot, name = key.partition(".")
+        if section not in fields:
+            continue
+        if dot:
+            values.setdefault(section, {})[name] = value
+        else:
+            values[key] = value
+    return values

@@ -1,19 +1,18 @@
 """What a sweep will run, decided and checked before Ray starts (no Ray import).
 
 The resources a sweep may use and each trial asks for (`Resources`), the grid of trial configs
-(`param_space`), an explicit list of (variant, seed) trials at settings selected per seed
-(`selected_trials`, `trial_list_space`), the Optuna studies (`OptunaPlan`), the paper's
-controller checks (`controller_variants`), and the order Tune gets the trials in
-(`trial_order`: same-seed ERM reference trials before the ReLiF trials that train on their
-squash constants). `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config
-is described in `relif_ray.variants`.
+(`param_space`, an explicit trial list at settings selected per seed (`selected_trials`), both a
+`SweepSpace`), the Optuna studies (`OptunaPlan`), the paper's controller checks
+(`controller_variants`), and the order Tune gets the trials in (`trial_order`: same-seed ERM
+reference trials before the ReLiF trials that train on their squash constants).
+`relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config is described in
+`relif_ray.variants`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from itertools import product
+from dataclasses import dataclass, field
 from typing import Any
 
 from relif_ray.config import ExperimentConfig
@@ -23,6 +22,8 @@ from relif_ray.problems import benchmark
 from relif_ray.variants import (
     experiment_config,
     grid_variants,
+    sweep_constants,
+    trial_overrides,
     unique_variants,
     uses_controller,
     variant,
@@ -59,43 +60,70 @@ class Resources:
         return max(1, math.floor(self.num_gpus / self.gpus_per_trial + 1e-9))
 
 
-def check_variants(base: dict[str, Any], variants: list[dict]) -> None:
-    """Build every trial's config once before Ray starts, then its method and model
-    (`relif_ray.preflight`), so no trial fails on a bad value or option."""
-    check_trial_configs(
-        [experiment_config({"base": base, "variant": item, "seed": 0}) for item in variants]
-    )
+@dataclass
+class SweepSpace:
+    """What Tune runs: `constants` (Tune's param_space, shared by every trial: the base config
+    as flat dotted keys and delta) and `trials`, each trial's own part of its config (label,
+    seed, the variant's overrides) in the order the searcher hands them out (empty for Optuna,
+    whose studies suggest them). Merged, they are the resolved config that runs
+    (`relif_ray.variants`)."""
+
+    constants: dict[str, Any]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+
+SCHEDULER_METRICS: dict[str, str] = {"worst": "max", "macro": "max", "val_bias": "min"}
+"""What `--scheduler asha` may rank trials by, with its mode: validation Worst or Macro
+(higher is better) or the live validation Bias (lower is better)."""
+
+LOGGER_CALLBACKS = {"wandb": "wandb", "mlflow": "mlflow"}
+"""`--callbacks` name -> the package Ray's integration needs (the extra of the same name)."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How Tune schedules and logs the trials.
+
+    scheduler: "fifo" (every trial runs its whole budget) or "asha" (asynchronous successive
+        halving on `scheduler_metric` per epoch; same-seed ERM reference trials are never
+        stopped, see `relif_ray.tuning.integrations`).
+    asha_max_epochs: ASHA's max_t (the trials' epochs; None when the budget is steps only).
+    max_concurrent_trials: at most this many trials at once (None: as resources allow).
+    callbacks: Ray's logger integrations to add ("wandb", "mlflow"); TensorBoard and CSV/JSON
+        are always written by Ray's default loggers.
+    """
+
+    scheduler: str = "fifo"
+    scheduler_metric: str = "worst"
+    asha_grace_epochs: int = 1
+    asha_reduction_factor: float = 3.0
+    asha_max_epochs: int | None = None
+    max_concurrent_trials: int | None = None
+    callbacks: tuple[str, ...] = ()
+
+
+def trial_space(base: dict[str, Any], trials: list[dict[str, Any]], delta: float) -> SweepSpace:
+    """The sweep of an explicit list of trials (each its own part of the config,
+    `relif_ray.variants.trial_overrides`). Every distinct setting's config is built once before
+    Ray starts, then its method and model (`relif_ray.preflight`), so no trial fails on a bad
+    value or option."""
+    constants = sweep_constants(base, delta)
+    settings = {
+        repr(sorted((key, value) for key, value in trial.items() if key != "seed")): trial
+        for trial in trials
+    }
+    check_trial_configs([experiment_config({**constants, **trial}) for trial in settings.values()])
+    return SweepSpace(constants, list(trials))
 
 
 def param_space(
-    base: dict[str, Any],
-    variants: list[dict],
-    seeds: list[int],
-    delta: float,
-    fault_injection_step: int | None = None,
-) -> dict[str, Any]:
-    """The grid: every variant crossed with every seed, each variant's config checked first.
-
-    `{"grid_search": values}` is Ray Tune's grid-search spec (what `tune.grid_search` returns).
-    fault_injection_step (tests only): every trial raises `InjectedFault` once when it reaches
-    this training step, unless restored from a checkpoint; put it after the first epoch, or
-    the retry has no checkpoint to restore and fails again.
-    """
-    check_variants(base, variants)
-    space = {
-        "variant": {"grid_search": variants},
-        "seed": {"grid_search": seeds},
-        "base": base,
-        "delta": delta,
-    }
-    if fault_injection_step is not None:
-        if not isinstance(fault_injection_step, int) or fault_injection_step < 0:
-            raise UserError(
-                "fault_injection_step: must be a non-negative integer, "
-                f"got {fault_injection_step!r}"
-            )
-        space["fault_injection_step"] = fault_injection_step
-    return space
+    base: dict[str, Any], variants: list[dict], seeds: list[int], delta: float
+) -> SweepSpace:
+    """The grid: every variant crossed with every seed (variant-major), each setting checked
+    first (`trial_space`)."""
+    return trial_space(
+        base, [trial_overrides(item, seed) for item in variants for seed in seeds], delta
+    )
 
 
 def selected_trials(
@@ -104,16 +132,16 @@ def selected_trials(
     settings: dict[tuple[str, int], tuple[float, float]],
     source: str,
 ) -> list[dict]:
-    """The sweep's trials as an explicit list of {"variant", "seed"} entries: each label with
-    each seed, a label whose controller uses (r*, eta) at the (r*, eta) selected for that seed
-    (`settings`: (label, seed) -> (r*, eta), chosen from the Optuna search `source`), every
-    other label as it is."""
+    """The sweep's trials as an explicit list (each trial's own part of its config,
+    `trial_overrides`, for `trial_space`): each label with each seed, a label whose controller
+    uses (r*, eta) at the (r*, eta) selected for that seed (`settings`: (label, seed) ->
+    (r*, eta), chosen from the Optuna search `source`), every other label as it is."""
     studied = {label for label, _ in settings}
     trials = []
     for label in labels:
         for seed in seeds:
             if not uses_controller(label):
-                trials.append({"variant": variant(label), "seed": seed})
+                trials.append(trial_overrides(variant(label), seed))
                 continue
             if label not in studied:
                 raise UserError(
@@ -123,16 +151,8 @@ def selected_trials(
             if (label, seed) not in settings:
                 raise UserError(f"--select-from {source}: no study of '{label}' for seed {seed}")
             r_star, eta = settings[(label, seed)]
-            trials.append({"variant": variant(label, r_star, eta), "seed": seed})
+            trials.append(trial_overrides(variant(label, r_star, eta), seed))
     return trials
-
-
-def trial_list_space(base: dict[str, Any], trials: list[dict], delta: float) -> dict[str, Any]:
-    """The param space of an explicit trial list: one grid over the {"variant", "seed"}
-    entries under the key "trial" (`trial_order` hands each trial its entry's "variant" and
-    "seed"), each variant's config checked first."""
-    check_variants(base, unique_variants([trial["variant"] for trial in trials]))
-    return {"trial": {"grid_search": trials}, "base": base, "delta": delta}
 
 
 @dataclass(frozen=True)
@@ -150,12 +170,12 @@ class OptunaPlan:
     def total_trials(self) -> int:
         return self.num_samples * len(self.labels) * len(self.seeds)
 
-    def space(self, base: dict[str, Any], delta: float) -> dict[str, Any]:
+    def space(self, base: dict[str, Any], delta: float) -> SweepSpace:
         """The constant part of every trial's config (the studies suggest the rest), after
         checking the corners of the search ranges for every label."""
         corners = grid_variants(self.labels, list(self.r_star_range), list(self.eta_range))
-        check_variants(base, corners)
-        return {"base": base, "delta": delta}
+        trials = [trial_overrides(item, seed) for item in corners for seed in self.seeds[:1]]
+        return SweepSpace(trial_space(base, trials, delta).constants)
 
 
 def controller_variants(
@@ -197,39 +217,29 @@ def is_reference(config: ExperimentConfig) -> bool:
 class TrialOrder:
     """The trials of a sweep in the order Tune gets them (`relif_ray.tuning.reference`).
 
-    constants: the part of the Tune config every trial shares (base, delta, ...).
-    items: {"config": {"variant", "seed"}, "needs": seed or None, "provides": seed or None}:
-        ERM references first, then the trials that wait for nothing, then the waiting ones.
+    items: {"config": the trial's own part of its config (`SweepSpace.trials`), "needs": seed or
+        None, "provides": seed or None}: ERM references first, then the trials that wait for
+        nothing, then the waiting ones.
     studies_need_reference: whether Optuna's (ReLiF) trials wait for their seed's reference.
     added_references: seeds whose ERM reference trial the sweep added (none was asked for).
     """
 
-    constants: dict[str, Any]
     items: list[dict[str, Any]]
     studies_need_reference: bool = False
     added_references: tuple[int, ...] = ()
 
 
-def trial_order(
-    space: dict[str, Any], search: OptunaPlan | None, ready_seeds: set[int]
-) -> TrialOrder:
-    """Order the grid of `param_space` (or the Optuna studies of `search` over the constant
-    `space`) so every trial that needs its seed's ERM squash constants comes after that seed's
-    ERM trial; seeds in `ready_seeds` already have their constants (`--reference`). A seed
-    whose waiting trials have no ERM trial in the sweep gets one added."""
-    base = space["base"]
-    grids = {key: value["grid_search"] for key, value in space.items() if _is_grid(value)}
-    constants = {key: value for key, value in space.items() if key not in grids}
-    names = list(grids)
-    trials = [dict(zip(names, values, strict=True)) for values in product(*grids.values())]
-    trials = [{**trial, **trial.pop("trial")} if "trial" in trial else trial for trial in trials]
-    if search is not None:
-        trials = []
-    trials.sort(key=lambda trial: trial["seed"])  # stable: the grid's order within a seed
+def trial_order(space: SweepSpace, search: OptunaPlan | None, ready_seeds: set[int]) -> TrialOrder:
+    """Order the trials of `space` (or the Optuna studies of `search` over its constants) so
+    every trial that needs its seed's ERM squash constants comes after that seed's ERM trial;
+    seeds in `ready_seeds` already have their constants (`--reference`). A seed whose waiting
+    trials have no ERM trial in the sweep gets one added."""
+    trials = [] if search is not None else list(space.trials)
+    trials.sort(key=lambda trial: trial["seed"])  # stable: the sweep's order within a seed
     providers, plain, waiting = {}, [], []
     for trial in trials:
-        item, seed = trial["variant"], trial["seed"]
-        config = experiment_config({"base": base, "variant": item, "seed": seed})
+        seed = trial["seed"]
+        config = experiment_config({**space.constants, **trial})
         entry = {"config": trial, "needs": None, "provides": None}
         if waits_for_reference(config) and seed not in ready_seeds:
             waiting.append({**entry, "needs": seed})
@@ -240,19 +250,14 @@ def trial_order(
     studies_wait = False
     if search is not None:
         corner = variant(search.labels[0], search.r_star_range[0], search.eta_range[0])
-        config = experiment_config({"base": base, "variant": corner, "seed": search.seeds[0]})
+        config = experiment_config({**space.constants, **trial_overrides(corner, search.seeds[0])})
         studies_wait = waits_for_reference(config)
     needing = {entry["needs"] for entry in waiting}
     if studies_wait:
         needing |= {seed for seed in search.seeds if seed not in ready_seeds}
     added = tuple(sorted(seed for seed in needing if seed not in providers))
     for seed in added:
-        entry = {"config": {"variant": variant("erm"), "seed": seed}, "needs": None}
+        entry = {"config": trial_overrides(variant("erm"), seed), "needs": None}
         providers[seed] = {**entry, "provides": seed}
     items = [providers[seed] for seed in sorted(providers)] + plain + waiting
-    return TrialOrder(constants, items, studies_wait, added)
-
-
-def _is_grid(value: Any) -> bool:
-    """Ray Tune's grid-search spec, {"grid_search": values} (see `param_space`)."""
-    return isinstance(value, dict) and set(value) == {"grid_search"}
+    return TrialOrder(items, studies_wait, added)

@@ -12,6 +12,7 @@ demo data writer); the flags, grid (`relif_ray.planning`), resources and launch
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import sys
 from collections.abc import Callable
@@ -25,17 +26,22 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment_lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.methods import METHODS
+from relif_ray.overrides import parse_set, read_config_file
 from relif_ray.pareto import SELECTION_FILE, read_pareto, select_settings
 from relif_ray.planning import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
+    LOGGER_CALLBACKS,
+    SCHEDULER_METRICS,
     STATIC_LAMBDAS,
     OptunaPlan,
     Resources,
+    SweepSpace,
+    TuneOptions,
     controller_variants,
     param_space,
     selected_trials,
-    trial_list_space,
+    trial_space,
 )
 from relif_ray.preflight import check_data, check_storage
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
@@ -192,8 +198,69 @@ def build_parser(
             help="--select-from: how far below the study's best validation Worst a chosen "
             "point may be",
         )
+    add_config_flags(parser)
     add_launch_flags(parser, defaults)
+    add_tune_flags(parser)
     return parser
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """Any config field, and short flags for the common ones. Precedence, lowest first: the
+    data set's defaults, --demo, --config, --set, the named flags."""
+    config = parser.add_argument_group(
+        "config fields (precedence: data-set defaults < --demo < --config < --set < named flags)"
+    )
+    config.add_argument(
+        "--config", metavar="FILE.yaml", help="config fields from YAML (nested or dotted keys)"
+    )
+    config.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="set one config field, e.g. train.precision=bf16 (repeatable; YAML values)",
+    )
+    config.add_argument(
+        "--precision", choices=["fp32", "bf16"], help="train.precision (bf16: autocast forward)"
+    )
+    config.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        help="train.channels_last (NHWC weights and images)",
+    )
+    config.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, help="train.compile (torch.compile)"
+    )
+    config.add_argument(
+        "--pretrained",
+        metavar="imagenet|PATH|none",
+        help="model.pretrained: torchvision's ImageNet weights, a local state_dict file, or "
+        "random (default: none)",
+    )
+
+
+def add_tune_flags(parser: argparse.ArgumentParser) -> None:
+    tune = parser.add_argument_group("Tune scheduling and logging")
+    tune.add_argument(
+        "--scheduler",
+        choices=["fifo", "asha"],
+        default="fifo",
+        help="fifo: every trial runs its budget; asha: successive halving per epoch on "
+        "--scheduler-metric (ERM reference trials are never stopped)",
+    )
+    tune.add_argument(
+        "--scheduler-metric",
+        choices=list(SCHEDULER_METRICS),
+        default="worst",
+        help="what ASHA ranks by: worst, macro (validation, max) or val_bias (min)",
+    )
+    tune.add_argument("--max-concurrent-trials", type=int, help="at most this many trials at once")
+    tune.add_argument(
+        "--callbacks",
+        default="",
+        help="Ray's logger integrations: wandb, mlflow or wandb,mlflow (TensorBoard and "
+        "CSV/JSON are always written)",
+    )
 
 
 def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults) -> None:
@@ -358,33 +425,97 @@ def base_config(
     args: argparse.Namespace, defaults: DatasetDefaults, root: str, use_gpu: bool | None = None
 ) -> dict:
     """The ExperimentConfig dict shared by every trial of the sweep (validated); `use_gpu`
-    defaults to what the resource flags ask for."""
+    defaults to what the resource flags ask for. Each layer overrides the ones before: the data
+    set's defaults, --demo, --config, --set, the named flags."""
     use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
-    demo = defaults.demo_train if args.demo else {}
-
-    def pick(flag: Any, key: str) -> Any:
-        return flag if flag is not None else demo.get(key, getattr(defaults, key))
-
-    config = apply_overrides(ExperimentConfig().to_dict(), defaults.config)
+    config = apply_overrides(ExperimentConfig().to_dict(), dataset_fields(defaults))
     if args.demo:
-        config = apply_overrides(config, defaults.demo_config)
+        config = apply_overrides(config, demo_fields(args, defaults))
+    layers = [
+        (f"--config {args.config}", read_config_file(args.config) if args.config else {}),
+        ("--set", parse_set(args.set)),
+        ("flags", flag_fields(args)),
+    ]
+    for source, fields in layers:
+        config = apply_overrides(config, fields)
+        if fields:
+            check_config(config, source)
     config["data"] = {"dataset": defaults.dataset, "root": root}
     # "auto": CUDA when the trial's worker sees a GPU, else CPU (logical GPUs in tests).
     config["device"] = "auto" if use_gpu else "cpu"
-    config["model"]["backbone"] = pick(args.backbone, "backbone")
-    train = config["train"]
-    train["epochs"], train["max_steps"] = training_budget(
-        args.epochs, demo_steps(args, defaults), pick(None, "epochs")
-    )
-    train["batch_size"] = pick(args.batch_size, "batch_size")
-    train["lr"] = pick(args.lr, "lr")
-    scaled = demo_controller(args, defaults)
-    if args.warmup_steps is not None:
-        config["relif"]["warmup_steps"] = args.warmup_steps
-    elif scaled is not None:
-        config["relif"]["warmup_steps"] = scaled[1]
+    config["model"]["pretrained"] = pretrained_weights(config["model"]["pretrained"])
     ExperimentConfig.from_dict(config)
     return config
+
+
+def dataset_fields(defaults: DatasetDefaults) -> dict[str, Any]:
+    """The data set's budget and settings as dotted config fields."""
+    return {
+        **defaults.config,
+        "model.backbone": defaults.backbone,
+        "train.epochs": defaults.epochs,
+        "train.batch_size": defaults.batch_size,
+        "train.lr": defaults.lr,
+    }
+
+
+def demo_fields(args: argparse.Namespace, defaults: DatasetDefaults) -> dict[str, Any]:
+    """The --demo budget and settings as dotted config fields: its step budget unless
+    --epochs/--steps give one, and the controller's warmup scaled to it (`demo_controller`)."""
+    demo = defaults.demo_train
+    fields = {
+        **defaults.demo_config,
+        "train.batch_size": demo["batch_size"],
+        "train.lr": demo["lr"],
+    }
+    if "backbone" in demo:
+        fields["model.backbone"] = demo["backbone"]
+    if args.epochs is None and args.steps is None:
+        fields["train.epochs"], fields["train.max_steps"] = None, demo["steps"]
+    scaled = demo_controller(args, defaults)
+    if scaled is not None:
+        fields["relif.warmup_steps"] = scaled[1]
+    return fields
+
+
+def flag_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields the named flags give (those not given set nothing). --steps alone
+    trains exactly that many steps, so it clears the epoch budget."""
+    given = {
+        "model.backbone": args.backbone,
+        "model.pretrained": args.pretrained,
+        "train.epochs": args.epochs,
+        "train.max_steps": args.steps,
+        "train.batch_size": args.batch_size,
+        "train.lr": args.lr,
+        "train.precision": args.precision,
+        "train.channels_last": args.channels_last,
+        "train.compile": args.compile,
+        "relif.warmup_steps": args.warmup_steps,
+    }
+    fields = {field: value for field, value in given.items() if value is not None}
+    if args.steps is not None and args.epochs is None:
+        fields["train.epochs"] = None
+    return fields
+
+
+def check_config(config: dict, source: str) -> None:
+    """The config after one layer of overrides must be valid; the error names the layer."""
+    try:
+        ExperimentConfig.from_dict(config)
+    except UserError as exc:
+        raise UserError(f"{source}: {exc}") from None
+
+
+def pretrained_weights(value: str) -> str:
+    """model.pretrained as the trials will read it: none, imagenet, or the absolute path of a
+    state_dict file that exists here (the driver checks it before any trial starts)."""
+    if value in ("none", "imagenet"):
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise UserError(f"model.pretrained: no such state_dict file: {value}")
+    return str(path.resolve())
 
 
 def controller_grid(
@@ -417,17 +548,6 @@ def demo_controller(
     return scale_to_budget(steps, defaults.eta)
 
 
-def training_budget(
-    epochs: int | None, steps: int | None, default_epochs: int
-) -> tuple[int | None, int | None]:
-    """(train.epochs, train.max_steps) of the --epochs/--steps flags (None = not given):
-    --steps alone trains exactly that many steps (no epoch limit); --epochs alone, or neither,
-    that many epochs (the data set's default when neither); both: the smaller budget wins."""
-    if epochs is None and steps is not None:
-        return None, steps
-    return (default_epochs if epochs is None else epochs), steps
-
-
 def check_delta(delta: float) -> None:
     if not 0.0 <= delta <= 1.0:
         raise UserError(f"--delta: must be in [0, 1], got {delta:g}")
@@ -445,14 +565,44 @@ def seeds_of(args: argparse.Namespace, defaults: DatasetDefaults) -> list[int]:
     return parse_seeds(args.seeds or str(default))
 
 
+def parse_callbacks(text: str) -> tuple[str, ...]:
+    """`--callbacks wandb,mlflow`: known names whose package is installed (Ray's integrations
+    import them only when a trial starts)."""
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    for name in names:
+        if name not in LOGGER_CALLBACKS:
+            raise UserError(
+                f"--callbacks: unknown logger '{name}' (known: {', '.join(LOGGER_CALLBACKS)})"
+            )
+        if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
+            raise UserError(
+                f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
+                f"(pip install 'relif-ray[{name}]')"
+            )
+    return names
+
+
+def tune_options(args: argparse.Namespace, base: dict | None) -> TuneOptions:
+    """The scheduling and logging flags; ASHA's horizon is the trials' epochs."""
+    if args.max_concurrent_trials is not None and args.max_concurrent_trials <= 0:
+        raise UserError(f"--max-concurrent-trials: must be > 0, got {args.max_concurrent_trials}")
+    return TuneOptions(
+        scheduler=args.scheduler,
+        scheduler_metric=args.scheduler_metric,
+        asha_max_epochs=base["train"]["epochs"] if base else None,
+        max_concurrent_trials=args.max_concurrent_trials,
+        callbacks=parse_callbacks(args.callbacks),
+    )
+
+
 def launch(
     args: argparse.Namespace,
     defaults: DatasetDefaults,
     name: str,
-    plan: Callable[[dict], tuple[dict, OptunaPlan | None]],
+    plan: Callable[[dict], tuple[SweepSpace, OptunaPlan | None]],
 ) -> str:
-    """Validate, then run (or resume) the sweep. `plan(base)` returns (Tune param space,
-    OptunaPlan or None) for the validated base config."""
+    """Validate, then run (or resume) the sweep. `plan(base)` returns (the sweep's
+    `SweepSpace`, OptunaPlan or None) for the validated base config."""
     limits = resources(args)
     check_delta(args.delta)
     if not limits.address:
@@ -464,7 +614,7 @@ def launch(
     if args.resume:
         with exclusive_experiment(args.storage, name):
             return ray_launch.run_sweep(
-                {},
+                None,
                 name=name,
                 storage=args.storage,
                 resources=limits,
@@ -475,6 +625,7 @@ def launch(
             )
     root = data_root(args, defaults)
     base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
+    options = tune_options(args, base)
     space, search = plan(base)
     check_storage(args.storage)
     writes_demo_data = args.demo and not args.data_dir
@@ -493,6 +644,7 @@ def launch(
             keep_checkpoints=args.keep_checkpoints,
             checkpoint_every=0 if args.demo else 1,
             search=search,
+            options=options,
             reference=args.reference,
         )
     if defaults.delta_ref is not None:
@@ -522,11 +674,11 @@ def run(
         print_selection(chosen, args.select_worst_tolerance)
     name = experiment_name(args, defaults)
 
-    def grid(base: dict) -> tuple[dict, OptunaPlan | None]:
+    def grid(base: dict) -> tuple[SweepSpace, OptunaPlan | None]:
         if optuna:
             return plan.space(base, args.delta), plan
         if chosen is not None:
-            return trial_list_space(base, trials, args.delta), None
+            return trial_space(base, trials, args.delta), None
         return param_space(base, grid_variants(labels, r_stars, etas), seeds, args.delta), None
 
     experiment_dir = launch(args, defaults, name, grid)
@@ -639,7 +791,7 @@ def run_controller_sensitivity(argv: list[str] | None, defaults: DatasetDefaults
     )
     name = experiment_name(args, defaults, suffix="-controller")
 
-    def grid(base: dict) -> tuple[dict, OptunaPlan | None]:
+    def grid(base: dict) -> tuple[SweepSpace, OptunaPlan | None]:
         return param_space(base, variants, seeds, args.delta), None
 
     return launch(args, defaults, name, grid)

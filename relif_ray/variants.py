@@ -1,10 +1,14 @@
 """The vocabulary of a sweep: method labels, variants and the trial config (no Ray import).
 
-A variant is {"label": str, "overrides": {dotted ExperimentConfig field: value}}; a trial's
-Tune config is {"variant", "seed", "base", "delta"} (+ "study" for Optuna trials, + the
-test-only "fault_injection_step", + "experiment_dir" where the squash constants live). `base`
-is the ExperimentConfig dict shared by the sweep; the trial's config is `base`, then the
-variant's overrides, then the seed.
+A variant is {"label": str, "overrides": {dotted ExperimentConfig field: value}}. A trial's
+Tune config is the resolved config that runs, as flat dotted keys (`relif.enabled`, `seed`,
+`method.name`, ... every ExperimentConfig field, see `relif_ray.config.flat_config`) plus
+"label" and the sweep's "delta" (+ "study" for Optuna trials, + "experiment_dir" where the
+squash constants live, + "reference_error" when a trial's ERM reference errored, + the
+test-only "fault_injection_step"), so Tune's tools (ExperimentAnalysis, W&B, MLflow) show what
+ran. It is the sweep's constants (`sweep_constants`: the shared base config, flat, and delta)
+merged with the trial's own part (`trial_overrides`: label, seed and the variant's overrides);
+`experiment_config` builds the trial's ExperimentConfig from it.
 
 Labels:
 - a registered method name (`erm`, `pcgrad`, ...): that method, ReLiF off;
@@ -23,7 +27,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from relif_ray.config import ExperimentConfig, ReLiFConfig
+from relif_ray.config import ExperimentConfig, ReLiFConfig, flat_config, nested_config
 from relif_ray.errors import UserError
 
 RELIF_LABELS: dict[str, dict[str, Any]] = {
@@ -65,11 +69,22 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
     return result
 
 
-def experiment_config(trial_config: dict[str, Any]) -> ExperimentConfig:
-    """The validated ExperimentConfig of one trial: base, the variant's overrides, the seed."""
-    values = apply_overrides(trial_config["base"], trial_config["variant"]["overrides"])
-    values["seed"] = int(trial_config["seed"])
-    return ExperimentConfig.from_dict(values)
+def sweep_constants(base: dict[str, Any], delta: float) -> dict[str, Any]:
+    """The part of the Tune config every trial of a sweep shares: the base ExperimentConfig,
+    completed with the defaults of the fields it leaves out, as flat dotted keys, and the live
+    audit's delta."""
+    return {**flat_config(ExperimentConfig.from_dict(base).to_dict()), "delta": float(delta)}
+
+
+def trial_overrides(item: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A trial's own part of its Tune config: label, seed and the variant's overrides."""
+    return {"label": item["label"], "seed": int(seed), **item["overrides"]}
+
+
+def experiment_config(tune_config: dict[str, Any]) -> ExperimentConfig:
+    """The validated ExperimentConfig of one trial's (flat) Tune config: the one place a
+    trial's config is built."""
+    return ExperimentConfig.from_dict(nested_config(tune_config))
 
 
 def split_label(label: str) -> tuple[str, str | None]:
@@ -148,12 +163,14 @@ def unique_variants(variants: list[dict]) -> list[dict]:
     return result
 
 
-def describe(trial_config: dict[str, Any]) -> str:
-    """A short, file-name-safe name of a trial: label, r*, eta, lambda0 (static), seed."""
-    overrides = trial_config["variant"]["overrides"]
-    parts = [trial_config["variant"]["label"].replace("+", "_")]
-    for field, short in (("relif.r_star", "r"), ("relif.eta", "eta"), ("relif.lambda0", "lam")):
-        if field in overrides:
-            parts.append(f"{short}{overrides[field]:g}")
-    parts.append(f"seed{trial_config['seed']}")
+def describe(tune_config: dict[str, Any]) -> str:
+    """A short, file-name-safe name of a trial: label, r* and eta (where lambda adapts),
+    lambda0 (static lambda), seed."""
+    relif = experiment_config(tune_config).relif
+    parts = [tune_config["label"].replace("+", "_")]
+    if relif.controller_adapts():
+        parts += [f"r{relif.r_star:g}", f"eta{relif.eta:g}"]
+    elif relif.enabled and relif.controller == "static" and relif.lipschitz_branch:
+        parts.append(f"lam{relif.lambda0:g}")
+    parts.append(f"seed{tune_config['seed']}")
     return "_".join(parts)

@@ -84,16 +84,18 @@ def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> 
     (absent,) = run.sweep_rows(context)
     assert (absent.value, absent.result) == (None, "not available")
     (tmp_path / "fake_sweep_efficiency.py").write_text(
-        "TARGET = 0.9\n"
+        "TARGET = 0.97\n"
         "def measure(trial_seconds):\n"
         "    return {'ratio': 0.85, 'trials': 8, 'mean_trial_s': trial_seconds, 'slots': 2,\n"
-        "            'wall_s': 40.0}\n"
+        "            'wall_s': 40.0, 'idle_start_s': 6.0, 'idle_between_s': 1.0,\n"
+        "            'idle_end_s': 5.0}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(run, "SWEEP_EFFICIENCY_MODULE", "fake_sweep_efficiency")
     (present,) = run.sweep_rows(context)
-    assert (present.value, present.target, present.result) == (0.85, ">= 0.9", "FAIL")
+    assert (present.value, present.target, present.result) == (0.85, ">= 0.97", "FAIL")
     assert "8 trials of 8.0 s on 2 slots" in present.detail
+    assert "6.0 before the first trial" in present.detail and "5.0 after the last" in present.detail
 
 
 def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path) -> None:

@@ -153,14 +153,16 @@ def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
     trial's one CPU thread (float reductions depend on the thread count)."""
     from relif_ray.engine import TrainingRun
     from relif_ray.sweep_cli import base_config, build_parser
-    from relif_ray.variants import experiment_config, variant
+    from relif_ray.variants import experiment_config, sweep_constants, trial_overrides, variant
 
     args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x", "unused"))
     base = base_config(args, NYUV2, str(data))
     assert torch.get_num_threads() == 1  # set in conftest.py, as in a 1-CPU trial
     runs = {}
     for seed in (0, 1):
-        config = experiment_config({"base": base, "variant": variant("erm"), "seed": seed})
+        config = experiment_config(
+            {**sweep_constants(base, 0.2), **trial_overrides(variant("erm"), seed)}
+        )
         run = TrainingRun(config)
         while not run.finished:
             run.train_epoch()

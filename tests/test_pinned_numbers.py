@@ -28,9 +28,9 @@ def _trial(base: dict, label: str) -> tuple[dict, EvalResult]:
     """Trace, validation metrics and summed audit scores of one short trial of `label`, and
     its validation result."""
     from relif_ray.engine import TrainingRun
-    from relif_ray.variants import experiment_config, variant
+    from relif_ray.variants import experiment_config, sweep_constants, trial_overrides, variant
 
-    trial = {"base": base, "variant": variant(label), "seed": 0}
+    trial = {**sweep_constants(base, 0.2), **trial_overrides(variant(label), 0)}
     run = TrainingRun(experiment_config(trial))
     while not run.finished:
         run.train_epoch()

@@ -12,20 +12,20 @@ import pytest
 import analysis
 from analysis.interface import squash_quantiles
 from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, read_trial_info
-from relif_ray.planning import param_space, trial_order
+from relif_ray.planning import SweepSpace, param_space, trial_order
 from relif_ray.sweep_outcome import TrialsErrored
 from relif_ray.variants import variant
 from tests.test_sweeps import base_config, trial_states
 
 
-def _space(root: Path, labels: list[str], seeds: list[int], **train) -> dict:
+def _space(root: Path, labels: list[str], seeds: list[int], **train) -> SweepSpace:
     return param_space(base_config(root, **train), [variant(x) for x in labels], seeds, 0.2)
 
 
 def _order(order) -> list[tuple[str, int, int | None, int | None]]:
     return [
         (
-            item["config"]["variant"]["label"],
+            item["config"]["label"],
             item["config"]["seed"],
             item["needs"],
             item["provides"],
@@ -61,7 +61,7 @@ def test_a_missing_reference_is_added_and_lent_seeds_wait_for_nothing(small_data
 
 def test_running_squash_and_clinical_data_need_no_reference(small_data: Path) -> None:
     space = _space(small_data, ["erm", "relif"], [0])
-    space["base"]["relif"]["squash"] = "running"
+    space.constants["relif.squash"] = "running"
     assert [item["needs"] for item in trial_order(space, None, set()).items] == [None, None]
 
 
@@ -151,7 +151,7 @@ def test_dependents_of_an_errored_reference_error_without_training(
     from relif_ray.tuning.launch import run_sweep
 
     space = _space(small_data, ["erm", "relif"], [0], epochs=2)
-    space["fault_injection_step"] = 0  # every trial fails once before any checkpoint
+    space.constants["fault_injection_step"] = 0  # every trial fails once before any checkpoint
     with pytest.raises(TrialsErrored):
         run_sweep(space, name="broken", storage=str(tmp_path), max_failures=0, verbose=0)
     experiment = tmp_path / "broken"

@@ -14,7 +14,7 @@ import pytest
 
 from relif_ray.errors import UserError
 from relif_ray.pareto import PARETO_COLUMNS, read_pareto, select_settings
-from relif_ray.planning import selected_trials, trial_list_space, trial_order
+from relif_ray.planning import selected_trials, trial_order, trial_space
 from relif_ray.sweep_cli import MIMIC3, main, run_clinical
 from relif_ray.variants import experiment_config
 
@@ -85,21 +85,18 @@ def test_points_without_validation_numbers_are_never_chosen_and_bad_tolerance_is
 def test_each_seed_runs_at_its_own_setting_and_other_labels_at_every_seed(tmp_path):
     settings = {("relif", 0): (0.2, 1e-3), ("relif", 1): (0.3, 1e-2)}
     trials = selected_trials(["erm", "relif"], [0, 1], settings, "search")
-    described = [
-        (t["variant"]["label"], t["seed"], t["variant"]["overrides"].get("relif.r_star"))
-        for t in trials
-    ]
+    described = [(t["label"], t["seed"], t.get("relif.r_star")) for t in trials]
     assert described == [("erm", 0, None), ("erm", 1, None), ("relif", 0, 0.2), ("relif", 1, 0.3)]
     base = {"data": {"dataset": "nyuv2", "root": str(tmp_path)}}
-    space = trial_list_space(base, trials, 0.2)
+    space = trial_space(base, trials, 0.2)
     # the sweep's trial order hands Tune exactly these trials (ERM references first)
     order = trial_order(space, None, set())
-    configs = [{**order.constants, **item["config"]} for item in order.items]
+    configs = [{**space.constants, **item["config"]} for item in order.items]
     resolved = [experiment_config(config) for config in configs]
     assert [(c.seed, c.relif.enabled, c.relif.r_star, c.relif.eta) for c in resolved[2:]] == [
         (0, True, 0.2, 1e-3), (1, True, 0.3, 1e-2)
     ]  # fmt: skip
-    assert [c["variant"]["label"] for c in configs] == ["erm", "erm", "relif", "relif"]
+    assert [c["label"] for c in configs] == ["erm", "erm", "relif", "relif"]
 
 
 @pytest.mark.parametrize(

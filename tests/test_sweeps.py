@@ -33,6 +33,8 @@ from relif_ray.variants import (
     experiment_config,
     grid_variants,
     split_label,
+    sweep_constants,
+    trial_overrides,
     uses_controller,
     variant,
 )
@@ -107,7 +109,7 @@ def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
     adapting = {"relif", "relif-noalign", "pcgrad+relif", "pcgrad+relif-noalign"}
     labels = [*adapting, "erm", "pcgrad", "relif-nolip", "relif-static", "pcgrad+relif-nolip"]
     for label in labels:
-        trial = {"base": base_config(tmp_path), "variant": variant(label, 0.2, 0.5), "seed": 0}
+        trial = tune_config(base_config(tmp_path), variant(label, 0.2, 0.5), 0)
         relif = experiment_config(trial).relif
         adapts = label in adapting
         assert uses_controller(label) == relif.controller_adapts() == adapts, label
@@ -118,16 +120,35 @@ def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
             assert ReLiFRegularizer(relif, ["seg", "depth"]).controller.adaptive == adapts
 
 
+def tune_config(base: dict, item: dict, seed: int) -> dict:
+    """A trial's Tune config as Tune merges it: the sweep's constants, then the trial's part."""
+    return {**sweep_constants(base, 0.2), **trial_overrides(item, seed)}
+
+
 def test_trial_config_is_base_then_overrides_then_seed(tmp_path):
-    trial = {
-        "base": base_config(tmp_path),
-        "variant": variant("relif-static", extra={"relif.lambda0": 0.3}),
-        "seed": 4,
-    }
+    base = base_config(tmp_path)
+    trial = tune_config(base, variant("relif-static", extra={"relif.lambda0": 0.3}), 4)
     config = experiment_config(trial)
     assert config.seed == 4 and config.relif.enabled and config.relif.controller == "static"
     assert config.relif.lambda0 == 0.3 and config.relif.warmup_steps == 2
-    assert trial["base"]["relif"] == {"warmup_steps": 2}  # the shared base is not mutated
+    assert base["relif"] == {"warmup_steps": 2}  # the shared base is not mutated
+
+
+def test_tune_config_is_the_resolved_config_as_flat_keys(tmp_path):
+    """What Tune stores, and ExperimentAnalysis, W&B and MLflow show, is what runs: every
+    ExperimentConfig field as a flat dotted key, the label and delta; nothing nested."""
+    from relif_ray.config import flat_config
+
+    trial = tune_config(base_config(tmp_path), variant("pcgrad+relif", 0.2, 1e-2), 3)
+    config = experiment_config(trial)
+    assert trial["seed"] == 3 and trial["relif.enabled"] is True
+    assert trial["method.name"] == "pcgrad" and trial["relif.r_star"] == 0.2
+    assert trial["label"] == "pcgrad+relif" and trial["delta"] == 0.2
+    assert {key: trial[key] for key in flat_config(config.to_dict())} == flat_config(
+        config.to_dict()
+    )
+    assert set(trial) == {*flat_config(config.to_dict()), "label", "delta"}
+    assert not any(isinstance(value, dict) and value for value in trial.values())
 
 
 def test_controller_sensitivity_grid_matches_the_paper():
@@ -248,10 +269,10 @@ def test_study_groups_give_each_label_and_seed_its_budget_in_range():
         "relif/seed1",
     ]
     assert all(studies.count(name) == 2 for name in set(studies))
-    for s in suggestions:
-        overrides = s["variant"]["overrides"]
-        assert 0.1 <= overrides["relif.r_star"] <= 0.4 and 1e-4 <= overrides["relif.eta"] <= 1e-2
-        assert s["seed"] == int(s["study"][-1]) and s["variant"]["label"] == s["study"][:-6]
+    for s in suggestions:  # Optuna's suggestions land in the resolved config's fields
+        assert 0.1 <= s["relif.r_star"] <= 0.4 and 1e-4 <= s["relif.eta"] <= 1e-2
+        assert s["seed"] == int(s["study"][-1]) and s["label"] == s["study"][:-6]
+        assert s["relif.enabled"] is True and s["method.name"] == "erm"
     replay = [StudyGroups(plan).suggest(f"t{i}") for i in range(1)]
     assert replay[0] == suggestions[0]  # seeded samplers: the same plan suggests the same
 
@@ -316,6 +337,21 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
         (["--methods", "erm,relif", "--eta", "-1"], "relif.eta"),
         (["--methods", "relif-static", "--warmup-steps", "-1"], "relif.warmup_steps"),
         (["--name", "../x"], "--name: must be a plain folder name"),
+        (["--set", "train.lr=fast"], "--set: config field train.lr: expected float, got 'fast'"),
+        (["--set", "train.speed=1"], "--set train.speed: unknown config field"),
+        (["--set", "train=1"], "--set train: a section, not a field"),
+        (["--set", "train.lr"], "--set: expected section.field=value, got 'train.lr'"),
+        (["--set", "method.name=pcgrad"], "--set method.name: set by --methods"),
+        (["--set", "relif.enabled=true"], "--set relif.enabled: set by --methods"),
+        (["--set", "seed=3"], "--set seed: set by --seeds"),
+        (["--set", "data.root=/x"], "--set data.root: set by --dataset and --data-dir"),
+        (["--set", "train.precision=fp16"], "config field train.precision: must be one of"),
+        (["--config", "/nonexistent/c.yaml"], "--config: no such file: /nonexistent/c.yaml"),
+        (["--pretrained", "/nonexistent/w.pt"], "model.pretrained: no such state_dict file"),
+        (["--precision", "fp16"], "argument --precision: invalid choice"),
+        (["--scheduler", "pbt"], "argument --scheduler: invalid choice"),
+        (["--max-concurrent-trials", "0"], "--max-concurrent-trials: must be > 0"),
+        (["--callbacks", "comet"], "--callbacks: unknown logger 'comet'"),
     ],
 )
 def test_bad_flags_are_one_line_errors_before_ray_starts(
@@ -419,8 +455,8 @@ def packed_sweep(ray_session, small_data, tmp_path_factory) -> tuple[Path, Lowes
     base = base_config(small_data)
     base["device"] = "auto"  # what the sweep CLI sets for GPU trials
     variants = grid_variants(["erm", "relif"], [0.2], [1e-3])
-    space = param_space(base, variants, [0], 0.2, fault_injection_step=3)
-    space["fault_injection_step"] = tune.grid_search([None, 3])
+    space = param_space(base, variants, [0], 0.2)
+    space.trials = [{**t, "fault_injection_step": f} for t in space.trials for f in (None, 3)]
     callback = LowestFreeGpus()
     experiment = run_sweep(
         space,

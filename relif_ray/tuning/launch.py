@@ -23,8 +23,16 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from relif_ray.errors import UserError
 from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, write_squash_constants
 from relif_ray.pareto import pareto_front
-from relif_ray.planning import OptunaPlan, Resources, TrialOrder, trial_order
+from relif_ray.planning import (
+    OptunaPlan,
+    Resources,
+    SweepSpace,
+    TrialOrder,
+    TuneOptions,
+    trial_order,
+)
 from relif_ray.problems import worker_env
+from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
 from relif_ray.tuning.outcome import raise_if_errored
 from relif_ray.tuning.reference import ReferenceOrder
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
@@ -41,6 +49,8 @@ PROGRESS_METRICS = {
     "worst": "Worst",
     "macro": "Macro",
     "val_bias": "val Bias",
+    "lambda": "lambda",
+    "r_ema": "r_ema",
 }
 
 
@@ -188,22 +198,39 @@ def check_storage_visible(storage_path: str) -> None:
         probe.unlink(missing_ok=True)
 
 
+def _trial_name(trial: Any) -> str:
+    """The trial's name in the progress table, W&B and MLflow: label, setting, seed."""
+    return describe(trial.config)
+
+
 def _trial_dirname(trial: Any) -> str:
     return f"{describe(trial.config)}_{trial.trial_id}"
 
 
-def trial_slots(resources: Resources) -> int:
-    """How many trials can run at once: the GPU packing limit, else the cluster's CPUs over
-    the CPUs per trial. Tune needs it said: a custom searcher (`ReferenceOrder`) otherwise
-    gets one pending trial at a time, so a free slot would wait for a running trial."""
-    if resources.max_concurrent_trials is not None:
-        return resources.max_concurrent_trials
+def concurrency(resources: Resources, options: TuneOptions, trials: int | None) -> int:
+    """How many trials Tune keeps live (running or pending) at once: at most
+    `--max-concurrent-trials`, and no more than the GPUs hold; otherwise every trial of a grid
+    (`trials`), and for Optuna (`trials` None) the trials the cluster's CPUs can run.
+
+    Tune lets a custom searcher (`ReferenceOrder`) keep only ONE trial pending unless it is
+    limited (`max_concurrent_trials` wraps it in a `ConcurrencyLimiter`): with one pending
+    trial a free slot waits, and a finished trial's actor is often torn down before the next
+    trial is created, so that trial starts a fresh process. Limited to the grid's size, every
+    trial that waits for nothing is pending from the start, as with Tune's grid search, and
+    actors are reused; Optuna's studies draw no further ahead of their results than the free
+    slots.
+    """
+    limits = [n for n in (resources.max_concurrent_trials, options.max_concurrent_trials) if n]
+    if limits:
+        return min(limits)
+    if trials is not None:
+        return max(1, trials)
     cpus = ray.cluster_resources().get("CPU", 1.0)
     return max(1, math.floor(cpus / max(resources.cpus_per_trial, 1e-9) + 1e-9))
 
 
 def reference_order(
-    space: dict[str, Any], search: OptunaPlan | None, experiment_dir: str, reference: str | None
+    space: SweepSpace, search: OptunaPlan | None, experiment_dir: str, reference: str | None
 ) -> TrialOrder:
     """The sweep's `TrialOrder`; with `reference`, that experiment's squash constants are copied
     into this one first, and its seeds wait for nothing. Prints the ERM trials it adds."""
@@ -224,7 +251,7 @@ def reference_order(
 
 
 def run_sweep(
-    space: dict[str, Any],
+    space: SweepSpace | None,
     *,
     name: str,
     storage: str,
@@ -234,6 +261,7 @@ def run_sweep(
     checkpoint_every: int = 1,
     resume: bool = False,
     search: OptunaPlan | None = None,
+    options: TuneOptions | None = None,
     reference: str | None = None,
     callbacks: list[tune.Callback] | None = None,
     verbose: int = 1,
@@ -258,7 +286,7 @@ def run_sweep(
     said so); `reference` (an experiment directory or URI) lends its `squash_constants.json`
     instead, for the seeds it has.
     """
-    resources = resources or Resources()
+    resources, options = resources or Resources(), options or TuneOptions()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
     storage_path = storage if "://" in storage else str(Path(storage).resolve())
@@ -278,13 +306,16 @@ def run_sweep(
             f"--name: a sweep already exists at {experiment_dir} (use --resume to continue it, "
             "or another --name)"
         )
+    callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name)]
     if resume:
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
+        assert space is not None, "a new sweep needs its space"
         order = reference_order(space, search, experiment_dir, reference)
+        constants = {**space.constants, **scheduler_constants(options)}
         tuner = tune.Tuner(
             with_resources,
-            param_space={**order.constants, "experiment_dir": experiment_dir},
+            param_space={**constants, "experiment_dir": experiment_dir},
             tune_config=tune.TuneConfig(
                 reuse_actors=True,
                 search_alg=ReferenceOrder(
@@ -293,8 +324,12 @@ def run_sweep(
                     StudyGroups(search) if search else None,
                     order.studies_need_reference,
                 ),
+                scheduler=scheduler(options),
                 num_samples=len(order.items) + (search.total_trials if search else 0),
-                max_concurrent_trials=trial_slots(resources),
+                max_concurrent_trials=concurrency(
+                    resources, options, None if search else len(order.items)
+                ),
+                trial_name_creator=_trial_name,
                 trial_dirname_creator=_trial_dirname,
             ),
             run_config=tune.RunConfig(
@@ -311,7 +346,7 @@ def run_sweep(
                     parameter_columns=PROGRESS_PARAMETERS,
                     max_report_frequency=30,
                 ),
-                callbacks=[*(callbacks or []), UserErrorsEndTrials(max_failures)],
+                callbacks=[*callbacks, UserErrorsEndTrials(max_failures)],
                 verbose=verbose,
             ),
         )

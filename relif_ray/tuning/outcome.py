@@ -16,7 +16,7 @@ def errored_trials(results: tune.ResultGrid) -> list[ErroredTrial]:
         config = result.config or {}
         errored.append(
             ErroredTrial(
-                label=str(config.get("variant", {}).get("label", "?")),
+                label=str(config.get("label", "?")),
                 seed=config.get("seed"),
                 error=last_line(str(result.error)),
                 error_file=f"{str(result.path).rstrip('/')}/error.txt",

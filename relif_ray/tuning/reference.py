@@ -33,7 +33,8 @@ from relif_ray.outputs import read_squash_constants, write_squash_constants
 class ReferenceOrder(Searcher):
     """Trial configs in dependency order; `studies` (a `StudyGroups`) once a seed is settled.
 
-    items: each {"config": partial trial config (variant, seed, ...), "needs": seed or None,
+    items: each {"config": the trial's own part of its Tune config (label, seed, overrides),
+        "needs": seed or None,
         "provides": seed or None}; "provides" marks the ERM reference trial of that seed.
     experiment_dir: where the driver writes `squash_constants.json` (constants already there,
         e.g. copied from `--reference`, count as ready).

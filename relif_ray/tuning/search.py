@@ -8,7 +8,7 @@ import zlib
 from ray.tune.search import Searcher
 
 from relif_ray.planning import OptunaPlan
-from relif_ray.variants import variant
+from relif_ray.variants import trial_overrides, variant
 
 OBJECTIVES = {"val_bias": "min", "worst": "max"}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
@@ -70,11 +70,8 @@ class StudyGroups(Searcher):
             self._remaining[study["name"]] -= 1
             self._trial_study[trial_id] = study
             params = study["searcher"].suggest(trial_id)
-            return {
-                "study": study["name"],
-                "seed": study["seed"],
-                "variant": variant(study["label"], params["r_star"], params["eta"]),
-            }
+            item = variant(study["label"], params["r_star"], params["eta"])
+            return {"study": study["name"], **trial_overrides(item, study["seed"])}
         return None if waiting else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):

@@ -20,6 +20,12 @@ clip((s - q10) / (q90 - q10 + 1e-6), 0, 1): with the trial's ERM constants where
 else with q10/q90 of the SAME trial's validation scores (an ERM or baseline trial). It is a
 progress and search signal only: the official fixed-delta numbers are computed at analysis
 time with same-seed ERM quantiles and the reference delta (`analysis`).
+
+Each epoch's result also carries the ReLiF controller's state at the epoch's last step (lambda,
+r_ema, tau, kappa, loss_lip; NaN without ReLiF), so TensorBoard, W&B, MLflow and the progress
+table follow the controller live. A trial stopped early by the scheduler (ASHA) writes its
+outputs, with status "stopped", at the checkpoints where it may be stopped
+(`outputs_at_iterations` of its config).
 """
 
 from __future__ import annotations
@@ -76,6 +82,16 @@ def live_validation_audit(
     return fixed_delta_audit(frame, delta)
 
 
+LIVE_CONTROLLER_KEYS = ("lambda", "r_ema", "tau", "kappa", "loss_lip")
+"""The ReLiF statistics each epoch's result carries (their values at the epoch's last step)."""
+
+
+def live_controller_state(trace: list[dict[str, float]]) -> dict[str, float]:
+    """The controller statistics of the last trace row (NaN where the trial has none)."""
+    last = trace[-1] if trace else {}
+    return {key: float(last.get(key, math.nan)) for key in LIVE_CONTROLLER_KEYS}
+
+
 def controller_setting(relif: ReLiFConfig) -> dict[str, float]:
     """The (r*, eta) a trial reports (progress table, `pareto.csv`): NaN unless its controller
     adapts lambda, since r* and eta change nothing otherwise."""
@@ -108,9 +124,10 @@ class ReLiFTrainable(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         cpus = self.trial_resources.required_resources.get("CPU", 1)
         torch.set_num_threads(max(1, int(cpus)))
-        self.label = config["variant"]["label"]
+        self.label = config["label"]
         self.delta = float(config["delta"])
         self.fault_step = config.get("fault_injection_step")
+        self.outputs_at = set(config.get("outputs_at_iterations", ()))
         self.restored = False
         self.started_at = time.time()  # this process's start (wall clock), kept in trial.json
         if config.get("reference_error"):
@@ -147,6 +164,7 @@ class ReLiFTrainable(tune.Trainable):
             "macro": self.last_eval.metrics["macro"],
             "val_bias": audit.bias if audit else math.nan,
             "val_vr": audit.vr if audit else math.nan,
+            **live_controller_state(self.run.trace),
             "epoch": self.run.epoch,
             "train_step": self.run.step,
             "done": self.run.finished,
@@ -165,7 +183,7 @@ class ReLiFTrainable(tune.Trainable):
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         torch.save(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
-        if self.run.finished:
+        if self.run.finished or self.iteration in self.outputs_at:
             self._write_outputs(Path(checkpoint_dir))
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
@@ -187,7 +205,7 @@ class ReLiFTrainable(tune.Trainable):
             "relif": config.relif.enabled,
             "seed": config.seed,
             "steps": self.run.step,
-            "status": "completed",
+            "status": "completed" if self.run.finished else "stopped",
             "device": str(self.run.device),
             "restored_from_checkpoint": self.restored,
             "started_at": self.started_at,
