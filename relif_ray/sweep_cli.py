@@ -470,8 +470,9 @@ def demo_fields(args: argparse.Namespace, defaults: DatasetDefaults) -> dict[str
     }
     if "backbone" in demo:
         fields["model.backbone"] = demo["backbone"]
-    if args.epochs is None and args.steps is None:
-        fields["train.epochs"], fields["train.max_steps"] = None, demo["steps"]
+    if args.epochs is None and args.steps is None:  # a demo budget in steps, or in epochs
+        fields["train.epochs"] = demo.get("epochs")
+        fields["train.max_steps"] = demo.get("steps")
     scaled = demo_controller(args, defaults)
     if scaled is not None:
         fields["relif.warmup_steps"] = scaled[1]
