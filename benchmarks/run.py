@@ -167,30 +167,14 @@ def methods_rows(ctx: Context) -> list[Row]:
     for name, timing in summary.items():
         if name.startswith("torchjd") or name == "erm":
             continue
-        if timing.erm_verdict is not None:
+        detail = f"{timing.ms_per_step:.1f} ms/step; {description}"
+        target, result = "-", "info"
+        if timing.erm_verdict is not None:  # representation modes have a target over ERM
             lower, upper = timing.vs_erm_interval
-            rows.append(
-                Row(
-                    "methods",
-                    f"{name} / ERM step time",
-                    timing.vs_erm,
-                    "x",
-                    f"<= {module.REPRESENTATION_TARGET}",
-                    timing.erm_verdict,
-                    f"[{lower:.2f}, {upper:.2f}]; {timing.ms_per_step:.1f} ms/step; {description}",
-                )
-            )
-            continue
+            target, result = f"<= {module.REPRESENTATION_TARGET}", timing.erm_verdict
+            detail = f"[{lower:.2f}, {upper:.2f}]; {detail}"
         rows.append(
-            Row(
-                "methods",
-                f"{name} / ERM step time",
-                timing.vs_erm,
-                "x",
-                "-",
-                "info",
-                f"{timing.ms_per_step:.1f} ms/step; {description}",
-            )
+            Row("methods", f"{name} / ERM step time", timing.vs_erm, "x", target, result, detail)
         )
         if timing.vs_torchjd is not None:
             median, lower, upper = timing.vs_torchjd
