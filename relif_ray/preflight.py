@@ -24,6 +24,7 @@ import torch
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.methods import build_method
+from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.problems import benchmark
 
 
@@ -55,6 +56,15 @@ def check_data(dataset: str, root: str) -> None:
     described = benchmark(dataset, "config field data.dataset")
     if described.check is not None:
         described.check(root)
+
+
+def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
+    """The same-seed ERM squash constants an experiment lends through `--reference` (seed ->
+    task -> [q10, q90]); a one-line error when it has none."""
+    constants = read_squash_constants(reference)
+    if not constants:
+        raise UserError(f"--reference {reference}: no {SQUASH_CONSTANTS_FILE} there")
+    return constants
 
 
 def check_storage(storage: str) -> None:

@@ -43,7 +43,7 @@ from relif_ray.planning import (
     selected_trials,
     trial_space,
 )
-from relif_ray.preflight import check_data, check_storage
+from relif_ray.preflight import check_data, check_storage, lent_constants
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.relif.controller import scale_to_budget
 from relif_ray.sweep_outcome import (
@@ -629,6 +629,8 @@ def launch(
     options = tune_options(args, base)
     space, search = plan(base)
     check_storage(args.storage)
+    if args.reference:
+        lent_constants(args.reference)  # before Ray starts; run_sweep copies them in
     writes_demo_data = args.demo and not args.data_dir
     if not writes_demo_data:
         check_data(defaults.dataset, root)

@@ -162,3 +162,13 @@ def test_dependents_of_an_errored_reference_error_without_training(
     assert "InjectedFault" in errors["erm"]
     assert "the ERM reference trial of seed 0 errored" in errors["relif"]
     assert not (experiment / SQUASH_CONSTANTS_FILE).exists()
+
+
+def test_a_reference_without_constants_is_refused_before_any_sweep(tmp_path, capsys, no_sweep):
+    from relif_ray.sweep_cli import NYUV2, main
+
+    argv = ["--demo", "--storage", str(tmp_path), "--reference", str(tmp_path / "nope")]
+    assert main(NYUV2, argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"--reference {tmp_path / 'nope'}: no {SQUASH_CONSTANTS_FILE} there")
+    assert "\n" not in err

@@ -21,7 +21,7 @@ from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, write_squash_constants
+from relif_ray.outputs import write_squash_constants
 from relif_ray.pareto import pareto_front
 from relif_ray.planning import (
     OptunaPlan,
@@ -31,6 +31,7 @@ from relif_ray.planning import (
     TuneOptions,
     trial_order,
 )
+from relif_ray.preflight import lent_constants
 from relif_ray.problems import worker_env
 from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
 from relif_ray.tuning.outcome import raise_if_errored
@@ -236,9 +237,7 @@ def reference_order(
     into this one first, and its seeds wait for nothing. Prints the ERM trials it adds."""
     ready: dict[str, dict[str, list[float]]] = {}
     if reference:
-        ready = read_squash_constants(reference)
-        if not ready:
-            raise UserError(f"--reference {reference}: no {SQUASH_CONSTANTS_FILE} there")
+        ready = lent_constants(reference)
         write_squash_constants(experiment_dir, ready)
     order = trial_order(space, search, {int(seed) for seed in ready})
     if order.added_references:
