@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -217,3 +218,70 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_
     assert by_name["Bias@delta_p75 relif / ERM"].result == (
         "pass" if by_name["Bias@delta_p75 relif / ERM"].value <= 0.5 else "FAIL"
     )
+
+
+def test_gpu_check_drift_names_the_largest_difference_and_its_place(load) -> None:
+    check = load("gpu_check")
+    nan = float("nan")
+    pinned = {"trace": [{"a": 1.0, "b": nan}, {"a": -2.0, "b": 0.0}], "n": 4}
+    computed = {"trace": [{"a": 1.5, "b": nan}, {"a": -2.0, "b": 0.25}], "n": 4}
+    assert {path: (diff, rel) for path, diff, rel in check.drift(pinned, computed)} == {
+        "/trace[0]/a": (0.5, 0.5),
+        "/trace[0]/b": (0.0, 0.0),  # NaN against NaN: no drift
+        "/trace[1]/a": (0.0, 0.0),
+        "/trace[1]/b": (0.25, 0.25),  # relative to a pinned 0: the absolute difference
+        "/n": (0.0, 0.0),
+    }
+    assert list(check.drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
+    with pytest.raises(ValueError, match=r"^/trace: 1 entries, 2 pinned$"):
+        list(check.drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
+    with pytest.raises(ValueError, match=r"keys \['m'\] differ"):
+        list(check.drift({"m": 1.0}, {}))
+
+
+def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
+    check = load("gpu_check")
+    junit = tmp_path / "report.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase name="test_ok" time="0.5"/>'
+        '<testcase name="test_bad"><failure message="assert 1 == 2&#10;more">trace</failure>'
+        "</testcase>"
+        '<testcase name="test_gpu"><skipped message="needs a CUDA device"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    rows = check.pytest_case_rows(junit)
+    assert [(row.name, row.result, row.detail) for row in rows] == [
+        ("test test_ok", "pass", "0.5 s"),
+        ("test test_bad", "FAIL", "assert 1 == 2"),
+        ("test test_gpu", "skipped", "needs a CUDA device"),
+    ]
+    assert [row.result for row in check.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
+
+
+def test_gpu_check_out_of_budget_skips_every_section_and_still_reports(load, tmp_path) -> None:
+    check = load("gpu_check")
+    assert check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "0"]) == 0
+    payload = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert payload["dry_run"] and payload["rows"] == []
+    assert [(s["name"], s["status"]) for s in payload["sections"]] == [
+        (section.name, "skipped: time budget") for section in check.SECTIONS
+    ]
+    markdown = (tmp_path / "gpu_check.md").read_text()
+    assert "| realsize | skipped: time budget | 0.0 |" in markdown
+
+
+def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
+    """The repeatability section of the dry run end to end: its section process, the trial
+    workers (two per setting) and the JSON and Markdown it writes. On a CPU the same seed
+    gives the same numbers (deterministic algorithms), so both rows must say identical."""
+    check = load("gpu_check")
+    assert check.main(["--dry-run", "--out", str(tmp_path), "--only", "repeatability"]) == 0
+    payload = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [(s["name"], s["status"]) for s in payload["sections"]] == [("repeatability", "done")]
+    markdown = (tmp_path / "gpu_check.md").read_text()
+    for setting in ("on (default)", "off"):
+        name = f"same seed twice, cudnn_benchmark {setting}"
+        (row,) = [row for row in payload["rows"] if row["name"] == name]
+        assert (row["value"], row["result"], row["section"]) == (0.0, "identical", "repeatability")
+        assert f"| {name} | 0 max \\|diff\\| | - | identical |" in markdown
