@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED=1
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl
 } >>"$out/gpu_check.log" 2>&1 || { echo "the wheels of .whl/ did not install (see $out/gpu_check.log)"; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD
