@@ -132,6 +132,8 @@ class TrainConfig:
 
 GradientSource = Literal["parameters", "representation"]
 
+SquashGradient = Literal["clip", "straight_through"]
+
 
 @dataclass
 class MethodConfig:
@@ -166,6 +168,12 @@ class ReLiFConfig:
         lets scores drift above the audit's band, where the audit clips them (docs/relif.md).
     squash_constants: task -> [q10, q90] of the same-seed ERM validation raw scores, for every
         task whose score is not a probability (used with squash="erm" only).
+    squash_gradient: the gradient through a squashed score, with either squash. "clip" (the
+        paper's): the clip's own, zero where it saturates, so a prototype score beyond q90
+        is never pulled back. "straight_through" (our extension, label `relif-st`): the same
+        forward value (the audit's score, so the surrogate, the statistics and the controller
+        are unchanged), but the affine map's slope 1 / (q90 - q10 + 1e-6) everywhere,
+        saturated scores included (docs/relif.md).
     quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
     controller="static": lambda fixed at lambda0 (static-lambda ablation).
     lipschitz_branch=False: lambda = 0, no gradient from L_lip (ablation "ReLiF w/o Lip").
@@ -184,6 +192,7 @@ class ReLiFConfig:
     squash: Literal["erm", "running"] = "erm"
     squash_constants: dict[str, list[float]] = field(default_factory=dict)
     squash_ema: float = 0.1
+    squash_gradient: SquashGradient = "clip"
     controller: Literal["adaptive", "static"] = "adaptive"
     lipschitz_branch: bool = True
     lambda0: float = 0.1
