@@ -80,13 +80,14 @@ class TrainConfig:
     cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
         fastest (a speed choice; the chosen kernels may differ between runs, so CUDA runs are
         not bitwise repeatable with it). CPU runs always use deterministic algorithms.
-    lr_scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's
-        NYUv2 setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
-        `lr_gamma` every `lr_step_size` epochs. "cosine": torch's CosineAnnealingLR from `lr`
-        down to `lr_min` over `lr_cosine_epochs` epochs (None: the epochs of the run's budget;
-        past its horizon torch's cosine rises again). The rate changes at the end of each
-        complete epoch only (see `relif_ray.engine.build_lr_scheduler`). The `lr_*` fields are
-        named apart from the sweeps' `--scheduler` (Ray Tune's trial scheduler, ASHA).
+    scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
+        setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
+        `scheduler_gamma` every `scheduler_step_size` epochs. "cosine": torch's
+        CosineAnnealingLR from `lr` down to `scheduler_min_lr` over `scheduler_epochs` epochs
+        (None: the epochs of the run's budget; past its horizon torch's cosine rises again).
+        The rate changes at the end of each complete epoch only (see
+        `relif_ray.engine.build_lr_scheduler`). Not to be confused with the sweeps'
+        `--scheduler` flag (Ray Tune's trial scheduler, ASHA), which stops trials early.
     """
 
     epochs: int | None = 1
@@ -101,11 +102,11 @@ class TrainConfig:
     channels_last: bool = False
     compile: bool = False
     cudnn_benchmark: bool = True
-    lr_scheduler: Literal["none", "step", "cosine"] = "none"
-    lr_step_size: int = 100
-    lr_gamma: float = 0.5
-    lr_cosine_epochs: int | None = None
-    lr_min: float = 0.0
+    scheduler: Literal["none", "step", "cosine"] = "none"
+    scheduler_step_size: int = 100
+    scheduler_gamma: float = 0.5
+    scheduler_epochs: int | None = None
+    scheduler_min_lr: float = 0.0
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:
@@ -123,11 +124,11 @@ class TrainConfig:
             )
         if self.grad_clip is not None:
             _positive("train.grad_clip", self.grad_clip)
-        _positive("train.lr_step_size", self.lr_step_size)
-        _positive("train.lr_gamma", self.lr_gamma)
-        if self.lr_cosine_epochs is not None:
-            _positive("train.lr_cosine_epochs", self.lr_cosine_epochs)
-        _in_range("train.lr_min", self.lr_min, 0.0, self.lr)
+        _positive("train.scheduler_step_size", self.scheduler_step_size)
+        _positive("train.scheduler_gamma", self.scheduler_gamma)
+        if self.scheduler_epochs is not None:
+            _positive("train.scheduler_epochs", self.scheduler_epochs)
+        _in_range("train.scheduler_min_lr", self.scheduler_min_lr, 0.0, self.lr)
 
 
 GradientSource = Literal["parameters", "representation"]

@@ -4,7 +4,7 @@ Determinism: the model is initialised from `torch.manual_seed(seed)`; the batch 
 e is a permutation drawn from a generator seeded by (seed, e), so it does not depend on how
 many steps ran in this process; the global torch RNG (dropout) is part of the state. A run
 restored from `state_dict()` at any step therefore ends with exactly the numbers of an
-uninterrupted run (on CPU). The learning-rate schedule (`TrainConfig.lr_scheduler`) steps at
+uninterrupted run (on CPU). The learning-rate schedule (`TrainConfig.scheduler`) steps at
 the end of each complete epoch and is part of the state too.
 
 Fast path (the `train` fields precision, channels_last, compile, cudnn_benchmark; see
@@ -82,7 +82,7 @@ def step_budget(epochs: int | None, max_steps: int | None, steps_per_epoch: int)
 def build_lr_scheduler(
     optimizer: torch.optim.Optimizer, train: TrainConfig, epochs: int
 ) -> LRScheduler | None:
-    """The epoch-indexed learning-rate schedule of `train.lr_scheduler` (None: constant).
+    """The epoch-indexed learning-rate schedule of `train.scheduler` (None: constant).
 
     The engine calls its `step()` at the end of each complete epoch, as LibMTL's Trainer does
     (`scheduler.step()` after each epoch's evaluation), so epoch e (0-based) trains at the
@@ -92,11 +92,11 @@ def build_lr_scheduler(
     optimiser step follows, so the numbers do not depend on that choice. `epochs`: the epochs
     of the run's budget, the default cosine horizon.
     """
-    if train.lr_scheduler == "step":
-        return StepLR(optimizer, step_size=train.lr_step_size, gamma=train.lr_gamma)
-    if train.lr_scheduler == "cosine":
-        horizon = train.lr_cosine_epochs if train.lr_cosine_epochs is not None else epochs
-        return CosineAnnealingLR(optimizer, T_max=horizon, eta_min=train.lr_min)
+    if train.scheduler == "step":
+        return StepLR(optimizer, step_size=train.scheduler_step_size, gamma=train.scheduler_gamma)
+    if train.scheduler == "cosine":
+        horizon = train.scheduler_epochs if train.scheduler_epochs is not None else epochs
+        return CosineAnnealingLR(optimizer, T_max=horizon, eta_min=train.scheduler_min_lr)
     return None
 
 

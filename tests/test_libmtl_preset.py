@@ -23,9 +23,9 @@ LIBMTL_NYUV2 = {
     "train.optimizer": "adam",
     "train.lr": 1e-4,
     "train.weight_decay": 1e-5,
-    "train.lr_scheduler": "step",
-    "train.lr_step_size": 100,
-    "train.lr_gamma": 0.5,
+    "train.scheduler": "step",
+    "train.scheduler_step_size": 100,
+    "train.scheduler_gamma": 0.5,
     "train.batch_size": 8,
     "train.epochs": 200,
     "train.max_steps": None,
@@ -47,10 +47,10 @@ def test_the_preset_resolves_to_libmtls_nyuv2_setting(resolved):
 
 
 def test_later_layers_still_override_the_preset(tmp_path):
-    argv = ["--config", str(PRESET), "--set", "train.lr_gamma=0.1", "--epochs", "2"]
+    argv = ["--config", str(PRESET), "--set", "train.scheduler_gamma=0.1", "--epochs", "2"]
     config = base_config(build_parser(NYUV2).parse_args(argv), NYUV2, str(tmp_path))
-    assert (config["train"]["lr_gamma"], config["train"]["epochs"]) == (0.1, 2)
-    assert config["train"]["lr_scheduler"] == "step"
+    assert (config["train"]["scheduler_gamma"], config["train"]["epochs"]) == (0.1, 2)
+    assert config["train"]["scheduler"] == "step"
 
 
 def test_the_presets_schedule_halves_the_rate_after_100_epochs(resolved):

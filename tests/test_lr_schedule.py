@@ -1,4 +1,4 @@
-"""Learning-rate schedules (`train.lr_scheduler`): the rate of each step in the trace against
+"""Learning-rate schedules (`train.scheduler`): the rate of each step in the trace against
 the closed forms, exact resume mid-epoch and at an epoch boundary, and one-line config errors
 before Ray starts."""
 
@@ -17,8 +17,8 @@ from tests.test_engine import _roundtrip
 LR = 1e-3
 STEPS_PER_EPOCH = 4  # the tiny data set: 24 training examples, batch 6
 SCHEDULES = {
-    "step": {"lr_scheduler": "step", "lr_step_size": 2, "lr_gamma": 0.1},
-    "cosine": {"lr_scheduler": "cosine", "lr_min": 1e-4},
+    "step": {"scheduler": "step", "scheduler_step_size": 2, "scheduler_gamma": 0.1},
+    "cosine": {"scheduler": "cosine", "scheduler_min_lr": 1e-4},
 }
 """step_size 2 over 3 epochs: a restarted schedule (last_epoch 0 after a resume) would keep
 epoch 2 at the full rate, so the resume tests fail unless the schedule's state is restored."""
@@ -92,12 +92,12 @@ def test_resume_ends_with_the_numbers_of_an_uninterrupted_run(
 @pytest.mark.parametrize(
     ("train", "fragment"),
     [
-        ({"lr_scheduler": "linear"}, "train.lr_scheduler: must be one of"),
-        ({"lr_step_size": 0}, "train.lr_step_size: must be > 0"),
-        ({"lr_gamma": -0.5}, "train.lr_gamma: must be > 0"),
-        ({"lr_cosine_epochs": 0}, "train.lr_cosine_epochs: must be > 0"),
-        ({"lr_min": -1e-5}, "train.lr_min: must be in"),
-        ({"lr_min": 1.0}, "train.lr_min: must be in"),
+        ({"scheduler": "linear"}, "train.scheduler: must be one of"),
+        ({"scheduler_step_size": 0}, "train.scheduler_step_size: must be > 0"),
+        ({"scheduler_gamma": -0.5}, "train.scheduler_gamma: must be > 0"),
+        ({"scheduler_epochs": 0}, "train.scheduler_epochs: must be > 0"),
+        ({"scheduler_min_lr": -1e-5}, "train.scheduler_min_lr: must be in"),
+        ({"scheduler_min_lr": 1.0}, "train.scheduler_min_lr: must be in"),
     ],
 )
 def test_bad_schedule_fields_are_one_line_errors(train, fragment):
@@ -109,8 +109,8 @@ def test_bad_schedule_fields_are_one_line_errors(train, fragment):
 def test_the_driver_rejects_a_bad_schedule_before_ray_starts(tmp_path, capsys):
     from relif_ray.sweep_cli import NYUV2, main
 
-    argv = ["--demo", "--set", "train.lr_scheduler=linear", "--storage", str(tmp_path)]
+    argv = ["--demo", "--set", "train.scheduler=linear", "--storage", str(tmp_path)]
     assert main(NYUV2, argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "train.lr_scheduler: must be one of" in err[0]
+    assert len(err) == 1 and "train.scheduler: must be one of" in err[0]
     assert list(tmp_path.iterdir()) == []  # nothing written
