@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -286,3 +288,43 @@ def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
     assert rows["same seed twice, cudnn_benchmark off"]["result"] == check.NEEDS_CUDA
     markdown = (tmp_path / "gpu_check.md").read_text()
     assert f"| {name} | 0 max \\|diff\\| | - | identical |" in markdown
+
+
+def test_gpu_bundle_slims_a_wheel_that_pip_still_installs(load, tmp_path) -> None:
+    """The slim wheel keeps every other file byte for byte, drops the unused folders and
+    source maps, and its RECORD lists exactly what it holds with the right hashes and sizes
+    (pip installs it)."""
+    bundle = load("gpu_bundle")
+    wheel = tmp_path / "ray-0.0.1-py3-none-any.whl"
+    files = {
+        "ray/__init__.py": b"VERSION = 1\n",
+        "ray/core/gcs_server": b"\x7fELF binary",
+        "ray/jars/ray_dist.jar": b"java" * 100,
+        "ray/dashboard/client/build/main.js": b"ui",
+        "ray/dashboard/agent.py": b"AGENT = 1\n",
+        "ray/_private/x.js.map": b"map",
+        "ray-0.0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: ray\nVersion: 0.0.1\n",
+        "ray-0.0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        archive.writestr("ray-0.0.1.dist-info/RECORD", "stale\n")
+    before, after = bundle.slim_wheel(wheel, bundle.RAY_UNUSED)
+    assert after < before
+    kept = ["ray/__init__.py", "ray/core/gcs_server", "ray/dashboard/agent.py"]
+    kept += ["ray-0.0.1.dist-info/METADATA", "ray-0.0.1.dist-info/WHEEL"]
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(archive.namelist()) == sorted([*kept, "ray-0.0.1.dist-info/RECORD"])
+        assert all(archive.read(name) == files[name] for name in kept)
+        record = archive.read("ray-0.0.1.dist-info/RECORD").decode().splitlines()
+    assert sorted(record) == sorted(
+        [bundle.record_line(name, files[name]) for name in kept] + ["ray-0.0.1.dist-info/RECORD,,"]
+    )
+    assert bundle.record_line("a", b"") == "a,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0"
+    target = tmp_path / "site"
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    subprocess.run([*command, "--target", str(target), str(wheel)], check=True)
+    assert (target / "ray" / "dashboard" / "agent.py").read_text() == "AGENT = 1\n"
+    assert not (target / "ray" / "jars").exists()
