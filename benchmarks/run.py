@@ -11,6 +11,8 @@ sides alike; the CPU rows use one torch thread. Rows:
 
 - ReLiF overhead: ERM + ReLiF step time over ERM's, dense NYUv2 model and clinical LSTM
   (target <= 1.05; `relif_step_time.py`);
+- ReLiF host work: ATen calls of one regularizer forward + backward, a deterministic count
+  (target: its pinned bound; `relif_op_count.py`);
 - methods: each method's step time over ERM's (info) and over TorchJD's implementation of the
   same method on the same model and batch where TorchJD has one (target <= 1.0); for the
   representation-gradient mode of GradNorm and PCGrad, the step time over ERM's (target
@@ -160,6 +162,32 @@ def relif_rows(ctx: Context, rounds: int | None = None) -> list[Row]:
                 f"[{result['ratio_low']:.3f}, {result['ratio_high']:.3f}]; {shape}, batch "
                 f"{int(result['batch_size'])}; ERM {1e3 * result['erm_step_s']:.1f} ms, "
                 f"ReLiF {1e3 * result['relif_step_s']:.1f} ms; {setting.rounds} rounds",
+            )
+        )
+    return rows
+
+
+def relif_op_count_rows(ctx: Context) -> list[Row]:
+    """ATen calls of one regularizer forward + backward (a count, on the CPU, whatever the
+    device), against the count before issue 29's rewrite (`relif_op_count.py`)."""
+    import relif_op_count as module
+
+    rows = []
+    for setting in module.SETTINGS:
+        count = module.aten_calls(setting)
+        limit, before = module.LIMIT[setting.name], module.BEFORE[setting.name]
+        rows.append(
+            Row(
+                "relif",
+                f"ReLiF regularizer ATen calls per step, {setting.name}",
+                count,
+                "calls",
+                f"<= {limit}",
+                verdict(count <= limit),
+                f"forward + backward, nested calls included (torch.profiler, torch "
+                f"{torch.__version__}); {before / count:.2f}x fewer than the {before} before "
+                f"the rewrite; {len(setting.tasks)} tasks, batch {setting.batch_size}, "
+                f"representation {setting.width}",
             )
         )
     return rows
@@ -585,6 +613,7 @@ def fidelity_rows(ctx: Context) -> list[Row]:
 
 SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "relif": relif_rows,
+    "relif-ops": relif_op_count_rows,
     "methods": methods_rows,
     "audit": audit_rows,
     "analysis": analysis_rows,
