@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from analysis.audits import AuditSettings, ExperimentAudit
 from analysis.breakdown import by_pair, pair_audits
 from analysis.delta import DeltaSpec, as_spec, default_specs, resolve
 from analysis.experiment import Experiment, load
-from analysis.pareto import pareto_means, pareto_points
+from analysis.experiment_audit import AuditSettings, ExperimentAudit
+from analysis.fronts import pareto_means, pareto_points
 from analysis.report import write_report
 from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
 from relif_ray.errors import UserError
-from relif_ray.pareto import non_dominated
+from relif_ray.sweep.selection import non_dominated
 
 
 def audit(

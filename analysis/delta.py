@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.audits import ExperimentAudit
+from analysis.experiment_audit import ExperimentAudit
 from relif_ray.audit import conformal_delta, delta_from_quantile
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark

@@ -1,10 +1,10 @@
 """Read experiment directories offline (no Ray, no re-training) into pandas DataFrames.
 
 An experiment directory is what a sweep leaves in storage: one folder per trial, each with
-Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see `relif_ray.outputs`; where
-each file lies: `relif_ray.experiment_layout`). Trials that errored (Tune's `error.txt`), never
-finished, or are still running (a sweep holds the experiment's lock:
-`relif_ray.experiment_lock`) are listed, never silently dropped.
+Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see
+`relif_ray.experiment.outputs`; where each file lies: `relif_ray.experiment.layout`). Trials
+that errored (Tune's `error.txt`), never finished, or are still running (a sweep holds the
+experiment's lock: `relif_ray.experiment.lock`) are listed, never silently dropped.
 
 Loading reads each trial's `trial.json` and `scores.parquet` (one arrow conversion for all
 trials: 1,000 trials load in about a second); per-step traces and representations are read
@@ -23,25 +23,25 @@ import pandas as pd
 import pyarrow as pa
 from pyarrow.fs import FileType
 
-from relif_ray import storage
 from relif_ray.errors import UserError
-from relif_ray.experiment_layout import (
+from relif_ray.experiment import storage
+from relif_ray.experiment.layout import (
     ERROR_FILE,
     PARAMS_FILE,
     RESULT_FILE,
     final_outputs,
     trial_folders,
 )
-from relif_ray.experiment_lock import running_sweep
-from relif_ray.outputs import (
+from relif_ray.experiment.lock import running_sweep
+from relif_ray.experiment.outputs import (
     SCORES_FILE,
     TRACE_FILE,
     read_representations,
     read_trial_info,
 )
-from relif_ray.pareto import SELECTION_FILE
+from relif_ray.experiment.storage import Location
 from relif_ray.progress import progress
-from relif_ray.storage import Location
+from relif_ray.sweep.selection import SELECTION_FILE
 
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 
@@ -120,7 +120,7 @@ class Experiment:
 
 def load(*paths: str | Path) -> Experiment:
     """Load one or more experiment directories (their trials are concatenated in the given
-    order): local paths, `file://`, `s3://` or `gs://` URIs (see `relif_ray.storage` for
+    order): local paths, `file://`, `s3://` or `gs://` URIs (see `relif_ray.experiment.storage` for
     credentials and endpoints). A missing directory or one without any trial folder is a
     one-line UserError."""
     if not paths:

@@ -27,11 +27,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import delta as delta_options
-from analysis.audits import AuditSettings, ExperimentAudit
+from analysis.audit_scores import squash_quantiles, squashed_tasks
 from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
 from analysis.experiment import Experiment, load
-from analysis.interface import squash_quantiles, squashed_tasks
-from analysis.pareto import pareto_means, pareto_points
+from analysis.experiment_audit import AuditSettings, ExperimentAudit
+from analysis.fronts import pareto_means, pareto_points
 from analysis.render import (
     Column,
     Table,
@@ -61,8 +61,8 @@ from analysis.tables import (
     shift_table,
     violation_table,
 )
-from relif_ray import storage
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 from relif_ray.problems import benchmark
 from relif_ray.progress import progress
 from relif_ray.relif.controller import PAPER_NYUV2_STEPS
@@ -295,7 +295,7 @@ def _sources(experiment: Experiment) -> str:
 
 
 def running_note(experiment: Experiment) -> str | None:
-    """What to say when a sweep still writes an experiment (`relif_ray.experiment_lock`)."""
+    """What to say when a sweep still writes an experiment (`relif_ray.experiment.lock`)."""
     running = int((experiment.problems["status"] == "running").sum())
     if not running:
         return None

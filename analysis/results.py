@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.audits import ExperimentAudit
+from analysis.audit_scores import squash_quantiles
 from analysis.delta import DeltaRef
-from analysis.interface import squash_quantiles
+from analysis.experiment_audit import ExperimentAudit
 from analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError

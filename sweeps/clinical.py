@@ -11,7 +11,7 @@ batch 64, clipping 1.0; 7 seeds on MIMIC-III and 3 on eICU; fixed audit threshol
 
 import sys
 
-from relif_ray.sweep_cli import clinical_main
+from relif_ray.cli.sweep import clinical_main
 
 if __name__ == "__main__":
     sys.exit(clinical_main())

@@ -12,7 +12,7 @@ python sweeps/controller_sensitivity.py --demo --seeds 1      # synthetic NYUv2,
 
 import sys
 
-from relif_ray.sweep_cli import NYUV2, main, run_controller_sensitivity
+from relif_ray.cli.sweep import NYUV2, main, run_controller_sensitivity
 
 if __name__ == "__main__":
     sys.exit(main(NYUV2, runner=run_controller_sensitivity))

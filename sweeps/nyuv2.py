@@ -8,7 +8,7 @@ python sweeps/nyuv2.py --help                                  # every flag with
 
 import sys
 
-from relif_ray.sweep_cli import NYUV2, main
+from relif_ray.cli.sweep import NYUV2, main
 
 if __name__ == "__main__":
     sys.exit(main(NYUV2))

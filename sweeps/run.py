@@ -8,7 +8,7 @@ python sweeps/run.py --dataset nyuv2 --help        # every flag with this benchm
 
 import sys
 
-from relif_ray.sweep_cli import DATASETS, NYUV2, DatasetDefaults, main, run
+from relif_ray.cli.sweep import DATASETS, NYUV2, DatasetDefaults, main, run
 
 
 def run_any(argv: list[str] | None, defaults: DatasetDefaults) -> str:

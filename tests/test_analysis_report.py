@@ -16,11 +16,10 @@ import pytest
 
 import analysis
 from analysis import delta as delta_options
-from analysis.audits import ExperimentAudit
 from analysis.delta import DeltaRef
+from analysis.experiment_audit import ExperimentAudit
 from analysis.render import Column, Table
 from analysis.results import Results, compute_results
-from analysis.synthetic import write_synthetic_experiment
 from analysis.tables import (
     CISettings,
     Skipped,
@@ -36,7 +35,8 @@ from analysis.tables import (
 )
 from relif_ray.audit import fixed_delta_audit, induced_thresholds
 from relif_ray.cli import main
-from relif_ray.pareto import non_dominated
+from relif_ray.sweep.selection import non_dominated
+from tests.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
 
 NO_CI = CISettings(n_boot=0)
@@ -560,7 +560,7 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
     the Tune layer writes them; the report's Bias is the library audit of their scores."""
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
-    from relif_ray.outputs import write_trial_outputs
+    from relif_ray.experiment.outputs import write_trial_outputs
     from tests.conftest import tiny_config
 
     root = tmp_path / "exp"

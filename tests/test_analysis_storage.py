@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 import analysis
-from relif_ray import storage
 from relif_ray.cli import main as relif_main
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 from tests.conftest import BUCKET
 
 

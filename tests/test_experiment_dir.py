@@ -17,24 +17,24 @@ import pandas as pd
 import pytest
 
 import analysis
-from analysis.synthetic import write_synthetic_experiment
 from relif_ray.cli import main as relif_main
+from relif_ray.cli.sweep import NYUV2, main
 from relif_ray.errors import UserError
-from relif_ray.experiment_lock import (
+from relif_ray.experiment.export import export_experiment
+from relif_ray.experiment.lock import (
     LOCK_FILE,
     exclusive_experiment,
     prepare_new_experiment,
     running_sweep,
 )
-from relif_ray.export import export_experiment
-from relif_ray.sweep_cli import NYUV2, main
 from tests.conftest import BUCKET
+from tests.synthetic_experiment import write_synthetic_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 
 HOLD_LOCK = """
 import sys, time
-from relif_ray.experiment_lock import exclusive_experiment
+from relif_ray.experiment.lock import exclusive_experiment
 with exclusive_experiment(sys.argv[1], sys.argv[2]):
     print("locked", flush=True)
     time.sleep(600)

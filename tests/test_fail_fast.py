@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 import analysis
+from relif_ray.cli.sweep import NYUV2, clinical_main, main
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.eicu import check_eicu
 from relif_ray.data.mimic3 import check_mimic3
 from relif_ray.data.nyuv2 import check_nyuv2
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
-from relif_ray.preflight import check_storage, check_trial_configs
-from relif_ray.sweep_cli import NYUV2, clinical_main, main
+from relif_ray.sweep.preflight import check_storage, check_trial_configs
 from tests.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -306,8 +306,8 @@ def test_a_user_error_ends_an_optuna_trial_without_stopping_the_study(
     trial that hit a user error must carry them (NaN), or Tune would stop the whole run."""
     from ray.tune import ExperimentAnalysis
 
-    from relif_ray.planning import OptunaPlan
-    from relif_ray.sweep_outcome import TrialsErrored
+    from relif_ray.sweep.outcome import TrialsErrored
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.launch import run_sweep
 
     bad = nyuv2_copy / "train" / "depth" / "2.npy"

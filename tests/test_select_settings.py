@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from relif_ray.cli.sweep import MIMIC3, main, run_clinical
 from relif_ray.errors import UserError
-from relif_ray.pareto import PARETO_COLUMNS, read_pareto, select_settings
-from relif_ray.planning import selected_trials, trial_order, trial_space
-from relif_ray.sweep_cli import MIMIC3, main, run_clinical
-from relif_ray.variants import experiment_config
+from relif_ray.sweep.labels import experiment_config
+from relif_ray.sweep.plan import selected_trials, trial_order, trial_space
+from relif_ray.sweep.selection import PARETO_COLUMNS, read_pareto, select_settings
 
 REPO = Path(__file__).resolve().parents[1]
 

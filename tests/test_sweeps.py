@@ -24,12 +24,11 @@ from ray import tune
 
 import analysis
 from relif_ray.audit import fixed_delta_audit
+from relif_ray.cli.sweep import NYUV2, build_parser, main, run_controller_sensitivity
+from relif_ray.cli.sweep import base_config as sweep_base_config
 from relif_ray.errors import UserError
-from relif_ray.outputs import read_trial_info
-from relif_ray.planning import controller_variants
-from relif_ray.sweep_cli import NYUV2, build_parser, main, run_controller_sensitivity
-from relif_ray.sweep_cli import base_config as sweep_base_config
-from relif_ray.variants import (
+from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.sweep.labels import (
     experiment_config,
     grid_variants,
     split_label,
@@ -38,6 +37,7 @@ from relif_ray.variants import (
     uses_controller,
     variant,
 )
+from relif_ray.sweep.plan import controller_variants
 from tests.conftest import tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses
 
@@ -170,7 +170,7 @@ def test_controller_sensitivity_grid_matches_the_paper():
 
 
 def test_gpu_packing_concurrency():
-    from relif_ray.planning import Resources
+    from relif_ray.sweep.plan import Resources
 
     assert Resources(gpus_per_trial=0.5, num_gpus=8).max_concurrent_trials == 16
     assert Resources(gpus_per_trial=0.3, num_gpus=1).max_concurrent_trials == 3
@@ -233,7 +233,7 @@ def test_live_audit_drops_invalid_and_non_finite_rows():
 
 
 def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
-    from relif_ray.pareto import pareto_front
+    from relif_ray.sweep.selection import pareto_front
 
     rows = pd.DataFrame(
         {
@@ -254,7 +254,7 @@ def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
 def test_study_groups_give_each_label_and_seed_its_budget_in_range():
     from ray.tune.search import Searcher
 
-    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.search import StudyGroups
 
     plan = OptunaPlan(["relif", "relif-noalign"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
@@ -279,7 +279,7 @@ def test_study_groups_give_each_label_and_seed_its_budget_in_range():
 
 def test_study_groups_survive_a_save_and_restore(tmp_path):
     """What Tune does to the searcher when a killed Optuna sweep is resumed."""
-    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.search import StudyGroups
 
     plan = OptunaPlan(["relif"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
@@ -411,7 +411,7 @@ def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
     ],
 )
 def test_the_demo_scales_the_controller_to_its_step_budget(flags, eta, warmup, tmp_path):
-    from relif_ray.sweep_cli import controller_grid
+    from relif_ray.cli.sweep import controller_grid
 
     args = build_parser(NYUV2).parse_args(["--demo", *flags])
     assert sweep_base_config(args, NYUV2, str(tmp_path))["relif"]["warmup_steps"] == warmup
@@ -449,7 +449,7 @@ def packed_sweep(ray_session, small_data, tmp_path_factory) -> tuple[Path, Lowes
     """erm and relif (r* = 0.2), seed 0, 2 epochs of 2 steps, each twice: once plain and once
     crashing at step 3 (after the epoch-1 checkpoint) and retried. Each trial asks for half a
     logical GPU and half a CPU, so all 4 fit on the session's 2 logical GPUs at once."""
-    from relif_ray.planning import Resources, param_space
+    from relif_ray.sweep.plan import Resources, param_space
     from relif_ray.tuning.launch import run_sweep
 
     base = base_config(small_data)
@@ -552,7 +552,7 @@ def test_the_tests_local_ray_listens_on_loopback_only(ray_session):
 
 @pytest.mark.slow
 def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
-    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.launch import run_sweep
 
     plan = OptunaPlan(["relif"], [0], 2, (0.1, 0.4), (1e-4, 1e-2))

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 import analysis
-from relif_ray.planning import TuneOptions
-from relif_ray.sweep_cli import NYUV2, main
+from relif_ray.cli.sweep import NYUV2, main
+from relif_ray.sweep.plan import TuneOptions
 
 EPOCHS = 3
 SEEDS = 3

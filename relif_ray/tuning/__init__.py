@@ -2,7 +2,7 @@
 
 `trainable`: one trial (`ReLiFTrainable`) and its live validation audit; `search`: the Optuna
 studies (`StudyGroups`); `launch`: connect, cluster and storage checks, `run_sweep`, the
-studies' `pareto.csv`. What to run is planned without Ray in `relif_ray.planning`. This
+studies' `pareto.csv`. What to run is planned without Ray in `relif_ray.sweep.plan`. This
 package's own module (no Ray import) keeps a local Ray on 127.0.0.1: `keep_local_ray_on_loopback`.
 """
 

@@ -2,7 +2,7 @@
 write the Optuna studies' Pareto sets.
 
 `relif_ray.tuning` is the only package of the library that imports Ray; what a sweep runs is
-planned and checked before, without Ray, in `relif_ray.planning`.
+planned and checked before, without Ray, in `relif_ray.sweep.plan`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError
-from relif_ray.outputs import write_squash_constants
-from relif_ray.pareto import pareto_front
-from relif_ray.planning import (
+from relif_ray.experiment.outputs import write_squash_constants
+from relif_ray.problems import worker_env
+from relif_ray.sweep.labels import describe
+from relif_ray.sweep.plan import (
     OptunaPlan,
     Resources,
     SweepSpace,
@@ -31,15 +32,14 @@ from relif_ray.planning import (
     TuneOptions,
     trial_order,
 )
-from relif_ray.preflight import lent_constants
-from relif_ray.problems import worker_env
+from relif_ray.sweep.preflight import lent_constants
+from relif_ray.sweep.selection import pareto_front
 from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
+from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.outcome import raise_if_errored
-from relif_ray.tuning.reference import ReferenceOrder
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
-from relif_ray.variants import describe
 
 PROGRESS_PARAMETERS = {"seed": "seed"}
 PROGRESS_METRICS = {

@@ -3,13 +3,13 @@
 One trial = one `TrainingRun`; one Tune iteration = one epoch followed by a validation pass
 and a live fixed-delta audit. Checkpoints hold the engine state (model, optimiser, method,
 ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the trial's
-outputs for val and test (see `relif_ray.outputs`), so the experiment directory in storage is
-all that analysis needs. A trial's Tune config is described in `relif_ray.variants`.
+outputs for val and test (see `relif_ray.experiment.outputs`), so the experiment directory in
+storage is all that analysis needs. A trial's Tune config is described in `relif_ray.sweep.labels`.
 
 Same-seed ERM squash constants (paper section 3, appendix A.3): a ReLiF trial with
 `relif.squash = "erm"` on a data set with squashed scores reads q10/q90 of its seed from the
 experiment's `squash_constants.json` at set-up (the sweep starts it only after its seed's ERM
-trial has finished, `relif_ray.tuning.reference`) and trains on them; its `trial.json` records
+trial has finished, `relif_ray.tuning.order`) and trains on them; its `trial.json` records
 them in its config. An ERM reference trial reports its validation q10/q90 with its last
 result, from which the driver writes that file.
 
@@ -45,9 +45,13 @@ from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, sq
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, write_trial_outputs
-from relif_ray.planning import is_reference, waits_for_reference
-from relif_ray.variants import experiment_config
+from relif_ray.experiment.outputs import (
+    SQUASH_CONSTANTS_FILE,
+    read_squash_constants,
+    write_trial_outputs,
+)
+from relif_ray.sweep.labels import experiment_config
+from relif_ray.sweep.plan import is_reference, waits_for_reference
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")

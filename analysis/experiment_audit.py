@@ -1,6 +1,6 @@
 """Fixed-delta audits of every trial of an experiment, offline (paper Algorithm 1).
 
-`ExperimentAudit` applies the shared audit interface (`analysis.interface`) and then the
+`ExperimentAudit` applies the shared audit interface (`analysis.audit_scores`) and then the
 library's audit (`relif_ray.audit`) to every finished trial, with one set of audit settings
 (N_eval, S, pair_seed, eval_seed) for all of them:
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.audit_scores import audit_scores, categorical
 from analysis.experiment import Experiment
-from analysis.interface import audit_scores, categorical
 from relif_ray.audit import AuditGaps, PairKey, bias_curve, sample_pairs
 from relif_ray.errors import UserError
 

@@ -1,11 +1,13 @@
 """Synthetic experiment directories in the exact on-disk format of finished sweeps.
 
 For tests, the load benchmark and trying the report without training: every trial is written
-with `relif_ray.outputs.write_trial_outputs` into `<root>/<trial folder>/checkpoint_000000/`,
-next to a `params.json`, as Ray Tune leaves it. The numbers are random but shaped like real
-ones: NYUv2 trials store seg probabilities and raw (unsquashed) depth/normal feature norms,
-clinical trials store probabilities; ReLiF trials carry a controller trace that follows the
-paper's recursion (Eq. lambda_update) on a synthetic violation rate.
+with `relif_ray.experiment.outputs.write_trial_outputs` into
+`<root>/<trial folder>/checkpoint_000000/`, next to a `params.json`, as Ray Tune leaves it. The
+numbers are
+random but shaped like real ones: NYUv2 trials store seg probabilities and raw (unsquashed)
+depth/normal feature norms, clinical trials store probabilities; ReLiF trials carry a
+controller trace that follows the paper's recursion (Eq. lambda_update) on a synthetic
+violation rate.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.config import ExperimentConfig, ReLiFConfig
-from relif_ray.outputs import EvalResult, write_trial_outputs
+from relif_ray.experiment.outputs import EvalResult, write_trial_outputs
 
 TASKS = {
     "nyuv2": ("seg", "depth", "normal"),

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from relif_ray import storage
 from relif_ray.audit import SQUASH_QUANTILES, squash_bounds
-from relif_ray.storage import Location
+from relif_ray.experiment import storage
+from relif_ray.experiment.storage import Location
 
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
@@ -108,7 +108,7 @@ def _representation_table(splits: dict[str, EvalResult]) -> pa.Table:
 
 
 def read_trial_info(outputs: Location) -> dict[str, Any]:
-    """trial.json of an outputs folder (a local path or a URI, see `relif_ray.storage`)."""
+    """trial.json of an outputs folder (a local path or a URI, `relif_ray.experiment.storage`)."""
     return json.loads(storage.read_text(storage.join(outputs, TRIAL_FILE)))
 
 
@@ -125,7 +125,7 @@ def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.
 
 def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str, list[float]]]:
     """seed (as text) -> task -> [q10, q90] from the experiment's `SQUASH_CONSTANTS_FILE`
-    (local, file://, s3://, ...: `relif_ray.storage`); empty when there is none (yet)."""
+    (local, file://, s3://, ...: `relif_ray.experiment.storage`); empty when there is none (yet)."""
     place = storage.join(storage.location(experiment_dir), SQUASH_CONSTANTS_FILE)
     if storage.file_type(place) == pyarrow.fs.FileType.NotFound:
         return {}

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 from pyarrow.fs import FileType
 
-from relif_ray import storage
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 
 
 def non_dominated(bias: np.ndarray, worst: np.ndarray) -> np.ndarray:

@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from analysis.report import add_parser as add_report_parser
-from relif_ray.cli_audit import add_parser as add_audit_parser
-from relif_ray.cli_data import add_parser as add_make_data_parser
+from relif_ray.cli.audit import add_parser as add_audit_parser
+from relif_ray.cli.make_data import add_parser as add_make_data_parser
 from relif_ray.errors import UserError
-from relif_ray.export import add_parser as add_export_parser
+from relif_ray.experiment.export import add_parser as add_export_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +33,3 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"relif: error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,8 +23,8 @@ import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.experiment.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.methods import build_method
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.problems import benchmark
 
 

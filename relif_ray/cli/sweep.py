@@ -5,7 +5,7 @@ wrappers around `main`. Everything is validated before Ray starts, every trial c
 user mistakes exit with status 2 and one line `<script>: error: <what is wrong>`.
 
 A data set plugs in as a benchmark module of `relif_ray.problems` (budget, model, live delta,
-demo data writer); the flags, grid (`relif_ray.planning`), resources and launch
+demo data writer); the flags, grid (`relif_ray.sweep.plan`), resources and launch
 (`relif_ray.tuning`) are shared.
 """
 
@@ -21,14 +21,28 @@ from typing import Any
 
 import pandas as pd
 
-from relif_ray import storage
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.experiment_lock import exclusive_experiment, prepare_new_experiment
+from relif_ray.experiment import storage
+from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.methods import METHODS
-from relif_ray.overrides import parse_set, read_config_file
-from relif_ray.pareto import SELECTION_FILE, read_pareto, select_settings
-from relif_ray.planning import (
+from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
+from relif_ray.relif.controller import scale_to_budget
+from relif_ray.sweep.labels import (
+    RELIF_LABELS,
+    apply_overrides,
+    grid_variants,
+    split_label,
+    uses_controller,
+)
+from relif_ray.sweep.outcome import (
+    EXIT_TRIALS_ERRORED,
+    TrialsErrored,
+    retry_command,
+    summary_lines,
+)
+from relif_ray.sweep.overrides import parse_set, read_config_file
+from relif_ray.sweep.plan import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
     LOGGER_CALLBACKS,
@@ -43,22 +57,8 @@ from relif_ray.planning import (
     selected_trials,
     trial_space,
 )
-from relif_ray.preflight import check_data, check_storage, lent_constants
-from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
-from relif_ray.relif.controller import scale_to_budget
-from relif_ray.sweep_outcome import (
-    EXIT_TRIALS_ERRORED,
-    TrialsErrored,
-    retry_command,
-    summary_lines,
-)
-from relif_ray.variants import (
-    RELIF_LABELS,
-    apply_overrides,
-    grid_variants,
-    split_label,
-    uses_controller,
-)
+from relif_ray.sweep.preflight import check_data, check_storage, lent_constants
+from relif_ray.sweep.selection import SELECTION_FILE, read_pareto, select_settings
 
 DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
 """Every registered benchmark's defaults (`relif_ray.problems`): `--dataset` of sweeps/run.py

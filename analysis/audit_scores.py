@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
-from relif_ray import storage
 from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.errors import UserError
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
+from relif_ray.experiment import storage
+from relif_ray.experiment.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.problems import benchmark
 
 

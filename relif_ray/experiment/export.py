@@ -6,13 +6,14 @@ file: hundreds of MB for a ResNet-50, against a few MB of outputs per trial. Ana
 (`analysis.load`, `relif report`) reads none of it. The copy keeps the experiment's layout, so
 everything that reads an experiment directory reads the copy unchanged:
 
-    DEST/<trial folder>/checkpoint_N/outputs/   the trial's outputs (`relif_ray.outputs`),
-                                               from its latest checkpoint that has them
+    DEST/<trial folder>/checkpoint_N/outputs/   the trial's outputs
+                                               (`relif_ray.experiment.outputs`), from its
+                                               latest checkpoint that has them
     DEST/<trial folder>/<TRIAL_RECORDS>         Tune's records, where present
     DEST/<EXPERIMENT_FILES>                     where present
 
-(`relif_ray.experiment_layout` says where these lie.) The source may be a local path or a
-storage URI (file://, s3://, gs://: read through `relif_ray.storage`); DEST
+(`relif_ray.experiment.layout` says where these lie.) The source may be a local path or a
+storage URI (file://, s3://, gs://: read through `relif_ray.experiment.storage`); DEST
 is a new local folder, written under a temporary name and renamed when complete.
 """
 
@@ -25,10 +26,10 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from relif_ray import storage
 from relif_ray.errors import UserError
-from relif_ray.experiment_layout import TRIAL_RECORDS, final_outputs_relative, trial_folders
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE
+from relif_ray.experiment import storage
+from relif_ray.experiment.layout import TRIAL_RECORDS, final_outputs_relative, trial_folders
+from relif_ray.experiment.outputs import SQUASH_CONSTANTS_FILE
 
 EXPERIMENT_FILES = ("pareto.csv", SQUASH_CONSTANTS_FILE)
 """Experiment-level files analysis reads: the Optuna Pareto sets and the same-seed ERM squash

@@ -1,8 +1,8 @@
 """`relif audit SCORES --delta D`: the fixed-delta audit of one score file (Algorithm 1).
 
 SCORES is a parquet or CSV file (a local path or a `file://`, `s3://` or `gs://` URI, see
-`relif_ray.storage`) with columns `task` and `score` (in [0, 1]) and optionally `example_id`,
-`valid` and `split`. A file with several splits needs `--split NAME`.
+`relif_ray.experiment.storage`) with columns `task` and `score` (in [0, 1]) and optionally
+`example_id`, `valid` and `split`. A file with several splits needs `--split NAME`.
 Output: a small table, or with `--json` one JSON object {"bias", "vr", "pairs": {"a|b":
 {"bias", "vr", "n"}}}. Bad input raises `UserError` (one line; the `relif` entry point prints
 `relif: error: <message>` and exits with status 2).
@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import pandas as pd
 from pyarrow.fs import FileType
 
-from relif_ray import storage
 from relif_ray.audit import AuditResult, fixed_delta_audit, validate_scores
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def read_scores(path: str) -> pd.DataFrame:
     """Read a parquet or CSV score file (a local path or a `file://`, `s3://`, `gs://` URI,
-    see `relif_ray.storage`); any failure is a one-line `UserError`."""
+    see `relif_ray.experiment.storage`); any failure is a one-line `UserError`."""
     place = storage.location(path)
     suffix = PurePosixPath(urlsplit(path).path if isinstance(place, str) else path).suffix
     if suffix.lower() not in (".parquet", ".csv"):
