@@ -264,6 +264,14 @@ def test_storage_is_checked_without_creating_it(tmp_path):
         check_storage(str(locked / "results"))
 
 
+def test_a_file_uri_storage_is_checked_like_its_path(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match=f"{tmp_path / 'file'} is not a directory"):
+        check_storage((tmp_path / "file" / "x").as_uri())
+    check_storage((tmp_path / "a" / "b").as_uri())
+    assert not (tmp_path / "a").exists()
+
+
 # ---------------------------------------------------------------------------------------
 # A user error only a trial can find
 

@@ -25,6 +25,7 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
+from relif_ray.experiment.storage import local_path
 from relif_ray.methods import METHODS
 from relif_ray.problems import DatasetDefaults, benchmark, benchmarks
 from relif_ray.relif.controller import scale_to_budget
@@ -405,9 +406,10 @@ def data_root(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
         return str(Path(args.data_dir).resolve())
     if not args.demo:
         raise UserError("--data-dir is required (or use --demo for synthetic data)")
-    if "://" in args.storage:
+    results = local_path(args.storage)
+    if results is None:
         raise UserError("--demo writes its data next to the results: use a local --storage")
-    return str(Path(args.storage).resolve() / "data" / f"{defaults.dataset}-demo")
+    return str(results / "data" / f"{defaults.dataset}-demo")
 
 
 def write_demo_data(root: str, defaults: DatasetDefaults) -> None:

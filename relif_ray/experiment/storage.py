@@ -2,6 +2,9 @@
 `gs://`, all read through `pyarrow.fs` (sweeps write to the same kinds of storage).
 
 A location is a `Path` (local paths and `file://` URIs) or a URI string (object storage).
+This module is the one place that decides which: `location` (and `local_path`, for the code
+that needs a directory on this machine: the experiment lock, the storage checks, demo data).
+A `file://` URI is local everywhere, exactly like the plain path it names.
 Credentials come from the usual places of each store (AWS_* / GOOGLE_* environment variables,
 their config files). An S3-compatible store on another endpoint (MinIO, moto, ...) is reached
 by setting `AWS_ENDPOINT_URL` (e.g. `http://127.0.0.1:9000`, which Arrow reads), or by putting
@@ -37,6 +40,18 @@ def location(text: str | Path) -> Location:
     if parts.scheme == "file":
         return Path(url2pathname(parts.path))
     return text
+
+
+def local_path(text: str | Path) -> Path | None:
+    """The absolute local directory of a plain path or `file://` URI; None for object storage
+    (s3://, gs://, ...), which has no local directory, no locks and no free-space checks."""
+    place = location(text)
+    return place.resolve() if isinstance(place, Path) else None
+
+
+def resolved(text: str | Path) -> Location:
+    """`location(text)`, made absolute where it is local (a sweep's storage as Ray gets it)."""
+    return local_path(text) or location(text)
 
 
 def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:

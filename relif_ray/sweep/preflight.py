@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 
 import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
+from relif_ray.experiment.storage import local_path
 from relif_ray.methods import build_method
 from relif_ray.problems import benchmark
 
@@ -68,11 +68,12 @@ def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
 
 
 def check_storage(storage: str) -> None:
-    """A local `--storage` must be a directory we can write into, or creatable below its
-    nearest existing parent; URIs (s3://, gs://) are left to Ray's storage layer."""
-    if "://" in storage:
+    """A local `--storage` (a path or `file://` URI) must be a directory we can write into, or
+    creatable below its nearest existing parent; object storage (s3://, gs://) is left to
+    Ray's storage layer."""
+    path = local_path(storage)
+    if path is None:
         return
-    path = Path(storage).resolve()
     existing = next(parent for parent in (path, *path.parents) if parent.exists())
     if not existing.is_dir():
         raise UserError(f"--storage {storage}: {existing} is not a directory")

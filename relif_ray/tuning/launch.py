@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.fs
 import ray
 from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import write_squash_constants
+from relif_ray.experiment.storage import join, local_path, location, resolved, write_text
 from relif_ray.problems import worker_env
 from relif_ray.sweep.labels import describe
 from relif_ray.sweep.plan import (
@@ -33,7 +33,7 @@ from relif_ray.sweep.plan import (
     trial_order,
 )
 from relif_ray.sweep.preflight import lent_constants
-from relif_ray.sweep.selection import pareto_front
+from relif_ray.sweep.selection import PARETO_FILE, pareto_front
 from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
 from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.outcome import raise_if_errored
@@ -79,19 +79,9 @@ def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
     if not rows:
         return None
     table = pd.DataFrame(rows).dropna(subset=["val_bias", "val_worst"])
-    path = f"{experiment_dir.rstrip('/')}/pareto.csv"
-    _write_text(path, pareto_front(table).to_csv(index=False))
-    return path
-
-
-def _write_text(path: str, text: str) -> None:
-    """Write a small text file to a local path or a storage URI (s3://, gs://, ...)."""
-    if "://" not in path:
-        Path(path).write_text(text)
-        return
-    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
-    with filesystem.open_output_stream(inner) as stream:
-        stream.write(text.encode())
+    path = join(location(experiment_dir), PARETO_FILE)
+    write_text(path, pareto_front(table).to_csv(index=False))
+    return str(path)
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -169,13 +159,13 @@ def storage_problem(probe: str, token: str) -> str | None:
 def check_storage_visible(storage_path: str) -> None:
     """On a multi-node cluster, a local `--storage` path must be one shared directory (NFS):
     the driver writes a probe file with a random token and a task pinned to each node reads it
-    back and writes next to it. URIs (s3://, gs://) are left to Ray's storage layer."""
-    if "://" in storage_path:
+    back and writes next to it. Object storage (s3://, gs://) is left to Ray's storage layer."""
+    root = local_path(storage_path)
+    if root is None:
         return
     nodes = [node for node in ray.nodes() if node.get("Alive")]
     if len(nodes) <= 1:
         return
-    root = Path(storage_path)
     root.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     probe = root / f".relif-storage-probe-{token}"
@@ -288,8 +278,8 @@ def run_sweep(
     resources, options = resources or Resources(), options or TuneOptions()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
-    storage_path = storage if "://" in storage else str(Path(storage).resolve())
-    experiment_dir = f"{storage_path.rstrip('/')}/{name}"
+    storage_path = str(resolved(storage))
+    experiment_dir = str(join(resolved(storage), name))
     connect(resources)
     check_cluster(resources)
     check_storage_visible(storage_path)
