@@ -65,6 +65,7 @@ from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.problems import benchmark
 from relif_ray.progress import progress
+from relif_ray.reference import SQUASH_FORMULA
 from relif_ray.relif.controller import PAPER_NYUV2_STEPS
 
 SPLITS = ("val", "test")
@@ -311,7 +312,7 @@ def _protocol(experiment: Experiment, results: Results, options: ReportOptions) 
     squashed = sorted({t for d in datasets for t in squashed_tasks(d)})
     interface = (
         f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
-        "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1) with q10/q90 of the SAME-SEED ERM trial's "
+        f"{SQUASH_FORMULA} with q10/q90 of the SAME-SEED ERM trial's "
         "validation scores, identically for every method (values in "
         f"{_link('squash_quantiles.csv')}); "
         "the other tasks' scores are probabilities and pass unchanged"

@@ -28,36 +28,13 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from relif_ray.errors import UserError
-
-if TYPE_CHECKING:
-    from torch import Tensor
-
-SQUASH_QUANTILES = (0.1, 0.9)
-"""q10 and q90 of the squash of scores that are not probabilities (paper appendix A)."""
-
-SQUASH_EPS = 1e-6
-"""The squash's guard against q90 = q10 (paper appendix A)."""
-
-ScoreValues = TypeVar("ScoreValues", np.ndarray, "Tensor")
-
-
-def squash(raw: ScoreValues, low: ScoreValues | float, high: ScoreValues | float) -> ScoreValues:
-    """clip((s - q10) / (q90 - q10 + 1e-6), 0, 1): a raw audit score that is not a
-    probability (NYUv2 depth/normal feature norms) mapped into [0, 1] (paper appendix A).
-
-    The one formula for the fixed-delta audit (analysis, same-seed ERM quantiles), the live
-    validation audit of a trial and ReLiF's training surrogate, which the paper requires to
-    use the same score. Works on numpy arrays and torch tensors alike (both have `.clip`);
-    `low` and `high` broadcast against `raw`.
-    """
-    return ((raw - low) / (high - low + SQUASH_EPS)).clip(0.0, 1.0)
-
+from relif_ray.reference import squash as squash  # re-exported; its home is relif_ray.reference
+from relif_ray.reference import squash_bounds as squash_bounds
 
 PairKey = str
 """A task pair "a|b" with a < b."""
@@ -348,16 +325,6 @@ def induced_thresholds(
         key: float(((1 - np.clip((rows[x] * rows[y]).sum(1), -1, 1)) / 2).mean())
         for key, (x, y) in sampled.items()
     }
-
-
-def squash_bounds(raw_scores: Sequence[float] | np.ndarray) -> list[float]:
-    """[q10, q90] of valid raw audit scores (numpy's linear interpolation, in float64): the
-    squash constants that a same-seed ERM validation run hands to the audit and to ReLiF's
-    training surrogate (paper section 3 and appendix A.3)."""
-    values = np.asarray(raw_scores, dtype=np.float64)
-    if values.size == 0 or not np.isfinite(values).all():
-        raise UserError("squash constants: need at least one finite raw score")
-    return [float(v) for v in np.quantile(values, SQUASH_QUANTILES)]
 
 
 def _finite_values(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:

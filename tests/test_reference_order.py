@@ -11,11 +11,8 @@ import pytest
 
 import analysis
 from analysis.audit_scores import squash_quantiles
-from relif_ray.experiment.outputs import (
-    SQUASH_CONSTANTS_FILE,
-    read_squash_constants,
-    read_trial_info,
-)
+from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.sweep.labels import variant
 from relif_ray.sweep.outcome import TrialsErrored
 from relif_ray.sweep.plan import SweepSpace, param_space, trial_order

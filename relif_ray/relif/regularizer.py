@@ -3,8 +3,8 @@
 Per step, given every task's per-example audit score and the shared representation:
 
 1. Scores that are not probabilities (NYUv2 depth/normal: unbounded feature norms) are squashed
-   into [0, 1] with clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), the audit's own squash
-   (appendix A.3). With `squash="erm"` (the paper's: "the same scalar score is used to form
+   into [0, 1] with the audit's own squash (`relif_ray.reference.squash`, appendix A.3). With
+   `squash="erm"` (the paper's: "the same scalar score is used to form
    both the fixed-audit gaps and the training-time surrogate gaps", section 3) q10/q90 are the
    fixed same-seed ERM validation quantiles of `squash_constants`, exactly the audit's. With
    `squash="running"` they are running EMAs (weight `squash_ema`, first value = the first
@@ -41,9 +41,9 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
-from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.config import ReLiFConfig
 from relif_ray.errors import UserError
+from relif_ray.reference import SQUASH_QUANTILES, squash
 from relif_ray.relif.controller import ViolationController
 from relif_ray.relif.surrogate import PrototypePairs, huber_rho, huberized_hinge, prototype_pairs
 

@@ -15,9 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.problems import benchmark
+from relif_ray.reference import is_reference, waits_for_reference
 from relif_ray.sweep.labels import (
     experiment_config,
     grid_variants,
@@ -196,21 +195,6 @@ def controller_variants(
         variant("relif-static", extra={"relif.lambda0": value}) for value in static_lambdas
     ]
     return unique_variants(variants)
-
-
-def waits_for_reference(config: ExperimentConfig) -> bool:
-    """Whether a trial trains on same-seed ERM squash constants it does not have yet: ReLiF
-    with the paper's squash (`relif.squash = "erm"`) on a data set with squashed scores."""
-    relif = config.relif
-    if not relif.enabled or relif.squash != "erm" or relif.squash_constants:
-        return False
-    return bool(benchmark(config.data.dataset).squashed_tasks)
-
-
-def is_reference(config: ExperimentConfig) -> bool:
-    """Whether a trial is an ERM reference: plain ERM on a data set with squashed scores."""
-    plain_erm = config.method.name == "erm" and not config.relif.enabled
-    return plain_erm and bool(benchmark(config.data.dataset).squashed_tasks)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.experiment.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import build_method
 from relif_ray.problems import benchmark
+from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
 
 
 def check_trial_configs(configs: list[ExperimentConfig]) -> None:

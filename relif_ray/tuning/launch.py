@@ -20,9 +20,9 @@ from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError
-from relif_ray.experiment.outputs import write_squash_constants
 from relif_ray.experiment.storage import join, local_path, location, resolved, write_text
 from relif_ray.problems import worker_env
+from relif_ray.reference import write_squash_constants
 from relif_ray.sweep.labels import describe
 from relif_ray.sweep.plan import (
     OptunaPlan,

@@ -4,20 +4,20 @@ One trial = one `TrainingRun`; one Tune iteration = one epoch followed by a vali
 and a live fixed-delta audit. Checkpoints hold the engine state (model, optimiser, method,
 ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the trial's
 outputs for val and test (see `relif_ray.experiment.outputs`), so the experiment directory in
-storage is all that analysis needs. A trial's Tune config is described in `relif_ray.sweep.labels`.
+storage is all that analysis needs. A trial's Tune config is described in
+`relif_ray.sweep.labels`.
 
-Same-seed ERM squash constants (paper section 3, appendix A.3): a ReLiF trial with
-`relif.squash = "erm"` on a data set with squashed scores reads q10/q90 of its seed from the
-experiment's `squash_constants.json` at set-up (the sweep starts it only after its seed's ERM
-trial has finished, `relif_ray.tuning.order`) and trains on them; its `trial.json` records
-them in its config. An ERM reference trial reports its validation q10/q90 with its last
-result, from which the driver writes that file.
+Same-seed ERM squash constants (`relif_ray.reference`): a trial that waits for its seed's
+reference reads q10/q90 of its seed from the experiment's `squash_constants.json` at set-up
+(the sweep starts it only after its seed's ERM trial has finished, `relif_ray.tuning.order`)
+and trains on them; its `trial.json` records them in its config. An ERM reference trial
+reports its validation q10/q90 with its last result, from which the driver writes that file.
 
 Live validation Bias (`val_bias`, the progress table and the Optuna objective): the audit of
 `relif_ray.audit.fixed_delta_audit` at the sweep's `delta` on the trial's own validation
-scores. Scores that are not probabilities (NYUv2 depth/normal feature norms) are squashed with
-clip((s - q10) / (q90 - q10 + 1e-6), 0, 1): with the trial's ERM constants where it has them,
-else with q10/q90 of the SAME trial's validation scores (an ERM or baseline trial). It is a
+scores. Scores that are not probabilities are squashed (`relif_ray.reference.squash`) with the
+trial's ERM constants where it has them, else with the quantiles of the SAME trial's
+validation scores (an ERM or baseline trial). It is a
 progress and search signal only: the official fixed-delta numbers are computed at analysis
 time with same-seed ERM quantiles and the reference delta (`analysis`).
 
@@ -41,17 +41,20 @@ import pandas as pd
 import torch
 from ray import tune
 
-from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, squash
+from relif_ray.audit import AuditResult, fixed_delta_audit
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
-from relif_ray.experiment.outputs import (
+from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.reference import (
     SQUASH_CONSTANTS_FILE,
+    is_reference,
     read_squash_constants,
-    write_trial_outputs,
+    squash,
+    squash_bounds,
+    waits_for_reference,
 )
 from relif_ray.sweep.labels import experiment_config
-from relif_ray.sweep.plan import is_reference, waits_for_reference
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
@@ -78,7 +81,7 @@ def live_validation_audit(
     for task, rows in frame.groupby("task"):
         values = rows["score"].to_numpy()
         if task not in probability_tasks:
-            low, high = (constants or {}).get(task) or np.quantile(values, SQUASH_QUANTILES)
+            low, high = (constants or {}).get(task) or squash_bounds(values)
             values = squash(values, low, high)
         frame.loc[rows.index, "score"] = np.clip(values, 0.0, 1.0)
     if frame["task"].nunique() < 2:
