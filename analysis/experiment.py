@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 from pyarrow.fs import FileType
 
+from relif_ray.config import ReLiFConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import (
@@ -41,6 +42,7 @@ from relif_ray.experiment.outputs import (
 )
 from relif_ray.experiment.storage import Location
 from relif_ray.progress import progress
+from relif_ray.sweep.labels import SETTING_FIELDS, setting_values, variant_name
 from relif_ray.sweep.selection import SELECTION_FILE
 
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
@@ -49,11 +51,13 @@ SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 class Experiment:
     """All finished trials of one or more experiment directories, and the unfinished ones.
 
-    trials: one row per finished trial: trial, label (method label, e.g. "relif"), variant
-        (the label, plus " (r*=.., eta=..)" where one label was run at several controller
-        settings), method, relif, seed, dataset, r_star, eta, steps, status ("completed", or
-        "stopped": stopped early by the Tune scheduler, outputs at that epoch), experiment,
-        path, config (dict), then every metric as <split>_<metric> (e.g. val_worst).
+    trials: one row per finished trial: trial, label (method label, e.g. "relif"), variant (the
+        label, plus its identifying settings, e.g. " (r*=.., eta=..)" or " (lambda0=..)", where one
+        label was run at several settings: `variant_names`), method, relif, seed, dataset, r_star,
+        eta, lambda0 (each NaN where it does not identify the trial's setting,
+        `relif_ray.sweep.labels.setting_values`), steps, status ("completed", or "stopped": stopped
+        early by the Tune scheduler, outputs at that epoch), experiment, path, config (dict), then
+        every metric as <split>_<metric> (e.g. val_worst).
     scores: trial, split, task, example_id, score (raw audit score as stored), valid.
     epochs: per-epoch results Tune recorded (trial, epoch, val_<metric>, val_bias, ...; read
         on first access).
@@ -174,22 +178,22 @@ def load(*paths: str | Path) -> Experiment:
 
 
 def variant_names(trials: pd.DataFrame) -> pd.Series:
-    """One row name per method setting: the label, plus the controller setting where trials
-    of one label ran at several (r*, eta) (e.g. a controller-sensitivity sweep). Trials whose
+    """One row name per variant (a label at one setting): the label, plus its identifying
+    settings (`relif_ray.sweep.labels.variant_name`) where trials of one label ran at several
+    (a controller-sensitivity sweep: several (r*, eta), several static lambda0). Trials whose
     (r*, eta) was selected per seed (column `selected`, a `--select-from` sweep) are one
     setting, the paper's selected ReLiF, and keep the label."""
     chosen = trials["selected"] if "selected" in trials else pd.Series(False, trials.index)
-    settings = trials[~chosen].groupby("label")[["r_star", "eta"]].nunique(dropna=False)
+    fields = list(SETTING_FIELDS)
+    settings = trials[~chosen].groupby("label")[fields].nunique(dropna=False)
     several = set(settings.index[(settings > 1).any(axis=1)])
-    return pd.Series(
-        [
-            f"{label} (r*={r_star:g}, eta={eta:g})" if label in several and not selected else label
-            for label, r_star, eta, selected in zip(
-                trials["label"], trials["r_star"], trials["eta"], chosen, strict=True
-            )
-        ],
-        index=trials.index,
-    )
+    names = [
+        variant_name(row.label, {field: getattr(row, field) for field in fields})
+        if row.label in several and not selected
+        else row.label
+        for row, selected in zip(trials[["label", *fields]].itertuples(), chosen, strict=True)
+    ]
+    return pd.Series(names, index=trials.index)
 
 
 def _selected_labels(root: Location) -> set[str]:
@@ -211,11 +215,11 @@ def _result_records(trial_dir: Location) -> list[dict]:
 
 
 def _numeric_order(rows: list[dict]) -> list[int]:
-    """Trials by experiment directory, label (first appearance), then r*, eta and seed as
-    numbers: trial folder names sort as text (r0.28 before r0.2_, seed10 before seed2)."""
+    """Trials by experiment directory, label (first appearance), then r*, eta, lambda0 and
+    seed as numbers: trial folder names sort as text (r0.28 before r0.2_, seed10 before seed2)."""
     if not rows:
         return []
-    frame = pd.DataFrame(rows)[["experiment", "label", "r_star", "eta", "seed"]]
+    frame = pd.DataFrame(rows)[["experiment", "label", *SETTING_FIELDS, "seed"]]
     for column in ("experiment", "label"):
         frame[column] = pd.factorize(frame[column])[0]
     ordered = frame.sort_values(list(frame.columns), kind="stable", na_position="first")
@@ -245,8 +249,7 @@ def _trial_row(info: dict, root: Location, final: Location) -> dict:
         "relif": info["relif"],
         "seed": info["seed"],
         "dataset": config["data"]["dataset"],
-        "r_star": relif["r_star"] if info["relif"] else np.nan,
-        "eta": relif["eta"] if info["relif"] else np.nan,
+        **setting_values(ReLiFConfig(**relif)),
         "steps": info["steps"],
         "status": info.get("status", "completed"),
         "experiment": storage.display(root),

@@ -214,15 +214,12 @@ def test_ablation_table_lists_relif_variants_with_their_components(results, dire
 
 def test_controller_table_counts_steps_at_a_lambda_bound(results, direct, stored):
     table = controller_table(results, results.audit.experiment, NO_CI)
-    assert {row.split(" (")[0] for row in table.rows["row"]} == {"relif", "relif-noalign"}
+    rows = {row.split(" (")[0] for row in table.rows["row"]}
+    assert rows == {"relif", "relif-noalign", "relif-static"}  # static lambda: its lambda0
     shares = []
     for trial, record in stored.items():
         relif = record.info["config"]["relif"]
-        if (
-            not relif["enabled"]
-            or relif["controller"] != "adaptive"
-            or not relif["lipschitz_branch"]
-        ):
+        if not relif["enabled"] or not relif["lipschitz_branch"]:
             continue
         lam = record.trace()["lambda"].to_numpy()
         shares.append(

@@ -104,7 +104,7 @@ def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
     """relif-nolip keeps lambda at 0 and relif-static at lambda0: neither adapts, so neither is
     crossed with (r*, eta), nor reports them, and the regularizer's controller holds lambda."""
     from relif_ray.relif.regularizer import ReLiFRegularizer
-    from relif_ray.tuning.trainable import controller_setting
+    from relif_ray.sweep.labels import setting_values
 
     adapting = {"relif", "relif-noalign", "pcgrad+relif", "pcgrad+relif-noalign"}
     labels = [*adapting, "erm", "pcgrad", "relif-nolip", "relif-static", "pcgrad+relif-nolip"]
@@ -113,7 +113,7 @@ def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
         relif = experiment_config(trial).relif
         adapts = label in adapting
         assert uses_controller(label) == relif.controller_adapts() == adapts, label
-        reported = controller_setting(relif)
+        reported = setting_values(relif)
         expected = [0.2, 0.5] if adapts else [np.nan, np.nan]
         np.testing.assert_array_equal([reported["r_star"], reported["eta"]], expected)
         if relif.enabled:

@@ -36,8 +36,6 @@ controller always run in fp32 (or fp64 in tests).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor, nn
 
@@ -69,18 +67,7 @@ class ReLiFRegularizer(nn.Module):
         super().__init__()
         self.config = config
         self.task_names = list(task_names)
-        self.controller = ViolationController(
-            lambda0=config.lambda0 if config.lipschitz_branch else 0.0,
-            lambda_min=config.lambda_min,
-            lambda_max=config.lambda_max,
-            warmup_steps=config.warmup_steps,
-            violation_ema=config.violation_ema,
-            r_star=config.r_star,
-            eta=config.eta,
-            # A regularizer exists only where ReLiF is on: `enabled` is the engine's switch
-            # for building one, so it is not asked of a config handed to it directly.
-            adaptive=replace(config, enabled=True).controller_adapts(),
-        )
+        self.controller = ViolationController.from_config(config)
         initial_scale = float("nan") if config.quantile_alignment else 1.0
         self.register_buffer("tau", torch.tensor(initial_scale))
         self.register_buffer("kappa", torch.tensor(initial_scale))

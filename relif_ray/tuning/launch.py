@@ -23,7 +23,7 @@ from relif_ray.errors import UserError
 from relif_ray.experiment.storage import join, local_path, location, resolved, write_text
 from relif_ray.problems import worker_env
 from relif_ray.reference import write_squash_constants
-from relif_ray.sweep.labels import describe
+from relif_ray.sweep.labels import trial_name
 from relif_ray.sweep.plan import (
     OptunaPlan,
     Resources,
@@ -190,12 +190,13 @@ def check_storage_visible(storage_path: str) -> None:
 
 
 def _trial_name(trial: Any) -> str:
-    """The trial's name in the progress table, W&B and MLflow: label, setting, seed."""
-    return describe(trial.config)
+    """The trial's name in the progress table, W&B and MLflow: label, setting, seed
+    (`relif_ray.sweep.labels.trial_name`)."""
+    return trial_name(trial.config)
 
 
 def _trial_dirname(trial: Any) -> str:
-    return f"{describe(trial.config)}_{trial.trial_id}"
+    return f"{trial_name(trial.config)}_{trial.trial_id}"
 
 
 def concurrency(resources: Resources, options: TuneOptions, trials: int | None) -> int:

@@ -42,7 +42,7 @@ import torch
 from ray import tune
 
 from relif_ray.audit import AuditResult, fixed_delta_audit
-from relif_ray.config import ExperimentConfig, ReLiFConfig
+from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import write_trial_outputs
@@ -54,7 +54,7 @@ from relif_ray.reference import (
     squash_bounds,
     waits_for_reference,
 )
-from relif_ray.sweep.labels import experiment_config
+from relif_ray.sweep.labels import experiment_config, setting_values
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
@@ -97,16 +97,6 @@ def live_controller_state(trace: list[dict[str, float]]) -> dict[str, float]:
     """The controller statistics of the last trace row (NaN where the trial has none)."""
     last = trace[-1] if trace else {}
     return {key: float(last.get(key, math.nan)) for key in LIVE_CONTROLLER_KEYS}
-
-
-def controller_setting(relif: ReLiFConfig) -> dict[str, float]:
-    """The (r*, eta) a trial reports (progress table, `pareto.csv`): NaN unless its controller
-    adapts lambda, since r* and eta change nothing otherwise."""
-    adapts = relif.controller_adapts()
-    return {
-        "r_star": relif.r_star if adapts else math.nan,
-        "eta": relif.eta if adapts else math.nan,
-    }
 
 
 def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) -> ExperimentConfig:
@@ -166,7 +156,7 @@ class ReLiFTrainable(tune.Trainable):
             **metrics,
             "label": self.label,
             "seed": self.run.config.seed,
-            **controller_setting(self.run.config.relif),
+            **setting_values(self.run.config.relif),
             "worst": self.last_eval.metrics["worst"],
             "macro": self.last_eval.metrics["macro"],
             "val_bias": audit.bias if audit else math.nan,
