@@ -24,7 +24,7 @@ import pyarrow as pa
 from pyarrow.fs import FileType
 
 from relif_ray.config import ReLiFConfig
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, last_line
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import (
     ERROR_FILE,
@@ -232,9 +232,7 @@ def _problem(trial_dir: Location, files: set[str], running: bool) -> dict[str, s
     last error), else "errored" (Tune's error.txt) or "incomplete" (its sweep was stopped)."""
     error = ""
     if ERROR_FILE in files:
-        text = storage.read_text(storage.join(trial_dir, ERROR_FILE))
-        lines = [line for line in text.splitlines() if line.strip()]
-        error = lines[-1] if lines else ""
+        error = last_line(storage.read_text(storage.join(trial_dir, ERROR_FILE)))
     status = "running" if running else "errored" if ERROR_FILE in files else "incomplete"
     return {"path": storage.display(trial_dir), "status": status, "error": error}
 

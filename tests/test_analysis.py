@@ -341,7 +341,7 @@ def test_delta_from_quantile_of_pooled_erm_gaps(experiment_audit, stored):
     ("spec", "fragment"),
     [
         (delta_options.fixed("1.5"), "must be in [0, 1]"),
-        (delta_options.fixed("x"), "expected a number"),
+        (delta_options.fixed("x"), "must be a number"),
         (delta_options.quantile("erm:75"), "look like p75"),
         (delta_options.quantile("nosuch:p75"), "no finished trials with label 'nosuch'"),
         (delta_options.conformal("erm:2"), "alpha must be in (0, 1)"),

@@ -367,7 +367,7 @@ def test_bad_flags_are_one_line_errors_before_ray_starts(
     ("args", "fragment"),
     [
         (["--static-lambdas", "0.001"], "relif.lambda0: need 0 <= lambda_min <= lambda0"),
-        (["--etas", "1e-3,x"], "--etas: expected comma-separated numbers"),
+        (["--etas", "1e-3,x"], "--etas value must be a number, got 'x'"),
         (["--dataset", "nosuch"], "argument --dataset: invalid choice"),
         (["--methods", "erm"], "unrecognized arguments: --methods erm"),
     ],

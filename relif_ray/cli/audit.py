@@ -19,7 +19,7 @@ import pandas as pd
 from pyarrow.fs import FileType
 
 from relif_ray.audit import AuditResult, fixed_delta_audit, validate_scores
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 from relif_ray.experiment import storage
 
 
@@ -61,8 +61,7 @@ def read_scores(path: str) -> pd.DataFrame:
         with storage.open_input(place) as stream:
             return pd.read_csv(stream)
     except Exception as error:  # any reader failure (pyarrow, parser, decoding) = unreadable
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"{path}: cannot read: {reason}") from error
+        raise UserError(f"{path}: cannot read: {first_line(error)}") from error
 
 
 def select_split(scores: pd.DataFrame, split: str | None, path: str) -> pd.DataFrame:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, finite_number
 from relif_ray.experiment import storage
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.experiment.storage import local_path
@@ -323,12 +322,12 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_floats(text: str, flag: str) -> list[float]:
-    try:
-        values = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(f"{flag}: expected comma-separated numbers, got '{text}'") from None
-    if not values or not all(math.isfinite(value) for value in values):
-        raise UserError(f"{flag}: expected comma-separated finite numbers, got '{text}'")
+    """Comma-separated finite numbers (at least one)."""
+    values = [
+        finite_number(part.strip(), f"{flag} value") for part in text.split(",") if part.strip()
+    ]
+    if not values:
+        raise UserError(f"{flag}: expected comma-separated numbers, got '{text}'")
     return values
 
 

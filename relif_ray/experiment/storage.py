@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 
 Location = str | Path
 """A local `Path`, or the URI of a location in object storage."""
@@ -66,7 +66,7 @@ def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
             return store, f"{parts.netloc}{parts.path}".rstrip("/")
         return pafs.FileSystem.from_uri(place)
     except (OSError, pa.ArrowException) as error:
-        raise UserError(f"{display(place)}: cannot open: {_first_line(error)}") from error
+        raise UserError(f"{display(place)}: cannot open: {first_line(error)}") from error
 
 
 @functools.lru_cache(maxsize=16)
@@ -104,7 +104,7 @@ def file_type(place: Location) -> pafs.FileType:
     try:
         return store.get_file_info(path).type
     except OSError as error:
-        raise UserError(f"{display(place)}: cannot read: {_first_line(error)}") from error
+        raise UserError(f"{display(place)}: cannot read: {first_line(error)}") from error
 
 
 def list_files(place: Location) -> list[str]:
@@ -114,7 +114,7 @@ def list_files(place: Location) -> list[str]:
     try:
         infos = store.get_file_info(pafs.FileSelector(root, recursive=True))
     except OSError as error:
-        raise UserError(f"{display(place)}: cannot list: {_first_line(error)}") from error
+        raise UserError(f"{display(place)}: cannot list: {first_line(error)}") from error
     prefix = root.rstrip("/") + "/"
     return sorted(info.path[len(prefix) :] for info in infos if info.type == pafs.FileType.File)
 
@@ -142,8 +142,3 @@ def open_input(place: Location) -> pa.NativeFile:
     """A binary input stream (a context manager) for readers that take file objects."""
     store, path = filesystem(place)
     return store.open_input_file(path)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -19,7 +19,7 @@ import ray
 from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.storage import join, local_path, location, resolved, write_text
 from relif_ray.problems import worker_env
 from relif_ray.reference import write_squash_constants
@@ -110,8 +110,8 @@ def connect(resources: Resources) -> None:
         try:
             ray.init(address=resources.address, runtime_env=runtime_env)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"--address {resources.address}: cannot connect ({message})") from None
+            reason = first_line(exc)
+            raise UserError(f"--address {resources.address}: cannot connect ({reason})") from None
     else:
         ray.init(num_cpus=resources.num_cpus, include_dashboard=False, runtime_env=runtime_env)
 
