@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from analysis.breakdown import by_pair, pair_audits
 from analysis.delta import DeltaSpec, as_spec, default_specs, resolve
 from analysis.experiment import Experiment, load
-from analysis.experiment_audit import AuditSettings, ExperimentAudit
+from analysis.experiment_audit import ExperimentAudit
 from analysis.fronts import pareto_means, pareto_points
 from analysis.report import write_report
 from analysis.results import SENSITIVITY_DELTAS, Results, compute_results, report_split
+from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError
 from relif_ray.sweep.selection import non_dominated
 

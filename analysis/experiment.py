@@ -184,7 +184,7 @@ def variant_names(trials: pd.DataFrame) -> pd.Series:
     (r*, eta) was selected per seed (column `selected`, a `--select-from` sweep) are one
     setting, the paper's selected ReLiF, and keep the label."""
     chosen = trials["selected"] if "selected" in trials else pd.Series(False, trials.index)
-    fields = list(SETTING_FIELDS)
+    fields = [field for field in SETTING_FIELDS if field in trials]
     settings = trials[~chosen].groupby("label")[fields].nunique(dropna=False)
     several = set(settings.index[(settings > 1).any(axis=1)])
     names = [

@@ -28,18 +28,8 @@ import pandas as pd
 
 from analysis.audit_scores import audit_scores, categorical
 from analysis.experiment import Experiment
-from relif_ray.audit import AuditGaps, PairKey, bias_curve, sample_pairs
+from relif_ray.audit import AuditGaps, AuditSettings, PairKey, bias_curve, sample_pairs
 from relif_ray.errors import UserError
-
-
-@dataclass(frozen=True)
-class AuditSettings:
-    """Algorithm 1's sampling settings (paper Table 7: N_eval 256, S 4096, pair_seed 42)."""
-
-    pool_size: int = 256
-    pairs: int = 4096
-    pair_seed: int = 42
-    eval_seed: int = 0
 
 
 @dataclass(frozen=True)

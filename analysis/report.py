@@ -17,9 +17,7 @@ Output folder:
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,9 +26,9 @@ import pandas as pd
 
 from analysis import delta as delta_options
 from analysis.audit_scores import squash_quantiles, squashed_tasks
-from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
-from analysis.experiment import Experiment, load
-from analysis.experiment_audit import AuditSettings, ExperimentAudit
+from analysis.delta import DeltaRef, DeltaSpec
+from analysis.experiment import Experiment
+from analysis.experiment_audit import ExperimentAudit
 from analysis.fronts import pareto_means, pareto_points
 from analysis.render import (
     Column,
@@ -61,6 +59,7 @@ from analysis.tables import (
     shift_table,
     violation_table,
 )
+from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.problems import benchmark
@@ -446,131 +445,3 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
     for path, draw in progress(jobs, "relif report: figures", unit="figure"):
         draw().savefig(path, dpi=150)
     return written
-
-
-# --- command line -------------------------------------------------------------------------
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `relif report`."""
-    parser = subparsers.add_parser(
-        "report",
-        help="tables and figures for experiment directories",
-        description="Audit every trial under one held-fixed delta_ref and write the paper's "
-        "tables (Markdown, LaTeX, CSV), figures and report.md. Delta options may be repeated; "
-        "the first is the primary delta_ref (Pareto front, drift, certificate).",
-    )
-    parser.add_argument(
-        "experiments",
-        nargs="+",
-        help="experiment directories: paths or file://, s3://, gs:// URIs (S3-compatible "
-        "stores elsewhere: set AWS_ENDPOINT_URL)",
-    )
-    parser.add_argument("--out", required=True, help="output folder for the report")
-    parser.add_argument(
-        "--delta",
-        dest="deltas",
-        action="append",
-        type=delta_options.fixed,
-        metavar="D",
-        help="a fixed delta_ref in [0, 1]",
-    )
-    parser.add_argument(
-        "--delta-from",
-        dest="deltas",
-        action="append",
-        type=delta_options.quantile,
-        metavar="M:pQQ",
-        help="the QQ-th percentile of method M's validation reference distribution, e.g. erm:p75",
-    )
-    parser.add_argument(
-        "--delta-conformal",
-        dest="deltas",
-        action="append",
-        type=delta_options.conformal,
-        metavar="M:ALPHA",
-        help="split-conformal delta_ref (Theorem B.3) on M's reference distribution, e.g. erm:0.1",
-    )
-    parser.add_argument(
-        "--reference-distribution",
-        choices=DISTRIBUTIONS,
-        default="distances",
-        help="what --delta-from/--delta-conformal calibrate on: the reference "
-        "method's representation distances (default) or its score gaps",
-    )
-    parser.add_argument(
-        "--split",
-        choices=SPLITS,
-        help="split audited and reported (default: test if present, else val)",
-    )
-    parser.add_argument("--pool-size", type=int, default=256, help="N_eval per task (256)")
-    parser.add_argument("--pairs", type=int, default=4096, help="S pairs per task pair (4096)")
-    parser.add_argument("--pair-seed", type=int, default=42, help="pair sampling seed (42)")
-    parser.add_argument("--eval-seed", type=int, default=0, help="pool sampling seed (0)")
-    parser.add_argument(
-        "--sensitivity-deltas",
-        default=",".join(f"{d:g}" for d in SENSITIVITY_DELTAS),
-        help="deltas of the sensitivity table (comma-separated)",
-    )
-    parser.add_argument(
-        "--drift-baseline",
-        metavar="METHOD",
-        help="method the induced-threshold drift is compared to "
-        "(default: relif if present, else the first method)",
-    )
-    parser.add_argument(
-        "--n-boot",
-        type=int,
-        default=1000,
-        help="bootstrap replicates for Bias intervals (0: none; 1000)",
-    )
-    parser.add_argument("--ci-level", type=float, default=0.95, help="interval level (0.95)")
-    parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    parser.set_defaults(handler=run_report)
-
-
-def options_from_args(args: argparse.Namespace) -> ReportOptions:
-    """Validate the flags (one-line errors) and build the options."""
-    for flag, value in (("--pool-size", args.pool_size), ("--pairs", args.pairs)):
-        if value <= 0:
-            raise UserError(f"{flag}: must be a positive integer, got {value}")
-    for flag, value in (
-        ("--pair-seed", args.pair_seed),
-        ("--eval-seed", args.eval_seed),
-        ("--n-boot", args.n_boot),
-    ):
-        if value < 0:
-            raise UserError(f"{flag}: must be >= 0, got {value}")
-    if not 0.0 < args.ci_level < 1.0:
-        raise UserError(f"--ci-level: must be in (0, 1), got {args.ci_level}")
-    return ReportOptions(
-        deltas=args.deltas or [],
-        distribution=args.reference_distribution,
-        split=args.split,
-        settings=AuditSettings(args.pool_size, args.pairs, args.pair_seed, args.eval_seed),
-        sensitivity=_parse_deltas(args.sensitivity_deltas),
-        drift_baseline=args.drift_baseline,
-        ci=CISettings(args.n_boot, args.ci_level),
-        figures=not args.no_figures,
-    )
-
-
-def run_report(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
-    experiment = load(*args.experiments)
-    report = write_report(experiment, args.out, options)
-    note = running_note(experiment)
-    if note:
-        print(f"relif: note: {note}", file=sys.stderr)
-    print(report)
-    return 0
-
-
-def _parse_deltas(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"--sensitivity-deltas: expected numbers, got {text!r}") from None
-    if not values or not all(0.0 <= v <= 1.0 for v in values):
-        raise UserError(f"--sensitivity-deltas: need numbers in [0, 1], got {text!r}")
-    return values

@@ -200,13 +200,29 @@ def _rng(seed: int, *names: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(entropy))
 
 
-def _check_sizes(pool_size: int, pairs: int, pair_seed: int, eval_seed: int) -> None:
-    for name, value in (("pool_size", pool_size), ("pairs", pairs)):
-        if not (_is_integer(value) and value > 0):
-            raise UserError(f"{name}: must be a positive integer, got {value!r}")
-    for name, value in (("pair_seed", pair_seed), ("eval_seed", eval_seed)):
-        if not (_is_integer(value) and value >= 0):
-            raise UserError(f"{name}: must be a non-negative integer, got {value!r}")
+@dataclass(frozen=True)
+class AuditSettings:
+    """Algorithm 1's sampling settings: N_eval (`pool_size`), S (`pairs`), `pair_seed` (paper
+    Table 7: 256, 4096, 42) and `eval_seed`. The one home of their defaults: the audit
+    functions, `relif audit`, `relif report` and `analysis.audit` all take them from here."""
+
+    pool_size: int = 256
+    pairs: int = 4096
+    pair_seed: int = 42
+    eval_seed: int = 0
+
+    def check(self, names: Mapping[str, str] | None = None) -> None:
+        """One-line errors for sizes that are not positive integers and seeds that are not
+        non-negative integers; `names` (field -> how the user wrote it, e.g. a flag) name the
+        value in the message."""
+        names = names or {}
+        for field in ("pool_size", "pairs", "pair_seed", "eval_seed"):
+            value = getattr(self, field)
+            positive = field in ("pool_size", "pairs")
+            if not (_is_integer(value) and (value > 0 if positive else value >= 0)):
+                need = "a positive integer" if positive else "a non-negative integer"
+                raise UserError(f"{names.get(field, field)}: must be {need}, got {value!r}")
+
 
 
 def evaluation_pools(frame: pd.DataFrame, pool_size: int, eval_seed: int) -> dict[str, np.ndarray]:
@@ -226,7 +242,7 @@ def sample_pairs(
 ) -> dict[PairKey, tuple[np.ndarray, np.ndarray]]:
     """Row positions (x of task a, y of task b) of the S sampled pairs of every task pair "a|b"
     (Algorithm 1 line 3); `frame` is the output of `validate_scores`."""
-    _check_sizes(pool_size, pairs, pair_seed, eval_seed)
+    AuditSettings(pool_size, pairs, pair_seed, eval_seed).check()
     pools = evaluation_pools(frame, pool_size, eval_seed)
     sampled = {}
     for a, b in itertools.combinations(sorted(pools), 2):
@@ -239,10 +255,10 @@ def sample_pairs(
 
 def audit_gaps(
     scores: pd.DataFrame,
-    pool_size: int = 256,
-    pairs: int = 4096,
-    pair_seed: int = 42,
-    eval_seed: int = 0,
+    pool_size: int = AuditSettings.pool_size,
+    pairs: int = AuditSettings.pairs,
+    pair_seed: int = AuditSettings.pair_seed,
+    eval_seed: int = AuditSettings.eval_seed,
 ) -> AuditGaps:
     """The S sampled gaps of every task pair (Algorithm 1 lines 1-4)."""
     frame = validate_scores(scores)
@@ -254,10 +270,10 @@ def audit_gaps(
 def fixed_delta_audit(
     scores: pd.DataFrame,
     delta: Delta,
-    pool_size: int = 256,
-    pairs: int = 4096,
-    pair_seed: int = 42,
-    eval_seed: int = 0,
+    pool_size: int = AuditSettings.pool_size,
+    pairs: int = AuditSettings.pairs,
+    pair_seed: int = AuditSettings.pair_seed,
+    eval_seed: int = AuditSettings.eval_seed,
 ) -> AuditResult:
     """Bias and VR under the held-fixed threshold `delta` (Algorithm 1)."""
     gaps = audit_gaps(scores, pool_size, pairs, pair_seed, eval_seed)
@@ -289,10 +305,10 @@ def induced_thresholds(
     scores: pd.DataFrame,
     example_ids: Sequence | np.ndarray,
     embeddings: np.ndarray,
-    pool_size: int = 256,
-    pairs: int = 4096,
-    pair_seed: int = 42,
-    eval_seed: int = 0,
+    pool_size: int = AuditSettings.pool_size,
+    pairs: int = AuditSettings.pairs,
+    pair_seed: int = AuditSettings.pair_seed,
+    eval_seed: int = AuditSettings.eval_seed,
 ) -> dict[PairKey, float]:
     """Method-induced thresholds delta_m,ab: diagnostics of threshold drift, never the audit.
 

@@ -521,7 +521,7 @@ def test_report_lists_an_experiment_of_errored_trials_only(tmp_path, capsys):
         ("ok", ["--drift-baseline", "nosuch"], "--drift-baseline: no method 'nosuch'"),
         ("ok", ["--delta", "0.2", "--delta", "0.2"], "the same threshold is given twice"),
         ("ok", ["--delta-from", "erm:75"], "the quantile must look like p75"),
-        ("ok", ["--sensitivity-deltas", "0.1,x"], "--sensitivity-deltas: expected numbers"),
+        ("ok", ["--sensitivity-deltas", "0.1,x"], "--sensitivity-deltas value must be a number"),
         ("mixed", [], "several data sets"),
     ],
 )

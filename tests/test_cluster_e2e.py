@@ -199,7 +199,7 @@ def test_a_lost_worker_node_costs_nothing(
 
         monkeypatch.setattr(sys, "argv", ["nyuv2.py"])
         argv = ["--demo", "--storage", str(tmp_path), "--name", "lost-node"]
-        assert main(NYUV2, argv) == 2
+        assert main(datasets=("nyuv2",), argv=argv) == 2
         refused = capsys.readouterr().err.strip().splitlines()
         assert len(refused) == 1 and f"in use by a running sweep (pid {driver.pid} on" in refused[0]
 

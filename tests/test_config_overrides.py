@@ -96,7 +96,9 @@ def test_bad_config_files_are_one_line_errors(content, fragment, tmp_path, capsy
 
     file = tmp_path / "c.yaml"
     file.write_text(content)
-    status = main(NYUV2, ["--demo", "--config", str(file), "--storage", str(tmp_path)])
+    status = main(
+        datasets=("nyuv2",), argv=["--demo", "--config", str(file), "--storage", str(tmp_path)]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert fragment in err[0] and str(file) in err[0]

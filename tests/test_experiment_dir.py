@@ -18,7 +18,7 @@ import pytest
 
 import analysis
 from relif_ray.cli import main as relif_main
-from relif_ray.cli.sweep import NYUV2, main
+from relif_ray.cli.sweep import main
 from relif_ray.errors import UserError
 from relif_ray.experiment.export import export_experiment
 from relif_ray.experiment.lock import (
@@ -78,7 +78,7 @@ def test_a_second_sweep_on_a_running_experiment_is_refused_in_one_line(
     experiment, holder = locked
     data = [] if mode == ["--demo"] else ["--data-dir", str(nyuv2_dir)]
     argv = [*data, *mode, "--storage", str(experiment.parent), "--name", "exp"]
-    assert main(NYUV2, ["--methods", "erm", *argv]) == 2
+    assert main(datasets=("nyuv2",), argv=["--methods", "erm", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert (
@@ -110,7 +110,7 @@ def test_a_file_uri_storage_is_locked_exactly_like_its_path(
     experiment, holder = locked
     uri = experiment.parent.as_uri()
     argv = ["--data-dir", str(nyuv2_dir), *mode, "--storage", uri, "--name", "exp"]
-    assert main(NYUV2, ["--methods", "erm", *argv]) == 2
+    assert main(datasets=("nyuv2",), argv=["--methods", "erm", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert (

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import analysis
-from relif_ray.cli.sweep import NYUV2, clinical_main, main
+from relif_ray.cli.sweep import CLINICAL, main
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.eicu import check_eicu
 from relif_ray.data.mimic3 import check_mimic3
@@ -83,7 +83,11 @@ def nyuv2_copy(nyuv2_dir: Path, tmp_path: Path) -> Path:
 
 
 def nyuv2_main(argv: list[str]) -> int:
-    return main(NYUV2, argv)
+    return main(argv, datasets=("nyuv2",))
+
+
+def clinical_main(argv: list[str]) -> int:
+    return main(argv, datasets=tuple(CLINICAL))
 
 
 def nyuv2_flags(data: Path, storage: Path) -> list[str]:

@@ -166,10 +166,10 @@ def test_dependents_of_an_errored_reference_error_without_training(
 
 
 def test_a_reference_without_constants_is_refused_before_any_sweep(tmp_path, capsys, no_sweep):
-    from relif_ray.cli.sweep import NYUV2, main
+    from relif_ray.cli.sweep import main
 
     argv = ["--demo", "--storage", str(tmp_path), "--reference", str(tmp_path / "nope")]
-    assert main(NYUV2, argv) == 2
+    assert main(datasets=("nyuv2",), argv=argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"--reference {tmp_path / 'nope'}: no {SQUASH_CONSTANTS_FILE} there")
     assert "\n" not in err

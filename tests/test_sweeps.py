@@ -24,7 +24,7 @@ from ray import tune
 
 import analysis
 from relif_ray.audit import fixed_delta_audit
-from relif_ray.cli.sweep import NYUV2, build_parser, main, run_controller_sensitivity
+from relif_ray.cli.sweep import NYUV2, build_parser, main
 from relif_ray.cli.sweep import base_config as sweep_base_config
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_info
@@ -357,7 +357,10 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
 def test_bad_flags_are_one_line_errors_before_ray_starts(
     args, fragment, nyuv2_dir, capsys, no_sweep
 ):
-    status = main(NYUV2, ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"])
+    status = main(
+        datasets=("nyuv2",),
+        argv=["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"],
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert fragment in err[0] and err[0].split(": error: ")[1]
@@ -374,7 +377,7 @@ def test_bad_flags_are_one_line_errors_before_ray_starts(
 )
 def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, capsys, no_sweep):
     argv = ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"]
-    status = main(NYUV2, argv, runner=run_controller_sensitivity)
+    status = main(argv, controller_checks=True)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and fragment in err[0], err
 
@@ -594,7 +597,9 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
 def test_impossible_requests_fail_before_any_trial(
     args, fragment, ray_session, nyuv2_dir, tmp_path, capsys
 ):
-    status = main(NYUV2, ["--data-dir", str(nyuv2_dir), "--storage", str(tmp_path), *args])
+    status = main(
+        datasets=("nyuv2",), argv=["--data-dir", str(nyuv2_dir), "--storage", str(tmp_path), *args]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and fragment in err[0], err
     assert not any(tmp_path.iterdir())  # no experiment was started

@@ -1,35 +1,42 @@
-"""The `relif` console script: make-data, report, audit, export.
+"""The `relif` console script: sweep, make-data, audit, report, export.
 
 Every subcommand module provides `add_parser(subparsers)`; its parser sets `handler`, a
-function `(args) -> exit status`. User mistakes (`UserError`) print one line and exit 2.
+function `(args) -> exit status`. `relif sweep` is the sweep front door
+(`relif_ray.cli.sweep.main`), which parses its own flags: their defaults depend on --dataset.
+User mistakes (`UserError`) print one line and exit 2 (`relif_ray.cli.parsing.run_command`).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from analysis.report import add_parser as add_report_parser
-from relif_ray.cli.audit import add_parser as add_audit_parser
-from relif_ray.cli.make_data import add_parser as add_make_data_parser
-from relif_ray.errors import UserError
-from relif_ray.experiment.export import add_parser as add_export_parser
+from relif_ray.cli import audit, export, make_data, report, sweep
+from relif_ray.cli.parsing import OneLineParser, run_command
+
+PROG = "relif"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relif", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    add_make_data_parser(subparsers)
-    add_report_parser(subparsers)
-    add_audit_parser(subparsers)
-    add_export_parser(subparsers)
+    subparsers.add_parser(
+        "sweep",
+        add_help=False,
+        help="a Ray Tune sweep on a registered data set (relif sweep --dataset NAME --help)",
+    )
+    for command in (make_data, report, audit, export):
+        command.add_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)  # the parser lists the registered benchmarks
+    def command() -> int:
+        parser = build_parser()  # the parser lists the registered benchmarks
+        args, rest = parser.parse_known_args(argv)
+        if args.command == "sweep":
+            return sweep.main(rest, prog=f"{PROG} sweep", retry=[PROG, "sweep"])
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return args.handler(args)
-    except UserError as exc:
-        print(f"relif: error: {exc}", file=sys.stderr)
-        return 2
+
+    return run_command(PROG, command)

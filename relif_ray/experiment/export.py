@@ -1,4 +1,4 @@
-"""`relif export EXP DEST`: copy only what analysis reads, so a result travels light.
+"""Copy only what analysis reads of an experiment, so a result travels light (`relif export`).
 
 An experiment directory holds every trial's last `--keep-checkpoints` checkpoints, and each
 checkpoint's `state.pt` (model, optimiser, method and controller state) is by far the largest
@@ -19,7 +19,6 @@ is a new local folder, written under a temporary name and renamed when complete.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,33 +91,3 @@ def _size(root: storage.Location) -> int:
     store, path = storage.filesystem(root)
     selector = pafs.FileSelector(path, recursive=True)
     return sum(info.size or 0 for info in store.get_file_info(selector) if info.is_file)
-
-
-def _megabytes(size: int) -> str:
-    return f"{size / 1e6:,.1f} MB"
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `relif export`."""
-    parser = subparsers.add_parser(
-        "export",
-        help="copy what analysis needs of an experiment (no checkpoint states)",
-        description="Copy an experiment's trial outputs, per-trial Tune records and experiment "
-        "files (not the checkpoints' model/optimiser states) to a new local folder that "
-        "`relif report` and `analysis.load` read like the original.",
-    )
-    parser.add_argument("experiment", metavar="EXP", help="experiment directory (path or URI)")
-    parser.add_argument("destination", metavar="DEST", help="new local folder")
-    parser.set_defaults(handler=run_export)
-
-
-def run_export(args: argparse.Namespace) -> int:
-    summary = export_experiment(args.experiment, args.destination)
-    unfinished = summary.trials - summary.finished
-    print(
-        f"exported {summary.trials} trial(s) ({summary.finished} with outputs"
-        + (f", {unfinished} without" if unfinished else "")
-        + f"): {_megabytes(summary.copied_bytes)} of {_megabytes(summary.source_bytes)} "
-        f"to {Path(args.destination).resolve()}"
-    )
-    return 0

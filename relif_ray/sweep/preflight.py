@@ -10,13 +10,15 @@ the trial, so each rule keeps one home:
   that cannot be loaded, options the model rejects);
 - the data set: the benchmark's `check(root)` (every file present and readable, shapes and
   dtypes from file headers, small files parsed whole);
-- the storage: a local `--storage` must be creatable and writable; nothing is created here.
+- the storage: a local `--storage` must be creatable and writable; nothing is created here;
+- pretrained weights given as a file must exist (`resolve_pretrained`).
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -79,3 +81,14 @@ def check_storage(storage: str) -> None:
         raise UserError(f"--storage {storage}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--storage {storage}: {existing} is not writable")
+
+
+def resolve_pretrained(value: str) -> str:
+    """model.pretrained as the trials will read it: none, imagenet, or the absolute path of a
+    state_dict file that exists here."""
+    if value in ("none", "imagenet"):
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise UserError(f"model.pretrained: no such state_dict file: {value}")
+    return str(path.resolve())
