@@ -172,3 +172,44 @@ def test_analysis_squashes_with_the_references_squash_bounds(controller_experime
             & scores["valid"]
         ]
         assert [row.q10, row.q90] == squash_bounds(rows["score"].to_numpy(np.float64))
+
+
+@pytest.mark.slow
+def test_a_controller_sweep_through_relif_sweep_reports_each_static_lambda(
+    ray_session, nyuv2_dir, tmp_path, capsys
+):
+    """End to end: `relif sweep --controller-checks` (the front door), then `relif report`:
+    each static lambda0 is its own controller-table row, and the ablation row aggregates."""
+    from relif_ray.cli import main as relif_main
+
+    sweep = [
+        *("sweep", "--controller-checks", "--dataset", "nyuv2", "--data-dir", str(nyuv2_dir)),
+        *("--seeds", "1", "--epochs", "1", "--steps", "2", "--backbone", "resnet18"),
+        *("--batch-size", "12", "--set", "model.head_channels=16"),
+        *("--set", "train.eval_batch_size=12", "--etas", "1e-3", "--r-stars", "0.2"),
+        *("--static-lambdas", "0.03,0.3", "--storage", str(tmp_path), "--name", "checks"),
+    ]
+    assert relif_main(sweep) == 0, capsys.readouterr().err[-2000:]
+    experiment = tmp_path / "checks"
+    assert f"experiment directory: {experiment}" in capsys.readouterr().out
+    trials = analysis.load(experiment).trials
+    assert sorted(trials["variant"]) == [
+        "erm",
+        "relif (r*=0.16, eta=0.001)",
+        "relif (r*=0.2, eta=0.001)",
+        "relif-static (lambda0=0.03)",
+        "relif-static (lambda0=0.3)",
+    ]
+    out = tmp_path / "report"
+    report = ["report", str(experiment), "--out", str(out), "--no-figures", "--n-boot", "0"]
+    assert relif_main([*report, "--pool-size", "16", "--pairs", "128"]) == 0
+    controller = pd.read_csv(out / "tables" / "controller.csv", dtype={"lambda0": str})
+    assert dict(zip(controller["variant"], controller["lambda0"], strict=True)) == {
+        "relif (r*=0.16, eta=0.001)": "-",
+        "relif (r*=0.2, eta=0.001)": "-",
+        "relif-static (lambda0=0.03)": "0.03",
+        "relif-static (lambda0=0.3)": "0.3",
+    }
+    ablation = pd.read_csv(out / "tables" / "ablation.csv")
+    assert ablation.loc[ablation["variant"] == "relif-static", "n_seeds"].tolist() == [2]
+    assert "of its λ0 grid (0.03, 0.3) and seeds" in (out / "report.md").read_text()
