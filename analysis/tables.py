@@ -12,6 +12,7 @@ Each builder returns a `Table`, or a `Skipped` note when the experiment has no d
 - ablation: ReLiF component variants (Table 5); a static-lambda label is one row over its
   lambda0 grid, as in the paper
 - sensitivity: Bias over a list of deltas (Table 9)
+- utility: every utility metric of the report split
 - controller: per variant with a controller setting (r*, eta; or a static lambda0): Worst,
   Macro, Bias, share of steps at a lambda bound (B.3)
 Bias columns carry bootstrap intervals (`Results.bias_ci`) where `n_boot` > 0.
@@ -26,9 +27,18 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
-from analysis.render import Column, Table, display_text, latex_escape, metric_digits, summarize
-from analysis.results import SATURATION_FLAG, Results, sensitivity_key
+from analysis.render import (
+    Column,
+    Table,
+    display_text,
+    latex_escape,
+    metric_digits,
+    metric_header,
+    summarize,
+)
+from analysis.results import SATURATION_FLAG, Results, direction, sensitivity_key
 from relif_ray.audit import ranking_is_robust
+from relif_ray.problems import benchmark
 from relif_ray.sweep.labels import SETTING_FIELDS
 
 
@@ -416,3 +426,37 @@ def _add_ci(
     bounds = [results.bias_ci(trials_of[row], delta, ci.n_boot, ci.level) for row in rows["row"]]
     rows[f"{key}_ci_low"] = [low for low, _ in bounds]
     rows[f"{key}_ci_high"] = [high for _, high in bounds]
+
+
+def utility_table(trials: pd.DataFrame, split: str) -> Table:
+    """Every metric of `split` (normalized `<task>_score` columns left out) per method."""
+    prefix = f"{split}_"
+    metrics = [c[len(prefix) :] for c in trials.columns if c.startswith(prefix)]
+    leading = [m for m in ("worst", "macro") if m in metrics]
+    metrics = leading + [m for m in metrics if m not in leading and not m.endswith("_score")]
+    per_trial = trials[["variant", "seed"]].copy()
+    for metric in metrics:
+        per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
+    order = list(dict.fromkeys(trials["variant"]))
+    rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
+    directions = metric_directions(set(trials["dataset"]))
+    columns = [
+        Column(
+            m,
+            metric_header(m),
+            latex_escape(metric_header(m)),
+            direction(directions.get(m)),
+            digits=metric_digits(m),
+        )
+        for m in metrics
+    ]
+    title = f"All utility metrics ({split} split), mean ± sample std over seeds."
+    return Table("utility", title, "label", columns, rows)
+
+
+def metric_directions(datasets: set[str]) -> dict[str, bool]:
+    """`<task>_<metric>` -> higher is better, as the tasks of the trials' benchmarks declare."""
+    directions: dict[str, bool] = {}
+    for dataset in sorted(datasets):
+        directions.update(benchmark(dataset, "data set of the trials").metric_directions)
+    return directions

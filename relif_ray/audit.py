@@ -224,7 +224,6 @@ class AuditSettings:
                 raise UserError(f"{names.get(field, field)}: must be {need}, got {value!r}")
 
 
-
 def evaluation_pools(frame: pd.DataFrame, pool_size: int, eval_seed: int) -> dict[str, np.ndarray]:
     """Row positions of each task's evaluation pool (Algorithm 1 line 1)."""
     pools = {}

@@ -9,8 +9,9 @@ import sys
 from analysis import delta as delta_options
 from analysis.delta import DISTRIBUTIONS
 from analysis.experiment import load
-from analysis.report import SPLITS, ReportOptions, running_note, write_report
-from analysis.results import SENSITIVITY_DELTAS
+from analysis.report import ReportOptions, write_report
+from analysis.results import SENSITIVITY_DELTAS, SPLITS
+from analysis.sections import running_note
 from analysis.tables import CISettings
 from relif_ray.cli.parsing import add_audit_flags, audit_settings, parse_floats
 from relif_ray.errors import UserError

@@ -108,4 +108,3 @@ def write_demo_data(root: str, defaults: DatasetDefaults) -> None:
     later demo sweeps reuse it)."""
     if not Path(root).exists():
         benchmark(defaults.dataset).synthetic.write(Path(root), seed=0, **defaults.demo_data)
-
