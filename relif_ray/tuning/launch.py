@@ -98,10 +98,10 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def connect(resources: Resources) -> None:
-    """Start local Ray or join the cluster at `resources.address` (unless already connected);
-    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`).
-    Local Ray binds to 127.0.0.1 when the sweep driver called
-    `relif_ray.tuning.keep_local_ray_on_loopback` before importing Ray, as `sweep_cli` does."""
+    """Start local Ray or join the cluster at `resources.address` (unless already connected); its
+    workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`). Local Ray
+    binds to 127.0.0.1 when the driver called `relif_ray.tuning.keep_local_ray_on_loopback` before
+    importing Ray, as `relif_ray.sweep.driver` does."""
     if ray.is_initialized():
         return
     runtime_env = {"env_vars": env} if (env := worker_env()) else None
