@@ -79,11 +79,10 @@ def main(
     program = retry or [sys.executable, sys.argv[0]]
 
     def command() -> int:
-        request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks)
-        if request.selection is not None:
-            print("\n".join(request.selection.lines()))
         try:
-            experiment_dir = driver.run(request)
+            experiment_dir = run(
+                argv, prog=prog, datasets=datasets, controller_checks=controller_checks
+            )
         except TrialsErrored as failure:
             print(f"experiment directory: {failure.experiment_dir}")
             print("\n".join(summary_lines(failure, retry_command(program, argv))), file=sys.stderr)
@@ -92,6 +91,21 @@ def main(
         return 0
 
     return run_command(name, command)
+
+
+def run(
+    argv: list[str],
+    *,
+    prog: str | None = None,
+    datasets: tuple[str, ...] | None = None,
+    controller_checks: bool | None = None,
+) -> str:
+    """Parse and check `argv`, then run the sweep (`relif_ray.sweep.driver.run`); return its
+    experiment directory. Arguments as for `main`."""
+    request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks)
+    if request.selection is not None:
+        print("\n".join(request.selection.lines()))
+    return driver.run(request)
 
 
 def sweep_request(
@@ -218,6 +232,7 @@ def checks_planner(
         parse_floats(args.r_stars, "--r-stars"),
         args.r_star_eta,
         parse_floats(args.static_lambdas, "--static-lambdas"),
+        label=controller_label(args.label),
     )
     return lambda base: (param_space(base, variants, seeds, args.delta), None)
 
@@ -276,21 +291,32 @@ def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, fl
     return values[0], values[1]
 
 
-def parse_labels(text: str) -> list[str]:
+def parse_labels(text: str, flag: str = "--methods") -> list[str]:
     """Method labels, each checked against the method registry and the ReLiF labels."""
     labels = [label.strip() for label in text.split(",") if label.strip()]
     if not labels:
-        raise UserError("--methods: no method given")
+        raise UserError(f"{flag}: no method given")
     for label in labels:
-        method, _ = split_label(label)
+        method, _ = split_label(label, flag)
         if method not in METHODS:
             raise UserError(
-                f"--methods: unknown method '{method}' (known: {', '.join(sorted(METHODS))}, "
+                f"{flag}: unknown method '{method}' (known: {', '.join(sorted(METHODS))}, "
                 f"{', '.join(RELIF_LABELS)})"
             )
     if len(set(labels)) != len(labels):
-        raise UserError(f"--methods: a label is repeated in '{text}'")
+        raise UserError(f"{flag}: a label is repeated in '{text}'")
     return labels
+
+
+def controller_label(text: str) -> str:
+    """The one ReLiF label of the controller checks' `--label`; it must adapt lambda."""
+    labels = parse_labels(text, "--label")
+    if len(labels) != 1 or not uses_controller(labels[0]):
+        raise UserError(
+            f"--label: expected one ReLiF label that adapts lambda (e.g. relif, relif-st), "
+            f"got '{text}'"
+        )
+    return labels[0]
 
 
 def resources(args: argparse.Namespace) -> Resources:

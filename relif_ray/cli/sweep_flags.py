@@ -121,7 +121,7 @@ def add_grid_flags(
     grid.add_argument(
         "--methods",
         help="comma-separated labels: registered methods, "
-        f"{', '.join(RELIF_LABELS)}, or <method>+relif (default: {default_methods()}; "
+        f"{', '.join(RELIF_LABELS)}, or <method>+<ReLiF label> (default: {default_methods()}; "
         f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
     )
     grid.add_argument(
@@ -190,6 +190,12 @@ def add_check_flags(
     )
     checks.add_argument(
         "--static-lambdas", default=STATIC_LAMBDAS, help="lambda values of the static grid"
+    )
+    checks.add_argument(
+        "--label",
+        default="relif",
+        help="ReLiF label of the eta and r* checks, one that adapts lambda (e.g. relif-st, "
+        "pcgrad+relif); the static grid stays relif-static",
     )
 
 
