@@ -181,7 +181,7 @@ def compute_results(
     per_trial = trials[["trial", "variant", "label", "method", "relif", "seed"]].copy()
     for metric in ["worst", "macro", *(entry[0] for entry in native)]:
         per_trial[metric] = trials[f"{split}_{metric}"].to_numpy(dtype=np.float64)
-    fixed = audit.fixed([d.value for d in deltas], split)
+    fixed = audit.fixed(sorted({d.value for d in deltas}), split)  # two refs may coincide
     for delta in deltas:
         chosen = fixed[fixed["delta"] == delta.value].set_index("trial")
         per_trial[f"bias_{delta.key}"] = chosen.loc[per_trial["trial"], "bias"].to_numpy()

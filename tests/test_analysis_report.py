@@ -6,6 +6,7 @@ folders (helpers in tests/test_analysis.py), using `relif_ray.audit` and numpy o
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -245,6 +246,19 @@ def test_tables_without_data_are_skipped(tmp_path):
     experiment = audit.experiment
     assert isinstance(ablation_table(results, experiment, NO_CI), Skipped)
     assert isinstance(controller_table(results, experiment, NO_CI), Skipped)
+
+
+def test_delta_refs_of_equal_value_each_get_one_bias_per_trial(tmp_path):
+    """ERM's p75 and p50 coincide on a degenerate reference distribution (e.g. a validation
+    split of two examples): each delta_ref still gets exactly one Bias and VR per trial."""
+    root = write_synthetic_experiment(tmp_path / "plain", labels=("erm", "pcgrad"), seeds=2)
+    audit = ExperimentAudit(analysis.load(root), SETTINGS)
+    first = delta_options.resolve(delta_options.fixed("0.2"), audit)
+    second = dataclasses.replace(first, key="same", symbol="δ_same")
+    per_trial = compute_results(audit, [first, second], "val").per_trial
+    assert len(per_trial) == len(audit.experiment.trials) == 4
+    assert per_trial[f"bias_{first.key}"].tolist() == per_trial["bias_same"].tolist()
+    assert per_trial[f"vr_{first.key}"].tolist() == per_trial["vr_same"].tolist()
 
 
 def test_bias_interval_matches_the_analytic_standard_error(results, direct):
