@@ -59,14 +59,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from rows import Row, machine
 from run import (
     PLAIN_LOOP,
     VARIANTS,
     Context,
-    Row,
     UtilisationSampler,
     data_root,
-    machine,
     memory_and_throughput_rows,
     methods_rows,
     plain_loop_rows,
@@ -529,7 +528,7 @@ def repeat(check: Check, context: Context, root: Path, name: str, benchmark: boo
 
 
 def realsize_section(check: Check) -> None:
-    from relif_ray.variants import RELIF_LABELS
+    from relif_ray.sweep.labels import RELIF_LABELS
 
     labels = ["erm", "relif"] + (["relif-st"] if "relif-st" in RELIF_LABELS else [])
     steps = check.size.epochs * (check.size.train // BATCH_SIZE)

@@ -41,14 +41,11 @@ dependencies (TorchJD for the methods rows, Ray for the sweep row).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import importlib
 import importlib.util
 import json
 import math
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -61,6 +58,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rows import Row, emit, machine
 from timing import TIMING_SQUASH_BAND, verdict, verdict_at_most
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -78,19 +76,6 @@ WORKER_WARMUP_STEPS = 10
 the caching allocator and the GPU's clocks settle in them."""
 TOY_SIZE = (32, 40)
 """Image size of the GPU rows in a dry run on the CPU (`gpu_check.py --dry-run`)."""
-
-
-@dataclass
-class Row:
-    group: str
-    name: str
-    value: float | None
-    unit: str
-    target: str
-    result: str
-    detail: str = ""
-    per_seed: dict[int, float] | None = None
-    """Seed -> value, for rows that aggregate seeds (the fidelity rows)."""
 
 
 PLAIN_LOOP = "plain fp32 loop"
@@ -685,50 +670,6 @@ DEFAULT_SECTIONS = [name for name in SECTIONS if name != "fidelity"]
 """The full run: every section but fidelity (about 15 minutes of sweeps; `--only fidelity`)."""
 
 
-def machine(device: torch.device) -> dict[str, object]:
-    """Where the figures come from."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines()
-                 if ln.startswith("model name")]  # fmt: skip
-        cpu = names[0] if names else cpu
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
-def format_value(row: Row) -> str:
-    if row.value is None:
-        return "-"
-    if row.unit == "pairs/s":
-        return f"{row.value:.3g} {row.unit}"
-    if row.unit == "x":
-        return f"{row.value:.3f}x"
-    number = f"{row.value:.0f}" if abs(row.value) >= 100 else f"{row.value:.3g}"
-    return f"{number} {row.unit}".strip()
-
-
-def print_table(rows: list[Row], info: dict[str, object], quick: bool) -> None:
-    print(
-        f"relif-ray benchmarks{' (--quick)' if quick else ''}: {info['cpu']}, {info['cores']} "
-        f"cores, load {info['load_average']:.1f}; GPU {info['gpu'] or 'none'}; "
-        f"torch {info['torch']}, {info['torch_threads']} thread(s)"
-    )
-    widths = (50, 16, 18, 15)
-    header = ("benchmark", "value", "target", "result")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + "  detail")
-    for row in rows:
-        cells = (row.name, format_value(row), row.target, row.result)
-        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + f"  {row.detail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: minutes on 2 CPUs")
@@ -752,16 +693,6 @@ def main(argv: list[str] | None = None) -> int:
         for section in args.only or DEFAULT_SECTIONS:
             rows += SECTIONS[section](context)
     return emit(rows, info, args.quick, args.json)
-
-
-def emit(rows: list[Row], info: dict[str, object], quick: bool, as_json: bool) -> int:
-    """Print the rows (a table, or JSON with the machine); exit status 1 if any row FAILs."""
-    if as_json:
-        payload = {"machine": info, "quick": quick, "rows": [dataclasses.asdict(r) for r in rows]}
-        print(json.dumps(payload, indent=2))
-    else:
-        print_table(rows, info, quick)
-    return 1 if any(row.result.startswith("FAIL") for row in rows) else 0
 
 
 if __name__ == "__main__":
