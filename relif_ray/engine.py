@@ -163,9 +163,9 @@ class TrainingRun:
         return ReLiFRegularizer(self.config.relif, task_names).to(self.device)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
-        """The config's optimiser; on CUDA its fused implementation (one kernel for every
-        parameter's update rather than a few per parameter: host time), on the CPU torch's
-        default one, so CPU numbers do not change."""
+        """The config's optimiser; on CUDA its fused implementation (a few kernel launches
+        update every parameter, rather than several per parameter: host time), on the CPU
+        torch's default one, so CPU numbers do not change."""
         train = self.config.train
         parameters = [*self.model.parameters(), *self.method.parameters()]
         fused = True if self.device.type == "cuda" else None
