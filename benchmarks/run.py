@@ -158,29 +158,43 @@ def relif_rows(ctx: Context, rounds: int | None = None) -> list[Row]:
     return rows
 
 
+RELIF_COUNT_METHODS = {
+    "ATen calls": "nested calls included (torch.profiler)",
+    "kernel launches": "operations on device tensors, views excluded, counted on the meta device",
+}
+
+
 def relif_op_count_rows(ctx: Context) -> list[Row]:
-    """ATen calls of one regularizer forward + backward (a count, on the CPU, whatever the
-    device), against the count before issue 29's rewrite (`relif_op_count.py`)."""
+    """ATen calls and device kernel launches of one regularizer forward + backward (counts,
+    made on the CPU whatever the device), against the counts before issue 29's rewrite
+    (`relif_op_count.py`)."""
     import relif_op_count as module
 
     rows = []
     for setting in module.SETTINGS:
-        count = module.aten_calls(setting)
-        limit, before = module.LIMIT[setting.name], module.BEFORE[setting.name]
-        rows.append(
-            Row(
-                "relif",
-                f"ReLiF regularizer ATen calls per step, {setting.name}",
-                count,
-                "calls",
-                f"<= {limit}",
-                verdict(count <= limit),
-                f"forward + backward, nested calls included (torch.profiler, torch "
-                f"{torch.__version__}); {before / count:.2f}x fewer than the {before} before "
-                f"the rewrite; {len(setting.tasks)} tasks, batch {setting.batch_size}, "
-                f"representation {setting.width}",
-            )
+        shape = (
+            f"{len(setting.tasks)} tasks, batch {setting.batch_size}, representation "
+            f"{setting.width}; torch {torch.__version__}"
         )
+        counts = {
+            "ATen calls": (module.aten_calls, module.LIMIT, module.BEFORE),
+            "kernel launches": (module.device_kernels, module.KERNEL_LIMIT, module.KERNELS_BEFORE),
+        }
+        for what, (count_of, limits, befores) in counts.items():
+            how = RELIF_COUNT_METHODS[what]
+            count, limit, before = count_of(setting), limits[setting.name], befores[setting.name]
+            rows.append(
+                Row(
+                    "relif",
+                    f"ReLiF regularizer {what} per step, {setting.name}",
+                    count,
+                    "",
+                    f"<= {limit}",
+                    verdict(count <= limit),
+                    f"forward + backward, {how}; {before} before the rewrite "
+                    f"({before / count:.2f}x); {shape}",
+                )
+            )
     return rows
 
 

@@ -79,8 +79,8 @@ def cosine_distance(u: Tensor, v: Tensor) -> Tensor:
     distance 1/2 to everything, rather than NaN).
     """
     cosine = (F.normalize(u, dim=-1) * F.normalize(v, dim=-1)).sum(-1)
-    one = constant(1.0, cosine)
-    return (one - cosine.clamp(-one, one)) / constant(2.0, cosine)
+    clamped = cosine.clamp(-1.0, 1.0)  # a number bound: its backward is cheaper than a tensor's
+    return (constant(1.0, cosine) - clamped) / constant(2.0, cosine)
 
 
 @dataclass
