@@ -77,6 +77,18 @@ def test_relif_regularizer_stays_within_its_aten_call_and_kernel_budgets(load) -
     ]
 
 
+def test_batch_host_time_times_both_paths_on_nyuv2_shaped_data(load) -> None:
+    """NYUv2's shapes and label dtype; both paths timed, the ratio with its interval (no
+    timing is asserted)."""
+    bench = load("batch_host_time")
+    split = bench.nyuv2_shaped_split(16)
+    assert split.tensors["image"].shape == (16, 3, 288, 384)
+    assert split.tensors["seg"].dtype == torch.int8
+    result = bench.measure(examples=16, rounds=2)
+    assert set(result) == {"host_s", "device_s", "ratio", "ratio_low", "ratio_high"}
+    assert result["host_s"] > 0 and result["device_s"] > 0
+
+
 def test_python_reference_loop_matches_the_closed_form(load) -> None:
     audit = load("audit_throughput")
     scores = [0.1, 0.5, 0.95]
