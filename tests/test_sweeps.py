@@ -425,11 +425,12 @@ def test_the_demo_scales_the_controller_to_its_step_budget(flags, eta, warmup, t
 def test_scale_to_budget_keeps_the_papers_eta_steps_product_and_warmup_share():
     from relif_ray.relif.controller import PAPER_NYUV2_STEPS, scale_to_budget
 
-    assert PAPER_NYUV2_STEPS == 20_000
+    assert PAPER_NYUV2_STEPS == 200 * 99  # 795 images in full batches of 8, 200 epochs
     assert scale_to_budget(PAPER_NYUV2_STEPS) == (1e-3, 100)
     for steps in (24, 240, 1500, 40_000):
         eta, warmup = scale_to_budget(steps)
-        assert eta * steps == pytest.approx(20.0) and warmup == max(1, round(steps / 200))
+        assert eta * steps == pytest.approx(19.8)
+        assert warmup == max(1, round(100 * steps / 19_800))
     with pytest.raises(ValueError):
         scale_to_budget(0)
 
