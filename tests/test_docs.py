@@ -112,7 +112,8 @@ def command_flags(command: str) -> frozenset[str]:
 def our_scripts() -> list[str]:
     """The sweep entry points, and the benchmarks with a command line."""
     scripts = sorted((REPO / "sweeps").glob("*.py"))
-    scripts += [p for p in sorted((REPO / "benchmarks").glob("*.py")) if "argparse" in p.read_text()]
+    benchmark_scripts = sorted((REPO / "benchmarks").glob("*.py"))
+    scripts += [path for path in benchmark_scripts if "argparse" in path.read_text()]
     return [str(path.relative_to(REPO)) for path in scripts if "__main__" in path.read_text()]
 
 
