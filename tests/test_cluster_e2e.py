@@ -31,7 +31,7 @@ from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, main
 from relif_ray.experiment.outputs import read_trial_info
 from tests.conftest import TINY_DATA
-from tests.recipes import documented_command, script_argv, with_flags
+from tests.recipes import CLUSTER_SWEEP, documented_command, script_argv, with_flags
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,6 @@ REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 4
 STEPS_PER_EPOCH = 2
 LOOPBACK = "127.0.0.1"
-CLUSTER_SWEEP = "python sweeps/nyuv2.py --address auto"
-"""The start of the documented cluster sweep command (docs/cluster.md)."""
 
 
 @dataclass

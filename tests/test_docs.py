@@ -13,10 +13,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import re
 import runpy
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -104,9 +108,24 @@ def command_flags(command: str) -> frozenset[str]:
             "make-data": [["make-data", name] for name in benchmarks()],
         }.get(sub, [[sub]])
         texts = [help_text(argv) for argv in variants]
+        if sub == "make-data":
+            texts.append(plugin_make_data_help())
     else:
         texts = [help_text([], REPO / command)]
     return frozenset(flag for text in texts for flag in FLAG.findall(text))
+
+
+def plugin_make_data_help() -> str:
+    """`relif make-data toy --help` of the plug-in benchmark docs/examples/my_benchmark.py, in
+    a process of its own (a plug-in directory, once searched, stays registered in a process)."""
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(REPO / "docs" / "examples" / "my_benchmark.py", folder)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "RELIF_PROBLEMS_PATH": folder}
+        done = subprocess.run(
+            [sys.executable, "-m", "relif_ray.cli", "make-data", "toy", "--help"],
+            env=env, capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+    return done.stdout
 
 
 def our_scripts() -> list[str]:

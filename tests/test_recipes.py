@@ -22,9 +22,15 @@ import torch
 from relif_ray.cli.sweep import DATASETS, experiment_name, sweep_request
 from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser
 from relif_ray.sweep.plan import plan_summary
-from tests.recipes import REPO, documented_command, script_argv, with_flags
+from tests.recipes import (
+    CLUSTER_SWEEP,
+    ONE_MACHINE_8_GPUS,
+    REPO,
+    documented_command,
+    script_argv,
+    with_flags,
+)
 
-ONE_MACHINE_8_GPUS = "python sweeps/nyuv2.py --data-dir /data/nyuv2 --num-gpus 8"
 CONTROLLER_CHECKS = "python sweeps/controller_sensitivity.py --dataset mimic3"
 
 
@@ -35,11 +41,15 @@ def shown_output(document: str, prefix: str) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("recipe", [ONE_MACHINE_8_GPUS, CLUSTER_SWEEP])
+def test_the_readme_shows_the_tested_commands(recipe):
+    assert documented_command("README.md", recipe) == documented_command("docs/cluster.md", recipe)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with GPUs the sweep would run")
 def test_the_one_machine_8_gpu_recipe_runs_until_it_needs_a_gpu(nyuv2_dir, tmp_path):
     command = documented_command("docs/cluster.md", ONE_MACHINE_8_GPUS)
-    assert command in (REPO / "README.md").read_text()
     argv = with_flags(script_argv(command), {"--data-dir": str(nyuv2_dir)})
     result = subprocess.run(
         [sys.executable, "sweeps/nyuv2.py", *argv, "--storage", str(tmp_path)],
