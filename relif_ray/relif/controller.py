@@ -17,6 +17,7 @@ inactive update leaves every buffer as it was through `torch.where`, not a Pytho
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -96,7 +97,7 @@ class ViolationController(nn.Module):
         return self.lambda_.clone()
 
 
-PAPER_NYUV2_STEPS = 200 * (795 // 8)
+PAPER_NYUV2_STEPS = 200 * math.floor(795 / 8)
 """Controller updates of the paper's NYUv2 run: 200 epochs of 795 images in batches of 8
 (LibMTL's budget, which ours follows), 99 full batches per epoch (the last partial batch is
 dropped, by `relif_ray.engine` as by LibMTL's loader), so 19,800 steps, at eta 1e-3 with a
