@@ -407,8 +407,8 @@ def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
 @pytest.mark.parametrize(
     ("flags", "eta", "warmup"),
     [
-        ([], 20 / 240, 1),  # eta x steps = 20 and warmup / steps = 0.005, as in the paper
-        (["--steps", "4000"], 20 / 4000, 20),
+        ([], 19.8 / 240, 1),  # eta x steps = 19.8 and warmup / steps as in the paper's run
+        (["--steps", "4000"], 19.8 / 4000, 20),
         (["--eta", "0.01", "--warmup-steps", "7"], 0.01, 7),  # given values win
         (["--epochs", "3"], 1e-3, 100),  # an epoch budget is not scaled
     ],
