@@ -9,16 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.mtl_metrics import (
-    HYPERVOLUME_REFERENCE,
-    delta_m,
-    delta_m_summary,
-    hypervolume,
-    hypervolumes,
-    task_metrics,
-)
+from analysis.mtl_metrics import delta_m, delta_m_summary, hypervolumes, task_metrics
 from relif_ray.problems import benchmark
-from relif_ray.sweep.selection import non_dominated
+from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated
 
 METRICS = {"a": {"a_up": True, "a_down": False}, "b": {"b_up": True}}
 """Two tasks: a with a higher- and a lower-is-better metric, b with one higher-is-better."""
