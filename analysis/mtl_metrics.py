@@ -122,9 +122,10 @@ def delta_m_against_erm(trials: pd.DataFrame, split: str) -> pd.Series:
     metric is missing or its ERM value is 0, or where the data set reports no native metric.
     """
     candidates = same_seed_erm(trials)
-    result = pd.Series(np.nan, index=trials.index, name="delta_m", dtype=np.float64)
+    result = np.full(len(trials), np.nan)
     by_trial = trials.set_index("trial")
-    for dataset, group in trials.groupby("dataset", sort=False):
+    for dataset, positions in trials.groupby("dataset", sort=False).indices.items():
+        group = trials.iloc[positions]
         problem = benchmark(dataset, "data set of the trials")
         reported = {
             f"{split}_{metric}": higher
@@ -142,8 +143,8 @@ def delta_m_against_erm(trials: pd.DataFrame, split: str) -> pd.Series:
         ]
         base_values = by_trial.reindex(references)[columns].to_numpy(dtype=np.float64)
         values = group[columns].to_numpy(dtype=np.float64)
-        result.loc[group.index] = _improvement(values, base_values, metrics, "task")
-    return result
+        result[positions] = _improvement(values, base_values, metrics, "task")
+    return pd.Series(result, index=trials.index, name="delta_m")
 
 
 def delta_m_summary(per_trial: pd.DataFrame, by: str = "variant") -> pd.DataFrame:

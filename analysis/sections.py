@@ -199,7 +199,8 @@ def _values_text(values: list) -> str:
 def training_settings(trials: pd.DataFrame) -> str:
     """Per method, the optimiser, budget and learning-rate schedule its trials ran with."""
     rows = []
-    for variant, group in trials.sort_values("seed").groupby("variant", sort=False):
+    for variant, group in trials.groupby("variant", sort=False):
+        group = group.sort_values("seed")
         trains = [config["train"] for config in group["config"]]
         cells = [_values_text([train.get(name) for train in trains]) for name in TRAINING_FIELDS]
         cells.append(_values_text([schedule_text(train) for train in trains]))
