@@ -217,11 +217,16 @@ def test_sweep_trials_and_report_find_the_plugin(
 def test_workers_get_the_plugin_directories_as_absolute_paths(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Trials run in their own folders, so a relative directory is resolved by the driver."""
-    from relif_ray.problems import PATH_VARIABLE, worker_env
+    """Trials run in their own folders, so a relative directory is resolved by the driver;
+    the benchmark and the method plug-in paths travel alike."""
+    from relif_ray.plugins import METHODS_PATH, PROBLEMS_PATH, worker_env
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(PATH_VARIABLE, f"plugins{os.pathsep}{os.pathsep}/opt/more")
-    assert worker_env() == {PATH_VARIABLE: f"{tmp_path / 'plugins'}{os.pathsep}/opt/more"}
-    monkeypatch.delenv(PATH_VARIABLE)
+    monkeypatch.setenv(PROBLEMS_PATH, f"plugins{os.pathsep}{os.pathsep}/opt/more")
+    monkeypatch.delenv(METHODS_PATH, raising=False)
+    assert worker_env() == {PROBLEMS_PATH: f"{tmp_path / 'plugins'}{os.pathsep}/opt/more"}
+    monkeypatch.setenv(METHODS_PATH, "methods")
+    assert worker_env()[METHODS_PATH] == str(tmp_path / "methods")
+    monkeypatch.delenv(PROBLEMS_PATH)
+    monkeypatch.delenv(METHODS_PATH)
     assert worker_env() == {}

@@ -31,8 +31,8 @@ from relif_ray.planning import (
     TuneOptions,
     trial_order,
 )
+from relif_ray.plugins import worker_env
 from relif_ray.preflight import lent_constants
-from relif_ray.problems import worker_env
 from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
 from relif_ray.tuning.outcome import raise_if_errored
 from relif_ray.tuning.reference import ReferenceOrder
@@ -109,7 +109,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 def connect(resources: Resources) -> None:
     """Start local Ray or join the cluster at `resources.address` (unless already connected);
-    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`).
+    its workers get the driver's plug-in paths (`relif_ray.plugins.worker_env`).
     Local Ray binds to 127.0.0.1 when the sweep driver called
     `relif_ray.tuning.keep_local_ray_on_loopback` before importing Ray, as `sweep_cli` does."""
     if ray.is_initialized():
