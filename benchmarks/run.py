@@ -11,18 +11,19 @@ sides alike; the CPU rows use one torch thread. Rows:
 
 - ReLiF overhead: ERM + ReLiF step time over ERM's, dense NYUv2 model and clinical LSTM
   (target <= 1.05; `relif_step_time.py`);
-- methods: each method's step time over ERM's (info) and over TorchJD's implementation of the
-  same method on the same model and batch where TorchJD has one (target <= 1.0); for the
-  representation-gradient mode of GradNorm and PCGrad, the step time over ERM's (target
-  <= 1.3) and the cosine between its update and the exact one on the same batch (info;
-  `methods_step_time.py`);
+- methods: each registered method's step time over ERM's (info) and over the implementation
+  of the same method in TorchJD or the LibMTL 1.1.5 package on the same model and batch where
+  one exists (target <= 1.0); for every representation-gradient mode, the step time over
+  ERM's (target <= 1.3) and the cosine between its update and the exact one on the same batch
+  (info; `methods_step_time.py`);
 - audit: fixed-delta audit pair evaluations per second vs a plain Python loop (target >= 1e7
   on one core; `audit_throughput.py`);
 - analysis: load and audit 1,000 generated trials (target <= 10 s; `analysis_load.py`; --quick
   times 100 trials and judges the linear extrapolation to 1,000);
 - sweep efficiency on local Ray (target >= 0.97; `sweep_efficiency.py`, when present);
-- peak memory per trial: one process per variant (`trial_worker.py`): peak RSS on CPU,
-  torch.cuda.max_memory_allocated on CUDA;
+- peak memory per trial: one process per variant (ERM + ReLiF and every registered method;
+  `trial_worker.py`): peak RSS on CPU, torch.cuda.max_memory_allocated on CUDA, and its ratio
+  to ERM's;
 - CUDA only (else "needs a GPU"): training images/s of ResNet-50 at 288x384, batch 8, bf16,
   channels-last, for ERM, ERM + ReLiF and each method; and aggregate images/s with the GPU's
   utilisation for 1, 2 and 4 ERM trials packed on one GPU.
@@ -62,8 +63,6 @@ BENCHMARKS = Path(__file__).resolve().parent
 SWEEP_EFFICIENCY_MODULE = "sweep_efficiency"
 """benchmarks/sweep_efficiency.py: `measure(trial_seconds=...) -> {"ratio": ...}`, `TARGET`."""
 
-VARIANTS = ("erm", "relif", "uncertainty", "gradnorm", "pcgrad", "fairgrad")
-"""ERM, ERM + ReLiF and every other method of the registry."""
 PACKED_TRIALS = (1, 2, 4)
 GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
 
@@ -165,7 +164,7 @@ def methods_rows(ctx: Context) -> list[Row]:
         description, summary, cosines = module.measure("cpu", quick=ctx.quick)
     rows = []
     for name, timing in summary.items():
-        if name.startswith("torchjd") or name == "erm":
+        if name in module.COUNTERPART.values() or name == "erm":
             continue
         detail = f"{timing.ms_per_step:.1f} ms/step; {description}"
         target, result = "-", "info"
@@ -176,12 +175,12 @@ def methods_rows(ctx: Context) -> list[Row]:
         rows.append(
             Row("methods", f"{name} / ERM step time", timing.vs_erm, "x", target, result, detail)
         )
-        if timing.vs_torchjd is not None:
-            median, lower, upper = timing.vs_torchjd
+        if timing.vs_package is not None:
+            median, lower, upper = timing.vs_package
             rows.append(
                 Row(
                     "methods",
-                    f"{name} / TorchJD {module.TORCHJD_COUNTERPART[name]} step time",
+                    f"{name} / {module.COUNTERPART[name]} step time",
                     median,
                     "x",
                     f"<= {module.TARGET}",
@@ -340,13 +339,29 @@ def data_root(ctx: Context, gpu: bool) -> Path:
     return root
 
 
+def variants() -> list[str]:
+    """ERM, ERM + ReLiF and every other registered method whose dependencies are installed."""
+    from relif_ray.methods import METHODS
+    from relif_ray.methods.registry import missing_requirements
+
+    others = (
+        n for n, cls in sorted(METHODS.items()) if n != "erm" and not missing_requirements(cls)
+    )
+    return ["erm", "relif", *others]
+
+
 def memory_and_throughput_rows(ctx: Context) -> list[Row]:
-    """Peak memory of one trial per variant; on CUDA also its training images/s."""
+    """Peak memory of one trial per variant (and its ratio to ERM's); on CUDA also its
+    training images/s."""
     root = data_root(ctx, ctx.cuda)
     steps = (10 if ctx.quick else 40) if ctx.cuda else 2
+    peak = "cuda_peak_mb" if ctx.cuda else "peak_rss_mb"
     rows = []
-    for variant in VARIANTS:
+    erm_peak = None
+    for variant in variants():
         result = run_worker(trial_config(ctx, root, variant, ctx.cuda), warmup=3, steps=steps)
+        erm_peak = erm_peak or result[peak]
+        versus_erm = f"{result[peak] / erm_peak:.2f}x ERM's; "
         if ctx.cuda:
             rows.append(
                 Row(
@@ -356,8 +371,9 @@ def memory_and_throughput_rows(ctx: Context) -> list[Row]:
                     "MiB",
                     "-",
                     "info",
-                    "ResNet-50 288x384 batch 8 bf16 (torch.cuda.max_memory_allocated); "
-                    f"host peak RSS {result['peak_rss_mb']:.0f} MiB",
+                    f"{versus_erm}ResNet-50 288x384 batch 8 bf16 "
+                    f"(torch.cuda.max_memory_allocated); host peak RSS "
+                    f"{result['peak_rss_mb']:.0f} MiB",
                 )
             )
             rows.append(
@@ -381,14 +397,14 @@ def memory_and_throughput_rows(ctx: Context) -> list[Row]:
                     "MiB",
                     "-",
                     "info",
-                    f"resnet18 64x80 batch 8, one process; after imports "
+                    f"{versus_erm}resnet18 64x80 batch 8, one process; after imports "
                     f"{result['rss_imports_mb']:.0f} MiB",
                 )
             )
     if not ctx.cuda:
         rows += [
             Row("gpu", f"training images/s, {v}", None, "img/s", "-", "needs a GPU")
-            for v in VARIANTS
+            for v in variants()
         ]
     return rows
 
