@@ -1,5 +1,5 @@
-"""DB-MTL, Dual-Balancing Multi-Task Learning (Lin, Ye, Zhang & Kwok, "Dual-Balancing for
-Multi-Task Learning", arXiv:2308.12029, 2023).
+"""DB-MTL, Dual-Balancing Multi-Task Learning (Lin et al., "Dual-Balancing for Multi-Task
+Learning", arXiv:2308.12029, 2023).
 
 Loss-scale balancing: every task loss is replaced by its logarithm log(L_k + eps), eps = 1e-8.
 Gradient-magnitude balancing: with g_k(t) the gradient of log(L_k + eps) on the shared

@@ -1,5 +1,5 @@
 """DWA, Dynamic Weight Average (Liu, Johns & Davison, CVPR 2019, "End-to-End Multi-Task
-Learning with Attention", Eq. 7).
+Learning with Attention").
 
 The task weights of epoch t are
 
@@ -37,7 +37,7 @@ from relif_ray.methods.registry import register
 
 
 def dwa_weights(older_means: Tensor, newer_means: Tensor, temperature: float) -> Tensor:
-    """lambda_k = K softmax_k(w_k / T) with w_k = newer_k / older_k (the paper's Eq. 7)."""
+    """lambda_k = K softmax_k(w_k / T) with w_k = newer_k / older_k."""
     ratios = newer_means / older_means
     return len(ratios) * torch.softmax(ratios / temperature, dim=0)
 

@@ -1,5 +1,5 @@
-"""FAMO, Fast Adaptive Multitask Optimization (Liu, Liu, Jin, Stone & Liu, NeurIPS 2023,
-Algorithm 1).
+"""FAMO, Fast Adaptive Multitask Optimization (Liu et al., NeurIPS 2023, "FAMO: Fast Adaptive
+Multitask Optimization").
 
 Task logits xi (K), z = softmax(xi). The network gets one backward of
 
