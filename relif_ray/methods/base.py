@@ -10,9 +10,9 @@ gradient-manipulating method never reweights or projects the fairness term.
 
 Gradient source (`method.gradient_source`): "parameters" (every method; exact) takes the
 per-task gradients on the shared parameters; "representation" (only the methods that list it
-in `gradient_sources`: PCGrad and GradNorm) takes them on the encoder output every head
-consumes and backpropagates once through the encoder, an approximation described in
-`relif_ray.methods.gradients`.
+in `gradient_sources`: PCGrad, GradNorm, MGDA, IMTL-G, Aligned-MTL) takes them on the
+encoder output every head consumes and backpropagates once through the encoder, an
+approximation described in `relif_ray.methods.gradients`.
 
 Hooks around the optimizer step (no-ops by default; the engine calls them for every method):
 `after_step(batch_losses)` right after the optimizer step, with a function that returns the
@@ -108,7 +108,12 @@ class MTLMethod(nn.Module):
         """The method's options (the keyword arguments of `__init__` after the base ones) and
         their defaults."""
         parameters = inspect.signature(cls.__init__).parameters.values()
-        return {p.name: p.default for p in parameters if p.name not in BASE_ARGUMENTS}
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        return {
+            p.name: p.default
+            for p in parameters
+            if p.name not in BASE_ARGUMENTS and p.kind not in variadic
+        }
 
     def promises_non_conflict(self) -> bool:
         """True when the shared update d never conflicts with a task: g_k . d >= 0 for every k.
