@@ -223,7 +223,7 @@ class TrainingRun:
     def _backward(self, batch: Batch) -> dict[str, Tensor]:
         """Forward, task losses, ReLiF and the method's backward on one device batch; the
         step's trace row, still as tensors. Nothing here waits for the device (tested), except
-        methods that solve a small problem on the host (PCGrad, FairGrad)."""
+        methods that solve a small problem on the host (PCGrad, FairGrad, the TorchJD ones)."""
         output = self._forward(batch)
         losses = self._task_losses(output, batch)
         extra_loss, stats = None, {}
