@@ -7,8 +7,9 @@ persistence, and analysis needs nothing but a copy of that directory:
     trial.json            label, method, seed, status, the full ExperimentConfig, metrics per split
     scores.parquet        split, task, example_id, score (raw audit score p_k), valid
     representations.parquet  split, example_id, embedding (list<float32>, shared representation)
-    trace.parquet         one row per training step: step, loss_<task>, weight_<task>, and the
-                          ReLiF statistics (lambda, r, r_ema, tau, kappa, loss_lip) when enabled
+    trace.parquet         one row per training step: step, lr (the learning rate it used),
+                          loss_<task>, weight_<task>, and the ReLiF statistics (lambda, r,
+                          r_ema, tau, kappa, loss_lip) when enabled
 
 The folder is written under a temporary name and renamed, so it is complete or absent.
 """

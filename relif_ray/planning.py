@@ -184,14 +184,16 @@ def controller_variants(
     r_stars: list[float],
     r_star_eta: float,
     static_lambdas: list[float],
+    label: str = "relif",
 ) -> list[dict]:
     """The paper's controller checks (appendix "Controller sensitivity", section 5):
-    eta in `etas` at r* = `eta_r_star`; r* in `r_stars` at eta = `r_star_eta`; lambda fixed at
-    each of `static_lambdas` ("relif-static"); plus ERM, the same-seed reference the audit
-    squashes NYUv2 scores with. A setting in two checks is trained once."""
+    eta in `etas` at r* = `eta_r_star`; r* in `r_stars` at eta = `r_star_eta`, both of the
+    adaptive ReLiF `label` (default "relif", the paper's); lambda fixed at each of
+    `static_lambdas` ("relif-static"); plus ERM, the same-seed reference the audit squashes
+    NYUv2 scores with. A setting in two checks is trained once."""
     variants = [variant("erm")]
-    variants += [variant("relif", eta_r_star, eta) for eta in etas]
-    variants += [variant("relif", r_star, r_star_eta) for r_star in r_stars]
+    variants += [variant(label, eta_r_star, eta) for eta in etas]
+    variants += [variant(label, r_star, r_star_eta) for r_star in r_stars]
     variants += [
         variant("relif-static", extra={"relif.lambda0": value}) for value in static_lambdas
     ]

@@ -7,7 +7,8 @@ the trial, so each rule keeps one home:
 - every trial's config: the method is built with its options (`build_method`: unknown
   options, out-of-range values, a gradient source the method lacks) and the model is built on
   PyTorch's `meta` device, which allocates no memory (unknown backbone, pretrained weights
-  that cannot be loaded, options the model rejects);
+  that cannot be loaded, options the model rejects); the straight-through squash gradient is
+  refused where the data set has no squashed score (`check_squash_gradient`);
 - the data set: the benchmark's `check(root)` (every file present and readable, shapes and
   dtypes from file headers, small files parsed whole);
 - the storage: a local `--storage` must be creatable and writable; nothing is created here.
@@ -33,6 +34,7 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
     built: set[str] = set()
     for config in configs:
         described = benchmark(config.data.dataset, "config field data.dataset")
+        check_squash_gradient(config, described.squashed_tasks)
         method = config.method
         if repr((config.data.dataset, method)) not in built:
             built.add(repr((config.data.dataset, method)))
@@ -49,6 +51,19 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
                 # loading pretrained weights into meta parameters copies nothing, by design
                 warnings.filterwarnings("ignore", ".*copying from a non-meta parameter")
                 described.model(config.model)
+
+
+def check_squash_gradient(config: ExperimentConfig, squashed_tasks: frozenset[str]) -> None:
+    """`relif.squash_gradient: straight_through` changes only the gradient through squashed
+    scores; on a data set whose audit scores are all probabilities it would train exactly as
+    "clip" (`relif-st` = `relif`), so a sweep asking for it is a mistake."""
+    relif = config.relif
+    if relif.enabled and relif.squash_gradient == "straight_through" and not squashed_tasks:
+        raise UserError(
+            "config field relif.squash_gradient: straight_through (label relif-st) changes "
+            f"nothing on {config.data.dataset}, whose audit scores are all probabilities "
+            "(no squash); use clip (relif)"
+        )
 
 
 def check_data(dataset: str, root: str) -> None:

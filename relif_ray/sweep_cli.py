@@ -155,7 +155,7 @@ def build_parser(
         grid.add_argument(
             "--methods",
             help="comma-separated labels: registered methods, "
-            f"{', '.join(RELIF_LABELS)}, or <method>+relif (default: {default_methods()}; "
+            f"{', '.join(RELIF_LABELS)}, or <method>+<ReLiF label> (default: {default_methods()}; "
             f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
         )
         grid.add_argument(
@@ -339,21 +339,32 @@ def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, fl
     return values[0], values[1]
 
 
-def parse_labels(text: str) -> list[str]:
+def parse_labels(text: str, flag: str = "--methods") -> list[str]:
     """Method labels, each checked against the method registry and the ReLiF labels."""
     labels = [label.strip() for label in text.split(",") if label.strip()]
     if not labels:
-        raise UserError("--methods: no method given")
+        raise UserError(f"{flag}: no method given")
     for label in labels:
-        method, _ = split_label(label)
+        method, _ = split_label(label, flag)
         if method not in METHODS:
             raise UserError(
-                f"--methods: unknown method '{method}' (known: {', '.join(sorted(METHODS))}, "
+                f"{flag}: unknown method '{method}' (known: {', '.join(sorted(METHODS))}, "
                 f"{', '.join(RELIF_LABELS)})"
             )
     if len(set(labels)) != len(labels):
-        raise UserError(f"--methods: a label is repeated in '{text}'")
+        raise UserError(f"{flag}: a label is repeated in '{text}'")
     return labels
+
+
+def controller_label(text: str) -> str:
+    """The one ReLiF label of the controller checks' `--label`; it must adapt lambda."""
+    labels = parse_labels(text, "--label")
+    if len(labels) != 1 or not uses_controller(labels[0]):
+        raise UserError(
+            f"--label: expected one ReLiF label that adapts lambda (e.g. relif, relif-st), "
+            f"got '{text}'"
+        )
+    return labels[0]
 
 
 def resources(args: argparse.Namespace) -> Resources:
@@ -783,6 +794,12 @@ def run_controller_sensitivity(argv: list[str] | None, defaults: DatasetDefaults
     checks.add_argument(
         "--static-lambdas", default=STATIC_LAMBDAS, help="lambda values of the static grid"
     )
+    checks.add_argument(
+        "--label",
+        default="relif",
+        help="ReLiF label of the eta and r* checks, one that adapts lambda (e.g. relif-st, "
+        "pcgrad+relif); the static grid stays relif-static",
+    )
     args = parser.parse_args(argv)
     seeds = seeds_of(args, defaults)
     variants = controller_variants(
@@ -791,6 +808,7 @@ def run_controller_sensitivity(argv: list[str] | None, defaults: DatasetDefaults
         parse_floats(args.r_stars, "--r-stars"),
         args.r_star_eta,
         parse_floats(args.static_lambdas, "--static-lambdas"),
+        label=controller_label(args.label),
     )
     name = experiment_name(args, defaults, suffix="-controller")
 

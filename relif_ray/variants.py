@@ -17,6 +17,9 @@ Labels:
   static-lambda baseline of section 5): no Lipschitz branch (lambda = 0), no quantile alignment
   (tau = kappa = 1), lambda fixed at lambda0;
 - `relif-running`: ReLiF with the running-quantile squash instead of the paper's ERM squash;
+- `relif-st`: ReLiF whose squashed scores pass the straight-through gradient (the same forward
+  value and audit, the affine map's slope where the clip saturates; data sets with squashed
+  scores only);
 - `<method>+<relif label>`, e.g. `pcgrad+relif`: that method with ReLiF switched on.
 ReLiF labels with the adaptive controller are crossed with the controller settings (r*, eta);
 other labels (including `relif-static` and `relif-nolip`, which ignore them) are not.
@@ -36,10 +39,13 @@ RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif-noalign": {"relif.quantile_alignment": False},
     "relif-static": {"relif.controller": "static"},
     "relif-running": {"relif.squash": "running"},
+    "relif-st": {"relif.squash_gradient": "straight_through"},
 }
 """ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`. `relif-running` is not
 the paper's: ReLiF whose training surrogate squashes NYUv2 depth/normal scores with running
-batch quantiles instead of the same-seed ERM ones, kept to compare the two squashes."""
+batch quantiles instead of the same-seed ERM ones, kept to compare the two squashes.
+`relif-st` is not the paper's either: the straight-through squash gradient
+(`relif.squash_gradient`, docs/relif.md)."""
 
 DISPLAY_NAMES: dict[str, str] = {
     "erm": "ERM",
@@ -53,6 +59,7 @@ DISPLAY_NAMES: dict[str, str] = {
     "relif-noalign": "ReLiF-no-align",
     "relif-static": "ReLiF-static",
     "relif-running": "ReLiF (running squash)",
+    "relif-st": "ReLiF-ST",
 }
 """Method and ReLiF label -> the name tables and figures show (the paper's spelling)."""
 
@@ -87,9 +94,10 @@ def experiment_config(tune_config: dict[str, Any]) -> ExperimentConfig:
     return ExperimentConfig.from_dict(nested_config(tune_config))
 
 
-def split_label(label: str) -> tuple[str, str | None]:
+def split_label(label: str, flag: str = "--methods") -> tuple[str, str | None]:
     """(MTL method name, ReLiF label or None): `pcgrad+relif` -> ("pcgrad", "relif"),
-    `relif-static` -> ("erm", "relif-static"), `gradnorm` -> ("gradnorm", None)."""
+    `relif-static` -> ("erm", "relif-static"), `gradnorm` -> ("gradnorm", None). `flag`
+    names where the label came from in the error."""
     if label in RELIF_LABELS:
         return "erm", label
     method, plus, relif = label.partition("+")
@@ -97,7 +105,7 @@ def split_label(label: str) -> tuple[str, str | None]:
         return method, None
     if relif not in RELIF_LABELS or not method:
         raise UserError(
-            f"--methods: cannot parse '{label}' (expected <method>, a ReLiF label "
+            f"{flag}: cannot parse '{label}' (expected <method>, a ReLiF label "
             f"({', '.join(RELIF_LABELS)}) or <method>+<ReLiF label>)"
         )
     return method, relif
