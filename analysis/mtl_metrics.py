@@ -113,7 +113,7 @@ def hypervolume(
     better, Worst higher is better): the union of the boxes [bias_i, ref_bias] x [ref_worst,
     worst_i]. Points with a NaN coordinate, or not strictly better than the reference in both
     coordinates, add nothing; dominated points add nothing either, so the hypervolume of a
-    point set is that of its Pareto front (`relif_ray.pareto.non_dominated`)."""
+    point set is that of its Pareto front (`relif_ray.sweep.selection.non_dominated`)."""
     bias = np.asarray(bias, dtype=np.float64)
     worst = np.asarray(worst, dtype=np.float64)
     ref_bias, ref_worst = reference

@@ -162,8 +162,8 @@ class ReLiFConfig:
     squash: how non-probability audit scores (NYUv2 depth/normal feature norms) are squashed
         into [0, 1] in the training surrogate. "erm" (the paper's, section 3 and appendix A.3:
         "the same scalar score is used to form both the fixed-audit gaps and the training-time
-        surrogate gaps"): clip((s - q10) / (q90 - q10 + 1e-6), 0, 1) with the fixed q10/q90 of
-        the same-seed ERM validation run, given in `squash_constants`; a sweep runs the ERM
+        surrogate gaps"): the squash of `relif_ray.reference` with the fixed q10/q90 of the
+        same-seed ERM validation run, given in `squash_constants`; a sweep runs the ERM
         reference trials first and fills them in. "running": q10/q90 are running EMAs (weight
         `squash_ema`) of each batch's quantiles, our earlier choice, kept for comparison; it
         lets scores drift above the audit's band, where the audit clips them (docs/relif.md).
@@ -173,7 +173,7 @@ class ReLiFConfig:
         paper's): the clip's own, zero where it saturates, so a prototype score beyond q90
         is never pulled back. "straight_through" (our extension, label `relif-st`): the same
         forward value (the audit's score, so the surrogate, the statistics and the controller
-        are unchanged), but the affine map's slope 1 / (q90 - q10 + 1e-6) everywhere,
+        are unchanged), but the slope of the squash's affine map (`relif_ray.reference`) everywhere,
         saturated scores included (docs/relif.md).
     quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
     controller="static": lambda fixed at lambda0 (static-lambda ablation).

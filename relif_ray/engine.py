@@ -32,8 +32,8 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 
 from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.errors import UserError
+from relif_ray.experiment.outputs import EvalResult
 from relif_ray.methods import StepContext, build_method
-from relif_ray.outputs import EvalResult
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro

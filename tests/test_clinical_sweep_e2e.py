@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import analysis
+from relif_ray.cli.sweep import CLINICAL, base_config, build_parser
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
-from relif_ray.sweep_cli import CLINICAL, base_config, build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 MIMIC3_TASKS = {"mortality", "decompensation", "phenotype", "length_of_stay"}

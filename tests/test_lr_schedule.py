@@ -107,10 +107,10 @@ def test_bad_schedule_fields_are_one_line_errors(train, fragment):
 
 
 def test_the_driver_rejects_a_bad_schedule_before_ray_starts(tmp_path, capsys):
-    from relif_ray.sweep_cli import NYUV2, main
+    from relif_ray.cli.sweep import main
 
     argv = ["--demo", "--set", "train.scheduler=linear", "--storage", str(tmp_path)]
-    assert main(NYUV2, argv) == 2
+    assert main(argv, datasets=("nyuv2",)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train.scheduler: must be one of" in err[0]
     assert list(tmp_path.iterdir()) == []  # nothing written

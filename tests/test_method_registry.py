@@ -21,7 +21,7 @@ from relif_ray.errors import UserError
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method, methods, registry
 from relif_ray.methods.base import GRADIENT_AGGREGATION, LOSS_WEIGHTING
 from relif_ray.plugins import METHODS_PATH
-from relif_ray.preflight import check_trial_configs
+from relif_ray.sweep.preflight import check_trial_configs
 from tests.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from analysis.mtl_metrics import (
     hypervolumes,
     task_metrics,
 )
-from relif_ray.pareto import non_dominated
 from relif_ray.problems import benchmark
+from relif_ray.sweep.selection import non_dominated
 
 METRICS = {"a": {"a_up": True, "a_down": False}, "b": {"b_up": True}}
 """Two tasks: a with a higher- and a lower-is-better metric, b with one higher-is-better."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from relif_ray.outputs import EvalResult
+from relif_ray.experiment.outputs import EvalResult
 
 PINS = Path(__file__).with_name("pinned_numbers.json")
 NYUV2_LABELS = ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad", "relif", "pcgrad+relif"]
@@ -28,7 +28,7 @@ def _trial(base: dict, label: str) -> tuple[dict, EvalResult]:
     """Trace, validation metrics and summed audit scores of one short trial of `label`, and
     its validation result."""
     from relif_ray.engine import TrainingRun
-    from relif_ray.variants import experiment_config, sweep_constants, trial_overrides, variant
+    from relif_ray.sweep.labels import experiment_config, sweep_constants, trial_overrides, variant
 
     trial = {**sweep_constants(base, 0.2), **trial_overrides(variant(label), 0)}
     run = TrainingRun(experiment_config(trial))

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import analysis
-from analysis.interface import squash_quantiles
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, read_trial_info
-from relif_ray.planning import SweepSpace, param_space, trial_order
-from relif_ray.sweep_outcome import TrialsErrored
-from relif_ray.variants import variant
+from analysis.audit_scores import squash_quantiles
+from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
+from relif_ray.sweep.labels import variant
+from relif_ray.sweep.outcome import TrialsErrored
+from relif_ray.sweep.plan import SweepSpace, param_space, trial_order
 from tests.test_sweeps import base_config, trial_states
 
 
@@ -165,10 +166,10 @@ def test_dependents_of_an_errored_reference_error_without_training(
 
 
 def test_a_reference_without_constants_is_refused_before_any_sweep(tmp_path, capsys, no_sweep):
-    from relif_ray.sweep_cli import NYUV2, main
+    from relif_ray.cli.sweep import main
 
     argv = ["--demo", "--storage", str(tmp_path), "--reference", str(tmp_path / "nope")]
-    assert main(NYUV2, argv) == 2
+    assert main(datasets=("nyuv2",), argv=argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"--reference {tmp_path / 'nope'}: no {SQUASH_CONSTANTS_FILE} there")
     assert "\n" not in err

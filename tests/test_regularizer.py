@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from relif_ray.audit import squash
 from relif_ray.config import ReLiFConfig
 from relif_ray.errors import UserError
+from relif_ray.reference import squash
 from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer, squash_with_gradient
 from tests.host_sync import no_host_sync
 

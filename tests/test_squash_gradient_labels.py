@@ -4,29 +4,24 @@ names, and the driver's refusal on data sets without squashed scores (no Ray sta
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from relif_ray.planning import selected_trials, waits_for_reference
-from relif_ray.sweep_cli import (
-    MIMIC3,
-    NYUV2,
-    main,
-    run,
-    run_clinical,
-    run_controller_sensitivity,
-)
-from relif_ray.variants import (
-    describe,
+from relif_ray.cli.sweep import CLINICAL, main, run
+from relif_ray.reference import waits_for_reference
+from relif_ray.sweep.labels import (
     display_name,
     experiment_config,
     grid_variants,
     split_label,
     sweep_constants,
+    trial_name,
     trial_overrides,
     uses_controller,
 )
+from relif_ray.sweep.plan import selected_trials
 from tests.test_sweeps import base_config
 
 
@@ -43,7 +38,7 @@ def test_straight_through_labels_parse_adapt_and_name_their_trials(tmp_path: Pat
     assert relif.enabled and relif.squash == "erm" and relif.squash_gradient == "straight_through"
     assert relif.r_star == 0.3 and relif.eta == 1e-3
     assert waits_for_reference(experiment_config(trial))  # same forward value: same ERM squash
-    assert describe(trial) == "pcgrad_relif-st_r0.3_eta0.001_seed1"
+    assert trial_name(trial) == "pcgrad_relif-st_r0.3_eta0.001_seed1"
     chosen = selected_trials(["relif-st"], [4], {("relif-st", 4): (0.26, 2e-3)}, "search")
     assert chosen == [
         {
@@ -78,14 +73,18 @@ def sweep_request(monkeypatch: pytest.MonkeyPatch) -> list:
     [
         (run, ["--methods", "erm,relif-st,pcgrad+relif-st"], {"relif-st", "pcgrad+relif-st"}),
         (run, ["--search", "optuna", "--methods", "relif-st,pcgrad+relif-st"], None),
-        (run_controller_sensitivity, ["--label", "pcgrad+relif-st"], {"pcgrad+relif-st"}),
+        (
+            partial(run, controller_checks=True),
+            ["--label", "pcgrad+relif-st"],
+            {"pcgrad+relif-st"},
+        ),
     ],
 )
 def test_grids_optuna_and_controller_checks_run_straight_through_labels(
     runner, flags, expected, nyuv2_dir, tmp_path, sweep_request
 ) -> None:
     argv = ["--data-dir", str(nyuv2_dir), "--storage", str(tmp_path), *flags]
-    assert runner(argv, NYUV2) == "experiment"
+    assert runner(argv) == "experiment"
     ((space, search),) = sweep_request
     if search is not None:
         assert search.labels == ["relif-st", "pcgrad+relif-st"]
@@ -106,7 +105,7 @@ def test_straight_through_without_squashed_scores_is_refused_before_ray(
     dataset, label, tmp_path, capsys, no_sweep
 ) -> None:
     argv = ["--dataset", dataset, "--data-dir", str(tmp_path), "--methods", f"erm,{label}"]
-    status = main(MIMIC3, [*argv, "--storage", "/nonexistent/x"], runner=run_clinical)
+    status = main([*argv, "--storage", "/nonexistent/x"], datasets=tuple(CLINICAL))
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert (
@@ -127,6 +126,6 @@ def test_the_controller_checks_take_one_adaptive_label(
     label, fragment, nyuv2_dir, capsys, no_sweep
 ) -> None:
     argv = ["--data-dir", str(nyuv2_dir), "--label", label, "--storage", "/nonexistent/x"]
-    status = main(NYUV2, argv, runner=run_controller_sensitivity)
+    status = main(argv, controller_checks=True)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and fragment in err[0], err

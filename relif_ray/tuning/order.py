@@ -27,7 +27,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from relif_ray.outputs import read_squash_constants, write_squash_constants
+from relif_ray.reference import read_squash_constants, write_squash_constants
 
 
 class ReferenceOrder(Searcher):
