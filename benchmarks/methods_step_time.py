@@ -13,7 +13,8 @@ interleaved, one step each per round in a shuffled order, so machine noise hits 
 alike; each ratio is the median over rounds of the per-round ratio, with a ~95%
 distribution-free confidence interval.
 
-Every registered method is timed (a row each; `--methods` picks some). Where a package
+Every registered method whose dependencies are installed is timed (a row each; `--methods`
+picks some). Where a package
 implements the same method, its step on the same model and batch is timed in the same rounds
 and the table compares ours with it (target: ratio <= 1.0): TorchJD's aggregators (PCGrad,
 FairGrad, UPGrad, MGDA, CAGrad, IMTL-G, Aligned-MTL, DualProj, Nash-MTL) run through
@@ -44,6 +45,7 @@ import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 
 import torch
@@ -57,12 +59,18 @@ from torchjd.scalarization import UW
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
+from relif_ray.methods.registry import missing_requirements
 from relif_ray.problems import Problem, load_problem
 from relif_ray.tasks.base import Batch
 from relif_ray.transfer import move_batch
 
-ALL_METHODS = sorted(METHODS, key=lambda name: (name != "erm", name))
-"""Every registered method, ERM first (the reference of every ratio)."""
+ALL_METHODS = sorted(
+    (name for name, cls in METHODS.items() if not missing_requirements(cls)),
+    key=lambda name: (name != "erm", name),
+)
+"""Every registered method whose dependencies are installed, ERM first (the reference of every
+ratio); a machine without the `mtl` extra's solvers (the bare GPU machine may lack some) times
+the others."""
 REPRESENTATION_TARGET = 1.3
 FAIRGRAD_ALPHA = 2.0
 TORCHJD_AGGREGATORS: dict[str, Callable[[int], jd.Aggregator]] = {
@@ -84,6 +92,8 @@ COUNTERPART = {
     "rlw": "libmtl-rlw",
 }
 """Our method -> the package variant timed beside it."""
+LIBMTL_INSTALLED = find_spec("LibMTL") is not None
+"""The LibMTL variants are timed only where the LibMTL 1.1.5 package is installed."""
 DWA_TEMPERATURE = 2.0
 TARGET = 1.0
 
@@ -172,6 +182,14 @@ def update_cosines(name: str, setup: Setup, steps: int) -> list[float]:
         cosines.append(float(torch.nn.functional.cosine_similarity(*flat, dim=0)))
     setup.model.zero_grad(set_to_none=True)
     return cosines
+
+
+def has_counterpart(method: str) -> bool:
+    """Whether a package variant of `method` is timed: `COUNTERPART` has one and its package
+    is installed."""
+    return method in COUNTERPART and (
+        LIBMTL_INSTALLED or not COUNTERPART[method].startswith("libmtl")
+    )
 
 
 def counterpart_step(method: str, setup: Setup) -> Step:
@@ -332,7 +350,7 @@ def measure(
     steps.update(
         {f"{n}-representation": our_step(n, setup, "representation") for n in representation}
     )
-    steps.update({COUNTERPART[n]: counterpart_step(n, setup) for n in names if n in COUNTERPART})
+    steps.update({COUNTERPART[n]: counterpart_step(n, setup) for n in names if has_counterpart(n)})
     times = interleaved_times(steps, rounds, warmup=2, cuda=device.startswith("cuda"))
     cosines = {name: update_cosines(name, setup, cosine_steps) for name in representation}
     description = (

@@ -4,6 +4,7 @@ and plug-in methods on RELIF_METHODS_PATH (docs/examples/my_method.py)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,12 +16,18 @@ import torch
 from torch import Tensor
 
 import relif_ray.methods as methods_package
+from relif_ray import cli
+from relif_ray.cli.methods import COLUMNS, method_listing
+from relif_ray.cli.sweep import NYUV2
+from relif_ray.cli.sweep import main as sweep_main
+from relif_ray.cli.sweep_flags import build_parser
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method, methods, registry
 from relif_ray.methods.base import GRADIENT_AGGREGATION, LOSS_WEIGHTING
 from relif_ray.plugins import METHODS_PATH
+from relif_ray.sweep.overrides import yaml_scalar
 from relif_ray.sweep.preflight import check_trial_configs
 from tests.conftest import tiny_config
 
@@ -174,10 +181,15 @@ def test_after_step_gives_the_losses_of_the_same_batch_after_the_update(two_imag
 @pytest.fixture
 def isolated_registry(monkeypatch):
     """Plug-ins imported by a test register into a copy of the registry and a copy of the
-    package path, both restored afterwards."""
+    package path, both restored afterwards; their modules are forgotten, so the next test's
+    folder is imported afresh."""
     monkeypatch.setattr(registry, "METHODS", dict(registry.METHODS))
     monkeypatch.setattr(methods_package, "__path__", list(methods_package.__path__))
-    return registry
+    before = set(sys.modules)
+    yield registry
+    for name in set(sys.modules) - before:
+        if name.startswith(f"{methods_package.__name__}."):
+            del sys.modules[name]
 
 
 def plugin_folder(tmp_path: Path, name: str, source: str) -> Path:
@@ -252,3 +264,145 @@ def _environment() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+# --- `relif methods` and the sweep's --methods ------------------------------------------------
+
+
+@pytest.fixture
+def example_plugin(isolated_registry, monkeypatch, tmp_path) -> Path:
+    """docs/examples/my_method.py (`gls`) on RELIF_METHODS_PATH, imported into the isolated
+    registry."""
+    folder = tmp_path / "my_methods"
+    folder.mkdir()
+    shutil.copy(EXAMPLE, folder)
+    monkeypatch.setenv(METHODS_PATH, str(folder))
+    methods()
+    return folder / EXAMPLE.name
+
+
+def listed_rows(text: str) -> dict[str, list[str]]:
+    """The rows of the `relif methods` table (columns are two or more spaces apart), by name."""
+    table = text.split("\n\n")[0].splitlines()
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table]
+    assert rows[0] == list(COLUMNS)
+    return {row[0]: row for row in rows[1:]}
+
+
+def test_relif_methods_lists_every_method_and_the_plugins(example_plugin, capsys):
+    assert cli.main(["methods"]) == 0
+    text = capsys.readouterr().out
+    rows = listed_rows(text)
+    assert set(rows) == set(registry.METHODS) and "gls" in rows
+    assert list(rows)[:5] == ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad"]
+    assert list(rows)[-1] == "gls"  # plug-ins last
+    assert rows["cagrad"] == [
+        "cagrad", "added", "gradient aggregation", "yes", "-", "c=0.4, norm_eps=0.0001",
+        "Liu et al., NeurIPS 2021",
+    ]  # fmt: skip
+    assert rows["pcgrad"][1:5] == ["paper", "gradient aggregation", "yes", "yes"]
+    reference = "Chennupati et al., CVPR Workshops 2019"
+    assert rows["gls"] == ["gls", "plug-in", "loss weighting", "yes", "-", "-", reference]
+    assert {name for name, row in rows.items() if row[4] == "yes"} == {
+        name for name, cls in registry.METHODS.items() if "representation" in cls.gradient_sources
+    }
+    for name, row in rows.items():  # the listed defaults read back as --set reads them
+        listed = dict(item.split("=") for item in row[5].split(", ")) if row[5] != "-" else {}
+        defaults = registry.METHODS[name].option_defaults()
+        assert {key: yaml_scalar(value) for key, value in listed.items()} == defaults, name
+    assert f"gls: plug-in {example_plugin.resolve()}" in text
+    assert "Default --methods: the paper's erm,uncertainty,gradnorm,pcgrad,fairgrad,relif" in text
+
+
+def test_relif_methods_names_the_extra_a_method_misses(monkeypatch):
+    pretend_missing(monkeypatch, "torchjd")
+    lines = method_listing()
+    assert "upgrad: needs torchjd, not installed: pip install 'relif-ray[mtl]'" in lines
+    assert not any(line.startswith("famo: needs") for line in lines)
+
+
+def sweep(tmp_path: Path, data: Path, *flags: str) -> int:
+    """`relif sweep` on the tiny NYUv2 data, storage in tmp_path/out."""
+    argv = ["sweep", "--dataset", "nyuv2", "--data-dir", str(data), "--storage"]
+    return cli.main([*argv, str(tmp_path / "out"), "--seeds", "1", *flags])
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--methods", "erm,gls+relif,cats"], "--methods: unknown method 'cats' (known: "),
+        (
+            ["--methods", "gls,famo", "--set", "method.options.alpha=1"],
+            "method.options: gls takes no option 'alpha' (its options: none)",
+        ),
+        (
+            ["--methods", "famo+relif", "--set", "method.options.alpha=1"],
+            "method.options: famo takes no option 'alpha' (its options: w_lr, gamma)",
+        ),
+    ],
+)
+def test_the_sweep_refuses_unknown_methods_and_options_before_ray_starts(
+    flags, fragment, example_plugin, nyuv2_dir, tmp_path, capsys, no_sweep
+):
+    assert sweep(tmp_path, nyuv2_dir, *flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0], err
+    if "unknown method" in fragment:  # every registered method is named, the plug-in too
+        assert all(f" {name}," in err[0] for name in registry.METHODS)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def planned(monkeypatch) -> list:
+    """The trial spaces the driver hands to Ray Tune, recorded instead of run."""
+    from relif_ray.tuning import launch
+
+    spaces: list = []
+    monkeypatch.setattr(launch, "run_sweep", lambda space, **_: spaces.append(space) or "")
+    return spaces
+
+
+def test_the_default_grid_is_the_papers_and_plugins_are_asked_for_by_name(
+    example_plugin, nyuv2_dir, tmp_path, planned
+):
+    assert sweep(tmp_path, nyuv2_dir) == 0
+    assert sweep(tmp_path, nyuv2_dir, "--methods", "erm,upgrad+relif,gls,gls+relif") == 0
+    default, chosen = ([trial["label"] for trial in space.trials] for space in planned)
+    assert default == ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad", "relif"]
+    assert chosen == ["erm", "upgrad+relif", "gls", "gls+relif"]
+    help_text = " ".join(build_parser(NYUV2).format_help().split())
+    assert "default: the paper's erm,uncertainty,gradnorm,pcgrad,fairgrad,relif" in help_text
+    assert "`relif methods` lists every method" in help_text
+
+
+def readme_methods_section() -> str:
+    readme = (REPO / "README.md").read_text()
+    return readme.split("## Methods\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_method_table_is_the_registry():
+    """Every built-in method once, with its kind and whether it has the representation mode."""
+    listed = {}
+    for line in readme_methods_section().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for name in re.findall(r"`(\w+)`", cells[0]) if line.startswith("| `") else []:
+            assert name not in listed, name
+            listed[name] = (cells[1].removesuffix(" (TorchJD)"), cells[-1] == "yes")
+    built_in = {n: c for n, c in registry.METHODS.items() if registry.plugin_file(c) is None}
+    assert listed == {
+        name: (cls.kind, "representation" in cls.gradient_sources) for name, cls in built_in.items()
+    }
+
+
+def test_the_readme_sweep_of_several_methods_plans_with_the_real_command(
+    nyuv2_dir, tmp_path, planned
+):
+    (command,) = re.findall(r"^python (sweeps/nyuv2\.py --demo --methods .*)$",
+                            readme_methods_section(), re.M)  # fmt: skip
+    argv = command.split()[1:] + ["--data-dir", str(nyuv2_dir), "--storage", str(tmp_path)]
+    assert sweep_main(argv, datasets=("nyuv2",)) == 0
+    (space,) = planned
+    labels = command.split("--methods ")[1].split(",")
+    assert {trial["label"] for trial in space.trials} == set(labels)
+    assert {name.partition("+")[0] for name in labels} > {"upgrad", "famo"}  # added methods
+    assert {"upgrad+relif", "upgrad"} <= set(labels)  # with and without ReLiF

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import pkgutil
 from importlib.util import find_spec
@@ -22,6 +23,9 @@ from relif_ray.methods.base import MTLMethod
 from relif_ray.plugins import METHODS_PATH, extend_package_path
 
 METHODS: dict[str, type[MTLMethod]] = {}
+
+BUILT_IN_DIRECTORY = Path(__file__).resolve().parent
+"""The directory of the built-in method modules (this package)."""
 
 MTL_EXTRA = "mtl"
 """The install extra that brings every optional dependency of the methods (TorchJD, solvers)."""
@@ -56,6 +60,13 @@ def _import_plugins(path_value: str) -> None:
                     f"{METHODS_PATH}: {directory}/{module_info.name}.py has the name of a "
                     "built-in method module; rename it"
                 )
+
+
+def plugin_file(cls: type[MTLMethod]) -> Path | None:
+    """The module file of a method defined outside this package (a plug-in of
+    `RELIF_METHODS_PATH`); None for a built-in method."""
+    file = Path(inspect.getfile(cls)).resolve()
+    return None if file.parent == BUILT_IN_DIRECTORY else file
 
 
 def missing_requirements(cls: type[MTLMethod]) -> list[str]:
