@@ -1,8 +1,9 @@
-"""Adding a benchmark is one module: a toy benchmark written to a temporary folder and named
-by RELIF_PROBLEMS_PATH is found by `relif make-data`, by the trial processes of a real Ray
-sweep (`sweeps/run.py`) and by `relif report`, through the discovery path of the built-in
-benchmarks. The test registers nothing: the module defines `BENCHMARK`, as nyuv2.py does.
-The same sweep runs the plug-in method of docs/examples/my_method.py (RELIF_METHODS_PATH).
+"""Adding a benchmark is one module: docs/examples/my_benchmark.py, copied to a folder of its
+own named by RELIF_PROBLEMS_PATH, is found by `relif make-data`, by the trial processes of a
+real Ray sweep (`sweeps/run.py`) and by `relif report`, through the discovery path of the
+built-in benchmarks. The test registers nothing: the module defines `BENCHMARK`, as nyuv2.py
+does. The same sweep runs the plug-in method of docs/examples/my_method.py
+(RELIF_METHODS_PATH).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,123 +22,14 @@ from relif_ray.plugins import PLUGIN_PATHS
 
 REPO = Path(__file__).resolve().parents[1]
 
-TOY_MODULE = textwrap.dedent(
-    '''
-    """Toy benchmark: two binary tasks on 4 features, an MLP with one head per task."""
-
-    from pathlib import Path
-
-    import numpy as np
-    import torch
-    from torch import nn
-
-    from relif_ray.data.atomic_dir import atomic_directory
-    from relif_ray.models.base import MultiTaskModel
-    from relif_ray.problems import (
-        Benchmark, DatasetDefaults, DataWriter, Problem, TensorSplit, WriterOption,
-    )
-    from relif_ray.tasks.base import MetricAccumulator, ModelOutput, Task
-
-    TASKS = ("left", "right")
-
-
-    def write_toy(out, *, overwrite=False, examples=40, seed=0):
-        rng = np.random.default_rng(seed)
-        with atomic_directory(out, overwrite=overwrite) as folder:
-            for split in ("train", "val", "test"):
-                x = rng.normal(size=(examples, 4)).astype(np.float32)
-                np.save(folder / f"{split}_x.npy", x)
-                np.save(folder / f"{split}_y.npy", (x[:, :2] > 0).astype(np.float32))
-        return Path(out)
-
-
-    class Accuracy(MetricAccumulator):
-        higher_is_better = {"accuracy": True}
-
-        def __init__(self):
-            self.hits, self.count = 0.0, 0
-
-        def update(self, prediction, target):
-            self.hits += float(((prediction > 0).float() == target).sum())
-            self.count += int(target.numel())
-
-        def compute(self):
-            return {"accuracy": self.hits / max(self.count, 1)}
-
-
-    class Side(Task):
-        def __init__(self, name):
-            self.name = name
-
-        def loss(self, prediction, target):
-            return nn.functional.binary_cross_entropy_with_logits(prediction, target)
-
-        def new_metrics(self):
-            return Accuracy()
-
-        def normalized_score(self, metrics):
-            return metrics["accuracy"]
-
-        def audit_score(self, output, batch):
-            score = torch.sigmoid(output.predictions[self.name])
-            return score, torch.ones_like(score, dtype=torch.bool)
-
-
-    class ToyModel(MultiTaskModel):
-        def __init__(self, config):
-            super().__init__()
-            self.backbone = nn.Sequential(nn.Linear(4, 8), nn.Tanh())
-            self.heads = nn.ModuleDict({task: nn.Linear(8, 1) for task in TASKS})
-
-        def forward(self, batch):
-            shared = self.backbone(batch["input"])
-            predictions = {task: head(shared)[:, 0] for task, head in self.heads.items()}
-            return ModelOutput(predictions=predictions, representation=shared)
-
-        def shared_parameters(self):
-            return list(self.backbone.parameters())
-
-        def last_shared_parameters(self):
-            return list(self.backbone[0].parameters())
-
-
-    def load_toy(root):
-        splits = {}
-        for split in ("train", "val", "test"):
-            x = torch.from_numpy(np.load(Path(root) / f"{split}_x.npy"))
-            y = torch.from_numpy(np.load(Path(root) / f"{split}_y.npy"))
-            tensors = {"input": x, "example_id": torch.arange(len(x))}
-            tensors.update({task: y[:, k] for k, task in enumerate(TASKS)})
-            splits[split] = TensorSplit(tensors)
-        return Problem("toy", [Side(task) for task in TASKS], splits, ToyModel)
-
-
-    BENCHMARK = Benchmark(
-        load=load_toy,
-        tasks=lambda: [Side(task) for task in TASKS],
-        defaults=DatasetDefaults(
-            dataset="toy", seeds=1, backbone="mlp", batch_size=8, lr=1e-2, epochs=1,
-            r_star=0.2, eta=1e-3, delta=0.1, delta_ref=0.1,
-            demo_data={"examples": 40},
-            demo_train={"epochs": 1, "batch_size": 8, "lr": 1e-2, "seeds": 1, "methods": "erm"},
-        ),
-        synthetic=DataWriter(
-            write=write_toy,
-            help="toy two-task data",
-            options=(
-                WriterOption("examples", int, 40, "examples per split"),
-                WriterOption("seed", int, 0, "random seed"),
-            ),
-        ),
-    )
-    '''
-)
+EXAMPLE = REPO / "docs" / "examples" / "my_benchmark.py"
+"""The complete plug-in benchmark of the docs (dataset `toy`), used as it is."""
 
 
 @pytest.fixture(scope="module")
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("plugins")
-    (folder / "toy_benchmark.py").write_text(TOY_MODULE)
+    shutil.copy(EXAMPLE, folder)  # as its docstring says: a directory of its own
     methods = tmp_path_factory.mktemp("methods")
     shutil.copy(REPO / "docs" / "examples" / "my_method.py", methods)
     return {

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from relif_ray.cli.parsing import OneLineParser, parse_floats, run_command
-from relif_ray.cli.sweep_flags import build_parser, default_methods
+from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser, default_methods
 from relif_ray.errors import UserError
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import methods
@@ -43,6 +43,7 @@ from relif_ray.sweep.plan import (
     TuneOptions,
     controller_variants,
     param_space,
+    plan_summary,
     selected_trials,
     trial_space,
 )
@@ -105,6 +106,8 @@ def run(
     request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks)
     if request.selection is not None:
         print("\n".join(request.selection.lines()))
+    if not request.resume:
+        print(plan_summary(request.space, request.search, request.resources), flush=True)
     return driver.run(request)
 
 
@@ -130,7 +133,7 @@ def sweep_request(
         planner, selection = selected_planner(args, defaults, seeds)
     else:
         planner = grid_planner(args, defaults, seeds)
-    return request_of(args, defaults, "-controller" if checks else "", planner, selection)
+    return request_of(args, defaults, CHECKS_SUFFIX if checks else "", planner, selection)
 
 
 def choose(argv: list[str], datasets: tuple[str, ...], offer_checks: bool) -> tuple[str, bool]:
