@@ -3,6 +3,7 @@ Jupyter starts it) on a generated experiment and shows every view it promises.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -22,14 +23,23 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "analysis" / "notebooks" / "explore_experiment.ipynb"
 
 
-def run_notebook(environment: dict[str, str], monkeypatch) -> list[list[dict]]:
-    """Execute the notebook with its own folder as the working folder; the outputs of each
-    code cell."""
+BANNER = "RELIF_EXPERIMENT is not set: this notebook shows "
+"""The start of the banner the notebook shows when it falls back to another experiment."""
+
+
+def run_notebook(
+    environment: dict[str, str], monkeypatch, code_cells: int | None = None
+) -> list[list[dict]]:
+    """Execute the notebook (its first `code_cells` code cells; all by default) with its own
+    folder as the working folder; the outputs of each code cell."""
     for name in ("RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    if code_cells is not None:
+        code = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+        notebook.cells = notebook.cells[: code[code_cells - 1] + 1]
     NotebookClient(
         notebook,
         kernel_name="python3",
@@ -45,6 +55,12 @@ def images(outputs: list[dict]) -> int:
 
 def text(outputs: list[dict]) -> str:
     return "".join(out.get("text", "") for out in outputs)
+
+
+def shown(outputs: list[dict]) -> str:
+    """Everything a cell shows: printed text and displayed Markdown or plain text."""
+    data = [out.get("data", {}) for out in outputs]
+    return text(outputs) + "".join(d.get("text/markdown", d.get("text/plain", "")) for d in data)
 
 
 def test_notebook_is_stored_without_outputs():
@@ -66,7 +82,7 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
     outputs = run_notebook({"RELIF_EXPERIMENT": str(root), "RELIF_DELTA": "0.25"}, monkeypatch)
     experiment = analysis.load(root)
     results = analysis.audit(experiment, 0.25)
-    assert text(outputs[0]) == f"experiment: {root}\n"
+    assert text(outputs[0]) == f"experiment: {root}\n" and BANNER not in shown(outputs[0])
     assert "δ=0.25 = 0.2500" in text(outputs[1])
     expected = analysis.pareto_means(results)
     front = ", ".join(expected.loc[expected["on_front"], "variant"])
@@ -81,6 +97,25 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
     assert f"{pairs.loc[OVERALL].iloc[0]:.6f}" in table
     assert images(outputs[7]) == 1  # Bias per task pair
     assert images(outputs[8]) == 1  # score distributions
+
+
+def test_without_an_experiment_the_notebook_says_what_it_shows_instead(monkeypatch):
+    """Without RELIF_EXPERIMENT the first code cell falls back to the demo sweep's experiment
+    or a generated one, and a banner in its output says so."""
+    first = run_notebook({}, monkeypatch, code_cells=1)[0]
+    banner = shown(first)
+    assert f"**{BANNER}" in banner, banner
+    assert "the demo sweep's experiment" in banner or "a GENERATED experiment" in banner
+    assert "RELIF_EXPERIMENT=/path/to/experiment" in banner
+
+
+def test_the_notebook_has_an_install_extra_and_a_documented_launch_command():
+    extra = re.search(r"^notebook = \[(.*)\]$", (REPO / "pyproject.toml").read_text(), re.M)
+    assert '"jupyterlab>=' in extra.group(1) and '"ipykernel>=' in extra.group(1)
+    launch = f"jupyter lab {NOTEBOOK.relative_to(REPO)}"
+    assert "RELIF_EXPERIMENT=$PWD/relif-results/nyuv2-demo " + launch in (
+        (REPO / "docs" / "analysis.md").read_text()
+    )
 
 
 def test_without_an_experiment_the_notebook_uses_a_generated_one(tmp_path):

@@ -236,7 +236,7 @@ def test_conformal_delta_rank_rule() -> None:
 
 
 def test_conformal_coverage_holds_empirically() -> None:
-    """Theorem 3: P(D_new > delta) <= (n + 1 - k) / (n + 1) <= alpha; for continuous
+    """Theorem B.3: P(D_new > delta) <= (n + 1 - k) / (n + 1) <= alpha; for continuous
     distances the rank argument makes it exactly (n + 1 - k) / (n + 1)."""
     rng = np.random.default_rng(0)
     n, alpha, trials = 19, 0.1, 20_000

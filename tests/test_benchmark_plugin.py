@@ -1,144 +1,41 @@
-"""Adding a benchmark is one module: a toy benchmark written to a temporary folder and named
-by RELIF_PROBLEMS_PATH is found by `relif make-data`, by the trial processes of a real Ray
-sweep (`sweeps/run.py`) and by `relif report`, through the discovery path of the built-in
-benchmarks. The test registers nothing: the module defines `BENCHMARK`, as nyuv2.py does.
+"""Adding a benchmark is one module: docs/examples/my_benchmark.py, copied to a folder of its
+own named by RELIF_PROBLEMS_PATH, is found by `relif make-data`, by the trial processes of a
+real Ray sweep (`sweeps/run.py`) and by `relif report`, through the discovery path of the
+built-in benchmarks. The test registers nothing: the module defines `BENCHMARK`, as nyuv2.py
+does. The same sweep runs the plug-in method of docs/examples/my_method.py
+(RELIF_METHODS_PATH).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import analysis
+from relif_ray.plugins import PLUGIN_PATHS
 
 REPO = Path(__file__).resolve().parents[1]
 
-TOY_MODULE = textwrap.dedent(
-    '''
-    """Toy benchmark: two binary tasks on 4 features, an MLP with one head per task."""
-
-    from pathlib import Path
-
-    import numpy as np
-    import torch
-    from torch import nn
-
-    from relif_ray.data.atomic_dir import atomic_directory
-    from relif_ray.models.base import MultiTaskModel
-    from relif_ray.problems import (
-        Benchmark, DatasetDefaults, DataWriter, Problem, TensorSplit, WriterOption,
-    )
-    from relif_ray.tasks.base import MetricAccumulator, ModelOutput, Task
-
-    TASKS = ("left", "right")
-
-
-    def write_toy(out, *, overwrite=False, examples=40, seed=0):
-        rng = np.random.default_rng(seed)
-        with atomic_directory(out, overwrite=overwrite) as folder:
-            for split in ("train", "val", "test"):
-                x = rng.normal(size=(examples, 4)).astype(np.float32)
-                np.save(folder / f"{split}_x.npy", x)
-                np.save(folder / f"{split}_y.npy", (x[:, :2] > 0).astype(np.float32))
-        return Path(out)
-
-
-    class Accuracy(MetricAccumulator):
-        higher_is_better = {"accuracy": True}
-
-        def __init__(self):
-            self.hits, self.count = 0.0, 0
-
-        def update(self, prediction, target):
-            self.hits += float(((prediction > 0).float() == target).sum())
-            self.count += int(target.numel())
-
-        def compute(self):
-            return {"accuracy": self.hits / max(self.count, 1)}
-
-
-    class Side(Task):
-        def __init__(self, name):
-            self.name = name
-
-        def loss(self, prediction, target):
-            return nn.functional.binary_cross_entropy_with_logits(prediction, target)
-
-        def new_metrics(self):
-            return Accuracy()
-
-        def normalized_score(self, metrics):
-            return metrics["accuracy"]
-
-        def audit_score(self, output, batch):
-            score = torch.sigmoid(output.predictions[self.name])
-            return score, torch.ones_like(score, dtype=torch.bool)
-
-
-    class ToyModel(MultiTaskModel):
-        def __init__(self, config):
-            super().__init__()
-            self.backbone = nn.Sequential(nn.Linear(4, 8), nn.Tanh())
-            self.heads = nn.ModuleDict({task: nn.Linear(8, 1) for task in TASKS})
-
-        def forward(self, batch):
-            shared = self.backbone(batch["input"])
-            predictions = {task: head(shared)[:, 0] for task, head in self.heads.items()}
-            return ModelOutput(predictions=predictions, representation=shared)
-
-        def shared_parameters(self):
-            return list(self.backbone.parameters())
-
-        def last_shared_parameters(self):
-            return list(self.backbone[0].parameters())
-
-
-    def load_toy(root):
-        splits = {}
-        for split in ("train", "val", "test"):
-            x = torch.from_numpy(np.load(Path(root) / f"{split}_x.npy"))
-            y = torch.from_numpy(np.load(Path(root) / f"{split}_y.npy"))
-            tensors = {"input": x, "example_id": torch.arange(len(x))}
-            tensors.update({task: y[:, k] for k, task in enumerate(TASKS)})
-            splits[split] = TensorSplit(tensors)
-        return Problem("toy", [Side(task) for task in TASKS], splits, ToyModel)
-
-
-    BENCHMARK = Benchmark(
-        load=load_toy,
-        tasks=lambda: [Side(task) for task in TASKS],
-        defaults=DatasetDefaults(
-            dataset="toy", seeds=1, backbone="mlp", batch_size=8, lr=1e-2, epochs=1,
-            r_star=0.2, eta=1e-3, delta=0.1, delta_ref=0.1,
-            demo_data={"examples": 40},
-            demo_train={"epochs": 1, "batch_size": 8, "lr": 1e-2, "seeds": 1, "methods": "erm"},
-        ),
-        synthetic=DataWriter(
-            write=write_toy,
-            help="toy two-task data",
-            options=(
-                WriterOption("examples", int, 40, "examples per split"),
-                WriterOption("seed", int, 0, "random seed"),
-            ),
-        ),
-    )
-    '''
-)
+EXAMPLE = REPO / "docs" / "examples" / "my_benchmark.py"
+"""The complete plug-in benchmark of the docs (dataset `toy`), used as it is."""
 
 
 @pytest.fixture(scope="module")
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("plugins")
-    (folder / "toy_benchmark.py").write_text(TOY_MODULE)
+    shutil.copy(EXAMPLE, folder)  # as its docstring says: a directory of its own
+    methods = tmp_path_factory.mktemp("methods")
+    shutil.copy(REPO / "docs" / "examples" / "my_method.py", methods)
     return {
         **os.environ,
         "RELIF_PROBLEMS_PATH": str(folder),
+        "RELIF_METHODS_PATH": str(methods),
         "PYTHONPATH": str(REPO),
         "RAY_USAGE_STATS_ENABLED": "0",
         # Ray on the loopback address only (Ray's switch for single-machine clusters), and
@@ -174,8 +71,9 @@ HEAD = (
 
 @pytest.fixture
 def bare_cluster(plugin_env: dict[str, str]):
-    """A Ray cluster started WITHOUT RELIF_PROBLEMS_PATH: its workers inherit no plug-in path."""
-    env = {key: value for key, value in plugin_env.items() if key != "RELIF_PROBLEMS_PATH"}
+    """A Ray cluster started WITHOUT RELIF_PROBLEMS_PATH and RELIF_METHODS_PATH: its workers
+    inherit no plug-in path."""
+    env = {key: value for key, value in plugin_env.items() if key not in PLUGIN_PATHS}
     head = subprocess.Popen(
         [sys.executable, "-c", HEAD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True,
@@ -191,22 +89,29 @@ def bare_cluster(plugin_env: dict[str, str]):
 def test_sweep_trials_and_report_find_the_plugin(
     plugin_env: dict[str, str], bare_cluster: str, tmp_path: Path
 ) -> None:
-    """The sweep joins a cluster whose workers were started without RELIF_PROBLEMS_PATH: its
-    trials find the toy module only because the driver passes the path on to them."""
+    """The sweep joins a cluster whose workers were started without the plug-in paths: its
+    trials find the toy module and the `gls` method only because the driver passes the paths
+    on to them."""
     sweep = run(
-        plugin_env, "sweeps/run.py", "--dataset", "toy", "--demo", "--methods", "erm,relif",
-        "--storage", str(tmp_path), "--address", bare_cluster,
+        plugin_env, "sweeps/run.py", "--dataset", "toy", "--demo", "--methods",
+        "erm,relif,gls+relif", "--storage", str(tmp_path), "--address", bare_cluster,
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "delta_ref = 0.1" in sweep.stdout
     experiment = tmp_path / "toy-demo"
-    trials = analysis.load(experiment).trials
-    assert sorted(trials["label"]) == ["erm", "relif"]  # both trials loaded the toy problem
+    loaded = analysis.load(experiment)
+    trials = loaded.trials
+    assert sorted(trials["label"]) == ["erm", "gls+relif", "relif"]  # all loaded the toy problem
+    gls_trial = trials.loc[trials["label"] == "gls+relif", "trial"].item()
+    gls = loaded.traces[loaded.traces["trial"] == gls_trial]
+    left, right = gls["loss_left"], gls["loss_right"]  # the weights of the geometric mean
+    expected = (left * right) ** 0.5 / (2 * left)
+    assert gls["weight_left"].to_numpy() == pytest.approx(expected.to_numpy(), rel=1e-4)
     out = tmp_path / "report"
     report = run(plugin_env, "-m", "relif_ray.cli", "report", str(experiment), "--out", str(out))
     assert report.returncode == 0, report.stderr[-3000:]
     text = (out / "report.md").read_text()
-    assert "Finished trials: 2 (data set: toy)" in text
+    assert "Finished trials: 3 (data set: toy)" in text
     assert json.loads((out / "delta_ref.json").read_text())["deltas"][0]["value"] == 0.1
     header = (out / "tables" / "utility.csv").read_text().splitlines()[0]
     assert "left_accuracy_mean" in header and "right_accuracy_mean" in header
@@ -217,11 +122,16 @@ def test_sweep_trials_and_report_find_the_plugin(
 def test_workers_get_the_plugin_directories_as_absolute_paths(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Trials run in their own folders, so a relative directory is resolved by the driver."""
-    from relif_ray.problems import PATH_VARIABLE, worker_env
+    """Trials run in their own folders, so a relative directory is resolved by the driver;
+    the benchmark and the method plug-in paths travel alike."""
+    from relif_ray.plugins import METHODS_PATH, PROBLEMS_PATH, worker_env
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(PATH_VARIABLE, f"plugins{os.pathsep}{os.pathsep}/opt/more")
-    assert worker_env() == {PATH_VARIABLE: f"{tmp_path / 'plugins'}{os.pathsep}/opt/more"}
-    monkeypatch.delenv(PATH_VARIABLE)
+    monkeypatch.setenv(PROBLEMS_PATH, f"plugins{os.pathsep}{os.pathsep}/opt/more")
+    monkeypatch.delenv(METHODS_PATH, raising=False)
+    assert worker_env() == {PROBLEMS_PATH: f"{tmp_path / 'plugins'}{os.pathsep}/opt/more"}
+    monkeypatch.setenv(METHODS_PATH, "methods")
+    assert worker_env()[METHODS_PATH] == str(tmp_path / "methods")
+    monkeypatch.delenv(PROBLEMS_PATH)
+    monkeypatch.delenv(METHODS_PATH)
     assert worker_env() == {}

@@ -2,9 +2,11 @@
 on a real multi-node Ray cluster on this machine (a head and two 1-CPU worker nodes, all bound
 to 127.0.0.1; `tests/local_cluster.py`), with the experiment in storage every node sees.
 
-Each sweep is 2 ERM trials (seeds 0 and 1) of 4 epochs x 2 steps, one per worker node. The
-numbers every trial ends with are compared with the same configs trained in this process
-without interruption, field by field and step by step."""
+Each sweep is the cluster command of docs/cluster.md as written (`--address auto`, which finds
+this cluster through RAY_ADDRESS), with its data, storage and name replaced, its GPU flags
+dropped (this machine has none) and a tiny budget added: 2 ERM trials (seeds 0 and 1) of 4
+epochs x 2 steps, one per worker node. The numbers every trial ends with are compared with the
+same configs trained in this process without interruption, field by field and step by step."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, main
 from relif_ray.experiment.outputs import read_trial_info
 from tests.conftest import TINY_DATA
+from tests.recipes import CLUSTER_SWEEP, documented_command, script_argv, with_flags
 
 pytestmark = pytest.mark.slow
 
@@ -40,10 +43,9 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass
 class LocalCluster:
-    """The `tests.local_cluster` process and how to reach its head."""
+    """The `tests.local_cluster` process and the drivers' environment, which names its head."""
 
     process: subprocess.Popen
-    address: str
     env: dict[str, str]
 
     def command(self, line: str) -> str:
@@ -74,7 +76,8 @@ def cluster() -> Iterator[LocalCluster]:
     )
     try:
         info = json.loads(process.stdout.readline())
-        yield LocalCluster(process, info["address"], env)
+        # `--address auto` of the documented command finds this cluster through RAY_ADDRESS
+        yield LocalCluster(process, {**env, "RAY_ADDRESS": info["address"]})
     finally:
         process.stdin.close()  # the helper shuts every node down
         try:
@@ -94,13 +97,16 @@ def data(tmp_path_factory) -> Path:
     return write_synthetic_nyuv2(tmp_path_factory.mktemp("cluster") / "data", seed=0, **sizes)
 
 
-def sweep_argv(data: Path, storage: Path, name: str, address: str) -> list[str]:
-    flags = {
-        "--data-dir": data, "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS,
-        "--backbone": "resnet18", "--batch-size": 6, "--lr": 1e-3, "--storage": storage,
-        "--name": name, "--address": address, "--keep-checkpoints": 1,
+def sweep_argv(data: Path, storage: Path, name: str) -> list[str]:
+    """The documented cluster sweep on this cluster (see the module docstring)."""
+    documented = script_argv(documented_command("docs/cluster.md", CLUSTER_SWEEP))
+    places = {"--data-dir": str(data), "--storage": str(storage), "--name": name}
+    argv = with_flags(documented, places, drop=("--num-gpus", "--gpus-per-trial"))
+    budget = {
+        "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS, "--backbone": "resnet18",
+        "--batch-size": 6, "--lr": 1e-3, "--keep-checkpoints": 1,
     }  # fmt: skip
-    return [str(item) for flag, value in flags.items() for item in (flag, value)]
+    return argv + [str(item) for flag, value in budget.items() for item in (flag, value)]
 
 
 def start_driver(cluster: LocalCluster, argv: list[str], log: Path) -> subprocess.Popen:
@@ -155,7 +161,7 @@ def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
     from relif_ray.engine import TrainingRun
     from relif_ray.sweep.labels import experiment_config, sweep_constants, trial_overrides, variant
 
-    args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x", "unused"))
+    args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x"))
     base = base_config(args, NYUV2, str(data))
     assert torch.get_num_threads() == 1  # set in conftest.py, as in a 1-CPU trial
     runs = {}
@@ -192,7 +198,7 @@ def test_a_lost_worker_node_costs_nothing(
     of the same name is refused, and `relif report` reads only the finished trial."""
     experiment = tmp_path / "lost-node"
     log = tmp_path / "lost-node.log"
-    driver = start_driver(cluster, sweep_argv(data, tmp_path, "lost-node", cluster.address), log)
+    driver = start_driver(cluster, sweep_argv(data, tmp_path, "lost-node"), log)
     try:
         wait_for(lambda: both_running_with_a_checkpoint(experiment), driver, "two checkpoints")
         assert cluster.command("kill 0") == "killed"
@@ -235,7 +241,7 @@ def test_a_killed_driver_on_the_cluster_resumes_with_identical_numbers(
     cluster, data, tmp_path, uninterrupted
 ):
     assert len(cluster.command("add")) == 56  # a fresh worker replaces the lost one
-    argv = sweep_argv(data, tmp_path, "driver-killed", cluster.address)
+    argv = sweep_argv(data, tmp_path, "driver-killed")
     experiment = tmp_path / "driver-killed"
     log = tmp_path / "driver-killed.log"
     driver = start_driver(cluster, argv, log)

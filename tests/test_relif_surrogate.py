@@ -52,7 +52,7 @@ def test_huberized_hinge_closed_form(z: float, expected: float) -> None:
 
 @given(z=finite, mu=positive)
 def test_hinge_gap_bound(z: float, mu: float) -> None:
-    """Theorem 4: 0 <= (z)_+ - phi_mu(z) <= mu / 2."""
+    """Theorem B.4: 0 <= (z)_+ - phi_mu(z) <= mu / 2."""
     phi = huberized_hinge(torch.tensor(z, dtype=torch.float64), mu).item()
     difference = max(z, 0.0) - phi
     assert -1e-12 <= difference <= mu / 2 + 1e-12

@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 
 from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser
-from relif_ray.methods import METHODS
 from relif_ray.problems import DatasetDefaults
-from relif_ray.sweep.labels import RELIF_LABELS
+from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 from relif_ray.sweep.plan import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
@@ -20,15 +19,17 @@ from relif_ray.sweep.plan import (
     STATIC_LAMBDAS,
 )
 
+CHECKS_SUFFIX = "-controller"
+"""What the controller checks' sweep appends to the data set's name for its experiment."""
+
 CHECKS_DESCRIPTION = (
     "ReLiF controller sensitivity: eta and r* sweeps and a static-lambda grid, x seeds."
 )
 
 
 def default_methods() -> str:
-    """Every registered MTL method, then ReLiF (= ERM + ReLiF)."""
-    names = sorted(METHODS, key=lambda name: (name != "erm", name))
-    return ",".join([*names, "relif"])
+    """The paper's methods (`PAPER_LABELS`), comma-separated."""
+    return ",".join(PAPER_LABELS)
 
 
 def build_parser(
@@ -54,7 +55,7 @@ def build_parser(
     if not checks:
         add_grid_flags(parser, defaults, offer_checks)
     add_config_flags(parser)
-    add_launch_flags(parser, defaults)
+    add_launch_flags(parser, defaults, checks)
     add_tune_flags(parser)
     if checks:
         add_check_flags(parser, defaults, offer_checks)
@@ -121,8 +122,9 @@ def add_grid_flags(
     grid.add_argument(
         "--methods",
         help="comma-separated labels: registered methods, "
-        f"{', '.join(RELIF_LABELS)}, or <method>+<ReLiF label> (default: {default_methods()}; "
-        f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
+        f"{', '.join(RELIF_LABELS)}, or <method>+<ReLiF label> (default: the paper's "
+        f"{default_methods()}; demo: {defaults.demo_train['methods']}; with --search optuna: "
+        "relif); `relif methods` lists every method, e.g. --methods erm,upgrad,upgrad+relif",
     )
     grid.add_argument(
         "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"
@@ -258,7 +260,12 @@ def add_tune_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults) -> None:
+def add_launch_flags(
+    parser: argparse.ArgumentParser, defaults: DatasetDefaults, checks: bool = False
+) -> None:
+    """Resources, storage and recovery; `checks`: the controller checks' sweep, whose default
+    experiment name is `<dataset>-controller` (`relif_ray.cli.sweep.experiment_name`)."""
+    name = f"{defaults.dataset}{CHECKS_SUFFIX if checks else ''}"
     launch = parser.add_argument_group("resources, storage, recovery")
     launch.add_argument(
         "--num-gpus", type=float, default=0, help="GPUs the sweep may use in total (0 = CPU)"
@@ -279,9 +286,7 @@ def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults)
     launch.add_argument(
         "--storage", default="relif-results", help="experiment storage: local, NFS or s3:// URI"
     )
-    launch.add_argument(
-        "--name", help=f"experiment name (default: {defaults.dataset}, {defaults.dataset}-demo)"
-    )
+    launch.add_argument("--name", help=f"experiment name (default: {name}; demo: {name}-demo)")
     launch.add_argument("--max-failures", type=int, default=2, help="restarts of a failed trial")
     launch.add_argument(
         "--keep-checkpoints", type=int, default=2, help="checkpoints kept per trial"

@@ -11,16 +11,19 @@ tau, kappa, loss_lip):
     regularizer = ReLiFRegularizer(ReLiFConfig(r_star=0.24, eta=1e-3), ["seg", "depth"])
     loss_lip, stats = regularizer({"seg": (p_seg, valid_seg), "depth": (p_depth, valid_depth)},
                                   representation)
-    (task_loss + loss_lip).backward()
+    (task_loss if loss_lip is None else task_loss + loss_lip).backward()
 
-Its state travels in `regularizer.state_dict()` (checkpoint it with the model). Audit the
-trained model under one held-fixed delta with `relif_ray.audit.fixed_delta_audit` on the
-table `relif_ray.audit.scores_frame` builds. A complete example in under 60 lines:
-docs/examples/own_loop.py.
+loss_lip is None only for the `lipschitz_branch=False` ablation. eta 1e-3 and the 100-step
+warmup are the paper's for its 19,800-step NYUv2 run; `scale_to_budget(steps)` gives the eta
+and warmup that move lambda as far in a run of `steps` steps. Its state travels in
+`regularizer.state_dict()` (checkpoint it with the model). Audit the trained model under one
+held-fixed delta with `relif_ray.audit.fixed_delta_audit` on the table
+`relif_ray.audit.scores_frame` builds. Complete examples in under 60 lines:
+docs/examples/own_loop.py, and with PCGrad docs/examples/own_loop_pcgrad.py.
 """
 
 from relif_ray.config import ReLiFConfig
-from relif_ray.relif.controller import ViolationController
+from relif_ray.relif.controller import ViolationController, scale_to_budget
 from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
 
-__all__ = ["STAT_KEYS", "ReLiFConfig", "ReLiFRegularizer", "ViolationController"]
+__all__ = ["STAT_KEYS", "ReLiFConfig", "ReLiFRegularizer", "ViolationController", "scale_to_budget"]

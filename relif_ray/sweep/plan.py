@@ -247,3 +247,41 @@ def trial_order(space: SweepSpace, search: OptunaPlan | None, ready_seeds: set[i
         providers[seed] = {**entry, "provides": seed}
     items = [providers[seed] for seed in sorted(providers)] + plain + waiting
     return TrialOrder(items, studies_wait, added)
+
+
+def plan_summary(space: SweepSpace, search: OptunaPlan | None, resources: Resources) -> str:
+    """One line saying what a new sweep will run, printed before Ray starts: how many trials
+    (settings x seeds, or Optuna studies x samples), their labels and seeds, and how many run
+    at once on what. ERM reference trials the sweep adds are announced when Tune starts."""
+    if search is not None:
+        labels, seeds = search.labels, search.seeds
+        studies = len(labels) * len(seeds)
+        count = f"{search.total_trials} trials ({studies} Optuna studies x {search.num_samples})"
+    else:
+        labels = list(dict.fromkeys(trial["label"] for trial in space.trials))
+        seeds = sorted({trial["seed"] for trial in space.trials})
+        settings = len(space.trials) // max(len(seeds), 1)
+        count = f"{len(space.trials)} trials ({settings} settings x {len(seeds)} seeds)"
+    return (
+        f"plan: {count}; labels {', '.join(labels)}; seeds {seed_text(seeds)}; "
+        f"{resources_text(resources)}"
+    )
+
+
+def seed_text(seeds: list[int]) -> str:
+    """`0-6` for a run of consecutive seeds, else the list."""
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(str(seed) for seed in seeds)
+
+
+def resources_text(resources: Resources) -> str:
+    where = f"the Ray cluster at {resources.address}" if resources.address else "local Ray"
+    per_trial = f"{resources.cpus_per_trial:g} CPU"
+    if resources.gpus_per_trial > 0:
+        per_trial += f" + {resources.gpus_per_trial:g} GPU"
+        return (
+            f"at most {resources.max_concurrent_trials} at once on {resources.num_gpus:g} "
+            f"GPU(s) of {where} ({per_trial} per trial)"
+        )
+    return f"on the CPUs of {where} ({per_trial} per trial)"
