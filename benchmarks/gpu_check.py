@@ -11,14 +11,17 @@ recorded as "skipped: time budget", one that overruns is killed (its rows so far
 
 1. `cuda`: the CUDA-only tests (`tests/test_fast_path.py -k cuda`) and the pinned numbers of
    `tests/test_pinned_numbers.py` recomputed with every run on CUDA: max abs/rel drift per key.
-2. `resnet50`: ResNet-50 at 288x384, batch 8: training images/s and peak GPU memory of ERM and
-   ERM + ReLiF (bf16, channels-last) and of a plain fp32 PyTorch loop of the same model
-   (targets: ERM >= 1.5x the plain loop; ERM + ReLiF step time <= 1.05x ERM's).
+2. `resnet50`: ResNet-50 at 288x384, batch 8: training images/s, GPU utilisation while timed
+   and peak GPU memory of ERM and ERM + ReLiF (bf16, channels-last, the train split on the
+   GPU) and of a plain fp32 PyTorch loop of the same model (targets: ERM >= 1.5x the plain
+   loop; ERM + ReLiF step time <= 1.05x ERM's). The GPU is kept busy for a few seconds first,
+   and every worker trains 10 untimed steps (cuDNN autotuning) before its timed ones.
 3. `methods`: the same for the paper's other methods, then any further registered method, then
    the step-time ratios against ERM and TorchJD, while the section's time lasts.
-4. `sweeps`: two sweeps through the real `sweeps/nyuv2.py`, 2 ERM trials each, with
-   `--gpus-per-trial 1` and `0.5` (two trials share the GPU): aggregate images/s and GPU
-   utilisation (NVML, sampled in a thread); then ERM with `train.compile` on, against off.
+4. `sweeps`: two sweeps through the real `sweeps/nyuv2.py`, 2 ERM trials of 2 epochs each
+   (`--set train.data_on_device=true`), with `--gpus-per-trial 1` and `0.5` (two trials share
+   the GPU): aggregate images/s and GPU utilisation (NVML, sampled in a thread); then ERM with
+   `train.compile` on, against off.
 5. `repeatability`: the same config and seed twice on one GPU (separate processes), with the
    documented cuDNN settings (`cudnn_benchmark` on, the default) and with it off: max |diff|.
 6. `realsize`: synthetic NYUv2 at 288x384 (`relif make-data`), ERM, ReLiF (and `relif-st`
@@ -69,6 +72,7 @@ from run import (
     run_worker,
     trial_config,
     variants,
+    warm_up_gpu,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,16 +97,20 @@ class Size:
     train: int
     val: int
     epochs: int
+    """Epochs of each trial of the real-size sweeps (`realsize`)."""
+    packing_epochs: int
+    """Epochs of each trial of the packing sweeps (`sweeps`): fewer, so both sweeps fit."""
     repeat_steps: int
     relif_rounds: int
     method_rounds: int
     cosine_steps: int
 
 
-GPU = Size("resnet50", 288, 384, 320, 32, 3, 20, 40, 20, 10)
-"""320 train / 32 val images at 288x384 (40 steps of batch 8 per epoch; written in about 12 s),
-3 epochs per sweep trial: a trial trains ~120 steps, a few seconds at a few hundred images/s."""
-TOY = Size("resnet18", 32, 40, 16, 8, 1, 3, 2, 2, 3)
+GPU = Size("resnet50", 288, 384, 320, 32, 3, 2, 20, 40, 20, 10)
+"""320 train / 32 val images at 288x384 (40 steps of batch 8 per epoch; written in about 12 s);
+a packing sweep's trial trains 2 epochs (80 steps, a second or two at a few hundred
+images/s, beside its set-up, validations and checkpoints), a real-size one 3 (120 steps)."""
+TOY = Size("resnet18", 32, 40, 16, 8, 1, 1, 3, 2, 2, 3)
 
 
 @dataclass
@@ -290,6 +298,8 @@ def pinned_rows(check: Check) -> None:
 
 def resnet50_section(check: Check) -> None:
     context = check.context()
+    if not check.dry_run:
+        warm_up_gpu(check.device)  # the first worker timed would meet idle clocks
     for variant in ("erm", "relif"):
         with check.step(f"training images/s, {variant}"):
             check.add(*memory_and_throughput_rows(context, (variant,), plain_loop=False))
@@ -341,12 +351,14 @@ def sweep_command(
     gpus_per_trial: float,
     seeds: int,
     precision: str,
+    epochs: int,
     extra: tuple[str, ...] = (),
 ) -> list[str]:
-    """`sweeps/nyuv2.py` on the check's data: one GPU, random weights, no retries."""
+    """`sweeps/nyuv2.py` on the check's data: one GPU, random weights, no retries, the train
+    split held on the GPU (`train.data_on_device`)."""
     size = check.size
     command = [sys.executable, "sweeps/nyuv2.py", "--data-dir", str(sweep_data(check))]
-    command += ["--methods", methods, "--seeds", str(seeds), "--epochs", str(size.epochs)]
+    command += ["--methods", methods, "--seeds", str(seeds), "--epochs", str(epochs)]
     command += ["--backbone", size.backbone, "--batch-size", str(BATCH_SIZE)]
     command += ["--pretrained", "none"]
     command += [
@@ -354,6 +366,7 @@ def sweep_command(
         precision,
         "--channels-last" if precision == "bf16" else "--no-channels-last",
     ]
+    command += ["--set", "train.data_on_device=true"]
     command += ["--num-gpus", "1", "--gpus-per-trial", f"{gpus_per_trial:g}", "--max-failures", "0"]
     command += ["--storage", str(check.workdir / "results"), "--name", name, *extra]
     return command
@@ -372,7 +385,7 @@ def packing_section(check: Check) -> None:
     for gpus_per_trial in (1.0, 0.5):
         label = f"--gpus-per-trial {gpus_per_trial:g}"
         name = f"sweep aggregate images/s, {label}"
-        if not check.has_time(45):
+        if not check.has_time(50):  # one sweep: ~45 s with Ray's start and shutdown
             check.skip(name, OUT_OF_TIME)
             continue
         with check.step(name):
@@ -388,7 +401,8 @@ def sweep_throughput(check: Check, gpus_per_trial: float, label: str) -> float |
     """One sweep of 2 ERM trials: its aggregate images/s over the trials' span, and the GPU's
     mean utilisation then (rows); the images/s, None if the sweep failed."""
     name = f"packing-{gpus_per_trial:g}"
-    command = sweep_command(check, name, "erm", gpus_per_trial, seeds=2, precision="bf16")
+    epochs = check.size.packing_epochs
+    command = sweep_command(check, name, "erm", gpus_per_trial, 2, "bf16", epochs)
     sampler = None if check.dry_run else UtilisationSampler(torch.device("cuda"), 0, math.inf, 0.25)
     if sampler is not None:
         sampler.start()
@@ -413,7 +427,8 @@ def sweep_throughput(check: Check, gpus_per_trial: float, label: str) -> float |
         images_per_s,
         "img/s",
         f"{len(trials)} ERM trials x {trials[0]['steps']} steps of batch {BATCH_SIZE} "
-        f"({size.backbone} {size.height}x{size.width} bf16, channels-last; {size.epochs} epochs, "
+        f"({size.backbone} {size.height}x{size.width} bf16, channels-last, data on device; "
+        f"{epochs} epochs, "
         "each with validation, live audit and checkpoint) over the trials' span "
         f"{last - first:.1f} s (set-up to outputs written); the command took {wall:.1f} s (Ray "
         f"start and shutdown included); trials ran on {', '.join(devices)}",
@@ -531,7 +546,9 @@ def sweep_and_report(check: Check, labels: list[str], precision: str, steps: int
     eta, warmup = scale_to_budget(steps)
     name = f"realsize-{precision}"
     extra = ("--eta", f"{eta:g}", "--warmup-steps", str(warmup))
-    command = sweep_command(check, name, ",".join(labels), 0.5, 1, precision, extra)
+    command = sweep_command(
+        check, name, ",".join(labels), 0.5, 1, precision, check.size.epochs, extra
+    )
     if run_command(check, command) != 0:
         check.row(f"sweep {precision}", None, "", "sweeps/nyuv2.py failed", result="FAIL")
         return
@@ -568,7 +585,7 @@ SECTIONS = (
         30,
     ),
     Section("methods", "the other methods: images/s, memory, step time", methods_section, 80, 20),
-    Section("sweeps", "real sweeps: 1 and 2 trials per GPU; compile", packing_section, 170, 60),
+    Section("sweeps", "real sweeps: 1 and 2 trials per GPU; compile", packing_section, 200, 60),
     Section("repeatability", "same seed twice on one GPU", repeatability_section, 60, 20),
     Section(
         "realsize",

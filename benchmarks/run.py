@@ -11,6 +11,8 @@ sides alike; the CPU rows use one torch thread. Rows:
 
 - ReLiF overhead: ERM + ReLiF step time over ERM's, dense NYUv2 model and clinical LSTM
   (target <= 1.05; `relif_step_time.py`);
+- ReLiF host work: ATen calls and GPU kernel launches of one regularizer forward + backward,
+  deterministic counts (target: their pinned bounds; `relif_op_count.py`);
 - methods: each registered method's step time over ERM's (info) and over the implementation
   of the same method in TorchJD or the LibMTL 1.1.5 package on the same model and batch where
   one exists (target <= 1.0); for every representation-gradient mode, the step time over
@@ -44,6 +46,7 @@ import functools
 import importlib
 import importlib.util
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -65,6 +68,11 @@ SWEEP_EFFICIENCY_MODULE = "sweep_efficiency"
 
 PACKED_TRIALS = (1, 2, 4)
 GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
+GPU_FAST_PATH = {"precision": "bf16", "channels_last": True, "data_on_device": True}
+"""The `train` fields of the GPU rows: docs/benchmarks.md's fast path."""
+WORKER_WARMUP_STEPS = 10
+"""Untimed steps of each trial worker first: cuDNN's autotuning (`train.cudnn_benchmark`),
+the caching allocator and the GPU's clocks settle in them."""
 TOY_SIZE = (32, 40)
 """Image size of the GPU rows in a dry run on the CPU (`gpu_check.py --dry-run`)."""
 
@@ -103,7 +111,7 @@ def relif_rows(ctx: Context, rounds: int | None = None) -> list[Row]:
     import relif_step_time as module
 
     rounds = rounds or (20 if ctx.quick else 60)
-    fast = {"precision": "bf16", "channels_last": True} if ctx.gpu_rows else {}
+    fast = GPU_FAST_PATH if ctx.gpu_rows else {}
     if ctx.cuda:
         dense = module.Setting(
             device="cuda",
@@ -146,6 +154,46 @@ def relif_rows(ctx: Context, rounds: int | None = None) -> list[Row]:
                 f"ReLiF {1e3 * result['relif_step_s']:.1f} ms; {setting.rounds} rounds",
             )
         )
+    return rows
+
+
+RELIF_COUNT_METHODS = {
+    "ATen calls": "nested calls included (torch.profiler)",
+    "kernel launches": "operations on device tensors, views excluded, counted on the meta device",
+}
+
+
+def relif_op_count_rows(ctx: Context) -> list[Row]:
+    """ATen calls and device kernel launches of one regularizer forward + backward (counts,
+    made on the CPU whatever the device), against the counts before issue 29's rewrite
+    (`relif_op_count.py`)."""
+    import relif_op_count as module
+
+    rows = []
+    for setting in module.SETTINGS:
+        shape = (
+            f"{len(setting.tasks)} tasks, batch {setting.batch_size}, representation "
+            f"{setting.width}; torch {torch.__version__}"
+        )
+        counts = {
+            "ATen calls": (module.aten_calls, module.LIMIT, module.BEFORE),
+            "kernel launches": (module.device_kernels, module.KERNEL_LIMIT, module.KERNELS_BEFORE),
+        }
+        for what, (count_of, limits, befores) in counts.items():
+            how = RELIF_COUNT_METHODS[what]
+            count, limit, before = count_of(setting), limits[setting.name], befores[setting.name]
+            rows.append(
+                Row(
+                    "relif",
+                    f"ReLiF regularizer {what} per step, {setting.name}",
+                    count,
+                    "",
+                    f"<= {limit}",
+                    verdict(count <= limit),
+                    f"forward + backward, {how}; {before} before the rewrite "
+                    f"({before / count:.2f}x); {shape}",
+                )
+            )
     return rows
 
 
@@ -306,18 +354,13 @@ def sweep_rows(ctx: Context) -> list[Row]:
 
 def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
     """A dense NYUv2 trial of `variant` (a method name, or "relif" for ERM + ReLiF); `gpu`: the
-    GPU rows' fast path (bf16, channels-last), with ResNet-50 on CUDA and a toy resnet18 on the
-    CPU of a dry run."""
+    GPU rows' fast path (bf16, channels-last, the train split on the device), with ResNet-50 on
+    CUDA and a toy resnet18 on the CPU of a dry run."""
     if gpu:
         model = {"backbone": GPU_SIZE["backbone"], "head_channels": 128}
         if not ctx.cuda:
             model = {"backbone": "resnet18", "head_channels": 16}
-        train = {
-            "batch_size": GPU_SIZE["batch_size"],
-            "precision": "bf16",
-            "channels_last": True,
-            "compile": ctx.compile,
-        }
+        train = {"batch_size": GPU_SIZE["batch_size"], **GPU_FAST_PATH, "compile": ctx.compile}
     else:
         model = {"backbone": "resnet18", "head_channels": 128}
         train = {"batch_size": 8}
@@ -382,6 +425,7 @@ def setting_text(config: dict, root: Path) -> str:
     text = f"{config['model']['backbone']} {height}x{width} batch {train['batch_size']}"
     text += f" {train.get('precision', 'fp32')}"
     text += ", channels-last" if train.get("channels_last") else ""
+    text += ", data on device" if train.get("data_on_device") else ""
     return text + (", compile" if train.get("compile") else "")
 
 
@@ -411,7 +455,7 @@ def memory_and_throughput_rows(
     results = {}
     for variant in chosen:
         config = trial_config(ctx, root, variant, ctx.gpu_rows)
-        results[variant] = run_worker(config, warmup=3, steps=worker_steps(ctx), **backend)
+        results[variant] = timed_worker(ctx, config, **backend)
         if not ctx.gpu_rows:
             rows.append(
                 Row(
@@ -443,8 +487,10 @@ def plain_loop_rows(ctx: Context, erm_images_per_s: float | None) -> list[Row]:
     >= 1.5; given ERM's images/s, from a worker of the same size)."""
     root = data_root(ctx, gpu=True)
     config = trial_config(ctx, root, "erm", gpu=True)
-    config["train"].update(precision="fp32", channels_last=False, compile=False)
-    result = run_worker(config, warmup=3, steps=worker_steps(ctx), loop="plain")
+    config["train"].update(
+        precision="fp32", channels_last=False, compile=False, data_on_device=False
+    )
+    result = timed_worker(ctx, config, loop="plain")
     rows = gpu_rows(PLAIN_LOOP, result, setting_text(config, root))
     if erm_images_per_s is None:
         return rows
@@ -457,17 +503,69 @@ def plain_loop_rows(ctx: Context, erm_images_per_s: float | None) -> list[Row]:
             "x",
             f">= {PLAIN_LOOP_TARGET}",
             verdict(speedup >= PLAIN_LOOP_TARGET),
-            "the engine with bf16 autocast and channels-last against a hand-written fp32 "
-            "NCHW loop of the same model (trial_worker.py --loop plain)",
+            "the engine on the fast path (bf16 autocast, channels-last, the train split on "
+            "the device, fused Adam on CUDA) against a hand-written fp32 NCHW loop of the "
+            "same model with host batches and torch's default Adam (trial_worker.py --loop "
+            "plain)",
         )
     ]
 
 
+def timed_worker(ctx: Context, config: dict, **options: object) -> dict:
+    """One trial worker of the memory rows (`WORKER_WARMUP_STEPS`, then `worker_steps`); on
+    CUDA with "gpu_utilisation": the GPU's mean utilisation (%) over its timed steps, sampled
+    every 0.1 s (None without a reading), which says whether a step keeps the GPU busy or is
+    bound by host work."""
+    sampler = None
+    if ctx.cuda:
+        sampler = UtilisationSampler(ctx.device, time.time(), math.inf, period=0.1)
+        sampler.start()
+    try:
+        warmup = WORKER_WARMUP_STEPS if ctx.cuda else 3  # on a CPU only the memory counts
+        result = run_worker(config, warmup, worker_steps(ctx), **options)
+    finally:
+        if sampler is not None:
+            sampler.stopped.set()
+            sampler.join()
+    if sampler is not None:
+        result["gpu_utilisation"] = sampler.mean(result["timed_from"], result["timed_to"])
+    return result
+
+
+def warm_up_gpu(device: torch.device, seconds: float = 3.0) -> None:
+    """Keep the GPU busy with matrix products for `seconds`, so that the first worker timed
+    after an idle spell does not meet it at idle clocks."""
+    a = torch.randn(4096, 4096, device=device)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(10):
+            a = torch.tanh(a @ a)
+        torch.cuda.synchronize(device)
+    del a
+    torch.cuda.empty_cache()
+
+
 def gpu_rows(name: str, result: dict, setting: str, memory_note: str = "") -> list[Row]:
-    """The peak GPU memory (`memory_note` first in its detail) and training images/s rows of
-    one worker's result."""
+    """The peak GPU memory (`memory_note` first in its detail), training images/s and (on
+    CUDA) GPU utilisation rows of one worker's result."""
     peak = result["cuda_peak_mb"]
-    return [
+    utilisation = []
+    if "gpu_utilisation" in result:
+        busy = result["gpu_utilisation"]
+        utilisation.append(
+            Row(
+                "gpu",
+                f"GPU utilisation while timed, {name}",
+                busy,
+                "%",
+                "-",
+                "info" if busy is not None else "no reading",
+                f"{setting}; NVML every 0.1 s over the {result['steps']} timed steps "
+                f"({result['timed_to'] - result['timed_from']:.1f} s): well below 100% means "
+                "the GPU waits for host work",
+            )
+        )
+    return utilisation + [
         Row(
             "memory",
             f"peak GPU memory per trial, {name}",
@@ -504,7 +602,9 @@ def packing_rows(ctx: Context) -> list[Row]:
         sampler = UtilisationSampler(ctx.device, start_at, seconds)
         sampler.start()
         config = trial_config(ctx, root, "erm", gpu=True)
-        job = functools.partial(run_worker, config, 3, seconds=seconds, start_at=start_at)
+        job = functools.partial(
+            run_worker, config, WORKER_WARMUP_STEPS, seconds=seconds, start_at=start_at
+        )
         results = _parallel([job] * count)
         sampler.join()
         utilisation = sampler.mean()
@@ -595,6 +695,7 @@ def fidelity_rows(ctx: Context) -> list[Row]:
 
 SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "relif": relif_rows,
+    "relif-ops": relif_op_count_rows,
     "methods": methods_rows,
     "audit": audit_rows,
     "analysis": analysis_rows,

@@ -11,6 +11,8 @@ Prints one JSON line:
     rss_imports_mb    peak resident memory after the imports (torch, relif_ray)
     peak_rss_mb       peak resident memory of the whole process (VmHWM on Linux)
     cuda_peak_mb      torch.cuda.max_memory_allocated (null on CPU)
+    timed_from, timed_to    wall clock (time.time) of the first timed step's start and the
+                      last one's end: the window in which the parent samples GPU utilisation
     trace             with --trace: every step's trace row (losses, weights, ReLiF state)
 
     python benchmarks/trial_worker.py --config '{"data": ...}' --warmup 2 --steps 5
@@ -53,9 +55,10 @@ def peak_rss_mb() -> float:
 
 class PlainLoop:
     """The config's model trained by a plain fp32 PyTorch loop, without the engine: NCHW, no
-    autocast, batches copied with `.to(device)`, the sum of the task losses, the config's Adam
-    (lr, weight decay). Reads only data, model, seed, device, train.batch_size, lr and
-    weight_decay of the config; the trace holds the summed loss."""
+    autocast, batches gathered on the host and copied with `.to(device)`, the sum of the task
+    losses, torch's default Adam (lr, weight decay). Reads only data, model, seed, device,
+    train.batch_size, lr and weight_decay of the config (none of the fast-path fields); the
+    trace holds the summed loss."""
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.device = torch.device(config.device)
@@ -152,7 +155,9 @@ def main() -> None:
     run.train_steps(args.warmup)
     if args.start_at is not None:
         time.sleep(max(0.0, args.start_at - time.time()))
+    timed_from = time.time()
     chunks = timed_chunks(run, args.steps, args.seconds, args.chunk)
+    timed_to = time.time()
     steps = sum(count for count, _ in chunks)
     cuda = run.device.type == "cuda"
     result = {
@@ -162,6 +167,8 @@ def main() -> None:
         "rss_imports_mb": imports_mb,
         "peak_rss_mb": peak_rss_mb(),
         "cuda_peak_mb": torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
+        "timed_from": timed_from,
+        "timed_to": timed_to,
     }
     if args.trace:
         result["trace"] = run.trace

@@ -64,7 +64,9 @@ class TrainConfig:
     """Optimisation budget, optimiser and the fast GPU path.
 
     Budget and optimiser defaults follow LibMTL's NYUv2 setting (Adam 1e-4). The speed fields
-    default to the exact fp32 path, so a CPU run is deterministic and unchanged by them:
+    (precision, channels_last, compile, cudnn_benchmark, data_on_device: the GPU fast path of
+    docs/benchmarks.md) default to the exact fp32 path, so a CPU run is deterministic and
+    unchanged by them:
 
     precision: "bf16" runs the model forward under bfloat16 autocast; the predictions, features
         and representation are cast back to fp32 before the task losses, the audit scores and
@@ -80,6 +82,14 @@ class TrainConfig:
     cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
         fastest (a speed choice; the chosen kernels may differ between runs, so CUDA runs are
         not bitwise repeatable with it). CPU runs always use deterministic algorithms.
+    data_on_device: hold the train split on the training device: its tensors are copied there
+        once per process (except `relif_ray.transfer.HOST_KEYS`), and each step's batch is
+        gathered there from the epoch's permutation, itself copied there once per epoch, so a
+        step does no host gathering, pinning or copying. The same batches in the same order,
+        so the same numbers, as without it (on a CPU it changes nothing). It costs device
+        memory for the whole train split: NYUv2's 795 images at 288x384 (image, depth and
+        normals in float32, labels in int8) take about 2.5 GB. Splits of tensors only
+        (NYUv2); the clinical data sets' variable-length stays are refused.
     scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
         setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
         `scheduler_gamma` every `scheduler_step_size` epochs. "cosine": torch's
@@ -102,6 +112,7 @@ class TrainConfig:
     channels_last: bool = False
     compile: bool = False
     cudnn_benchmark: bool = True
+    data_on_device: bool = False
     scheduler: Literal["none", "step", "cosine"] = "none"
     scheduler_step_size: int = 100
     scheduler_gamma: float = 0.5

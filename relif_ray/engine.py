@@ -7,12 +7,13 @@ restored from `state_dict()` at any step therefore ends with exactly the numbers
 uninterrupted run (on CPU). The learning-rate schedule (`TrainConfig.scheduler`) steps at
 the end of each complete epoch and is part of the state too.
 
-Fast path (the `train` fields precision, channels_last, compile, cudnn_benchmark; see
-`TrainConfig`): the model forward may run under bf16 autocast, in channels-last layout and
-through `torch.compile`; everything after the forward (task losses, audit scores, ReLiF,
-metrics) sees fp32 outputs. The engine and the ReLiF regularizer read no device value on the
-host during a step: the trace keeps detached device tensors and converts them once per
-`train_steps` call.
+Fast path (the `train` fields precision, channels_last, compile, cudnn_benchmark,
+data_on_device; see `TrainConfig`): the model forward may run under bf16 autocast, in
+channels-last layout and through `torch.compile`; everything after the forward (task losses,
+audit scores, ReLiF, metrics) sees fp32 outputs; the train split may live on the GPU. On
+CUDA the optimiser is torch's fused one. The engine and the ReLiF regularizer read no device
+value on the host during a step: the trace keeps detached device tensors and converts them
+once per `train_steps` call.
 
 Method hooks: after the optimizer step the engine calls `method.after_step` (with a function
 that re-evaluates the step's batch, used by FAMO), and after the last step of every full epoch
@@ -31,13 +32,14 @@ from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 
 from relif_ray.config import ExperimentConfig, TrainConfig
+from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import EvalResult
 from relif_ray.methods import StepContext, build_method
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
-from relif_ray.transfer import move_batch
+from relif_ray.transfer import move_batch, move_tensor, resident_split
 
 
 def resolve_device(name: str) -> torch.device:
@@ -135,7 +137,7 @@ class TrainingRun:
         ]
         self.regularizer = self._build_regularizer(task_names)
         self.optimizer = self._build_optimizer()
-        self.train_split = self.problem.splits["train"]
+        self.train_split = self._train_split()
         self.steps_per_epoch = self._steps_per_epoch(len(self.train_split))
         self.total_steps = step_budget(
             config.train.epochs, config.train.max_steps, self.steps_per_epoch
@@ -147,20 +149,42 @@ class TrainingRun:
         self._pending: list[dict[str, Tensor]] = []
         self._order: tuple[int, Tensor] | None = None
 
+    def _train_split(self) -> Split:
+        """The train split, held on the device with `train.data_on_device`."""
+        split = self.problem.splits["train"]
+        if not self.config.train.data_on_device:
+            return split
+        if not isinstance(split, TensorSplit):
+            raise UserError(
+                f"config field train.data_on_device: the {self.problem.name} train split "
+                f"({type(split).__name__}) cannot be held on the device; set it to false"
+            )
+        return resident_split(split, self.device)
+
     def _build_regularizer(self, task_names: list[str]) -> torch.nn.Module | None:
         if not self.config.relif.enabled:
             return None
         return ReLiFRegularizer(self.config.relif, task_names).to(self.device)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
+        """The config's optimiser; on CUDA its fused implementation (a few kernel launches
+        update every parameter, rather than several per parameter: host time), on the CPU
+        torch's default one, so CPU numbers do not change."""
         train = self.config.train
         parameters = [*self.model.parameters(), *self.method.parameters()]
+        fused = True if self.device.type == "cuda" else None
         if train.optimizer == "sgd":
             return torch.optim.SGD(
-                parameters, lr=train.lr, momentum=0.9, weight_decay=train.weight_decay
+                parameters,
+                lr=train.lr,
+                momentum=0.9,
+                weight_decay=train.weight_decay,
+                fused=fused,
             )
         optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
-        return optimizer_class(parameters, lr=train.lr, weight_decay=train.weight_decay)
+        return optimizer_class(
+            parameters, lr=train.lr, weight_decay=train.weight_decay, fused=fused
+        )
 
     def _steps_per_epoch(self, n: int) -> int:
         """Full batches only (BatchNorm needs > 1 example), unless the split is smaller."""
@@ -187,12 +211,15 @@ class TrainingRun:
         self._flush_trace()
 
     def _epoch_order(self) -> Tensor:
-        """This epoch's permutation, drawn once per epoch rather than once per step."""
+        """This epoch's permutation, drawn once per epoch rather than once per step (on the
+        host, so the order does not depend on the device), and held where the train split
+        is: with `train.data_on_device` it is copied to the device once per epoch, and each
+        step's index is a slice of it there."""
         if self._order is None or self._order[0] != self.epoch:
-            self._order = (
-                self.epoch,
-                epoch_permutation(len(self.train_split), self.config.seed, self.epoch),
-            )
+            order = epoch_permutation(len(self.train_split), self.config.seed, self.epoch)
+            if self.config.train.data_on_device:
+                order = move_tensor(order, self.device)
+            self._order = (self.epoch, order)
         return self._order[1]
 
     def _train_batch(self) -> Batch:

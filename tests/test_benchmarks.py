@@ -58,6 +58,37 @@ def test_interleaved_times_runs_every_variant_each_round(load) -> None:
     assert calls[:3] != calls[3:6] or calls[3:6] != calls[6:9]  # the order is shuffled
 
 
+def test_relif_regularizer_stays_within_its_aten_call_and_kernel_budgets(load) -> None:
+    """The regularizer's ATen calls and device kernel launches per forward + backward
+    (deterministic for one torch version) stay within the bounds the benchmark states, below
+    the counts before the rewrite; the benchmark's rows say so."""
+    op_count = load("relif_op_count")
+    calls = {setting.name: op_count.aten_calls(setting) for setting in op_count.SETTINGS}
+    kernels = {setting.name: op_count.device_kernels(setting) for setting in op_count.SETTINGS}
+    for name in ("NYUv2", "clinical"):
+        assert calls[name] <= op_count.LIMIT[name] < 0.65 * op_count.BEFORE[name], calls
+        assert kernels[name] <= op_count.KERNEL_LIMIT[name] < op_count.KERNELS_BEFORE[name]
+    rows = load("run").relif_op_count_rows(None)
+    assert [(row.value, row.result) for row in rows] == [
+        (calls["NYUv2"], "pass"),
+        (kernels["NYUv2"], "pass"),
+        (calls["clinical"], "pass"),
+        (kernels["clinical"], "pass"),
+    ]
+
+
+def test_batch_host_time_times_both_paths_on_nyuv2_shaped_data(load) -> None:
+    """NYUv2's shapes and label dtype; both paths timed, the ratio with its interval (no
+    timing is asserted)."""
+    bench = load("batch_host_time")
+    split = bench.nyuv2_shaped_split(16)
+    assert split.tensors["image"].shape == (16, 3, 288, 384)
+    assert split.tensors["seg"].dtype == torch.int8
+    result = bench.measure(examples=16, rounds=2)
+    assert set(result) == {"host_s", "device_s", "ratio", "ratio_low", "ratio_high"}
+    assert result["host_s"] > 0 and result["device_s"] > 0
+
+
 def test_python_reference_loop_matches_the_closed_form(load) -> None:
     audit = load("audit_throughput")
     scores = [0.1, 0.5, 0.95]

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from relif_ray.config import ModelConfig
 from relif_ray.data.mimic3 import NUM_FEATURES
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
-from relif_ray.models.clinical import ClinicalMTLModel
+from relif_ray.models.clinical import ClinicalMTLModel, packing_plan
 from relif_ray.problems.mimic3 import HEADS, load_mimic3
 
 CONFIG = ModelConfig(hidden_size=8, num_layers=2, dropout=0.3)
@@ -114,3 +115,40 @@ def test_pretrained_weights_are_refused_for_the_lstm() -> None:
     config = ModelConfig(hidden_size=4, pretrained="imagenet")
     with pytest.raises(UserError, match="model.pretrained: the clinical LSTM has no pretrained"):
         ClinicalMTLModel(config, NUM_FEATURES, HEADS)
+
+
+def test_packing_is_torchs_pack_and_pad_bit_for_bit() -> None:
+    """The one-gather packing and one-scatter unpacking give exactly the packed data and batch
+    sizes of `pack_padded_sequence` (stays sorted by length, ties in batch order) and the
+    outputs, last states and gradients of `pad_packed_sequence` put back in batch order, on a
+    batch padded beyond its longest stay, in training mode (dropout between the layers)."""
+    lengths = torch.tensor([5, 9, 3, 9, 1, 7])
+    inputs = torch.randn(6, 11, NUM_FEATURES, generator=torch.Generator().manual_seed(0))
+    order = torch.argsort(lengths, descending=True, stable=True)
+    reference = pack_padded_sequence(inputs[order], lengths[order], batch_first=True)
+    plan = packing_plan(lengths, steps=11)
+    packed_rows = plan.indices[: plan.packed]
+    assert torch.equal(inputs.reshape(6 * 11, -1)[packed_rows], reference.data)
+    assert torch.equal(plan.batch_sizes, reference.batch_sizes)
+    assert plan.indices[plan.packed + 6 :].tolist() == [4, 8, 2, 8, 0, 6]  # each last step
+
+    model = _model().train()
+    upstream = torch.randn(6, 11, CONFIG.hidden_size)
+    results = []
+    for packing in ("ours", "torch's"):
+        model.zero_grad()
+        torch.manual_seed(1)
+        if packing == "ours":
+            outputs, last_hidden, _ = model._run_lstm(inputs, lengths)
+        else:
+            packed, (last_hidden, _) = model.lstm(reference)
+            outputs, _ = pad_packed_sequence(packed, batch_first=True, total_length=11)
+            restore = torch.argsort(order)
+            outputs, last_hidden = outputs[restore], last_hidden[:, restore]
+        ((outputs * upstream).sum() + last_hidden[-1].sum()).backward()
+        results.append((outputs, last_hidden, [p.grad.clone() for p in model.lstm.parameters()]))
+    (ours, ours_last, ours_grads), (theirs, theirs_last, theirs_grads) = results
+    assert torch.equal(ours, theirs) and torch.equal(ours_last, theirs_last)
+    assert all(torch.equal(a, b) for a, b in zip(ours_grads, theirs_grads, strict=True))
+    with pytest.raises(ValueError, match="at least one time step"):
+        packing_plan(torch.tensor([3, 0]), steps=3)

@@ -71,6 +71,8 @@ def test_los_bins_are_half_open_in_hours() -> None:
     hours = torch.tensor([0.0, 23.99, 24.0, 47.9, 48.0, 191.9, 192.0, 335.9, 336.0, 5000.0])
     assert los_bins(hours).tolist() == [0, 0, 1, 1, 2, 7, 8, 8, 9, 9]
     assert los_bins(hours).tolist() == [_benchmark_bin(float(h)) for h in hours]
+    per_step = los_bins(hours.reshape(2, 5))  # (stays, steps), as the loss bins them
+    assert per_step.dtype == torch.long and per_step.flatten().tolist() == los_bins(hours).tolist()
 
 
 def test_mortality_metrics_use_labelled_stays_only_and_match_sklearn() -> None:

@@ -19,7 +19,7 @@ from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.problems import Problem, TensorSplit, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
-from relif_ray.transfer import move_batch
+from relif_ray.transfer import move_batch, resident_split
 from tests.conftest import tiny_config
 from tests.host_sync import no_host_sync
 
@@ -46,11 +46,13 @@ def test_speed_fields_are_validated(nyuv2_dir) -> None:
         ("channels_last", "yes", "train.channels_last: expected true/false"),
         ("compile", 1, "train.compile: expected true/false"),
         ("cudnn_benchmark", None, "train.cudnn_benchmark: expected true/false"),
+        ("data_on_device", "yes", "train.data_on_device: expected true/false"),
     ]:
         with pytest.raises(UserError, match=message):
             ExperimentConfig.from_dict(tiny_config(nyuv2_dir, **{field: value}))
     defaults = ExperimentConfig().train
     assert (defaults.precision, defaults.channels_last, defaults.compile) == ("fp32", False, False)
+    assert defaults.data_on_device is False
 
 
 def test_bf16_runs_the_model_in_bf16_and_everything_after_it_in_fp32(
@@ -194,6 +196,45 @@ def test_the_data_set_is_read_once_per_process(nyuv2_dir, monkeypatch: pytest.Mo
     assert first.problem is second.problem
 
 
+def test_data_on_device_gives_the_same_batches_and_numbers_also_after_resume(nyuv2_dir) -> None:
+    """Held "on the device" (the CPU here) the train split gives the same batches in the same
+    order across an epoch boundary (4 steps per epoch), so the same trace, metrics and
+    checkpointed continuation as the host path; the optimiser stays torch's default on CPU."""
+    host = make_run(nyuv2_dir, RELIF, max_steps=6)
+    resident = make_run(nyuv2_dir, RELIF, max_steps=6, data_on_device=True)
+    assert host.optimizer.defaults["fused"] is None and resident.steps_per_epoch == 4
+    batches = []
+    for run in (host, resident):
+        run.train_steps(3)
+        batches.append(run._train_batch())
+        run.train_steps(3)
+    assert batches[0].keys() == batches[1].keys()
+    assert all(torch.equal(batches[0][key], batches[1][key]) for key in batches[0])
+    assert resident.trace == host.trace and len(host.trace) == 6
+    assert resident.evaluate("val").metrics == host.evaluate("val").metrics
+    interrupted = make_run(nyuv2_dir, RELIF, max_steps=6, data_on_device=True)
+    interrupted.train_steps(3)
+    resumed = make_run(nyuv2_dir, RELIF, max_steps=6, data_on_device=True)
+    resumed.load_state_dict(interrupted.state_dict())
+    resumed.train_steps(3)
+    assert resumed.trace == host.trace
+
+
+def test_data_on_device_refuses_variable_length_sequences(tmp_path) -> None:
+    values = clinical_values(tmp_path)
+    values["train"]["data_on_device"] = True
+    with pytest.raises(UserError, match=r"^config field train.data_on_device: the mimic3 train"):
+        TrainingRun(ExperimentConfig.from_dict(values))
+
+
+def test_resident_split_moves_all_but_the_host_keys_once() -> None:
+    split = TensorSplit({"input": torch.rand(4, 3), "lengths": torch.arange(4)})
+    resident = resident_split(split, torch.device("meta"))
+    assert resident.tensors["input"].is_meta and resident.tensors["lengths"].device.type == "cpu"
+    assert resident_split(split, torch.device("meta")) is resident  # copied once per process
+    assert split.tensors["input"].device.type == "cpu"
+
+
 def test_move_batch_keeps_values_and_dtypes() -> None:
     batch = {"input": torch.rand(2, 3), "seg": torch.tensor([[-1, 12]], dtype=torch.int8)}
     moved = move_batch(batch, torch.device("cpu"))
@@ -277,6 +318,23 @@ def test_a_dense_training_step_never_waits_for_the_device(
     assert {"loss_seg", "loss_depth", "loss_normal"} <= set(row)
 
 
+def test_device_resident_batches_never_wait_for_the_device(
+    nyuv2_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `train.data_on_device` a step's batch is a slice of the epoch's permutation and a
+    gather on the device, the next epoch's permutation one copy: no host synchronisation,
+    mid-epoch and at the epoch boundary alike (4 steps per epoch)."""
+    values = dense_values(nyuv2_dir)
+    values["train"]["data_on_device"] = True
+    run = TrainingRun(ExperimentConfig.from_dict(values))
+    run.train_steps(1)
+    with no_host_sync(monkeypatch):
+        for _ in range(4):
+            run._backward(run._train_batch())
+            run.step += 1
+    assert run.epoch == 1 and run._order[0] == 1
+
+
 def test_a_clinical_training_step_never_waits_for_the_device(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -333,6 +391,31 @@ def test_cuda_relif_step_never_synchronises() -> None:
             loss.backward()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+@needs_cuda
+def test_cuda_device_resident_steps_never_synchronise(nyuv2_dir) -> None:
+    """CUDA's own sync detector over whole steps (batch gathered on the GPU, forward, ReLiF,
+    backward, the fused optimiser's step), across an epoch boundary; the batches are those of
+    the host path."""
+    values = dense_values(nyuv2_dir, device="cuda")
+    values["train"]["data_on_device"] = True
+    run = TrainingRun(ExperimentConfig.from_dict(values))
+    host = TrainingRun(ExperimentConfig.from_dict(dense_values(nyuv2_dir, device="cuda")))
+    assert run.optimizer.defaults["fused"] is True
+    assert all(value.is_cuda for value in run.train_split.tensors.values())
+    run._train_step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(4):
+            batch = run._train_batch()
+            run._train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    host.step = run.step - 1
+    expected = host._train_batch()
+    assert all(torch.equal(batch[key], expected[key]) for key in expected)
 
 
 @needs_cuda

@@ -13,9 +13,12 @@ from hypothesis import strategies as st
 from sklearn.metrics.pairwise import cosine_distances
 
 from relif_ray.relif.surrogate import (
+    constant,
     cosine_distance,
     huber_rho,
     huberized_hinge,
+    is_finite,
+    masked_quantiles,
     prototype_pairs,
 )
 
@@ -171,3 +174,55 @@ def test_pair_count(per_task: int, seed: int) -> None:
     pairs = list(itertools.combinations(counts, 2))
     assert int(cross) == sum(a * b for a, b in pairs)
     assert int(rank) == sum(min(a, b) for a, b in pairs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_quantiles_are_torch_nanquantile_bit_for_bit(dtype: torch.dtype) -> None:
+    """Against torch.nanquantile of the masked-out entries set to NaN (equality, not closeness:
+    the scale buffers and the pinned numbers depend on every bit), and numpy's quantile;
+    rows without a masked-in entry give NaN. Sizes 1..40, ties, levels at and between ranks."""
+    generator = torch.Generator().manual_seed(0)
+    levels = (0.0, 0.1, 0.3, 0.5, 0.9, 0.95, 1.0)
+    for size in range(1, 41):
+        values = torch.rand(3, size, generator=generator, dtype=dtype) * 10 ** (size % 5 - 2)
+        if size % 4 == 0:
+            values = (values * 4).round() / 4  # ties
+        mask = torch.rand(3, size, generator=generator) > 0.3
+        mask[2] = False  # a row with nothing masked in
+        masked = torch.where(mask, values, torch.nan)
+        for level, ours in zip(levels, masked_quantiles(values, mask, levels), strict=True):
+            expected = torch.nanquantile(masked, level, dim=-1)
+            assert ours.dtype == dtype and ours[2].isnan()
+            torch.testing.assert_close(ours, expected, rtol=0, atol=0, equal_nan=True)
+            if mask[0].any():  # and numpy's (linear) quantile of the masked-in entries
+                reference = np.quantile(values[0][mask[0]].numpy(), level)
+                assert ours[0].item() == pytest.approx(reference, rel=1e-6)
+    shared = torch.tensor([True, False, True, True])  # one mask broadcast over both rows
+    values = torch.tensor([[1.0, 9.0, 2.0, 4.0], [0.5, 9.0, 0.25, 0.0]])
+    (ours,) = masked_quantiles(values, shared, (0.5,))
+    assert ours.tolist() == [2.0, 0.25]
+
+
+def test_is_finite_is_torch_isfinite() -> None:
+    values = torch.tensor(
+        [0.0, -0.0, 1.5, -3e38, 3e38, 1e-45, math.inf, -math.inf, math.nan], dtype=torch.float32
+    )
+    assert torch.equal(is_finite(values), torch.isfinite(values))
+    assert torch.equal(is_finite(values.double()), torch.isfinite(values.double()))
+
+
+def test_constants_are_made_once_per_value_dtype_and_device() -> None:
+    like = torch.zeros(3, dtype=torch.float64)
+    half = constant(0.5, like)
+    assert half is constant(0.5, like) and half is not constant(0.5, like.float())
+    assert (half.dtype, half.shape, half.item(), half.requires_grad) == (
+        torch.float64,
+        (),
+        0.5,
+        False,
+    )
+    with torch.inference_mode():  # made first under inference mode, still usable by autograd
+        tenth = constant(0.1, like.float())
+    leaf = torch.ones(2, requires_grad=True)
+    (leaf / tenth).sum().backward()
+    assert leaf.grad.tolist() == pytest.approx([10.0, 10.0])

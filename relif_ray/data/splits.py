@@ -7,8 +7,10 @@ and nothing here knows a model or a task.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 Batch = dict[str, Tensor]
@@ -26,9 +28,10 @@ class Split(ABC):
         """The examples at `index` (a 1-D long tensor), including "example_id"."""
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: a per-process cache keys on splits
 class TensorSplit(Split):
-    """A split whose every entry is a tensor with the examples along dim 0."""
+    """A split whose every entry is a tensor with the examples along dim 0. Batches are
+    gathered on the device the tensors and the index are on (`to` moves them)."""
 
     tensors: dict[str, Tensor]
 
@@ -37,3 +40,12 @@ class TensorSplit(Split):
 
     def batch(self, index: Tensor) -> Batch:
         return {key: value[index] for key, value in self.tensors.items()}
+
+    def to(self, device: torch.device, keep_on_host: Collection[str] = ()) -> TensorSplit:
+        """This split with its tensors on `device` (those named in `keep_on_host` stay)."""
+        return TensorSplit(
+            {
+                key: value if key in keep_on_host else value.to(device)
+                for key, value in self.tensors.items()
+            }
+        )

@@ -5,9 +5,9 @@ from `ModelConfig.num_layers`, `hidden_size` and `dropout`. Dropout acts between
 layers and on the LSTM outputs before the heads (the benchmark's multitask LSTM also drops
 out its LSTM outputs).
 
-Variable lengths: a batch is padded to its longest stay and packed with
-`pack_padded_sequence`, so the LSTM never reads padding and a stay's outputs do not depend on
-what it is batched with; nothing is truncated.
+Variable lengths: a batch is padded to its longest stay and packed exactly as
+`pack_padded_sequence` packs it (in one gather: `packing_plan`), so the LSTM never reads
+padding and a stay's outputs do not depend on what it is batched with; nothing is truncated.
 
 Each head is a linear layer on the LSTM output, read out in one of three ways:
 * "every_step": at every hourly step, (B, T, out) - decompensation, length of stay;
@@ -32,12 +32,13 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 
 from relif_ray.config import ModelConfig
 from relif_ray.errors import UserError
 from relif_ray.models.base import MultiTaskModel
 from relif_ray.tasks.base import Batch, ModelOutput
+from relif_ray.transfer import move_tensor
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,9 @@ class ClinicalMTLModel(MultiTaskModel):
 
     def forward(self, batch: Batch) -> ModelOutput:
         inputs, lengths = batch["input"], batch["lengths"]
-        outputs, last_hidden = self._run_lstm(inputs, lengths)
+        outputs, last_hidden, last_step = self._run_lstm(inputs, lengths)
         outputs = self.dropout(outputs)
         rows = torch.arange(inputs.shape[0], device=inputs.device)
-        last_step = _to(lengths - 1, inputs.device)
         predictions = {}
         for name, spec in self.head_specs.items():
             if spec.readout == "every_step":
@@ -92,25 +92,29 @@ class ClinicalMTLModel(MultiTaskModel):
             predictions=predictions, representation=last_hidden[-1], encoder_output=outputs
         )
 
-    def _run_lstm(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """LSTM outputs (B, T, H), zero past each stay's end, and the last hidden states
-        (layers, B, H), both in batch order.
+    def _run_lstm(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """LSTM outputs (B, T, H), zero past each stay's end, the last hidden states
+        (layers, B, H), both in batch order, and each stay's last step (B,), on the device.
 
-        The lengths stay on the host (transfer.HOST_KEYS), where packing reads them. The batch
-        is sorted by length here, on the host, rather than by `enforce_sorted=False`, whose
-        unpacking copies the sort order back from the device and so waits for it every step.
+        The packed sequence is exactly `pack_padded_sequence`'s (stays by decreasing length,
+        ties in batch order), and the outputs exactly `pad_packed_sequence`'s put back in
+        batch order, but each is one gather or scatter of rows (`packing_plan`):
+        torch's functions copy one slice per distinct stay length, forward and backward,
+        hundreds of ATen calls (kernel launches on a GPU) per step at batch 64. The lengths
+        stay on the host (transfer.HOST_KEYS), where the plan is made; its indices reach the
+        device in one asynchronous copy (reading anything back would make the host wait).
         """
-        order = torch.argsort(lengths, descending=True, stable=True)
-        restore = torch.argsort(order)
-        packed = pack_padded_sequence(
-            inputs[_to(order, inputs.device)], lengths[order], batch_first=True
-        )
+        batch_size, steps = inputs.shape[:2]
+        plan = packing_plan(lengths, steps)
+        indices = move_tensor(plan.indices, inputs.device)
+        packed_rows, restore, last_step = indices.split([plan.packed, batch_size, batch_size])
+        flat = inputs.reshape(batch_size * steps, -1)
+        packed = PackedSequence(flat.index_select(0, packed_rows), plan.batch_sizes)
         packed_outputs, (last_hidden, _) = self.lstm(packed)
-        outputs, _ = pad_packed_sequence(
-            packed_outputs, batch_first=True, total_length=inputs.shape[1]
-        )
-        restore = _to(restore, inputs.device)
-        return outputs[restore], last_hidden[:, restore]
+        data = packed_outputs.data
+        outputs = data.new_zeros(batch_size * steps, data.shape[-1])
+        outputs = outputs.index_copy(0, packed_rows, data).view(batch_size, steps, -1)
+        return outputs, last_hidden[:, restore], last_step
 
     def shared_parameters(self) -> list[nn.Parameter]:
         return list(self.lstm.parameters())
@@ -121,6 +125,31 @@ class ClinicalMTLModel(MultiTaskModel):
         return [getattr(self.lstm, f"{name}_l{top}") for name in names]
 
 
-def _to(index: Tensor, device: torch.device) -> Tensor:
-    """A host index tensor on `device`, copied without waiting for the device."""
-    return index.to(device, non_blocking=True)
+@dataclass(frozen=True)
+class PackingPlan:
+    """Host-side indices of one batch's packed sequence (see `packing_plan`)."""
+
+    indices: Tensor
+    """(packed + 2 B,) long: the packed rows, `restore`, then each stay's last step."""
+    batch_sizes: Tensor
+    """Stays still running at each time step (the LSTM's `batch_sizes`, on the host)."""
+    packed: int
+    """Number of packed rows (the sum of the lengths)."""
+
+
+def packing_plan(lengths: Tensor, steps: int) -> PackingPlan:
+    """Where `pack_padded_sequence` takes each packed row from, for a batch-first batch of
+    `steps` time steps with these (host) lengths: time step by time step, the stays still
+    running by decreasing length (ties in batch order), each as its row in the (B * steps)
+    flattening of the padded batch. `restore[b]` is stay b's place in that length order.
+    Host work only: every tensor here is made from the host's lengths."""
+    if int(lengths.min()) < 1:
+        raise ValueError("every stay needs at least one time step")
+    order = torch.argsort(lengths, descending=True, stable=True)
+    step_numbers = torch.arange(steps, out=lengths.new_empty(steps))
+    running = step_numbers[:, None] < lengths[order][None, :]  # (steps, B)
+    step, rank = running.nonzero(as_tuple=True)  # time step by time step
+    packed_rows = order[rank] * steps + step
+    batch_sizes = running.sum(dim=1)[: int(lengths.max())]
+    indices = torch.cat([packed_rows, torch.argsort(order), lengths - 1])
+    return PackingPlan(indices, batch_sizes, len(packed_rows))

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from relif_ray.config import ReLiFConfig
+from relif_ray.relif.surrogate import constant
 
 
 class ViolationController(nn.Module):
@@ -84,15 +85,18 @@ class ViolationController(nn.Module):
         """
         if isinstance(active, bool):  # filled on the device: no host-to-device copy
             active = torch.full((), active, device=self.r_ema.device)
-        r = r.detach().to(self.r_ema.dtype)
-        smoothed = self.violation_ema * r + (1 - self.violation_ema) * self.r_ema
+        r = r.detach()
+        r = r if r.dtype == self.r_ema.dtype else r.to(self.r_ema.dtype)
+        weight = self.violation_ema
+        smoothed = constant(weight, r) * r + constant(1 - weight, r) * self.r_ema
         r_ema = torch.where(torch.isnan(self.r_ema), r, smoothed)
         self.r_ema.copy_(torch.where(active, r_ema, self.r_ema))
-        self.updates.add_(active.to(self.updates.dtype))
+        self.updates.add_(active)
         if self.adaptive:
-            factor = 1 + self.eta * (self.r_ema - self.r_star)
+            step = constant(self.eta, r) * (self.r_ema - constant(self.r_star, r))
+            factor = constant(1.0, r) + step
             proposed = (self.lambda_ * factor).clamp(self.lambda_min, self.lambda_max)
-            change = active & (self.updates > self.warmup_steps)
+            change = active & (self.updates > constant(self.warmup_steps, self.updates))
             self.lambda_.copy_(torch.where(change, proposed, self.lambda_))
         return self.lambda_.clone()
 

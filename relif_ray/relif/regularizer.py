@@ -46,7 +46,15 @@ from relif_ray.config import ReLiFConfig, SquashGradient
 from relif_ray.errors import UserError
 from relif_ray.reference import SQUASH_EPS, SQUASH_QUANTILES, squash
 from relif_ray.relif.controller import ViolationController
-from relif_ray.relif.surrogate import PrototypePairs, huber_rho, huberized_hinge, prototype_pairs
+from relif_ray.relif.surrogate import (
+    PrototypePairs,
+    constant,
+    huber_rho,
+    huberized_hinge,
+    is_finite,
+    masked_quantiles,
+    prototype_pairs,
+)
 
 STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip", "clipped")
 
@@ -99,13 +107,16 @@ class ReLiFRegularizer(nn.Module):
         if score_is_probability is None:
             score_is_probability = dict.fromkeys(self.task_names, True)
         raw = torch.stack([scores[name][0] for name in self.task_names])
-        valid = torch.stack([scores[name][1].bool() for name in self.task_names])
+        valid = torch.stack([_as_bool(scores[name][1]) for name in self.task_names])
         squashed_rows = self._squashed_rows(score_is_probability)
         if self.config.squash == "erm":
             low, high = self.squash_low, self.squash_high
         else:
             low, high = self._squash_quantiles(raw.detach(), valid)
-        audit_scores, clipped = self._squash(raw, low, high, squashed_rows)
+        any_squashed = not all(score_is_probability[name] for name in self.task_names)
+        audit_scores, clipped = raw, None  # probabilities only: nothing to squash
+        if any_squashed:
+            audit_scores, clipped = self._squash(raw, low, high, squashed_rows)
         pairs = prototype_pairs(
             audit_scores,
             valid,
@@ -115,43 +126,55 @@ class ReLiFRegularizer(nn.Module):
             distance_floor=self.config.distance_floor,
             rank_scores=raw,
         )
-        has_pairs = pairs.mask.any()
+        count = pairs.mask.count_nonzero()
+        has_pairs = count > 0
         if self.config.squash == "running":
             self.squash_low.copy_(torch.where(has_pairs, low, self.squash_low))
             self.squash_high.copy_(torch.where(has_pairs, high, self.squash_high))
+        scales = torch.stack([self.tau, self.kappa])
         if self.config.quantile_alignment:
-            self._update_scales(pairs, has_pairs)
-        margin = self.margin(pairs, has_pairs)
-        count = pairs.mask.sum().clamp_min(1)
-        loss_lip = torch.where(pairs.mask, huberized_hinge(margin, self.config.mu), 0.0).sum()
-        loss_lip = loss_lip / count
-        violation_rate = (pairs.mask & (margin.detach() > 0)).sum() / count
+            scales = self._update_scales(pairs, has_pairs, scales)
+        margin = self._margin(pairs, torch.where(has_pairs, scales, constant(1.0, scales)))
+        loss_lip, violation_rate = self._loss_and_violation_rate(pairs, margin, count)
         weight = self.controller.update(violation_rate, active=has_pairs)
-        nan = torch.full_like(loss_lip, float("nan"))
         stats = self._stats(
-            r=torch.where(has_pairs, violation_rate, nan),
-            loss_lip=torch.where(has_pairs, loss_lip.detach(), nan),
-            clipped=_prototype_share(clipped, pairs, squashed_rows),
+            r=torch.where(has_pairs, violation_rate, constant(torch.nan, violation_rate)),
+            loss_lip=torch.where(has_pairs, loss_lip.detach(), constant(torch.nan, loss_lip)),
+            scales=scales,
+            clipped=_prototype_share(clipped, pairs, squashed_rows, self.tau),
         )
         if not self.config.lipschitz_branch:
             return None, stats
-        return weight.to(loss_lip.dtype) * loss_lip, stats
+        return _as_dtype(weight, loss_lip.dtype) * loss_lip, stats
 
-    def margin(self, pairs: PrototypePairs, has_pairs: Tensor | bool = True) -> Tensor:
-        """z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, with the current scale buffers.
+    def _margin(self, pairs: PrototypePairs, scales: Tensor) -> Tensor:
+        """z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, with `scales` = (tau_t, kappa_t)
+        (rho is even: it takes the signed gap).
 
-        Without pairs the scales may still be NaN (never initialised); unit placeholders then
-        keep the (masked-out) margins and their zero gradients finite.
+        Without pairs the scales may still be NaN (never initialised); the caller's unit
+        placeholders then keep the (masked-out) margins and their zero gradients finite.
         """
-        tau = torch.where(has_pairs, self.tau, 1.0)
-        kappa = torch.where(has_pairs, self.kappa, 1.0)
-        return huber_rho(pairs.gap.abs(), self.config.beta) / tau - pairs.distance / kappa
+        tau, kappa = scales.unbind()
+        return huber_rho(pairs.gap, self.config.beta) / tau - pairs.distance / kappa
+
+    def _loss_and_violation_rate(
+        self, pairs: PrototypePairs, margin: Tensor, count: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """L_lip = mean phi_mu(z) and r_t = mean 1[z > 0] over the `count` valid pairs (step 4).
+
+        Both means divide by the count converted once (as the division itself would convert
+        it); the violation rate in the default dtype, that of an integer division."""
+        count = _as_dtype(count.clamp_min(1), torch.get_default_dtype())
+        hinge = huberized_hinge(margin, self.config.mu)
+        loss_lip = torch.where(pairs.mask, hinge, constant(0.0, hinge)).sum()
+        loss_lip = loss_lip / _as_dtype(count, loss_lip.dtype)
+        violations = (pairs.mask & (margin.detach() > constant(0.0, margin))).count_nonzero()
+        return loss_lip, _as_dtype(violations, count.dtype) / count
 
     def _squash_quantiles(self, raw: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
         """Candidate running (q10, q90) per task after seeing this batch (not yet stored)."""
-        usable = torch.where(valid & torch.isfinite(raw), raw, torch.nan)
-        # One scalar level per call: a tensor of levels built here would be a host-to-device copy.
-        batch_low, batch_high = (torch.nanquantile(usable, q, dim=1) for q in SQUASH_QUANTILES)
+        usable = valid & is_finite(raw)
+        batch_low, batch_high = masked_quantiles(raw, usable, SQUASH_QUANTILES)
         return (
             _ema(self.squash_low, batch_low.to(self.squash_low.dtype), self.config.squash_ema),
             _ema(self.squash_high, batch_high.to(self.squash_high.dtype), self.config.squash_ema),
@@ -191,31 +214,30 @@ class ReLiFRegularizer(nn.Module):
             raw, low[:, None], high[:, None], self.config.squash_gradient
         )
         rows = squashed_rows[:, None]
-        at_bound = (squashed <= 0) | (squashed >= 1)
-        return torch.where(rows, squashed, raw), (rows & at_bound).detach()
+        at_bound = (squashed <= constant(0.0, squashed)) | (squashed >= constant(1.0, squashed))
+        return torch.where(rows, squashed, raw), rows & at_bound
 
-    def _update_scales(self, pairs: PrototypePairs, has_pairs: Tensor) -> None:
-        level = self.config.scale_quantile
-        gaps = torch.where(pairs.mask, pairs.gap.detach().abs(), torch.nan)
-        distances = torch.where(pairs.mask, pairs.distance.detach(), torch.nan)
-        for buffer, values in ((self.tau, gaps), (self.kappa, distances)):
-            estimate = torch.nanquantile(values, level).to(buffer.dtype)
-            updated = _ema(buffer, estimate, self.config.scale_ema)
-            updated = updated.clamp_min(self.config.scale_floor)
-            buffer.copy_(torch.where(has_pairs, updated, buffer))
+    def _update_scales(self, pairs: PrototypePairs, has_pairs: Tensor, scales: Tensor) -> Tensor:
+        """Step 3 for tau and kappa at once: the new (tau, kappa) from the previous `scales`,
+        also written to the buffers (unchanged on a step without pairs)."""
+        values = torch.stack([pairs.gap.detach().abs(), pairs.distance.detach()])
+        (estimate,) = masked_quantiles(values, pairs.mask, (self.config.scale_quantile,))
+        updated = _ema(scales, estimate.to(scales.dtype), self.config.scale_ema)
+        updated = torch.where(has_pairs, updated.clamp_min(self.config.scale_floor), scales)
+        tau, kappa = updated.unbind()
+        self.tau.copy_(tau)
+        self.kappa.copy_(kappa)
+        return updated
 
-    def _stats(self, r: Tensor, loss_lip: Tensor, clipped: Tensor) -> dict[str, Tensor]:
-        """Fresh detached copies: the engine keeps them past later in-place buffer updates."""
-        values = {
-            "lambda": self.controller.lambda_,
-            "r": r,
-            "r_ema": self.controller.r_ema,
-            "tau": self.tau,
-            "kappa": self.kappa,
-            "loss_lip": loss_lip,
-            "clipped": clipped,
-        }
-        return {key: values[key].detach().clone().to(self.tau.dtype) for key in STAT_KEYS}
+    def _stats(
+        self, r: Tensor, loss_lip: Tensor, scales: Tensor, clipped: Tensor
+    ) -> dict[str, Tensor]:
+        """Fresh detached copies (one tensor, cut into `STAT_KEYS`): the engine keeps them past
+        later in-place buffer updates. `scales`: (tau, kappa) after this step."""
+        controller = self.controller
+        parts = (controller.lambda_, r, controller.r_ema, scales, loss_lip, clipped)
+        stacked = torch.cat([part.view(-1) for part in parts])  # in the order of STAT_KEYS
+        return dict(zip(STAT_KEYS, _as_dtype(stacked, self.tau.dtype).unbind(), strict=True))
 
 
 def squash_with_gradient(
@@ -245,7 +267,7 @@ def squash_with_gradient(
 def _ema(previous: Tensor, estimate: Tensor, weight: float) -> Tensor:
     """(1 - w) previous + w estimate; the estimate itself where there is no previous value, and
     the previous value where this step has no estimate (NaN)."""
-    blended = (1 - weight) * previous + weight * estimate
+    blended = constant(1 - weight, previous) * previous + constant(weight, estimate) * estimate
     return torch.where(
         torch.isnan(previous), estimate, torch.where(torch.isnan(estimate), previous, blended)
     )
@@ -262,11 +284,24 @@ def _fixed_squash_bounds(config: ReLiFConfig, task_names: list[str]) -> tuple[Te
     return values[:, 0].clone(), values[:, 1].clone()
 
 
-def _prototype_share(clipped: Tensor, pairs: PrototypePairs, squashed_rows: Tensor) -> Tensor:
+def _prototype_share(
+    clipped: Tensor | None, pairs: PrototypePairs, squashed_rows: Tensor, like: Tensor
+) -> Tensor:
     """Share of the selected prototype scores of squashed tasks that the squash clipped (no
-    gradient flows through them); NaN where no squashed task has a usable prototype."""
-    chosen = clipped.gather(1, pairs.index) & pairs.selected_ok
+    gradient flows through them); NaN where no squashed task has a usable prototype, or
+    (`clipped` None) no task is squashed. `like`: a tensor on the regularizer's device."""
+    if clipped is None:
+        return constant(torch.nan, like)
+    chosen = clipped.gather(1, pairs.index) & pairs.selected_ok  # squashed tasks' only
     counted = pairs.selected_ok & squashed_rows[:, None]
-    total = counted.sum()
-    share = chosen.sum() / total.clamp_min(1)
-    return torch.where(total > 0, share.float(), torch.nan)
+    return chosen.count_nonzero() / counted.count_nonzero()  # 0 / 0 is NaN
+
+
+def _as_bool(mask: Tensor) -> Tensor:
+    return mask if mask.dtype == torch.bool else mask.bool()
+
+
+def _as_dtype(value: Tensor, dtype: torch.dtype) -> Tensor:
+    """`value` in `dtype`, without an ATen call (a no-op one still costs host time) where it
+    already is."""
+    return value if value.dtype == dtype else value.to(dtype)
