@@ -48,8 +48,10 @@ import pandas as pd
 from rows import Row, emit, machine, print_table
 from timing import verdict
 
+from analysis.interfaces import interface_name
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.problems.nyuv2 import DEFAULTS as NYUV2
+from relif_ray.reference import AUDIT_INTERFACES
 from relif_ray.relif.controller import scale_to_budget
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,8 +69,6 @@ MORE = (
     f"pcgrad+{STRAIGHT_THROUGH}",
 )
 """The second table (`--more`): the running squash, the three ablations and two hybrids."""
-INTERFACES = (("q10-q90", "(a)"), ("q1-q99", "(b)"), ("ecdf", "(c)"))
-"""The audit interfaces of the report's interface table, as it names them."""
 TARGETS: dict[tuple[str, str], tuple[str, float]] = {
     ("relif", "bias q10-q90"): ("<=", 0.5),
     ("relif", "worst"): (">=", -0.02),
@@ -257,11 +257,11 @@ def label_rows(reports: Reports, label: str) -> list[Row]:
             group,
             label,
             f"bias {interface}",
-            f"Bias@delta_p75 {label} / ERM {letter} {interface}",
+            f"Bias@delta_p75 {label} / ERM {interface_name(interface)}",
             interface_ratios(reports.interfaces, label, interface),
             "x",
         )
-        for interface, letter in INTERFACES
+        for interface in AUDIT_INTERFACES
     ]
     excess, by_seed, shares = clipped_excess(trials, label)
     name = f"clipped shares {label} - ERM (largest)"
