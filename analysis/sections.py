@@ -119,7 +119,7 @@ def protocol(experiment: Experiment, results: Results, settings: AuditSettings) 
         f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
         f"{SQUASH_FORMULA} with q10/q90 of the SAME-SEED ERM trial's "
         "validation scores, identically for every method (values in "
-        f"{link('squash_quantiles.csv')}); "
+        f"{link('squash_quantiles.csv')}; two other interfaces: {TITLE}); "
         "the other tasks' scores are probabilities and pass unchanged"
         if squashed
         else "all audit scores are probabilities in [0, 1] and are used unchanged"
