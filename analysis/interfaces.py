@@ -39,7 +39,7 @@ LETTERS = dict(zip(AUDIT_INTERFACES, "abcdefgh", strict=False))
 
 
 def interface_name(interface: str) -> str:
-    """ "(a) q10-q90", "(b) q1-q99", "(c) ecdf"."""
+    """How reports name an interface: (a) q10-q90, (b) q1-q99, (c) ecdf."""
     return f"({LETTERS[interface]}) {interface}"
 
 
@@ -150,7 +150,8 @@ def _add_intervals(
 
 
 def cut_verdict(row: tuple, ci: CISettings) -> str:
-    """ "yes", or "no" and why (a row of the table: ratio_mean, bias_ci_high, erm_ci_low)."""
+    """Whether the cut holds: yes, or no and why (`row`: a row of the table with ratio_mean,
+    bias_ci_high and erm_ci_low)."""
     if np.isnan(row.ratio_mean):
         return "–"
     if row.ratio_mean >= 1:
