@@ -4,7 +4,10 @@ Trials store RAW audit scores. Scores that are not probabilities (NYUv2 depth an
 squashed here, identically for every method, with the validation quantiles of the same-seed
 ERM reference (the squash and its reference: `relif_ray.reference`). Both the val and the
 test scores of a seed are squashed with those validation quantiles. Every other task
-(segmentation's max softmax, the clinical probabilities) passes through unchanged.
+(segmentation's max softmax, the clinical probabilities) passes through unchanged. Another
+audit interface of `relif_ray.reference.AUDIT_INTERFACES` (the wider q1/q99 squash, the ERM
+empirical CDF) maps the same raw scores with the same reference's validation scores instead
+(`audit_scores(experiment, interface)`).
 
 The reference is the seed's plain ERM trial (`relif_ray.reference.is_plain_erm`). Where several
 such trials share a seed (several experiment directories loaded together), the one from the
@@ -24,11 +27,11 @@ from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.problems import benchmark
 from relif_ray.reference import (
+    PAPER_INTERFACE,
     SQUASH_CONSTANTS_FILE,
+    audit_interface,
     is_plain_erm,
     read_squash_constants,
-    squash,
-    squash_bounds,
 )
 
 
@@ -99,16 +102,21 @@ def squash_reference(
     return references
 
 
-def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
-    """q10/q90 per (trial, squashed task): trial, task, reference (the ERM trial, or the
-    experiment's `SQUASH_CONSTANTS_FILE`), q10, q90."""
+def interface_constants(
+    experiment: Experiment, interface: str = PAPER_INTERFACE
+) -> list[tuple[str, str, str, np.ndarray]]:
+    """(trial, squashed task, reference, constants) for every trial with squashed tasks: the
+    interface's constants (`relif_ray.reference.AuditInterface.constants`) of the valid
+    validation raw scores of its reference, the same-seed ERM trial, or the paper's q10/q90 of
+    the experiment's `SQUASH_CONSTANTS_FILE`, which only the paper's interface can use."""
+    mapping = audit_interface(interface)
     lent = {storage.display(path): read_squash_constants(path) for path in experiment.paths}
     references = squash_reference(experiment.trials, lent)
     scores = experiment.scores
     val = scores[(scores["split"] == "val") & scores["valid"]]
     val = val[val["trial"].isin(set(references.values()))]
-    quantiles = {
-        (str(trial), str(task)): squash_bounds(values.to_numpy(np.float64))
+    constants = {
+        (str(trial), str(task)): mapping.constants(values.to_numpy(np.float64))
         for (trial, task), values in val.groupby(["trial", "task"], observed=True)["score"]
     }
     trials = experiment.trials.set_index("trial")
@@ -117,37 +125,60 @@ def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
         row = trials.loc[trial]
         for task in sorted(squashed_tasks(row["dataset"])):
             if reference == SQUASH_CONSTANTS_FILE:
+                if interface != PAPER_INTERFACE:
+                    raise UserError(
+                        f"audit interface {interface!r}: trial {trial} has no same-seed ERM "
+                        f"trial, only the q10/q90 of {row['experiment']}/{SQUASH_CONSTANTS_FILE}"
+                        " (--reference); the other interfaces need the ERM validation scores"
+                    )
                 bounds = lent[row["experiment"]][str(row["seed"])].get(task)
+                values = None if bounds is None else np.asarray(bounds, dtype=np.float64)
             else:
-                bounds = quantiles.get((reference, task))
-            if bounds is None:
+                values = constants.get((reference, task))
+            if values is None:
                 raise UserError(
                     f"{reference}: no valid validation scores of task {task!r} for the squash "
                     "quantiles"
                 )
-            rows.append((trial, task, reference, float(bounds[0]), float(bounds[1])))
+            rows.append((trial, task, reference, values))
+    return rows
+
+
+def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
+    """The paper's q10/q90 per (trial, squashed task): trial, task, reference (the ERM trial,
+    or the experiment's `SQUASH_CONSTANTS_FILE`), q10, q90."""
+    rows = [
+        (trial, task, reference, float(values[0]), float(values[1]))
+        for trial, task, reference, values in interface_constants(experiment)
+    ]
     return pd.DataFrame(rows, columns=["trial", "task", "reference", "q10", "q90"])
 
 
-def audit_scores(experiment: Experiment) -> pd.DataFrame:
-    """Every trial's scores on the shared audit interface, all splits: `score` squashed where
-    the task needs it, the stored value kept as `raw_score`."""
+def audit_scores(experiment: Experiment, interface: str = PAPER_INTERFACE) -> pd.DataFrame:
+    """Every trial's scores on the audit interface `interface` (`relif_ray.reference.
+    AUDIT_INTERFACES`; default the paper's squash), all splits: `score` mapped where the task
+    needs it, the stored value kept as `raw_score`."""
+    mapping = audit_interface(interface)
     scores = experiment.scores.copy()
     scores["raw_score"] = scores["score"]
     scores["score"] = scores["score"].to_numpy(dtype=np.float64)
-    quantiles = squash_quantiles(experiment)
-    if quantiles.empty:
+    constants = interface_constants(experiment, interface)
+    if not constants:
         return scores
     trials, tasks = categorical(scores["trial"]), categorical(scores["task"])
-    table = np.full((2, len(trials.categories), len(tasks.categories)), np.nan)
-    trial_index = trials.categories.get_indexer(quantiles["trial"])
-    task_index = tasks.categories.get_indexer(quantiles["task"])
-    table[0, trial_index, task_index] = quantiles["q10"]
-    table[1, trial_index, task_index] = quantiles["q90"]
-    low, high = table[:, trials.codes, tasks.codes]
-    rows = ~np.isnan(low)
-    raw = scores["raw_score"].to_numpy(dtype=np.float64)[rows]
-    scores.loc[rows, "score"] = squash(raw, low[rows], high[rows])
+    groups = (
+        pd.DataFrame({"trial": trials.codes, "task": tasks.codes})
+        .groupby(["trial", "task"])
+        .indices
+    )
+    raw = scores["raw_score"].to_numpy(dtype=np.float64)
+    mapped = scores["score"].to_numpy(dtype=np.float64, copy=True)
+    for trial, task, _, values in constants:
+        key = (trials.categories.get_loc(trial), tasks.categories.get_loc(task))
+        rows = groups.get(key)
+        if rows is not None:
+            mapped[rows] = mapping.apply(raw[rows], values)
+    scores["score"] = mapped
     return scores
 
 

@@ -30,6 +30,7 @@ from analysis.audit_scores import audit_scores, categorical
 from analysis.experiment import Experiment
 from relif_ray.audit import AuditGaps, AuditSettings, PairKey, bias_curve, sample_pairs
 from relif_ray.errors import UserError
+from relif_ray.reference import PAPER_INTERFACE
 
 
 @dataclass(frozen=True)
@@ -52,15 +53,30 @@ class TrialSample:
 
 
 class ExperimentAudit:
-    """Audits of all finished trials of an experiment under one set of settings."""
+    """Audits of all finished trials of an experiment under one set of settings, on one audit
+    interface (`relif_ray.reference.AUDIT_INTERFACES`; default the paper's squash)."""
 
-    def __init__(self, experiment: Experiment, settings: AuditSettings | None = None) -> None:
+    def __init__(
+        self,
+        experiment: Experiment,
+        settings: AuditSettings | None = None,
+        interface: str = PAPER_INTERFACE,
+    ) -> None:
         self.experiment = experiment
         self.settings = settings or AuditSettings()
-        self.scores = audit_scores(experiment)
+        self.interface = interface
+        self.scores = audit_scores(experiment, interface)
         self._samples: dict[str, dict[str, TrialSample]] = {}
         self._gaps: dict[str, dict[str, AuditGaps]] = {}
         self._distances: dict[str, dict[PairKey, np.ndarray]] = {}
+
+    def under(self, interface: str) -> ExperimentAudit:
+        """The same trials and settings on another audit interface. The pools and pairs
+        depend only on the valid example ids and the seeds, so they are the same draws; the
+        representation distances over them are shared, not recomputed."""
+        other = ExperimentAudit(self.experiment, self.settings, interface)
+        other._distances = self._distances
+        return other
 
     @property
     def trial_ids(self) -> list[str]:

@@ -6,13 +6,15 @@ utility of the same checkpoint, and the training and controller settings.
 
 Output folder:
     report.md                 the report (all tables inline; every link points into this folder)
-    tables/<name>.{md,tex,csv}  main, violation, saturation, hypervolume, drift, shift,
-                              certificate, ablation, delta_sensitivity, controller (applicable
-                              ones), utility (every utility metric of the report split and
-                              Delta-M% against same-seed ERM)
+    tables/<name>.{md,tex,csv}  main, violation, saturation, interfaces, hypervolume, drift,
+                              shift, certificate, ablation, delta_sensitivity, controller
+                              (applicable ones), utility (every utility metric of the report
+                              split and Delta-M% against same-seed ERM)
     figures/pareto.png, figures/delta_sensitivity.png, figures/controller_<variant>.png
     per_trial.csv             the per-trial numbers every table aggregates
     pareto_points.csv, pareto_means.csv, induced_thresholds.csv, squash_quantiles.csv
+    interface_per_trial.csv   per trial and audit interface: Bias, same-seed ERM's, ratio
+                              (where the interface table applies)
     delta_ref.json            the held-fixed thresholds and their sources
 """
 
@@ -27,6 +29,7 @@ from analysis.audit_scores import squash_quantiles
 from analysis.delta import DeltaSpec
 from analysis.experiment import Experiment
 from analysis.fronts import hypervolume_table, pareto_means, pareto_points
+from analysis.interfaces import interface_per_trial, interface_table, skip_reason
 from analysis.render import Table
 from analysis.results import SENSITIVITY_DELTAS, Results, audit
 from analysis.sections import audited_sections, problems, sources
@@ -116,6 +119,7 @@ def _tables(
         partial(main_table, results, options.ci),
         partial(violation_table, results),
         partial(saturation_table, results),
+        partial(interface_table, results, options.ci),
         partial(hypervolume_table, results),
         partial(drift_table, results, baseline),
         partial(shift_table, results, options.ci),
@@ -135,6 +139,8 @@ def _write_data(
     results.per_trial.to_csv(out / "per_trial.csv", index=False)
     results.induced.to_csv(out / "induced_thresholds.csv", index=False)
     squash_quantiles(experiment).to_csv(out / "squash_quantiles.csv", index=False)
+    if skip_reason(results) is None:
+        interface_per_trial(results).to_csv(out / "interface_per_trial.csv", index=False)
     pareto_points(results).to_csv(out / "pareto_points.csv", index=False)
     pareto_means(results).to_csv(out / "pareto_means.csv", index=False)
     record = {

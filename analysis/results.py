@@ -23,6 +23,7 @@ from analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, AuditSettings, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
+from relif_ray.reference import PAPER_INTERFACE, audit_interface
 
 SATURATION_FLAG = 0.2
 """A method is flagged when, on a squashed task, its share of audit scores clipped at 0 or at
@@ -52,10 +53,27 @@ class Results:
     variants: list[str]
     audit: ExperimentAudit
     _intervals: dict = field(default_factory=dict, repr=False)
+    _interfaces: dict = field(default_factory=dict, repr=False)
 
     @property
     def primary(self) -> DeltaRef:
         return self.deltas[0]
+
+    @property
+    def interface(self) -> str:
+        """The audit interface of every number here (`relif_ray.reference.AUDIT_INTERFACES`)."""
+        return self.audit.interface
+
+    def under(self, interface: str) -> Results:
+        """The same trials on another audit interface, at the same primary delta VALUE (even
+        where it was calibrated on audit-score gaps), split, pools and pairs, without the
+        sensitivity grid: what the audit-interface table compares (no retraining). Cached."""
+        if interface == self.interface:
+            return self
+        if interface not in self._interfaces:
+            audit = self.audit.under(interface)
+            self._interfaces[interface] = compute_results(audit, [self.primary], self.split, ())
+        return self._interfaces[interface]
 
     def bias_ci(
         self, trials: list[str], delta: float | None, n_boot: int, level: float
@@ -98,13 +116,18 @@ def audit(
     settings: AuditSettings | None = None,
     distribution: str = "distances",
     sensitivity: Sequence[float] = SENSITIVITY_DELTAS,
+    interface: str = PAPER_INTERFACE,
 ) -> Results:
     """Audit every finished trial under held-fixed thresholds (the first is the primary).
 
     deltas: numbers, "M:pQQ" (percentile of method M's validation reference distribution) or
     "M:ALPHA" (split-conformal); None: the data set's default (see `analysis.delta`).
     split: default test where the trials have it, else val (`report_split`).
+    interface: how squashed (non-probability) scores are mapped into [0, 1], a name of
+    `relif_ray.reference.AUDIT_INTERFACES`: "q10-q90" (the paper's squash), "q1-q99" or "ecdf"
+    (the same-seed ERM empirical CDF); a delta calibrated on "gaps" is calibrated on it too.
     """
+    audit_interface(interface)
     trials = experiment.trials
     if trials.empty:
         raise UserError("no finished trials to audit")
@@ -117,7 +140,7 @@ def audit(
         specs = [as_spec(deltas)]
     else:
         specs = [as_spec(value) for value in deltas]
-    experiment_audit = ExperimentAudit(experiment, settings)
+    experiment_audit = ExperimentAudit(experiment, settings, interface)
     resolved = [resolve(spec, experiment_audit, distribution) for spec in specs]
     keys = [delta.key for delta in resolved]
     if len(set(keys)) < len(keys):

@@ -11,6 +11,7 @@ import pandas as pd
 from analysis.audit_scores import squashed_tasks
 from analysis.experiment import Experiment
 from analysis.fronts import pareto_means
+from analysis.interfaces import TITLE, interface_words
 from analysis.render import Table, display_text
 from analysis.results import Results
 from analysis.tables import CISettings, Skipped
@@ -122,7 +123,7 @@ def protocol(experiment: Experiment, results: Results, settings: AuditSettings) 
         f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
         f"{SQUASH_FORMULA} with q10/q90 of the SAME-SEED ERM trial's "
         "validation scores, identically for every method (values in "
-        f"{link('squash_quantiles.csv')}); "
+        f"{link('squash_quantiles.csv')}; two other interfaces: {TITLE}); "
         "the other tasks' scores are probabilities and pass unchanged"
         if squashed
         else "all audit scores are probabilities in [0, 1] and are used unchanged"
@@ -242,6 +243,14 @@ def controller_settings(trials: pd.DataFrame) -> str:
     return "\n".join([heading, note, *table, ""])
 
 
+def interface_section(table: Table | Skipped, ci: CISettings) -> str:
+    """The audit-interface table, its verdicts in words and its per-trial file."""
+    extra = interface_words(table)
+    if not isinstance(table, Skipped):
+        extra += f"\n\nPer trial and interface: {link('interface_per_trial.csv')}."
+    return section(TITLE, table, ci, extra)
+
+
 def problems(experiment: Experiment) -> str:
     if experiment.problems.empty:
         return "## Trials without outputs\n\nNone.\n"
@@ -276,6 +285,7 @@ def audited_sections(
             ci,
             figure_line(figures.get("score_distributions")),
         ),
+        interface_section(named["interfaces"], ci),
         pareto_section(results, figures.get("pareto"), named["hypervolume"], ci),
         "## Threshold-drift diagnostics (not the comparison metric)\n",
         section("Method-induced thresholds", named["drift"], ci, level=3),

@@ -89,7 +89,8 @@ def main_table(results: Results, ci: CISettings) -> Table:
         title += (
             f" Saturated: on a squashed task, the method's share of audit scores clipped at 0 "
             f"or 1 exceeds its same-seed ERM trial's by more than {SATURATION_FLAG:g} (mean "
-            "over seeds), so its gaps may shrink because the audit clips its scores."
+            "over seeds), so its gaps may shrink because the audit clips its scores; whether "
+            "its cut survives wider audit interfaces: the Audit-interface sensitivity table."
         )
     return Table("main", title, "Method", columns, rows)
 

@@ -30,9 +30,9 @@ sides alike; the CPU rows use one torch thread. Rows:
   channels-last, for ERM, ERM + ReLiF and each method, and of a plain fp32 PyTorch loop of the
   same model (target: ERM >= 1.5x the plain loop); and aggregate images/s with the GPU's
   utilisation for 1, 2 and 4 ERM trials packed on one GPU.
-- fidelity, only with `--only fidelity` (about 15 minutes of sweeps on 2 CPU cores): ReLiF's
-  fixed-delta Bias, VR, Worst and Macro against same-seed ERM through the real sweep and
-  report (`fidelity.py`).
+- fidelity, only with `--only fidelity` (at most 15 minutes of sweeps on 2 idle CPU cores):
+  ReLiF's and ReLiF-ST's fixed-delta Bias under three audit interfaces, clipped shares, VR,
+  Worst and Macro against same-seed ERM through the real sweep and report (`fidelity.py`).
 
 Run from the repository root with relif_ray importable (`pip install -e .`, or PYTHONPATH=.).
 The sibling modules are imported inside their sections, so a section runs without the others'
@@ -705,7 +705,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "fidelity": fidelity_rows,
 }
 DEFAULT_SECTIONS = [name for name in SECTIONS if name != "fidelity"]
-"""The full run: every section but fidelity (about 15 minutes of sweeps; `--only fidelity`)."""
+"""The full run: every section but fidelity (up to 15 minutes of sweeps; `--only fidelity`)."""
 
 
 def main(argv: list[str] | None = None) -> int:

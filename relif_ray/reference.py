@@ -20,9 +20,19 @@ training-time surrogate gaps" (paper section 3, appendix A.3):
 - a trial's live validation audit (`relif_ray.tuning.trainable`), with its seed's constants
   where it has them, else with its own validation quantiles (a progress signal only).
 
-This module is the formula's one home; other docstrings point here. The quantiles are named
-by an interface (`SQUASH_INTERFACES`), so another audit interface can be added as one more
-entry; today there is only the paper's, "q10-q90".
+This module is the formula's one home; other docstrings point here. It is also the home of
+the audit interfaces (`AUDIT_INTERFACES`) that `analysis.audit` and the report's
+"Audit-interface sensitivity" table re-audit the same saved scores under, each built from the
+same-seed ERM reference's valid validation raw scores (the paper asks "is fairness truly
+fair?": a cut in Bias should not be an artefact of the clip):
+
+- "q10-q90" (a): the paper's squash above; the only one used in training;
+- "q1-q99" (b): the same squash with the wider band (q1, q99), which clips about 1% of ERM's
+  validation scores each side instead of 10%;
+- "ecdf" (c): the reference's empirical CDF, a rank map with no clip inside the reference's
+  range: F(s) = #{r_i <= s} / n over the n reference scores r_i (right-continuous, no
+  interpolation: a score tied with reference values counts them; F = 0 below the smallest,
+  1 from the largest on), in float64 (`empirical_cdf`).
 
 The constants travel in the experiment directory as `squash_constants.json` (seed -> task ->
 [q10, q90]), written by the sweep driver when a seed's ERM trial finishes and read by the
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -48,17 +59,12 @@ from relif_ray.experiment.storage import Location
 if TYPE_CHECKING:
     from torch import Tensor
 
-SQUASH_INTERFACES: dict[str, tuple[float, float]] = {"q10-q90": (0.1, 0.9)}
-"""Audit interface name -> the quantiles (low, high) of the reference's validation scores that
-the squash maps to 0 and 1."""
-PAPER_INTERFACE = "q10-q90"
-"""The paper's interface (appendix A)."""
-SQUASH_QUANTILES = SQUASH_INTERFACES[PAPER_INTERFACE]
-"""q10 and q90: the paper's squash quantiles (also those of ReLiF's running squash)."""
 SQUASH_EPS = 1e-6
 """The squash's guard against q90 = q10 (paper appendix A)."""
 SQUASH_FORMULA = "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1)"
 """`squash` as reports print it."""
+ECDF_FORMULA = "#{same-seed ERM validation scores <= s} / n"
+"""`empirical_cdf` as reports print it."""
 SQUASH_CONSTANTS_FILE = "squash_constants.json"
 """In the experiment directory: seed -> task -> [q10, q90] of that seed's ERM reference run,
 the squash constants of same-seed ReLiF training and of the audit (written by the driver)."""
@@ -74,16 +80,77 @@ def squash(raw: ScoreValues, low: ScoreValues | float, high: ScoreValues | float
     return ((raw - low) / (high - low + SQUASH_EPS)).clip(0.0, 1.0)
 
 
+def empirical_cdf(raw: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Interface (c): F(s) = #{r in reference : r <= s} / n for the SORTED reference scores,
+    in float64 (values k / n, k = 0..n; a NaN score stays NaN)."""
+    values = np.asarray(raw, dtype=np.float64)
+    ranks = np.searchsorted(reference, values, side="right") / reference.size
+    return np.where(np.isnan(values), np.nan, ranks)
+
+
+@dataclass(frozen=True)
+class AuditInterface:
+    """How the audit maps a raw, non-probability score into [0, 1] with the same-seed ERM
+    reference's valid validation raw scores (module docstring).
+
+    quantiles: (low, high) of the reference scores a squash maps to 0 and 1; None for the
+    empirical CDF. summary: what reports say it is."""
+
+    name: str
+    quantiles: tuple[float, float] | None
+    summary: str
+
+    def constants(self, reference_scores: Sequence[float] | np.ndarray) -> np.ndarray:
+        """What the interface keeps of the reference's scores: [low, high] (numpy's linear
+        interpolation, float64) for a squash, all of them sorted for the empirical CDF."""
+        values = np.asarray(reference_scores, dtype=np.float64)
+        if values.size == 0 or not np.isfinite(values).all():
+            raise UserError("squash constants: need at least one finite raw score")
+        if self.quantiles is None:
+            return np.sort(values)
+        return np.quantile(values, self.quantiles)
+
+    def apply(self, raw: np.ndarray, constants: np.ndarray) -> np.ndarray:
+        """Raw scores on this interface, given `constants` from `constants()`."""
+        if self.quantiles is None:
+            return empirical_cdf(raw, constants)
+        return squash(np.asarray(raw, dtype=np.float64), constants[0], constants[1])
+
+
+SQUASH_QUANTILES: tuple[float, float] = (0.1, 0.9)
+"""q10 and q90: the paper's squash quantiles (also those of ReLiF's running squash)."""
+PAPER_INTERFACE = "q10-q90"
+"""The paper's interface (appendix A), the only one training uses."""
+AUDIT_INTERFACES: dict[str, AuditInterface] = {
+    PAPER_INTERFACE: AuditInterface(
+        PAPER_INTERFACE, SQUASH_QUANTILES, f"the paper's squash {SQUASH_FORMULA} (q10/q90)"
+    ),
+    "q1-q99": AuditInterface(
+        "q1-q99", (0.01, 0.99), "the same squash with the wider band q1/q99 instead of q10/q90"
+    ),
+    "ecdf": AuditInterface("ecdf", None, f"the empirical CDF (rank map) {ECDF_FORMULA}"),
+}
+"""Audit interface name -> its definition, in the order reports show them: (a), (b), (c)."""
+
+
+def audit_interface(name: str) -> AuditInterface:
+    """The interface called `name`, or a one-line error listing the known ones."""
+    if name not in AUDIT_INTERFACES:
+        known = ", ".join(AUDIT_INTERFACES)
+        raise UserError(f"audit interface {name!r}: must be one of {known}")
+    return AUDIT_INTERFACES[name]
+
+
 def squash_bounds(
     raw_scores: Sequence[float] | np.ndarray, interface: str = PAPER_INTERFACE
 ) -> list[float]:
     """[low, high] (for the paper's interface [q10, q90]) of valid raw audit scores: the
     squash constants a reference's validation scores define (numpy's linear interpolation, in
     float64)."""
-    values = np.asarray(raw_scores, dtype=np.float64)
-    if values.size == 0 or not np.isfinite(values).all():
-        raise UserError("squash constants: need at least one finite raw score")
-    return [float(v) for v in np.quantile(values, SQUASH_INTERFACES[interface])]
+    mapping = audit_interface(interface)
+    if mapping.quantiles is None:
+        raise UserError(f"audit interface {interface!r} is not a squash: it has no bounds")
+    return [float(v) for v in mapping.constants(raw_scores)]
 
 
 def is_plain_erm(method: str, relif_enabled: bool) -> bool:

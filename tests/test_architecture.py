@@ -6,9 +6,9 @@
 - only the command-line package (`relif_ray.cli`) imports `analysis`, and only it parses
   arguments (imports `argparse`);
 - only `relif_ray.experiment.storage` decides whether a location is local (the `"://"` test);
-- one home each for the squash formula (`relif_ray.reference`), whether lambda adapts
-  (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels` and the controller) and
-  the first / last line of an error (`relif_ray.errors`);
+- one home each for the squash formula and the other audit interfaces (`relif_ray.reference`),
+  whether lambda adapts (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels`
+  and the controller) and the first / last line of an error (`relif_ray.errors`);
 - no module of `relif_ray/` and `analysis/` has more than `MAX_MODULE_LINES` lines, and no
   function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with a reason.
 
@@ -246,6 +246,15 @@ def test_only_the_storage_module_tells_local_from_object_storage():
 
 def test_the_squash_formula_is_written_once():
     assert files_matching(r"q90 - q10") == {"relif_ray/reference.py"}
+
+
+def test_the_audit_interfaces_have_one_home():
+    """The squash family and the rank map (`relif_ray.reference.AUDIT_INTERFACES`) are
+    defined in one module; the analysis applies them, the report names them from there."""
+    home = {"relif_ray/reference.py"}
+    assert files_matching(r"def (squash|empirical_cdf)\(") == home
+    assert files_matching(r"side=\"right\"\) / ") == home
+    assert files_matching(r"\(0\.01, 0\.99\)|\(0\.1, 0\.9\)") == home
 
 
 def test_one_rule_says_whether_lambda_adapts():

@@ -227,38 +227,57 @@ def test_run_reaches_fidelity_only_when_named(load, monkeypatch, capsys) -> None
 
 @pytest.mark.slow
 def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_path) -> None:
-    """The --quick size end to end through the real sweep and report."""
+    """The --quick size end to end through the real sweep and report: every row recomputed
+    from the report's per_trial.csv and interface_per_trial.csv, every target applied."""
     fidelity = load("fidelity")
     size = fidelity.QUICK
     rows = fidelity.fidelity_rows(size, tmp_path)
     trials = pd.read_csv(tmp_path / "report" / "per_trial.csv")
-    assert sorted(trials["label"]) == sorted(["erm", *size.labels])
+    interfaces = pd.read_csv(tmp_path / "report" / "interface_per_trial.csv")
+    assert sorted(trials["label"]) == ["erm", "relif", "relif-st"] == sorted(size.labels + ("erm",))
     erm = trials[trials["label"] == "erm"].set_index("seed")
     by_name = {row.name: row for row in rows}
-    assert len(rows) == 1 + 5 * len(size.labels)
+    assert len(rows) == 1 + 7 * len(size.labels)
+    clip_columns = ["clip0_depth", "clip0_normal", "clip1_depth", "clip1_normal"]
     for label in size.labels:
         trial = trials[trials["label"] == label].set_index("seed")
-        bias = by_name[f"Bias@delta_p75 {label} / ERM"]
-        assert bias.per_seed == pytest.approx((trial["bias_p75"] / erm["bias_p75"]).to_dict())
-        assert bias.value == pytest.approx(np.mean(list(bias.per_seed.values())))
+        paper = by_name[f"Bias@delta_p75 {label} / ERM (a) q10-q90"]
+        assert paper.per_seed == pytest.approx((trial["bias_p75"] / erm["bias_p75"]).to_dict())
+        for interface, letter in (("q1-q99", "(b)"), ("ecdf", "(c)")):
+            rows_of = interfaces[interfaces["interface"] == interface].set_index("trial")
+            mine = rows_of.loc[trial["trial"], "bias"].to_numpy()
+            reference = rows_of.loc[erm.loc[trial.index, "trial"], "bias"].to_numpy()
+            bias = by_name[f"Bias@delta_p75 {label} / ERM {letter} {interface}"]
+            assert list(bias.per_seed.values()) == pytest.approx(list(mine / reference))
+            assert bias.value == pytest.approx(np.mean(list(bias.per_seed.values())))
         vr = by_name[f"VR@delta_p75 {label} / ERM"]
         assert vr.per_seed == pytest.approx((trial["vr_p75"] / erm["vr_p75"]).to_dict())
         worst = by_name[f"Worst {label} - ERM"]
         assert worst.per_seed == pytest.approx((trial["worst"] - erm["worst"]).to_dict())
         macro = by_name[f"Macro {label} - ERM"]
         assert macro.per_seed == pytest.approx((trial["macro"] - erm["macro"]).to_dict())
-        clip_columns = ["clip0_depth", "clip0_normal", "clip1_depth", "clip1_normal"]
-        clipped = by_name[f"clipped audit scores, {label}"]
-        assert clipped.per_seed == pytest.approx(trial[clip_columns].mean(axis=1).to_dict())
-    judged = [row for row in rows if row.result in ("pass", "FAIL")]
-    assert {row.name for row in judged} == {
-        "Bias@delta_p75 relif / ERM",
-        "Worst relif - ERM",
-        "Macro relif - ERM",
+        clipped = by_name[f"clipped shares {label} - ERM (largest)"]
+        difference = trial[clip_columns] - erm.loc[trial.index, clip_columns]
+        assert clipped.per_seed == pytest.approx(difference.max(axis=1).to_dict())
+        assert clipped.value == pytest.approx(difference.mean().max())
+    judged = {row.name: row for row in rows if row.result in ("pass", "FAIL")}
+    bounds = {
+        "Bias@delta_p75 relif / ERM (a) q10-q90": ("<=", 0.5),
+        "Worst relif - ERM": (">=", -0.02),
+        "Macro relif - ERM": (">=", -0.02),
+        "Bias@delta_p75 relif-st / ERM (a) q10-q90": ("<=", 0.35),
+        "Bias@delta_p75 relif-st / ERM (c) ecdf": ("<=", 0.35),
+        "clipped shares relif-st - ERM (largest)": ("<=", 0.05),
+        "Worst relif-st - ERM": (">=", -0.02),
     }
-    assert by_name["Bias@delta_p75 relif / ERM"].result == (
-        "pass" if by_name["Bias@delta_p75 relif / ERM"].value <= 0.5 else "FAIL"
-    )
+    assert set(judged) == set(bounds)
+    for name, (comparison, bound) in bounds.items():
+        value = judged[name].value
+        passed = value <= bound if comparison == "<=" else value >= bound
+        assert judged[name].result == ("pass" if passed else "FAIL"), name
+    report = (tmp_path / "report" / "report.md").read_text()
+    section = report[report.index("## Audit-interface sensitivity") :]
+    assert "| ReLiF-ST | (c) ecdf |" in section and "Skipped" not in section.split("## ")[1]
 
 
 def test_gpu_check_drift_names_the_largest_difference_and_its_place(load) -> None:
