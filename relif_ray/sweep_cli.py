@@ -542,9 +542,11 @@ def demo_controller(
 ) -> tuple[float, int] | None:
     """(eta, warmup) of a --demo sweep: `relif_ray.relif.controller.scale_to_budget` of its
     step budget, so lambda moves as far as in the paper's 200-epoch NYUv2 run (eta x steps and
-    warmup / steps kept); None outside --demo or without a step budget (--epochs)."""
+    warmup / steps kept); None outside --demo, without a step budget (--epochs) or with a
+    --steps that is not positive (the config check then refuses it in one line, as it does
+    without --demo)."""
     steps = demo_steps(args, defaults)
-    if not args.demo or steps is None or args.epochs is not None:
+    if not args.demo or steps is None or steps <= 0 or args.epochs is not None:
         return None
     return scale_to_budget(steps, defaults.eta)
 

@@ -364,6 +364,28 @@ def test_bad_flags_are_one_line_errors_before_ray_starts(
 
 
 @pytest.mark.parametrize(
+    ("budget", "fragment"),
+    [
+        (["--steps", "-5"], "config field train.max_steps: must be > 0, got -5"),
+        (["--steps", "0", "--epochs", "2"], "config field train.max_steps: must be > 0, got 0"),
+        (["--epochs", "-1"], "config field train.epochs: must be > 0, got -1"),
+    ],
+)
+def test_a_bad_budget_is_the_same_one_line_error_with_and_without_demo(
+    budget, fragment, nyuv2_dir, tmp_path, capsys, no_sweep
+):
+    """--demo scales its controller to --steps (scale_to_budget): a budget that is not
+    positive is refused by the config check first, as with --data-dir."""
+    errors = []
+    for data in (["--demo"], ["--data-dir", str(nyuv2_dir)]):
+        status = main(NYUV2, [*data, *budget, "--storage", str(tmp_path)])
+        errors.append(capsys.readouterr().err.strip().splitlines())
+        assert status == 2 and len(errors[-1]) == 1, errors[-1]
+    assert errors[0] == errors[1] and errors[0][0].endswith(f"error: {fragment}"), errors
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     ("args", "fragment"),
     [
         (["--static-lambdas", "0.001"], "relif.lambda0: need 0 <= lambda_min <= lambda0"),
