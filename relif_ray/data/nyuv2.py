@@ -12,8 +12,9 @@ example i of a split is the four files with the same index:
 The same reader serves the real data and the synthetic scenes of `synthetic_nyuv2`.
 `check_nyuv2` applies the same rules before any trial starts (a sweep's driver runs it), to
 the headers of every file and the values of every label, depth and normal map. Every file is
-validated as it is loaded (vectorised numpy per file); anything malformed raises a one-line `UserError` that names the offending file or directory. Files are
-loaded with `allow_pickle=False`, so a pickled (object) array is rejected, never unpickled.
+validated as it is loaded (vectorised numpy per file); anything malformed raises a one-line
+`UserError` that names the offending file or directory. Files are loaded with
+`allow_pickle=False`, so a pickled (object) array is rejected, never unpickled.
 """
 
 from __future__ import annotations
