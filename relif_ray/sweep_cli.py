@@ -65,6 +65,9 @@ DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmar
 and sweeps/controller_sensitivity.py."""
 NYUV2, MIMIC3 = DATASETS["nyuv2"], DATASETS["mimic3"]
 CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
+CHECKPOINT_INTERVAL_S = 10.0
+"""--checkpoint-interval's default: at most one checkpoint per trial in 10 s, as Tune snapshots
+the experiment state at most every 10 s on its own (`relif_ray.tuning.launch.CheckpointCadence`)."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -292,6 +295,14 @@ def add_launch_flags(parser: argparse.ArgumentParser, defaults: DatasetDefaults)
         "--keep-checkpoints", type=int, default=2, help="checkpoints kept per trial"
     )
     launch.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=CHECKPOINT_INTERVAL_S,
+        metavar="SECONDS",
+        help="a trial checkpoints at the end of an epoch, but at most once in this many seconds "
+        "(0: every epoch); the last epoch always",
+    )
+    launch.add_argument(
         "--resume",
         action="store_true",
         help="continue the killed sweep --name in --storage (other grid flags are ignored)",
@@ -388,6 +399,10 @@ def resources(args: argparse.Namespace) -> Resources:
         raise UserError(f"--num-cpus: must be > 0, got {args.num_cpus}")
     if args.max_failures < 0 or args.keep_checkpoints < 1:
         raise UserError("--max-failures must be >= 0 and --keep-checkpoints >= 1")
+    if not 0 <= args.checkpoint_interval < math.inf:
+        raise UserError(
+            f"--checkpoint-interval: must be >= 0 seconds, got {args.checkpoint_interval:g}"
+        )
     return Resources(
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=gpus_per_trial,
@@ -648,6 +663,7 @@ def launch(
             max_failures=args.max_failures,
             keep_checkpoints=args.keep_checkpoints,
             checkpoint_every=0 if args.demo else 1,
+            checkpoint_interval_s=args.checkpoint_interval,
             search=search,
             options=options,
             reference=args.reference,

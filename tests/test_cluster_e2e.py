@@ -99,6 +99,7 @@ def sweep_argv(data: Path, storage: Path, name: str, address: str) -> list[str]:
         "--data-dir": data, "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS,
         "--backbone": "resnet18", "--batch-size": 6, "--lr": 1e-3, "--storage": storage,
         "--name": name, "--address": address, "--keep-checkpoints": 1,
+        "--checkpoint-interval": 0,  # a checkpoint every epoch: the kills land between them
     }  # fmt: skip
     return [str(item) for flag, value in flags.items() for item in (flag, value)]
 
