@@ -101,7 +101,6 @@ def three_prototypes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ("change", "key"),
     [
         ("heavier_depth_loss", "nyuv2/erm"),
-        ("heavier_depth_loss", "nyuv2/uncertainty"),
         ("second_step_skipped", "nyuv2/erm"),
         ("three_prototypes", "nyuv2/relif"),
     ],

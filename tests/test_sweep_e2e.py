@@ -159,10 +159,15 @@ def test_report_writes_utility_tables(experiment, tmp_path):
     assert mean_cell in (tmp_path / "tables" / "utility.md").read_text()
 
 
+def test_the_sweep_script_rejects_a_bad_flag_before_starting_ray(tmp_path):
+    args = ["--methods", "erm", "--data-dir", "/no/such/dir", "--storage", str(tmp_path)]
+    result = run_cli("sweeps/nyuv2.py", *args)
+    assert_one_line_error(result, "--data-dir: no such directory")
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--methods", "erm", "--data-dir", "/no/such/dir"], "--data-dir: no such directory"),
         (["--methods", "erm"], "--data-dir is required"),
         (["--demo", "--methods", "nosuch"], "unknown method 'nosuch'"),
         (["--demo", "--seeds", "0"], "--seeds"),
@@ -171,9 +176,14 @@ def test_report_writes_utility_tables(experiment, tmp_path):
         (["--demo", "--lr", "-1"], "train.lr"),
     ],
 )
-def test_sweep_rejects_bad_flags_before_starting_ray(args, fragment, tmp_path):
-    result = run_cli("sweeps/nyuv2.py", *args, "--storage", str(tmp_path))
-    assert_one_line_error(result, fragment)
+def test_sweep_rejects_bad_flags_before_starting_ray(args, fragment, tmp_path, capsys, no_sweep):
+    """What the script above calls (`sweep_cli.main`), in this process."""
+    from relif_ray.sweep_cli import NYUV2, main
+
+    status = main(NYUV2, [*args, "--storage", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and fragment in err[0], err
+    assert not any(tmp_path.iterdir())
 
 
 def test_report_on_a_missing_directory_is_a_one_line_error(tmp_path):

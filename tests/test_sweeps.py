@@ -423,7 +423,7 @@ def test_a_bad_budget_is_the_same_one_line_error_with_and_without_demo(
         status = main(NYUV2, [*data, *budget, "--storage", str(tmp_path)])
         errors.append(capsys.readouterr().err.strip().splitlines())
         assert status == 2 and len(errors[-1]) == 1, errors[-1]
-    assert errors[0] == errors[1] and errors[0][0].endswith(f"error: {fragment}"), errors
+    assert errors[0] == errors[1] and errors[0][0].endswith(fragment), errors
     assert not any(tmp_path.iterdir())
 
 
