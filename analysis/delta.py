@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.audits import ExperimentAudit
+from analysis.experiment_audit import ExperimentAudit
 from relif_ray.audit import conformal_delta, delta_from_quantile
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, finite_number
 from relif_ray.problems import benchmark
 
 DISTRIBUTIONS = ("distances", "gaps")
@@ -120,7 +120,7 @@ def default_specs(datasets: list[str], labels: list[str]) -> list[DeltaSpec]:
 def resolve(spec: DeltaSpec, audit: ExperimentAudit, distribution: str = "distances") -> DeltaRef:
     """The number behind one delta option, calibrated where it says so."""
     if spec.kind == "fixed":
-        value = _number(spec.text, spec.flag)
+        value = finite_number(spec.text, spec.flag)
         if not 0.0 <= value <= 1.0:
             raise UserError(f"{spec.flag}: must be in [0, 1]")
         return DeltaRef(
@@ -153,7 +153,7 @@ def resolve(spec: DeltaSpec, audit: ExperimentAudit, distribution: str = "distan
             label,
             values.size,
         )
-    alpha = _number(argument, spec.flag)
+    alpha = finite_number(argument, spec.flag)
     if not 0.0 < alpha < 1.0:
         raise UserError(f"{spec.flag}: alpha must be in (0, 1)")
     value = conformal_delta(values, alpha)
@@ -204,13 +204,3 @@ def _describe(audit: ExperimentAudit, label: str, distribution: str, n: int) -> 
         f"eval_seed={settings.eval_seed}), pooled over task pairs and seeds "
         f"{', '.join(map(str, seeds))} (n={n})"
     )
-
-
-def _number(text: str, flag: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"{flag}: expected a number, got {text!r}") from None
-    if not np.isfinite(value):
-        raise UserError(f"{flag}: expected a finite number, got {text!r}")
-    return value

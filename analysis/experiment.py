@@ -1,10 +1,10 @@
 """Read experiment directories offline (no Ray, no re-training) into pandas DataFrames.
 
 An experiment directory is what a sweep leaves in storage: one folder per trial, each with
-Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see `relif_ray.outputs`; where
-each file lies: `relif_ray.experiment_layout`). Trials that errored (Tune's `error.txt`), never
-finished, or are still running (a sweep holds the experiment's lock:
-`relif_ray.experiment_lock`) are listed, never silently dropped.
+Ray Tune's checkpoints; the final checkpoint holds `outputs/` (see
+`relif_ray.experiment.outputs`; where each file lies: `relif_ray.experiment.layout`). Trials
+that errored (Tune's `error.txt`), never finished, or are still running (a sweep holds the
+experiment's lock: `relif_ray.experiment.lock`) are listed, never silently dropped.
 
 Loading reads each trial's `trial.json` and `scores.parquet` (one arrow conversion for all
 trials: 1,000 trials load in about a second); per-step traces and representations are read
@@ -23,25 +23,27 @@ import pandas as pd
 import pyarrow as pa
 from pyarrow.fs import FileType
 
-from relif_ray import storage
-from relif_ray.errors import UserError
-from relif_ray.experiment_layout import (
+from relif_ray.config import ReLiFConfig
+from relif_ray.errors import UserError, last_line
+from relif_ray.experiment import storage
+from relif_ray.experiment.layout import (
     ERROR_FILE,
     PARAMS_FILE,
     RESULT_FILE,
     final_outputs,
     trial_folders,
 )
-from relif_ray.experiment_lock import running_sweep
-from relif_ray.outputs import (
+from relif_ray.experiment.lock import running_sweep
+from relif_ray.experiment.outputs import (
     SCORES_FILE,
     TRACE_FILE,
     read_representations,
     read_trial_info,
 )
-from relif_ray.pareto import SELECTION_FILE
+from relif_ray.experiment.storage import Location
 from relif_ray.progress import progress
-from relif_ray.storage import Location
+from relif_ray.sweep.labels import SETTING_FIELDS, setting_values, variant_name
+from relif_ray.sweep.selection import SELECTION_FILE
 
 SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 
@@ -49,11 +51,13 @@ SCORE_COLUMNS = ["trial", "split", "task", "example_id", "score", "valid"]
 class Experiment:
     """All finished trials of one or more experiment directories, and the unfinished ones.
 
-    trials: one row per finished trial: trial, label (method label, e.g. "relif"), variant
-        (the label, plus " (r*=.., eta=..)" where one label was run at several controller
-        settings), method, relif, seed, dataset, r_star, eta, steps, status ("completed", or
-        "stopped": stopped early by the Tune scheduler, outputs at that epoch), experiment,
-        path, config (dict), then every metric as <split>_<metric> (e.g. val_worst).
+    trials: one row per finished trial: trial, label (method label, e.g. "relif"), variant (the
+        label, plus its identifying settings, e.g. " (r*=.., eta=..)" or " (lambda0=..)", where one
+        label was run at several settings: `variant_names`), method, relif, seed, dataset, r_star,
+        eta, lambda0 (each NaN where it does not identify the trial's setting,
+        `relif_ray.sweep.labels.setting_values`), steps, status ("completed", or "stopped": stopped
+        early by the Tune scheduler, outputs at that epoch), experiment, path, config (dict), then
+        every metric as <split>_<metric> (e.g. val_worst).
     scores: trial, split, task, example_id, score (raw audit score as stored), valid.
     epochs: per-epoch results Tune recorded (trial, epoch, val_<metric>, val_bias, ...; read
         on first access).
@@ -120,7 +124,7 @@ class Experiment:
 
 def load(*paths: str | Path) -> Experiment:
     """Load one or more experiment directories (their trials are concatenated in the given
-    order): local paths, `file://`, `s3://` or `gs://` URIs (see `relif_ray.storage` for
+    order): local paths, `file://`, `s3://` or `gs://` URIs (see `relif_ray.experiment.storage` for
     credentials and endpoints). A missing directory or one without any trial folder is a
     one-line UserError."""
     if not paths:
@@ -174,22 +178,22 @@ def load(*paths: str | Path) -> Experiment:
 
 
 def variant_names(trials: pd.DataFrame) -> pd.Series:
-    """One row name per method setting: the label, plus the controller setting where trials
-    of one label ran at several (r*, eta) (e.g. a controller-sensitivity sweep). Trials whose
+    """One row name per variant (a label at one setting): the label, plus its identifying
+    settings (`relif_ray.sweep.labels.variant_name`) where trials of one label ran at several
+    (a controller-sensitivity sweep: several (r*, eta), several static lambda0). Trials whose
     (r*, eta) was selected per seed (column `selected`, a `--select-from` sweep) are one
     setting, the paper's selected ReLiF, and keep the label."""
     chosen = trials["selected"] if "selected" in trials else pd.Series(False, trials.index)
-    settings = trials[~chosen].groupby("label")[["r_star", "eta"]].nunique(dropna=False)
+    fields = [field for field in SETTING_FIELDS if field in trials]
+    settings = trials[~chosen].groupby("label")[fields].nunique(dropna=False)
     several = set(settings.index[(settings > 1).any(axis=1)])
-    return pd.Series(
-        [
-            f"{label} (r*={r_star:g}, eta={eta:g})" if label in several and not selected else label
-            for label, r_star, eta, selected in zip(
-                trials["label"], trials["r_star"], trials["eta"], chosen, strict=True
-            )
-        ],
-        index=trials.index,
-    )
+    names = [
+        variant_name(row.label, {field: getattr(row, field) for field in fields})
+        if row.label in several and not selected
+        else row.label
+        for row, selected in zip(trials[["label", *fields]].itertuples(), chosen, strict=True)
+    ]
+    return pd.Series(names, index=trials.index)
 
 
 def _selected_labels(root: Location) -> set[str]:
@@ -211,11 +215,11 @@ def _result_records(trial_dir: Location) -> list[dict]:
 
 
 def _numeric_order(rows: list[dict]) -> list[int]:
-    """Trials by experiment directory, label (first appearance), then r*, eta and seed as
-    numbers: trial folder names sort as text (r0.28 before r0.2_, seed10 before seed2)."""
+    """Trials by experiment directory, label (first appearance), then r*, eta, lambda0 and
+    seed as numbers: trial folder names sort as text (r0.28 before r0.2_, seed10 before seed2)."""
     if not rows:
         return []
-    frame = pd.DataFrame(rows)[["experiment", "label", "r_star", "eta", "seed"]]
+    frame = pd.DataFrame(rows)[["experiment", "label", *SETTING_FIELDS, "seed"]]
     for column in ("experiment", "label"):
         frame[column] = pd.factorize(frame[column])[0]
     ordered = frame.sort_values(list(frame.columns), kind="stable", na_position="first")
@@ -228,9 +232,7 @@ def _problem(trial_dir: Location, files: set[str], running: bool) -> dict[str, s
     last error), else "errored" (Tune's error.txt) or "incomplete" (its sweep was stopped)."""
     error = ""
     if ERROR_FILE in files:
-        text = storage.read_text(storage.join(trial_dir, ERROR_FILE))
-        lines = [line for line in text.splitlines() if line.strip()]
-        error = lines[-1] if lines else ""
+        error = last_line(storage.read_text(storage.join(trial_dir, ERROR_FILE)))
     status = "running" if running else "errored" if ERROR_FILE in files else "incomplete"
     return {"path": storage.display(trial_dir), "status": status, "error": error}
 
@@ -245,8 +247,7 @@ def _trial_row(info: dict, root: Location, final: Location) -> dict:
         "relif": info["relif"],
         "seed": info["seed"],
         "dataset": config["data"]["dataset"],
-        "r_star": relif["r_star"] if info["relif"] else np.nan,
-        "eta": relif["eta"] if info["relif"] else np.nan,
+        **setting_values(ReLiFConfig(**relif)),
         "steps": info["steps"],
         "status": info.get("status", "completed"),
         "experiment": storage.display(root),

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis.experiment import Experiment
-from analysis.pareto import pareto_means, pareto_points
+from analysis.fronts import pareto_means, pareto_points
 from analysis.render import display_text
 from analysis.results import Results
 

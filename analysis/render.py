@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from relif_ray.variants import display_name
+from relif_ray.sweep.labels import display_name
 
 DIGITS = 4
 NARROW_COLUMNS = 5

@@ -1,8 +1,8 @@
-"""`relif report`: every table and figure of the paper for experiment directories, and a
-`report.md` that follows the paper's reporting checklist (section 6): the source of delta_ref
-and its calibration distribution, the pair seed and pool construction, fixed-delta Bias/VR,
-method-induced thresholds as diagnostics only, utility of the same checkpoint, and the
-controller settings.
+"""`analysis.write_report`, behind `relif report`: every table and figure of the paper for
+experiment directories, and a `report.md` (its prose: `analysis.sections`) that follows the paper's
+reporting checklist (section 6): the source of delta_ref and its calibration distribution, the pair
+seed and pool construction, fixed-delta Bias/VR, method-induced thresholds as diagnostics only,
+utility of the same checkpoint, and the controller settings.
 
 Output folder:
     report.md                 the report (all tables inline; every link points into this folder)
@@ -17,37 +17,18 @@ Output folder:
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import pandas as pd
-
-from analysis import delta as delta_options
-from analysis.audits import AuditSettings, ExperimentAudit
-from analysis.delta import DISTRIBUTIONS, DeltaRef, DeltaSpec
-from analysis.experiment import Experiment, load
-from analysis.interface import squash_quantiles, squashed_tasks
-from analysis.pareto import pareto_means, pareto_points
-from analysis.render import (
-    Column,
-    Table,
-    display_text,
-    latex_escape,
-    metric_digits,
-    metric_header,
-    summarize,
-)
-from analysis.results import (
-    SENSITIVITY_DELTAS,
-    Results,
-    compute_results,
-    direction,
-    report_split,
-)
+from analysis.audit_scores import squash_quantiles
+from analysis.delta import DeltaSpec
+from analysis.experiment import Experiment
+from analysis.fronts import pareto_means, pareto_points
+from analysis.render import Table
+from analysis.results import SENSITIVITY_DELTAS, Results, audit
+from analysis.sections import audited_sections, problems, sources
 from analysis.tables import (
     CISettings,
     Skipped,
@@ -59,32 +40,12 @@ from analysis.tables import (
     saturation_table,
     sensitivity_table,
     shift_table,
+    utility_table,
     violation_table,
 )
-from relif_ray import storage
+from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError
-from relif_ray.problems import benchmark
 from relif_ray.progress import progress
-from relif_ray.relif.controller import PAPER_NYUV2_STEPS
-
-SPLITS = ("val", "test")
-CONTROLLER_FIELDS = (
-    "r_star",
-    "eta",
-    "lambda0",
-    "lambda_min",
-    "lambda_max",
-    "warmup_steps",
-    "violation_ema",
-    "beta",
-    "mu",
-    "prototypes_per_task",
-    "prototype_pairing",
-    "quantile_alignment",
-    "controller",
-    "lipschitz_branch",
-)
-"""ReLiF settings listed in the report (the paper's Table 7 rows)."""
 
 
 @dataclass
@@ -109,31 +70,26 @@ def write_report(
     options = options or ReportOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sections = ["# relif-ray report\n", _sources(experiment)]
+    parts = ["# relif-ray report\n", sources(experiment)]
     if experiment.trials.empty:
-        sections.append("No finished trials: nothing to audit.\n")
+        parts.append("No finished trials: nothing to audit.\n")
     else:
-        sections += _audited_sections(experiment, out, options)
-    sections.append(_problems(experiment))
+        parts += _audited_sections(experiment, out, options)
+    parts.append(problems(experiment))
     report = out / "report.md"
-    report.write_text("\n".join(sections))
+    report.write_text("\n".join(parts))
     return report
 
 
 def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions) -> list[str]:
-    trials = experiment.trials
-    split = options.split or report_split(trials)
-    if split not in SPLITS or f"{split}_worst" not in trials.columns:
-        raise UserError(f"--split {split}: the trials have no {split} split")
-    specs = options.deltas or delta_options.default_specs(
-        list(trials["dataset"]), list(trials["label"])
+    results = audit(
+        experiment,
+        options.deltas or None,
+        options.split,
+        options.settings,
+        options.distribution,
+        options.sensitivity,
     )
-    audit = ExperimentAudit(experiment, options.settings)
-    deltas = [delta_options.resolve(spec, audit, options.distribution) for spec in specs]
-    keys = [d.key for d in deltas]
-    if len(set(keys)) < len(keys):
-        raise UserError(f"delta options: the same threshold is given twice ({keys})")
-    results = compute_results(audit, deltas, split, options.sensitivity)
     baseline = options.drift_baseline or (
         "relif" if "relif" in results.variants else results.variants[0]
     )
@@ -141,6 +97,20 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         raise UserError(
             f"--drift-baseline: no method {baseline!r} (methods: {', '.join(results.variants)})"
         )
+    tables = _tables(results, experiment, options, baseline)
+    for table in tables:
+        if isinstance(table, Table):
+            table.write(out / "tables")
+    _write_data(out, experiment, results, options)
+    figures = _write_figures(out, experiment, results) if options.figures else {}
+    named = {table.name: table for table in tables}
+    return audited_sections(experiment, results, options.settings, options.ci, named, figures)
+
+
+def _tables(
+    results: Results, experiment: Experiment, options: ReportOptions, baseline: str
+) -> list[Table | Skipped]:
+    """Every table of the report (or why it is skipped), in the order they are built."""
     builders = [
         partial(main_table, results, options.ci),
         partial(violation_table, results),
@@ -151,256 +121,15 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         partial(ablation_table, results, experiment, options.ci),
         partial(sensitivity_table, results, options.ci),
         partial(controller_table, results, experiment, options.ci),
-        partial(utility_table, trials, split),
+        partial(utility_table, experiment.trials, results.split),
     ]
-    tables = [build() for build in progress(builders, "relif report: tables", unit="table")]
-    for table in tables:
-        if isinstance(table, Table):
-            table.write(out / "tables")
-    _write_data(out, experiment, results, deltas, options)
-    figures = _write_figures(out, experiment, results) if options.figures else {}
-    named = {table.name: table for table in tables}
-    return [
-        _protocol(experiment, results, options),
-        _section(
-            "Utility and fixed-δ Bias",
-            named["main"],
-            options.ci,
-            "Utility metrics and audit scores come from the same (final) checkpoint.",
-        ),
-        _section("Violation rates", named["violation"], options.ci),
-        _section(
-            "Audit-score saturation",
-            named["saturation"],
-            options.ci,
-            _figure_line(figures.get("score_distributions")),
-        ),
-        _pareto_section(results, figures.get("pareto")),
-        "## Threshold-drift diagnostics (not the comparison metric)\n",
-        _section("Method-induced thresholds", named["drift"], options.ci, level=3),
-        _section("Raw versus fixed-δ ranking", named["shift"], options.ci, level=3),
-        _section("Theorem B.2 ranking certificate", named["certificate"], options.ci, level=3),
-        _section("ReLiF component ablation", named["ablation"], options.ci),
-        _section(
-            "δ-sensitivity",
-            named["delta_sensitivity"],
-            options.ci,
-            _figure_line(figures.get("delta_sensitivity")),
-        ),
-        _section(
-            "Controller sensitivity",
-            named["controller"],
-            options.ci,
-            "\n".join(_figure_line(path) for path in figures.get("controller", [])),
-        ),
-        _controller_settings(trials),
-        _section("All utility metrics", named["utility"], options.ci),
-    ]
-
-
-def utility_table(trials: pd.DataFrame, split: str) -> Table:
-    """Every metric of `split` (normalized `<task>_score` columns left out) per method."""
-    prefix = f"{split}_"
-    metrics = [c[len(prefix) :] for c in trials.columns if c.startswith(prefix)]
-    leading = [m for m in ("worst", "macro") if m in metrics]
-    metrics = leading + [m for m in metrics if m not in leading and not m.endswith("_score")]
-    per_trial = trials[["variant", "seed"]].copy()
-    for metric in metrics:
-        per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
-    order = list(dict.fromkeys(trials["variant"]))
-    rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
-    directions = metric_directions(set(trials["dataset"]))
-    columns = [
-        Column(
-            m,
-            metric_header(m),
-            latex_escape(metric_header(m)),
-            direction(directions.get(m)),
-            digits=metric_digits(m),
-        )
-        for m in metrics
-    ]
-    title = f"All utility metrics ({split} split), mean ± sample std over seeds."
-    return Table("utility", title, "label", columns, rows)
-
-
-def metric_directions(datasets: set[str]) -> dict[str, bool]:
-    """`<task>_<metric>` -> higher is better, as the tasks of the trials' benchmarks declare."""
-    directions: dict[str, bool] = {}
-    for dataset in sorted(datasets):
-        directions.update(benchmark(dataset, "data set of the trials").metric_directions)
-    return directions
-
-
-def _section(
-    title: str, table: Table | Skipped, ci: CISettings, extra: str = "", level: int = 2
-) -> str:
-    heading = "#" * level + f" {title}\n"
-    if isinstance(table, Skipped):
-        return heading + f"Skipped: {table.reason}.\n"
-    lines = [heading, table.title + "\n", table.markdown()]
-    if ci.n_boot > 0 and any(
-        c.key.startswith("bias") or c.key == "raw_bias" for c in table.columns if c.kind == "stat"
-    ):
-        lines.append(
-            f"Bias cells: mean ± sample std over seeds [{ci.level:.0%} percentile bootstrap "
-            f"interval of the seed mean over the sampled pairs, {ci.n_boot} replicates].\n"
-        )
-    files = ", ".join(_link(f"tables/{table.name}.{kind}") for kind in ("md", "tex", "csv"))
-    lines.append(f"Files: {files}.\n")
-    if extra:
-        lines.append(extra + "\n")
-    return "\n".join(lines)
-
-
-def _link(relative: str) -> str:
-    """A Markdown link to a file of the report folder (`relative` to report.md)."""
-    return f"[{relative.rpartition('/')[2]}]({relative})"
-
-
-def _figure_line(path: Path | None) -> str:
-    return f"![{path.stem}](figures/{path.name})" if path else ""
-
-
-def _sources(experiment: Experiment) -> str:
-    trials = experiment.trials
-    lines = [
-        "Experiment directories: " + ", ".join(f"`{storage.display(p)}`" for p in experiment.paths)
-    ]
-    if not trials.empty:
-        counts = trials.groupby("variant", sort=False)["seed"].apply(
-            lambda seeds: ", ".join(map(str, sorted(seeds)))
-        )
-        lines.append(
-            f"Finished trials: {len(trials)} (data set: "
-            f"{', '.join(sorted(set(trials['dataset'])))})"
-        )
-        lines += [f"- {display_text(variant)}: seeds {seeds}" for variant, seeds in counts.items()]
-        stopped = trials[trials["status"] == "stopped"]
-        if len(stopped):
-            lines.append(
-                f"Stopped early by the Tune scheduler (ASHA), outputs at the epoch they stopped: "
-                f"{len(stopped)}"
-            )
-            lines += [
-                f"- stopped: {display_text(row.variant)} seed {row.seed} after {row.steps} "
-                f"steps (`{row.trial}`)"
-                for row in stopped.itertuples()
-            ]
-    lines.append(f"Trials without outputs: {len(experiment.problems)} (listed at the end)")
-    note = running_note(experiment)
-    if note:
-        lines.append(f"**{note}.**")
-    return "\n".join(lines) + "\n"
-
-
-def running_note(experiment: Experiment) -> str | None:
-    """What to say when a sweep still writes an experiment (`relif_ray.experiment_lock`)."""
-    running = int((experiment.problems["status"] == "running").sum())
-    if not running:
-        return None
-    return (
-        f"A sweep is still running: {running} trial(s) still running, not in this report; "
-        f"it covers the {len(experiment.trials)} finished trial(s)"
-    )
-
-
-def _protocol(experiment: Experiment, results: Results, options: ReportOptions) -> str:
-    settings = options.settings
-    datasets = sorted(set(experiment.trials["dataset"]))
-    squashed = sorted({t for d in datasets for t in squashed_tasks(d)})
-    interface = (
-        f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
-        "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1) with q10/q90 of the SAME-SEED ERM trial's "
-        "validation scores, identically for every method (values in "
-        f"{_link('squash_quantiles.csv')}); "
-        "the other tasks' scores are probabilities and pass unchanged"
-        if squashed
-        else "all audit scores are probabilities in [0, 1] and are used unchanged"
-    )
-    lines = [
-        "## Audit protocol (reporting checklist)\n",
-        f"- Audit split: **{results.split}**. Audit interface: {interface}.",
-        f"- Pools and pairs (Algorithm 1): per task a pool of N_eval = {settings.pool_size} "
-        f"valid examples drawn without replacement with eval_seed = {settings.eval_seed} "
-        f"(all of them when a task has fewer); per unordered task pair S = {settings.pairs} "
-        f"pairs drawn uniformly with replacement with pair_seed = {settings.pair_seed}. "
-        "Bias = mean (|p_a(x) - p_b(y)| - δ)_+, VR = mean 1[gap > δ], averaged over task "
-        "pairs (weights 1/#pairs).",
-        "- δ_ref, chosen once and held fixed for every method and every table "
-        f"(primary: {results.primary.symbol}; values and sources in {_link('delta_ref.json')}):",
-    ]
-    for delta in results.deltas:
-        lines.append(f"  - {delta.symbol} = {delta.value:.6f}: {delta.source}.")
-    lines += [
-        "- Method-induced thresholds (validation split, the mean cosine-induced distance of "
-        "each method's own representations over the audit's pairs) are reported only as "
-        "threshold-drift diagnostics; methods are compared under δ_ref (per task pair: "
-        f"{_link('induced_thresholds.csv')}).",
-        "- Utility metrics are those of the same checkpoint whose audit scores are audited "
-        "(each trial's final checkpoint). The per-trial numbers behind every table: "
-        f"{_link('per_trial.csv')}.",
-        "- Controller settings of every ReLiF variant: see *Controller settings* below.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _pareto_section(results: Results, figure: Path | None) -> str:
-    means = pareto_means(results)
-    front = ", ".join(display_text(v) for v in means.loc[means["on_front"], "variant"])
-    return "\n".join(
-        [
-            "## Utility-fairness Pareto front\n",
-            f"Fixed-δ Bias@{results.primary.symbol} (lower is better) against Worst (higher is "
-            f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
-            f"per-method means: {_link('pareto_points.csv')}, {_link('pareto_means.csv')}.\n",
-            _figure_line(figure) + "\n",
-        ]
-    )
-
-
-def _controller_settings(trials: pd.DataFrame) -> str:
-    relif = trials[trials["relif"].astype(bool)]
-    heading = "## Controller settings (for reproducibility; not audit thresholds)\n"
-    if relif.empty:
-        return heading + "No ReLiF trials.\n"
-    rows = []
-    for variant, group in relif.groupby("variant", sort=False):
-        config = group["config"].iloc[0]["relif"]
-        steps = int(group["steps"].iloc[0])
-        budget = [f"{config['eta'] * steps:.3g}", f"{config['warmup_steps'] / steps:.3g}"]
-        cells = [display_text(variant), *(str(config[f]) for f in CONTROLLER_FIELDS), *budget]
-        rows.append("| " + " | ".join(cells) + " |")
-    fields = [*CONTROLLER_FIELDS, "eta x steps", "warmup / steps"]
-    header = "| variant | " + " | ".join(fields) + " |"
-    note = (
-        f"eta x steps and warmup / steps say how far the controller can move lambda over a "
-        f"trial's budget: the paper's NYUv2 run has {1e-3 * PAPER_NYUV2_STEPS:g} and "
-        f"{100 / PAPER_NYUV2_STEPS:g} (eta 1e-3, warmup 100, {PAPER_NYUV2_STEPS:,} steps); "
-        "`--demo` and the fidelity benchmark keep both with "
-        "`relif_ray.relif.controller.scale_to_budget`.\n"
-    )
-    table = [header, "|" + "---|" * (len(fields) + 1), *rows]
-    return "\n".join([heading, note, *table, ""])
-
-
-def _problems(experiment: Experiment) -> str:
-    if experiment.problems.empty:
-        return "## Trials without outputs\n\nNone.\n"
-    lines = ["## Trials without outputs (listed, not dropped)\n"]
-    for _, problem in experiment.problems.iterrows():
-        lines.append(f"- {problem['status']}: `{problem['path']}` {problem['error']}".rstrip())
-    return "\n".join(lines) + "\n"
+    return [build() for build in progress(builders, "relif report: tables", unit="table")]
 
 
 def _write_data(
-    out: Path,
-    experiment: Experiment,
-    results: Results,
-    deltas: list[DeltaRef],
-    options: ReportOptions,
+    out: Path, experiment: Experiment, results: Results, options: ReportOptions
 ) -> None:
+    deltas = results.deltas
     results.per_trial.to_csv(out / "per_trial.csv", index=False)
     results.induced.to_csv(out / "induced_thresholds.csv", index=False)
     squash_quantiles(experiment).to_csv(out / "squash_quantiles.csv", index=False)
@@ -445,131 +174,3 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
     for path, draw in progress(jobs, "relif report: figures", unit="figure"):
         draw().savefig(path, dpi=150)
     return written
-
-
-# --- command line -------------------------------------------------------------------------
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `relif report`."""
-    parser = subparsers.add_parser(
-        "report",
-        help="tables and figures for experiment directories",
-        description="Audit every trial under one held-fixed delta_ref and write the paper's "
-        "tables (Markdown, LaTeX, CSV), figures and report.md. Delta options may be repeated; "
-        "the first is the primary delta_ref (Pareto front, drift, certificate).",
-    )
-    parser.add_argument(
-        "experiments",
-        nargs="+",
-        help="experiment directories: paths or file://, s3://, gs:// URIs (S3-compatible "
-        "stores elsewhere: set AWS_ENDPOINT_URL)",
-    )
-    parser.add_argument("--out", required=True, help="output folder for the report")
-    parser.add_argument(
-        "--delta",
-        dest="deltas",
-        action="append",
-        type=delta_options.fixed,
-        metavar="D",
-        help="a fixed delta_ref in [0, 1]",
-    )
-    parser.add_argument(
-        "--delta-from",
-        dest="deltas",
-        action="append",
-        type=delta_options.quantile,
-        metavar="M:pQQ",
-        help="the QQ-th percentile of method M's validation reference distribution, e.g. erm:p75",
-    )
-    parser.add_argument(
-        "--delta-conformal",
-        dest="deltas",
-        action="append",
-        type=delta_options.conformal,
-        metavar="M:ALPHA",
-        help="split-conformal delta_ref (Theorem B.3) on M's reference distribution, e.g. erm:0.1",
-    )
-    parser.add_argument(
-        "--reference-distribution",
-        choices=DISTRIBUTIONS,
-        default="distances",
-        help="what --delta-from/--delta-conformal calibrate on: the reference "
-        "method's representation distances (default) or its score gaps",
-    )
-    parser.add_argument(
-        "--split",
-        choices=SPLITS,
-        help="split audited and reported (default: test if present, else val)",
-    )
-    parser.add_argument("--pool-size", type=int, default=256, help="N_eval per task (256)")
-    parser.add_argument("--pairs", type=int, default=4096, help="S pairs per task pair (4096)")
-    parser.add_argument("--pair-seed", type=int, default=42, help="pair sampling seed (42)")
-    parser.add_argument("--eval-seed", type=int, default=0, help="pool sampling seed (0)")
-    parser.add_argument(
-        "--sensitivity-deltas",
-        default=",".join(f"{d:g}" for d in SENSITIVITY_DELTAS),
-        help="deltas of the sensitivity table (comma-separated)",
-    )
-    parser.add_argument(
-        "--drift-baseline",
-        metavar="METHOD",
-        help="method the induced-threshold drift is compared to "
-        "(default: relif if present, else the first method)",
-    )
-    parser.add_argument(
-        "--n-boot",
-        type=int,
-        default=1000,
-        help="bootstrap replicates for Bias intervals (0: none; 1000)",
-    )
-    parser.add_argument("--ci-level", type=float, default=0.95, help="interval level (0.95)")
-    parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    parser.set_defaults(handler=run_report)
-
-
-def options_from_args(args: argparse.Namespace) -> ReportOptions:
-    """Validate the flags (one-line errors) and build the options."""
-    for flag, value in (("--pool-size", args.pool_size), ("--pairs", args.pairs)):
-        if value <= 0:
-            raise UserError(f"{flag}: must be a positive integer, got {value}")
-    for flag, value in (
-        ("--pair-seed", args.pair_seed),
-        ("--eval-seed", args.eval_seed),
-        ("--n-boot", args.n_boot),
-    ):
-        if value < 0:
-            raise UserError(f"{flag}: must be >= 0, got {value}")
-    if not 0.0 < args.ci_level < 1.0:
-        raise UserError(f"--ci-level: must be in (0, 1), got {args.ci_level}")
-    return ReportOptions(
-        deltas=args.deltas or [],
-        distribution=args.reference_distribution,
-        split=args.split,
-        settings=AuditSettings(args.pool_size, args.pairs, args.pair_seed, args.eval_seed),
-        sensitivity=_parse_deltas(args.sensitivity_deltas),
-        drift_baseline=args.drift_baseline,
-        ci=CISettings(args.n_boot, args.ci_level),
-        figures=not args.no_figures,
-    )
-
-
-def run_report(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
-    experiment = load(*args.experiments)
-    report = write_report(experiment, args.out, options)
-    note = running_note(experiment)
-    if note:
-        print(f"relif: note: {note}", file=sys.stderr)
-    print(report)
-    return 0
-
-
-def _parse_deltas(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"--sensitivity-deltas: expected numbers, got {text!r}") from None
-    if not values or not all(0.0 <= v <= 1.0 for v in values):
-        raise UserError(f"--sensitivity-deltas: need numbers in [0, 1], got {text!r}")
-    return values

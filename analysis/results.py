@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.audits import ExperimentAudit
-from analysis.delta import DeltaRef
-from analysis.interface import squash_quantiles
+from analysis.audit_scores import squash_quantiles
+from analysis.delta import DeltaRef, DeltaSpec, as_spec, default_specs, resolve
+from analysis.experiment import Experiment
+from analysis.experiment_audit import ExperimentAudit
 from analysis.render import latex_escape
-from relif_ray.audit import AuditGaps, bootstrap_bias_ci, drift_budget
+from relif_ray.audit import AuditGaps, AuditSettings, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 
@@ -30,6 +31,9 @@ because the audit clips its scores, not because it became Lipschitz-fair."""
 
 SENSITIVITY_DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
 """The delta grid of the paper's fixed-delta sensitivity table (appendix B.2)."""
+
+SPLITS = ("val", "test")
+"""The splits a trial's outputs may hold and a report may audit."""
 
 
 @dataclass
@@ -85,6 +89,40 @@ class Results:
             pair, trial = key.rsplit("@", 1)
             thresholds[key] = float(induced[trial, pair])
         return bootstrap_bias_ci(stacked, thresholds, n_boot, level)
+
+
+def audit(
+    experiment: Experiment,
+    deltas: Sequence[DeltaSpec | float | str] | DeltaSpec | float | str | None = None,
+    split: str | None = None,
+    settings: AuditSettings | None = None,
+    distribution: str = "distances",
+    sensitivity: Sequence[float] = SENSITIVITY_DELTAS,
+) -> Results:
+    """Audit every finished trial under held-fixed thresholds (the first is the primary).
+
+    deltas: numbers, "M:pQQ" (percentile of method M's validation reference distribution) or
+    "M:ALPHA" (split-conformal); None: the data set's default (see `analysis.delta`).
+    split: default test where the trials have it, else val (`report_split`).
+    """
+    trials = experiment.trials
+    if trials.empty:
+        raise UserError("no finished trials to audit")
+    split = split or report_split(trials)
+    if split not in SPLITS or f"{split}_worst" not in trials.columns:
+        raise UserError(f"--split {split}: the trials have no {split} split")
+    if deltas is None:
+        specs = default_specs(list(trials["dataset"]), list(trials["label"]))
+    elif isinstance(deltas, DeltaSpec | float | int | str):
+        specs = [as_spec(deltas)]
+    else:
+        specs = [as_spec(value) for value in deltas]
+    experiment_audit = ExperimentAudit(experiment, settings)
+    resolved = [resolve(spec, experiment_audit, distribution) for spec in specs]
+    keys = [delta.key for delta in resolved]
+    if len(set(keys)) < len(keys):
+        raise UserError(f"delta options: the same threshold is given twice ({keys})")
+    return compute_results(experiment_audit, resolved, split, sensitivity)
 
 
 def native_metrics(dataset: str) -> list[tuple[str, str, str, str]]:
@@ -143,7 +181,7 @@ def compute_results(
     per_trial = trials[["trial", "variant", "label", "method", "relif", "seed"]].copy()
     for metric in ["worst", "macro", *(entry[0] for entry in native)]:
         per_trial[metric] = trials[f"{split}_{metric}"].to_numpy(dtype=np.float64)
-    fixed = audit.fixed([d.value for d in deltas], split)
+    fixed = audit.fixed(sorted({d.value for d in deltas}), split)  # two refs may coincide
     for delta in deltas:
         chosen = fixed[fixed["delta"] == delta.value].set_index("trial")
         per_trial[f"bias_{delta.key}"] = chosen.loc[per_trial["trial"], "bias"].to_numpy()

@@ -9,9 +9,12 @@ Each builder returns a `Table`, or a `Skipped` note when the experiment has no d
   method (Table 3) - a diagnostic only
 - shift: raw (own induced thresholds) versus fixed-delta Bias and the ranks (Table 4, Shift)
 - certificate: Theorem B.2 for every pair of methods
-- ablation: ReLiF component variants (Table 5)
+- ablation: ReLiF component variants (Table 5); a static-lambda label is one row over its
+  lambda0 grid, as in the paper
 - sensitivity: Bias over a list of deltas (Table 9)
-- controller: per (r*, eta): Worst, Macro, Bias, share of steps at a lambda bound (B.3)
+- utility: every utility metric of the report split
+- controller: per variant with a controller setting (r*, eta; or a static lambda0): Worst,
+  Macro, Bias, share of steps at a lambda bound (B.3)
 Bias columns carry bootstrap intervals (`Results.bias_ci`) where `n_boot` > 0.
 """
 
@@ -24,10 +27,19 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
-from analysis.render import Column, Table, display_text, latex_escape, metric_digits, summarize
-from analysis.results import SATURATION_FLAG, Results, sensitivity_key
+from analysis.render import (
+    Column,
+    Table,
+    display_text,
+    latex_escape,
+    metric_digits,
+    metric_header,
+    summarize,
+)
+from analysis.results import SATURATION_FLAG, Results, direction, sensitivity_key
 from relif_ray.audit import ranking_is_robust
-from relif_ray.config import ReLiFConfig
+from relif_ray.problems import benchmark
+from relif_ray.sweep.labels import SETTING_FIELDS
 
 
 @dataclass(frozen=True)
@@ -95,8 +107,7 @@ def saturation_table(results: Results) -> Table | Skipped:
         return Skipped("saturation", "Audit-score saturation", "no task's scores are squashed")
     keys.sort(key=lambda key: (key.split("_", 1)[1], key))
     columns = [
-        Column(key, _clip_header(key), latex_escape(_clip_header(key)), digits=3)
-        for key in keys
+        Column(key, _clip_header(key), latex_escape(_clip_header(key)), digits=3) for key in keys
     ]
     title = (
         f"Share of audit scores clipped by the squash ({results.split} split): at 0 (below "
@@ -231,12 +242,19 @@ FULL_RELIF = {"quantile_alignment": True, "controller": "adaptive", "lipschitz_b
 
 
 def ablation_table(results: Results, experiment: Experiment, ci: CISettings) -> Table | Skipped:
-    """ERM + ReLiF variants by label: the full configuration and every ablated one."""
+    """ERM + ReLiF variants: the full configuration and every ablated one, one row per variant,
+    except that a static-lambda label is ONE row over every lambda0 it ran at: the paper's
+    ablation row "aggregated over 5 penalty values and 7 runs" (section 5, Table 4). The
+    controller table keeps each lambda0 apart."""
     trials = experiment.trials
     relif = trials[trials["relif"].astype(bool) & (trials["method"] == "erm")]
+    rows_of = _ablation_rows(relif)
+    per_trial = results.per_trial[results.per_trial["trial"].isin(rows_of)]
+    per_trial = per_trial.assign(ablation_row=per_trial["trial"].map(rows_of))
+    groups = {row: group for row, group in relif.groupby(relif["trial"].map(rows_of), sort=False)}
     components = {
-        variant: {name: _setting(group, name) for name, _, _ in ABLATION_FIELDS}
-        for variant, group in relif.groupby("variant", sort=False)
+        row: {name: _setting(group, name) for name, _, _ in ABLATION_FIELDS}
+        for row, group in groups.items()
     }
     if not any(c != FULL_RELIF for c in components.values()):
         return Skipped(
@@ -246,10 +264,12 @@ def ablation_table(results: Results, experiment: Experiment, ci: CISettings) -> 
             "(relif.quantile_alignment / controller / lipschitz_branch)",
         )
     key = f"bias_{results.primary.key}"
-    rows = _stats(results, ["worst", "macro", key], order=list(components))
+    rows = summarize(per_trial, "ablation_row", ["worst", "macro", key], list(components))
+    rows = rows.rename(columns={"ablation_row": "row"})
     for name, _, words in ABLATION_FIELDS:
         rows[name] = [words.get(components[v][name], "mixed") for v in rows["row"]]
-    _add_ci(rows, results, key, results.primary.value, ci)
+    trials_of = {row: list(group["trial"]) for row, group in groups.items()}
+    _add_ci(rows, results, key, results.primary.value, ci, trials_of)
     columns = [
         *(Column(name, header, header, None, "text") for name, header, _ in ABLATION_FIELDS),
         Column("worst", "Worst", "Worst", "higher"),
@@ -260,7 +280,23 @@ def ablation_table(results: Results, experiment: Experiment, ci: CISettings) -> 
         f"ReLiF component ablation under the same fixed-delta audit ({results.split} split), "
         "mean ± std over seeds."
     )
+    for row, group in groups.items():
+        lambdas = sorted(set(group["lambda0"].dropna()))
+        if len(lambdas) > 1:
+            title += (
+                f" {display_text(row)}: mean ± std over all {len(group)} trials of its "
+                f"λ0 grid ({', '.join(f'{value:g}' for value in lambdas)}) and seeds, as the "
+                "paper's static-λ row aggregates over its penalty values and runs (each λ0 "
+                "alone: controller table)."
+            )
     return Table("ablation", title, "Variant", columns, rows)
+
+
+def _ablation_rows(relif: pd.DataFrame) -> dict[str, str]:
+    """Trial -> its row of the ablation table: its variant, or for static lambda (a lambda0
+    identifies its setting) its label, so that the lambda0 grid is one row."""
+    static = relif["lambda0"].notna()
+    return dict(zip(relif["trial"], relif["label"].where(static, relif["variant"]), strict=True))
 
 
 def sensitivity_table(results: Results, ci: CISettings) -> Table:
@@ -280,39 +316,49 @@ def sensitivity_table(results: Results, ci: CISettings) -> Table:
 
 
 def controller_table(results: Results, experiment: Experiment, ci: CISettings) -> Table | Skipped:
-    """ReLiF variants whose controller adapts lambda (adaptive controller and the Lipschitz
-    branch on; without it lambda stays 0); one row per variant, i.e. per (label, r*, eta),
-    since a label run at several controller settings is split into variants."""
+    """ReLiF variants whose lambda a controller setting decides (`relif_ray.sweep.labels.
+    identifying_settings`): the adaptive controller's (r*, eta) and the static controller's
+    lambda0. One row per variant (a label at one setting), so each static lambda0 of a
+    controller-sensitivity sweep is its own row."""
     trials = experiment.trials
-    adapts = [ReLiFConfig(**config["relif"]).controller_adapts() for config in trials["config"]]
-    adaptive = trials[np.array(adapts, dtype=bool)]
-    if adaptive.empty:
+    controlled = trials[trials[list(SETTING_FIELDS)].notna().any(axis=1)]
+    if controlled.empty:
         return Skipped(
-            "controller", "Controller sensitivity", "no ReLiF trials with the adaptive controller"
+            "controller",
+            "Controller sensitivity",
+            "no ReLiF trials with a controller setting (adaptive r* and eta, or a static λ0)",
         )
     key = f"bias_{results.primary.key}"
     per_trial = results.per_trial.merge(
-        lambda_bound_shares(experiment, list(adaptive["trial"])), on="trial"
+        lambda_bound_shares(experiment, list(controlled["trial"])), on="trial"
     )
-    order = list(dict.fromkeys(adaptive["variant"]))
+    order = list(dict.fromkeys(controlled["variant"]))
     rows = summarize(per_trial, "variant", ["worst", "macro", key, "at_lower", "at_upper"], order)
     rows = rows.rename(columns={"variant": "row"})
-    by_variant = adaptive.sort_values("seed").groupby("variant", sort=False)
-    for column in ("r_star", "eta"):
+    by_variant = controlled.sort_values("seed").groupby("variant", sort=False)
+    shown = [field for field in SETTING_FIELDS if controlled[field].notna().any()]
+    for column in shown:
         values = by_variant[column].agg(setting_text)
         rows[column] = [values[v] for v in rows["row"]]
     _add_ci(rows, results, key, results.primary.value, ci)
+    headers = {
+        "r_star": ("r*", r"$r^\star$"),
+        "eta": ("η", r"$\eta$"),
+        "lambda0": ("λ0", r"$\lambda_0$"),
+    }
     columns = [
-        Column("r_star", "r*", r"$r^\star$", None, "text"),
-        Column("eta", "η", r"$\eta$", None, "text"),
+        *(Column(field, *headers[field], None, "text") for field in shown),
         Column("worst", "Worst", "Worst", "higher"),
         Column("macro", "Macro", "Macro", "higher"),
         bias_column(key, results.primary.symbol, results.primary.latex),
         Column("at_lower", "Steps at λ_min", r"$\lambda_{\min}$ share", digits=2),
         Column("at_upper", "Steps at λ_max", r"$\lambda_{\max}$ share", digits=2),
     ]
+    adaptive = "per target r* and step size eta" + (" (adaptive λ)" if "lambda0" in shown else "")
+    settings = [adaptive] if "r_star" in shown else []
+    settings += ["per fixed λ0 (static λ, each λ0 its own row)"] if "lambda0" in shown else []
     title = (
-        "Controller sensitivity: per target r* and step size eta, utility and fixed-delta Bias "
+        f"Controller sensitivity: {' and '.join(settings)}, utility and fixed-delta Bias "
         f"({results.split} split) and the share of training steps with lambda at its lower / "
         "upper bound (from the traces), mean ± std over seeds."
     )
@@ -320,9 +366,10 @@ def controller_table(results: Results, experiment: Experiment, ci: CISettings) -
 
 
 def setting_text(values: pd.Series) -> str:
-    """A variant's r* or eta: one value, or each seed's in seed order, '/'-separated, when the
-    setting was selected per seed (`--select-from`)."""
-    texts = [f"{value:g}" for value in values]
+    """A variant's r*, eta or lambda0: one value ("-" where it does not identify the setting),
+    or each seed's in seed order, '/'-separated, when the setting was selected per seed
+    (`--select-from`)."""
+    texts = ["-" if pd.isna(value) else f"{value:g}" for value in values]
     return texts[0] if len(set(texts)) == 1 else " / ".join(texts)
 
 
@@ -360,20 +407,56 @@ def _stats(results: Results, keys: list[str], order: list[str] | None = None) ->
 
 
 def _add_ci(
-    rows: pd.DataFrame, results: Results, key: str, delta: float | None, ci: CISettings
+    rows: pd.DataFrame,
+    results: Results,
+    key: str,
+    delta: float | None,
+    ci: CISettings,
+    trials_of: dict[str, list[str]] | None = None,
 ) -> None:
-    """`<key>_ci_low/high` per row (a variant): the bootstrap interval of its seed-mean Bias."""
+    """`<key>_ci_low/high` per row (a variant, or the trials `trials_of` lists for it): the
+    bootstrap interval of its mean Bias."""
     if ci.n_boot <= 0:
         return
     per_trial = results.per_trial
-    bounds = [
-        results.bias_ci(
-            list(per_trial.loc[per_trial["variant"] == variant, "trial"]),
-            delta,
-            ci.n_boot,
-            ci.level,
-        )
-        for variant in rows["row"]
-    ]
+    if trials_of is None:
+        trials_of = {
+            row: list(per_trial.loc[per_trial["variant"] == row, "trial"]) for row in rows["row"]
+        }
+    bounds = [results.bias_ci(trials_of[row], delta, ci.n_boot, ci.level) for row in rows["row"]]
     rows[f"{key}_ci_low"] = [low for low, _ in bounds]
     rows[f"{key}_ci_high"] = [high for _, high in bounds]
+
+
+def utility_table(trials: pd.DataFrame, split: str) -> Table:
+    """Every metric of `split` (normalized `<task>_score` columns left out) per method."""
+    prefix = f"{split}_"
+    metrics = [c[len(prefix) :] for c in trials.columns if c.startswith(prefix)]
+    leading = [m for m in ("worst", "macro") if m in metrics]
+    metrics = leading + [m for m in metrics if m not in leading and not m.endswith("_score")]
+    per_trial = trials[["variant", "seed"]].copy()
+    for metric in metrics:
+        per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
+    order = list(dict.fromkeys(trials["variant"]))
+    rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
+    directions = metric_directions(set(trials["dataset"]))
+    columns = [
+        Column(
+            m,
+            metric_header(m),
+            latex_escape(metric_header(m)),
+            direction(directions.get(m)),
+            digits=metric_digits(m),
+        )
+        for m in metrics
+    ]
+    title = f"All utility metrics ({split} split), mean ± sample std over seeds."
+    return Table("utility", title, "label", columns, rows)
+
+
+def metric_directions(datasets: set[str]) -> dict[str, bool]:
+    """`<task>_<metric>` -> higher is better, as the tasks of the trials' benchmarks declare."""
+    directions: dict[str, bool] = {}
+    for dataset in sorted(datasets):
+        directions.update(benchmark(dataset, "data set of the trials").metric_directions)
+    return directions

@@ -1,13 +1,14 @@
 """Load and audit 1,000 trials of generated outputs (target: under 10 s on 2 cores).
 
 The trials are GENERATED in the exact on-disk format of finished sweeps
-(`analysis.synthetic`, written with `relif_ray.outputs.write_trial_outputs`): NYUv2-shaped,
-3 tasks x 654 validation examples (the real NYUv2 val size), 5 methods x 200 seeds. Timed, in
-one process after imports: `analysis.load` (trial.json + scores of every trial) and the audit
-(the shared squash with same-seed ERM quantiles, the Algorithm 1 pair sample of every trial
-with N_eval=256, S=4096, pair_seed=42, and Bias/VR at the paper's delta grid). Generating the
-folders (about a minute) is not timed. Representations and traces are not read by either step;
-`--induced` also times the validation-induced thresholds (reads every representation file).
+(`tests.synthetic_experiment`, written with
+`relif_ray.experiment.outputs.write_trial_outputs`): NYUv2-shaped, 3 tasks x 654 validation
+examples (the real NYUv2 val size), 5 methods x 200 seeds. Timed, in one process after imports:
+`analysis.load` (trial.json + scores of every trial) and the audit (the shared squash with
+same-seed ERM quantiles, the Algorithm 1 pair sample of every trial with N_eval=256, S=4096,
+pair_seed=42, and Bias/VR at the paper's delta grid). Generating the folders (about a minute)
+is not timed. Representations and traces are not read by either step; `--induced` also times
+the validation-induced thresholds (reads every representation file).
 
     python benchmarks/analysis_load.py                 # generate in a temporary folder
     python benchmarks/analysis_load.py --dir /tmp/b    # generate once, reuse afterwards
@@ -16,10 +17,12 @@ folders (about a minute) is not timed. Representations and traces are not read b
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 TARGET_SECONDS = 10.0
 LABELS = ("erm", "pcgrad", "gradnorm", "fairgrad", "relif")
 DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
@@ -27,7 +30,8 @@ DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
 
 def generate(root: Path, trials: int, examples: int) -> float:
     """Write the experiment unless `root` already holds it; return the seconds spent."""
-    from analysis.synthetic import write_synthetic_experiment
+    sys.path.insert(0, str(REPO))  # the fixture writer lives with the tests
+    from tests.synthetic_experiment import write_synthetic_experiment
 
     if root.is_dir() and sum(1 for _ in root.iterdir()) == trials:
         return 0.0
@@ -48,7 +52,7 @@ def generate(root: Path, trials: int, examples: int) -> float:
 def measure(root: Path, induced: bool = False) -> dict[str, float]:
     """Seconds to load and to audit the experiment at `root` (see the module doc)."""
     import analysis
-    from analysis.audits import ExperimentAudit
+    from analysis.experiment_audit import ExperimentAudit
 
     start = time.perf_counter()
     experiment = analysis.load(root)

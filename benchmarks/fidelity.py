@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from run import Row, emit, machine
+from rows import Row, emit, machine
 from timing import verdict
 
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2

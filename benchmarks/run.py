@@ -24,7 +24,8 @@ sides alike; the CPU rows use one torch thread. Rows:
 - peak memory per trial: one process per variant (`trial_worker.py`): peak RSS on CPU,
   torch.cuda.max_memory_allocated on CUDA;
 - CUDA only (else "needs a GPU"): training images/s of ResNet-50 at 288x384, batch 8, bf16,
-  channels-last, for ERM, ERM + ReLiF and each method; and aggregate images/s with the GPU's
+  channels-last, for ERM, ERM + ReLiF and each method, and of a plain fp32 PyTorch loop of the
+  same model (target: ERM >= 1.5x the plain loop); and aggregate images/s with the GPU's
   utilisation for 1, 2 and 4 ERM trials packed on one GPU.
 - fidelity, only with `--only fidelity` (about 15 minutes of sweeps on 2 CPU cores): ReLiF's
   fixed-delta Bias, VR, Worst and Macro against same-seed ERM through the real sweep and
@@ -38,13 +39,10 @@ dependencies (TorchJD for the methods rows, Ray for the sweep row).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import importlib
 import importlib.util
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -55,7 +53,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from rows import Row, emit, machine
 from timing import TIMING_SQUASH_BAND, verdict, verdict_at_most
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -66,19 +66,14 @@ VARIANTS = ("erm", "relif", "uncertainty", "gradnorm", "pcgrad", "fairgrad")
 """ERM, ERM + ReLiF and every other method of the registry."""
 PACKED_TRIALS = (1, 2, 4)
 GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
+TOY_SIZE = (32, 40)
+"""Image size of the GPU rows in a dry run on the CPU (`gpu_check.py --dry-run`)."""
 
 
-@dataclass
-class Row:
-    group: str
-    name: str
-    value: float | None
-    unit: str
-    target: str
-    result: str
-    detail: str = ""
-    per_seed: dict[int, float] | None = None
-    """Seed -> value, for rows that aggregate seeds (the fidelity rows)."""
+PLAIN_LOOP = "plain fp32 loop"
+"""The same model trained by a hand-written fp32 loop (`trial_worker.py --loop plain`)."""
+PLAIN_LOOP_TARGET = 1.5
+"""ERM's training images/s (bf16, channels-last, the engine) over the plain fp32 loop's."""
 
 
 @dataclass
@@ -87,20 +82,29 @@ class Context:
     device: torch.device
     workdir: Path
     compile: bool = False
+    dry_run: bool = False
+    """Run the GPU rows' code at toy size on this (CPU) device: `gpu_check.py --dry-run`."""
+    compile_backend: str | None = None
+    """torch.compile backend of `compile` (None: inductor; dry runs use "eager")."""
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
 
+    @property
+    def gpu_rows(self) -> bool:
+        """Whether the GPU rows run: on CUDA, or at toy size in a dry run."""
+        return self.cuda or self.dry_run
+
 
 # --- ReLiF overhead -------------------------------------------------------------------------
 
 
-def relif_rows(ctx: Context) -> list[Row]:
+def relif_rows(ctx: Context, rounds: int | None = None) -> list[Row]:
     import relif_step_time as module
 
-    rounds = 20 if ctx.quick else 60
-    fast = {"precision": "bf16", "channels_last": True} if ctx.cuda else {}
+    rounds = rounds or (20 if ctx.quick else 60)
+    fast = {"precision": "bf16", "channels_last": True} if ctx.gpu_rows else {}
     if ctx.cuda:
         dense = module.Setting(
             device="cuda",
@@ -112,14 +116,15 @@ def relif_rows(ctx: Context) -> list[Row]:
             train=fast,
         )
     else:
-        size = (64, 80) if ctx.quick else (96, 128)
-        dense = module.Setting(rounds=rounds, height=size[0], width=size[1])
+        size = TOY_SIZE if ctx.dry_run else (64, 80) if ctx.quick else (96, 128)
+        dense = module.Setting(rounds=rounds, height=size[0], width=size[1], train=fast)
+    small = ctx.quick and not ctx.cuda
     lstm = module.Setting(
         model="lstm",
         device=str(ctx.device),
         rounds=rounds,
-        batch_size=16 if ctx.quick and not ctx.cuda else 64,
-        patients=40 if ctx.quick and not ctx.cuda else 120,
+        batch_size=4 if ctx.dry_run else 16 if small else 64,
+        patients=12 if ctx.dry_run else 40 if small else 120,
     )
     rows = []
     for label, setting in (("dense", dense), ("clinical LSTM", lstm)):
@@ -148,7 +153,7 @@ def relif_rows(ctx: Context) -> list[Row]:
 # --- methods vs ERM and TorchJD -------------------------------------------------------------
 
 
-def methods_rows(ctx: Context) -> list[Row]:
+def methods_rows(ctx: Context, rounds: int | None = None, cosine_steps: int = 20) -> list[Row]:
     import methods_step_time as module
 
     if ctx.cuda:
@@ -160,9 +165,13 @@ def methods_rows(ctx: Context) -> list[Row]:
             width=GPU_SIZE["width"],
             backbone=GPU_SIZE["backbone"],
             head_channels=128,
+            rounds=rounds,
+            cosine_steps=cosine_steps,
         )
     else:
-        description, summary, cosines = module.measure("cpu", quick=ctx.quick)
+        description, summary, cosines = module.measure(
+            "cpu", quick=ctx.quick, rounds=rounds, cosine_steps=cosine_steps
+        )
     rows = []
     for name, timing in summary.items():
         if name.startswith("torchjd") or name == "erm":
@@ -297,9 +306,13 @@ def sweep_rows(ctx: Context) -> list[Row]:
 
 
 def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
-    """A dense NYUv2 trial of `variant` (a method name, or "relif" for ERM + ReLiF)."""
+    """A dense NYUv2 trial of `variant` (a method name, or "relif" for ERM + ReLiF); `gpu`: the
+    GPU rows' fast path (bf16, channels-last), with ResNet-50 on CUDA and a toy resnet18 on the
+    CPU of a dry run."""
     if gpu:
         model = {"backbone": GPU_SIZE["backbone"], "head_channels": 128}
+        if not ctx.cuda:
+            model = {"backbone": "resnet18", "head_channels": 16}
         train = {
             "batch_size": GPU_SIZE["batch_size"],
             "precision": "bf16",
@@ -310,7 +323,7 @@ def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
         model = {"backbone": "resnet18", "head_channels": 128}
         train = {"batch_size": 8}
     return {
-        "device": "cuda" if gpu else "cpu",
+        "device": str(ctx.device) if gpu else "cpu",
         "data": {"dataset": "nyuv2", "root": str(root)},
         "model": model,
         "train": {"epochs": 100_000, "lr": 1e-4, **train},
@@ -319,78 +332,137 @@ def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
     }
 
 
-def run_worker(config: dict, warmup: int, steps: int | None = None, **timing: float) -> dict:
-    """One `trial_worker.py` process; its JSON result."""
+def run_worker(config: dict, warmup: int, steps: int | None = None, **options: object) -> dict:
+    """One `trial_worker.py` process; its JSON result. `options` are further flags of the
+    worker: `seconds=30` gives `--seconds 30`, `trace=True` gives `--trace`."""
     command = [sys.executable, str(BENCHMARKS / "trial_worker.py"), "--config", json.dumps(config)]
     command += ["--warmup", str(warmup)]
     if steps is not None:
         command += ["--steps", str(steps)]
-    for key, value in timing.items():
-        command += [f"--{key.replace('_', '-')}", str(value)]
-    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    for key, value in options.items():
+        flag = f"--{key.replace('_', '-')}"
+        command += [flag] if value is True else [flag, str(value)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"trial_worker.py exited {result.returncode}:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def data_root(ctx: Context, gpu: bool) -> Path:
     from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 
-    height, width = (GPU_SIZE["height"], GPU_SIZE["width"]) if gpu else (64, 80)
+    height, width = (64, 80)
+    if gpu:
+        height, width = (GPU_SIZE["height"], GPU_SIZE["width"]) if ctx.cuda else TOY_SIZE
     root = ctx.workdir / f"nyuv2-{height}x{width}"
     if not root.exists():
         write_synthetic_nyuv2(root, train=32, val=2, height=height, width=width, seed=0)
     return root
 
 
-def memory_and_throughput_rows(ctx: Context) -> list[Row]:
-    """Peak memory of one trial per variant; on CUDA also its training images/s."""
-    root = data_root(ctx, ctx.cuda)
-    steps = (10 if ctx.quick else 40) if ctx.cuda else 2
+def setting_text(config: dict, root: Path) -> str:
+    """What a worker trained, for the rows' detail: model, image size, batch, fast path."""
+    height, width = np.load(root / "train" / "image" / "0.npy", mmap_mode="r").shape[:2]
+    train = config["train"]
+    text = f"{config['model']['backbone']} {height}x{width} batch {train['batch_size']}"
+    text += f" {train.get('precision', 'fp32')}"
+    text += ", channels-last" if train.get("channels_last") else ""
+    return text + (", compile" if train.get("compile") else "")
+
+
+def worker_steps(ctx: Context) -> int:
+    """Timed steps of each worker of the memory rows."""
+    return (10 if ctx.quick else 40) if ctx.cuda else 2
+
+
+def memory_and_throughput_rows(
+    ctx: Context, variants: tuple[str, ...] = VARIANTS, plain_loop: bool = True
+) -> list[Row]:
+    """Peak memory of one trial per variant; with the GPU rows also its training images/s,
+    and (`plain_loop`) the plain fp32 loop's and ERM's speed-up over it."""
+    root = data_root(ctx, ctx.gpu_rows)
+    compiled = " (compile)" if ctx.compile else ""
+    backend = {"compile_backend": ctx.compile_backend} if ctx.compile_backend else {}
     rows = []
-    for variant in VARIANTS:
-        result = run_worker(trial_config(ctx, root, variant, ctx.cuda), warmup=3, steps=steps)
-        if ctx.cuda:
-            rows.append(
-                Row(
-                    "memory",
-                    f"peak GPU memory per trial, {variant}",
-                    result["cuda_peak_mb"],
-                    "MiB",
-                    "-",
-                    "info",
-                    "ResNet-50 288x384 batch 8 bf16 (torch.cuda.max_memory_allocated); "
-                    f"host peak RSS {result['peak_rss_mb']:.0f} MiB",
-                )
-            )
-            rows.append(
-                Row(
-                    "gpu",
-                    f"training images/s, {variant}",
-                    result["images_per_s"],
-                    "img/s",
-                    "-",
-                    "info",
-                    f"ResNet-50 288x384 batch 8 bf16 channels-last, {result['steps']} steps, "
-                    f"median step {1e3 * result['step_s']:.1f} ms",
-                )
-            )
-        else:
+    results = {}
+    for variant in variants:
+        config = trial_config(ctx, root, variant, ctx.gpu_rows)
+        results[variant] = run_worker(config, warmup=3, steps=worker_steps(ctx), **backend)
+        if not ctx.gpu_rows:
             rows.append(
                 Row(
                     "memory",
                     f"peak RSS per trial, {variant}",
-                    result["peak_rss_mb"],
+                    results[variant]["peak_rss_mb"],
                     "MiB",
                     "-",
                     "info",
                     f"resnet18 64x80 batch 8, one process; after imports "
-                    f"{result['rss_imports_mb']:.0f} MiB",
+                    f"{results[variant]['rss_imports_mb']:.0f} MiB",
                 )
             )
-    if not ctx.cuda:
-        rows += [
+            continue
+        rows += gpu_rows(variant + compiled, results[variant], setting_text(config, root))
+    if not ctx.gpu_rows:
+        return rows + [
             Row("gpu", f"training images/s, {v}", None, "img/s", "-", "needs a GPU")
-            for v in VARIANTS
+            for v in variants
         ]
+    if plain_loop:
+        erm = results["erm"]["images_per_s"] if "erm" in results and not ctx.compile else None
+        rows += plain_loop_rows(ctx, erm)
     return rows
+
+
+def plain_loop_rows(ctx: Context, erm_images_per_s: float | None) -> list[Row]:
+    """The plain fp32 loop's memory and images/s rows, and ERM's speed-up over it (target
+    >= 1.5; given ERM's images/s, from a worker of the same size)."""
+    root = data_root(ctx, gpu=True)
+    config = trial_config(ctx, root, "erm", gpu=True)
+    config["train"].update(precision="fp32", channels_last=False, compile=False)
+    result = run_worker(config, warmup=3, steps=worker_steps(ctx), loop="plain")
+    rows = gpu_rows(PLAIN_LOOP, result, setting_text(config, root))
+    if erm_images_per_s is None:
+        return rows
+    speedup = erm_images_per_s / result["images_per_s"]
+    return rows + [
+        Row(
+            "gpu",
+            f"ERM images/s / {PLAIN_LOOP} images/s",
+            speedup,
+            "x",
+            f">= {PLAIN_LOOP_TARGET}",
+            verdict(speedup >= PLAIN_LOOP_TARGET),
+            "the engine with bf16 autocast and channels-last against a hand-written fp32 "
+            "NCHW loop of the same model (trial_worker.py --loop plain)",
+        )
+    ]
+
+
+def gpu_rows(name: str, result: dict, setting: str) -> list[Row]:
+    """The peak GPU memory and training images/s rows of one worker's result."""
+    peak = result["cuda_peak_mb"]
+    return [
+        Row(
+            "memory",
+            f"peak GPU memory per trial, {name}",
+            peak,
+            "MiB",
+            "-",
+            "info" if peak is not None else "needs a GPU",
+            f"{setting} (torch.cuda.max_memory_allocated); host peak RSS "
+            f"{result['peak_rss_mb']:.0f} MiB",
+        ),
+        Row(
+            "gpu",
+            f"training images/s, {name}",
+            result["images_per_s"],
+            "img/s",
+            "-",
+            "info",
+            f"{setting}, {result['steps']} steps, median step {1e3 * result['step_s']:.1f} ms",
+        ),
+    ]
 
 
 def packing_rows(ctx: Context) -> list[Row]:
@@ -444,19 +516,23 @@ def _parallel(jobs: list[Callable[[], dict]]) -> list[dict]:
 
 
 class UtilisationSampler(threading.Thread):
-    """GPU utilisation (%) every 0.5 s inside [start_at, start_at + seconds] (NVML through
-    torch.cuda.utilization, else nvidia-smi); `mean()` is None without any reading."""
+    """GPU utilisation (%) every `period` s inside [start_at, start_at + seconds] (NVML through
+    torch.cuda.utilization, else nvidia-smi), as (time.time(), percent) samples; `mean()` is
+    None without any reading."""
 
-    def __init__(self, device: torch.device, start_at: float, seconds: float) -> None:
+    def __init__(
+        self, device: torch.device, start_at: float, seconds: float, period: float = 0.5
+    ) -> None:
         super().__init__(daemon=True)
         self.index = device.index or 0
-        self.start_at, self.seconds = start_at, seconds
-        self.samples: list[float] = []
+        self.start_at, self.seconds, self.period = start_at, seconds, period
+        self.samples: list[tuple[float, float]] = []
+        self.stopped = threading.Event()
 
     def read(self) -> float | None:
         try:
             return float(torch.cuda.utilization(self.index))
-        except (ModuleNotFoundError, RuntimeError):
+        except Exception:  # no NVML bindings (pynvml), or NVML failed: ask nvidia-smi
             query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
             try:
                 lines = subprocess.run(
@@ -468,14 +544,16 @@ class UtilisationSampler(threading.Thread):
 
     def run(self) -> None:
         time.sleep(max(0.0, self.start_at - time.time()))
-        while time.time() < self.start_at + self.seconds:
+        while time.time() < self.start_at + self.seconds and not self.stopped.is_set():
             value = self.read()
             if value is not None:
-                self.samples.append(value)
-            time.sleep(0.5)
+                self.samples.append((time.time(), value))
+            self.stopped.wait(self.period)
 
-    def mean(self) -> float | None:
-        return statistics.mean(self.samples) if self.samples else None
+    def mean(self, start: float = 0.0, end: float = float("inf")) -> float | None:
+        """Mean utilisation of the samples taken in [start, end]."""
+        values = [value for at, value in self.samples if start <= at <= end]
+        return statistics.mean(values) if values else None
 
 
 # --- fidelity (not in the default run) -----------------------------------------------------
@@ -504,50 +582,6 @@ DEFAULT_SECTIONS = [name for name in SECTIONS if name != "fidelity"]
 """The full run: every section but fidelity (about 15 minutes of sweeps; `--only fidelity`)."""
 
 
-def machine(device: torch.device) -> dict[str, object]:
-    """Where the figures come from."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines()
-                 if ln.startswith("model name")]  # fmt: skip
-        cpu = names[0] if names else cpu
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
-def format_value(row: Row) -> str:
-    if row.value is None:
-        return "-"
-    if row.unit == "pairs/s":
-        return f"{row.value:.3g} {row.unit}"
-    if row.unit == "x":
-        return f"{row.value:.3f}x"
-    number = f"{row.value:.0f}" if abs(row.value) >= 100 else f"{row.value:.3g}"
-    return f"{number} {row.unit}".strip()
-
-
-def print_table(rows: list[Row], info: dict[str, object], quick: bool) -> None:
-    print(
-        f"relif-ray benchmarks{' (--quick)' if quick else ''}: {info['cpu']}, {info['cores']} "
-        f"cores, load {info['load_average']:.1f}; GPU {info['gpu'] or 'none'}; "
-        f"torch {info['torch']}, {info['torch_threads']} thread(s)"
-    )
-    widths = (50, 16, 18, 15)
-    header = ("benchmark", "value", "target", "result")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + "  detail")
-    for row in rows:
-        cells = (row.name, format_value(row), row.target, row.result)
-        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + f"  {row.detail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: minutes on 2 CPUs")
@@ -571,16 +605,6 @@ def main(argv: list[str] | None = None) -> int:
         for section in args.only or DEFAULT_SECTIONS:
             rows += SECTIONS[section](context)
     return emit(rows, info, args.quick, args.json)
-
-
-def emit(rows: list[Row], info: dict[str, object], quick: bool, as_json: bool) -> int:
-    """Print the rows (a table, or JSON with the machine); exit status 1 if any row FAILs."""
-    if as_json:
-        payload = {"machine": info, "quick": quick, "rows": [dataclasses.asdict(r) for r in rows]}
-        print(json.dumps(payload, indent=2))
-    else:
-        print_table(rows, info, quick)
-    return 1 if any(row.result.startswith("FAIL") for row in rows) else 0
 
 
 if __name__ == "__main__":

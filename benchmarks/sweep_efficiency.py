@@ -137,9 +137,9 @@ def measure(
     import ray
     from ray.tune import ExperimentAnalysis
 
-    from relif_ray.planning import Resources, param_space
+    from relif_ray.sweep.labels import grid_variants
+    from relif_ray.sweep.plan import Resources, param_space
     from relif_ray.tuning.launch import run_sweep
-    from relif_ray.variants import grid_variants
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=slots, include_dashboard=False)

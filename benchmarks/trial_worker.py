@@ -1,7 +1,9 @@
 """One trial in its own process: throughput and peak memory of a `TrainingRun`.
 
 Run by `benchmarks/run.py` (one process per trial, so the peak memory is that trial's alone
-and several can be packed on one GPU). Prints one JSON line:
+and several can be packed on one GPU). `--loop plain` trains the same model with a plain fp32
+PyTorch loop instead of the engine (`PlainLoop`), the baseline of the GPU speed target.
+Prints one JSON line:
 
     images_per_s      training examples per second over the timed steps
     step_s            median over the timed chunks of seconds per step
@@ -9,6 +11,7 @@ and several can be packed on one GPU). Prints one JSON line:
     rss_imports_mb    peak resident memory after the imports (torch, relif_ray)
     peak_rss_mb       peak resident memory of the whole process (VmHWM on Linux)
     cuda_peak_mb      torch.cuda.max_memory_allocated (null on CPU)
+    trace             with --trace: every step's trace row (losses, weights, ReLiF state)
 
     python benchmarks/trial_worker.py --config '{"data": ...}' --warmup 2 --steps 5
     python benchmarks/trial_worker.py --config ... --seconds 20 --start-at 1767225600.0
@@ -17,6 +20,7 @@ and several can be packed on one GPU). Prints one JSON line:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import statistics
@@ -28,6 +32,7 @@ import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
+from relif_ray.problems import load_problem
 
 
 def peak_rss_mb() -> float:
@@ -46,8 +51,49 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
+class PlainLoop:
+    """The config's model trained by a plain fp32 PyTorch loop, without the engine: NCHW, no
+    autocast, batches copied with `.to(device)`, the sum of the task losses, the config's Adam
+    (lr, weight decay). Reads only data, model, seed, device, train.batch_size, lr and
+    weight_decay of the config; the trace holds the summed loss."""
+
+    def __init__(self, config: ExperimentConfig) -> None:
+        self.device = torch.device(config.device)
+        problem = load_problem(config.data)
+        self.tasks, self.split = problem.tasks, problem.splits["train"]
+        torch.manual_seed(config.seed)
+        self.model = problem.build_model(config.model).to(self.device)
+        train = config.train
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=train.lr, weight_decay=train.weight_decay
+        )
+        self.batch_size = train.batch_size
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.order = torch.empty(0, dtype=torch.long)
+        self.losses: list[torch.Tensor] = []
+        self.trace: list[dict[str, float]] = []
+
+    def train_steps(self, count: int) -> None:
+        self.model.train()
+        for _ in range(count):
+            if len(self.order) < self.batch_size:  # a new epoch
+                self.order = torch.randperm(len(self.split), generator=self.generator)
+            index, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+            batch = {key: value.to(self.device) for key, value in self.split.batch(index).items()}
+            output = self.model(batch)
+            loss = sum(
+                task.loss(output.predictions[task.name], batch[task.name]) for task in self.tasks
+            )
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.losses.append(loss.detach())
+        self.trace += [{"loss": float(loss)} for loss in self.losses]
+        self.losses.clear()
+
+
 def timed_chunks(
-    run: TrainingRun, steps: int | None, seconds: float | None, chunk: int
+    run: TrainingRun | PlainLoop, steps: int | None, seconds: float | None, chunk: int
 ) -> list[tuple[int, float]]:
     """(steps, seconds) of each chunk of up to `chunk` training steps: `steps` steps in all, or
     as many chunks as start within `seconds`.
@@ -85,13 +131,24 @@ def main() -> None:
     parser.add_argument("--start-at", type=float, default=None, help="wall clock (time.time)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--chunk", type=int, default=10, help="steps between device syncs")
+    parser.add_argument(
+        "--loop", choices=["engine", "plain"], default="engine", help="plain: `PlainLoop`"
+    )
+    parser.add_argument("--trace", action="store_true", help="print every step's trace row")
+    parser.add_argument(
+        "--compile-backend",
+        help="torch.compile backend for train.compile (default inductor; eager traces with "
+        "dynamo only, for a quick check on a CPU)",
+    )
     args = parser.parse_args()
     if args.steps is None and args.seconds is None:
         parser.error("give --steps or --seconds")
     torch.set_num_threads(args.threads)
+    if args.compile_backend:
+        torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
     imports_mb = peak_rss_mb()
     config = ExperimentConfig.from_dict(json.loads(args.config))
-    run = TrainingRun(config)
+    run = TrainingRun(config) if args.loop == "engine" else PlainLoop(config)
     run.train_steps(args.warmup)
     if args.start_at is not None:
         time.sleep(max(0.0, args.start_at - time.time()))
@@ -106,6 +163,8 @@ def main() -> None:
         "peak_rss_mb": peak_rss_mb(),
         "cuda_peak_mb": torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
     }
+    if args.trace:
+        result["trace"] = run.trace
     print(json.dumps(result))
 
 

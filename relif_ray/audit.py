@@ -28,36 +28,13 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from relif_ray.errors import UserError
-
-if TYPE_CHECKING:
-    from torch import Tensor
-
-SQUASH_QUANTILES = (0.1, 0.9)
-"""q10 and q90 of the squash of scores that are not probabilities (paper appendix A)."""
-
-SQUASH_EPS = 1e-6
-"""The squash's guard against q90 = q10 (paper appendix A)."""
-
-ScoreValues = TypeVar("ScoreValues", np.ndarray, "Tensor")
-
-
-def squash(raw: ScoreValues, low: ScoreValues | float, high: ScoreValues | float) -> ScoreValues:
-    """clip((s - q10) / (q90 - q10 + 1e-6), 0, 1): a raw audit score that is not a
-    probability (NYUv2 depth/normal feature norms) mapped into [0, 1] (paper appendix A).
-
-    The one formula for the fixed-delta audit (analysis, same-seed ERM quantiles), the live
-    validation audit of a trial and ReLiF's training surrogate, which the paper requires to
-    use the same score. Works on numpy arrays and torch tensors alike (both have `.clip`);
-    `low` and `high` broadcast against `raw`.
-    """
-    return ((raw - low) / (high - low + SQUASH_EPS)).clip(0.0, 1.0)
-
+from relif_ray.reference import squash as squash  # re-exported; its home is relif_ray.reference
+from relif_ray.reference import squash_bounds as squash_bounds
 
 PairKey = str
 """A task pair "a|b" with a < b."""
@@ -223,13 +200,28 @@ def _rng(seed: int, *names: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(entropy))
 
 
-def _check_sizes(pool_size: int, pairs: int, pair_seed: int, eval_seed: int) -> None:
-    for name, value in (("pool_size", pool_size), ("pairs", pairs)):
-        if not (_is_integer(value) and value > 0):
-            raise UserError(f"{name}: must be a positive integer, got {value!r}")
-    for name, value in (("pair_seed", pair_seed), ("eval_seed", eval_seed)):
-        if not (_is_integer(value) and value >= 0):
-            raise UserError(f"{name}: must be a non-negative integer, got {value!r}")
+@dataclass(frozen=True)
+class AuditSettings:
+    """Algorithm 1's sampling settings: N_eval (`pool_size`), S (`pairs`), `pair_seed` (paper
+    Table 7: 256, 4096, 42) and `eval_seed`. The one home of their defaults: the audit
+    functions, `relif audit`, `relif report` and `analysis.audit` all take them from here."""
+
+    pool_size: int = 256
+    pairs: int = 4096
+    pair_seed: int = 42
+    eval_seed: int = 0
+
+    def check(self, names: Mapping[str, str] | None = None) -> None:
+        """One-line errors for sizes that are not positive integers and seeds that are not
+        non-negative integers; `names` (field -> how the user wrote it, e.g. a flag) name the
+        value in the message."""
+        names = names or {}
+        for field in ("pool_size", "pairs", "pair_seed", "eval_seed"):
+            value = getattr(self, field)
+            positive = field in ("pool_size", "pairs")
+            if not (_is_integer(value) and (value > 0 if positive else value >= 0)):
+                need = "a positive integer" if positive else "a non-negative integer"
+                raise UserError(f"{names.get(field, field)}: must be {need}, got {value!r}")
 
 
 def evaluation_pools(frame: pd.DataFrame, pool_size: int, eval_seed: int) -> dict[str, np.ndarray]:
@@ -249,7 +241,7 @@ def sample_pairs(
 ) -> dict[PairKey, tuple[np.ndarray, np.ndarray]]:
     """Row positions (x of task a, y of task b) of the S sampled pairs of every task pair "a|b"
     (Algorithm 1 line 3); `frame` is the output of `validate_scores`."""
-    _check_sizes(pool_size, pairs, pair_seed, eval_seed)
+    AuditSettings(pool_size, pairs, pair_seed, eval_seed).check()
     pools = evaluation_pools(frame, pool_size, eval_seed)
     sampled = {}
     for a, b in itertools.combinations(sorted(pools), 2):
@@ -262,10 +254,10 @@ def sample_pairs(
 
 def audit_gaps(
     scores: pd.DataFrame,
-    pool_size: int = 256,
-    pairs: int = 4096,
-    pair_seed: int = 42,
-    eval_seed: int = 0,
+    pool_size: int = AuditSettings.pool_size,
+    pairs: int = AuditSettings.pairs,
+    pair_seed: int = AuditSettings.pair_seed,
+    eval_seed: int = AuditSettings.eval_seed,
 ) -> AuditGaps:
     """The S sampled gaps of every task pair (Algorithm 1 lines 1-4)."""
     frame = validate_scores(scores)
@@ -277,10 +269,10 @@ def audit_gaps(
 def fixed_delta_audit(
     scores: pd.DataFrame,
     delta: Delta,
-    pool_size: int = 256,
-    pairs: int = 4096,
-    pair_seed: int = 42,
-    eval_seed: int = 0,
+    pool_size: int = AuditSettings.pool_size,
+    pairs: int = AuditSettings.pairs,
+    pair_seed: int = AuditSettings.pair_seed,
+    eval_seed: int = AuditSettings.eval_seed,
 ) -> AuditResult:
     """Bias and VR under the held-fixed threshold `delta` (Algorithm 1)."""
     gaps = audit_gaps(scores, pool_size, pairs, pair_seed, eval_seed)
@@ -312,10 +304,10 @@ def induced_thresholds(
     scores: pd.DataFrame,
     example_ids: Sequence | np.ndarray,
     embeddings: np.ndarray,
-    pool_size: int = 256,
-    pairs: int = 4096,
-    pair_seed: int = 42,
-    eval_seed: int = 0,
+    pool_size: int = AuditSettings.pool_size,
+    pairs: int = AuditSettings.pairs,
+    pair_seed: int = AuditSettings.pair_seed,
+    eval_seed: int = AuditSettings.eval_seed,
 ) -> dict[PairKey, float]:
     """Method-induced thresholds delta_m,ab: diagnostics of threshold drift, never the audit.
 
@@ -348,16 +340,6 @@ def induced_thresholds(
         key: float(((1 - np.clip((rows[x] * rows[y]).sum(1), -1, 1)) / 2).mean())
         for key, (x, y) in sampled.items()
     }
-
-
-def squash_bounds(raw_scores: Sequence[float] | np.ndarray) -> list[float]:
-    """[q10, q90] of valid raw audit scores (numpy's linear interpolation, in float64): the
-    squash constants that a same-seed ERM validation run hands to the audit and to ReLiF's
-    training surrogate (paper section 3 and appendix A.3)."""
-    values = np.asarray(raw_scores, dtype=np.float64)
-    if values.size == 0 or not np.isfinite(values).all():
-        raise UserError("squash constants: need at least one finite raw score")
-    return [float(v) for v in np.quantile(values, SQUASH_QUANTILES)]
 
 
 def _finite_values(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:

@@ -80,6 +80,14 @@ class TrainConfig:
     cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
         fastest (a speed choice; the chosen kernels may differ between runs, so CUDA runs are
         not bitwise repeatable with it). CPU runs always use deterministic algorithms.
+    scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
+        setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
+        `scheduler_gamma` every `scheduler_step_size` epochs. "cosine": torch's
+        CosineAnnealingLR from `lr` down to `scheduler_min_lr` over `scheduler_epochs` epochs
+        (None: the epochs of the run's budget; past its horizon torch's cosine rises again).
+        The rate changes at the end of each complete epoch only (see
+        `relif_ray.engine.build_lr_scheduler`). Not to be confused with the sweeps'
+        `--scheduler` flag (Ray Tune's trial scheduler, ASHA), which stops trials early.
     """
 
     epochs: int | None = 1
@@ -94,6 +102,11 @@ class TrainConfig:
     channels_last: bool = False
     compile: bool = False
     cudnn_benchmark: bool = True
+    scheduler: Literal["none", "step", "cosine"] = "none"
+    scheduler_step_size: int = 100
+    scheduler_gamma: float = 0.5
+    scheduler_epochs: int | None = None
+    scheduler_min_lr: float = 0.0
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:
@@ -111,9 +124,16 @@ class TrainConfig:
             )
         if self.grad_clip is not None:
             _positive("train.grad_clip", self.grad_clip)
+        _positive("train.scheduler_step_size", self.scheduler_step_size)
+        _positive("train.scheduler_gamma", self.scheduler_gamma)
+        if self.scheduler_epochs is not None:
+            _positive("train.scheduler_epochs", self.scheduler_epochs)
+        _in_range("train.scheduler_min_lr", self.scheduler_min_lr, 0.0, self.lr)
 
 
 GradientSource = Literal["parameters", "representation"]
+
+SquashGradient = Literal["clip", "straight_through"]
 
 
 @dataclass
@@ -142,13 +162,19 @@ class ReLiFConfig:
     squash: how non-probability audit scores (NYUv2 depth/normal feature norms) are squashed
         into [0, 1] in the training surrogate. "erm" (the paper's, section 3 and appendix A.3:
         "the same scalar score is used to form both the fixed-audit gaps and the training-time
-        surrogate gaps"): clip((s - q10) / (q90 - q10 + 1e-6), 0, 1) with the fixed q10/q90 of
-        the same-seed ERM validation run, given in `squash_constants`; a sweep runs the ERM
+        surrogate gaps"): the squash of `relif_ray.reference` with the fixed q10/q90 of the
+        same-seed ERM validation run, given in `squash_constants`; a sweep runs the ERM
         reference trials first and fills them in. "running": q10/q90 are running EMAs (weight
         `squash_ema`) of each batch's quantiles, our earlier choice, kept for comparison; it
         lets scores drift above the audit's band, where the audit clips them (docs/relif.md).
     squash_constants: task -> [q10, q90] of the same-seed ERM validation raw scores, for every
         task whose score is not a probability (used with squash="erm" only).
+    squash_gradient: the gradient through a squashed score, with either squash. "clip" (the
+        paper's): the clip's own, zero where it saturates, so a prototype score beyond q90
+        is never pulled back. "straight_through" (our extension, label `relif-st`): the same
+        forward value (the audit's score, so the surrogate, the statistics and the controller
+        are unchanged), but the slope of the squash's affine map (`relif_ray.reference`) everywhere,
+        saturated scores included (docs/relif.md).
     quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
     controller="static": lambda fixed at lambda0 (static-lambda ablation).
     lipschitz_branch=False: lambda = 0, no gradient from L_lip (ablation "ReLiF w/o Lip").
@@ -167,6 +193,7 @@ class ReLiFConfig:
     squash: Literal["erm", "running"] = "erm"
     squash_constants: dict[str, list[float]] = field(default_factory=dict)
     squash_ema: float = 0.1
+    squash_gradient: SquashGradient = "clip"
     controller: Literal["adaptive", "static"] = "adaptive"
     lipschitz_branch: bool = True
     lambda0: float = 0.1

@@ -4,7 +4,8 @@ Determinism: the model is initialised from `torch.manual_seed(seed)`; the batch 
 e is a permutation drawn from a generator seeded by (seed, e), so it does not depend on how
 many steps ran in this process; the global torch RNG (dropout) is part of the state. A run
 restored from `state_dict()` at any step therefore ends with exactly the numbers of an
-uninterrupted run (on CPU).
+uninterrupted run (on CPU). The learning-rate schedule (`TrainConfig.scheduler`) steps at
+the end of each complete epoch and is part of the state too.
 
 Fast path (the `train` fields precision, channels_last, compile, cudnn_benchmark; see
 `TrainConfig`): the model forward may run under bf16 autocast, in channels-last layout and
@@ -17,16 +18,18 @@ host during a step: the trace keeps detached device tensors and converts them on
 from __future__ import annotations
 
 import contextlib
+import math
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
+from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.errors import UserError
+from relif_ray.experiment.outputs import EvalResult
 from relif_ray.methods import StepContext, build_method
-from relif_ray.outputs import EvalResult
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
@@ -76,6 +79,27 @@ def step_budget(epochs: int | None, max_steps: int | None, steps_per_epoch: int)
     return min(epochs * steps_per_epoch, max_steps)
 
 
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer, train: TrainConfig, epochs: int
+) -> LRScheduler | None:
+    """The epoch-indexed learning-rate schedule of `train.scheduler` (None: constant).
+
+    The engine calls its `step()` at the end of each complete epoch, as LibMTL's Trainer does
+    (`scheduler.step()` after each epoch's evaluation), so epoch e (0-based) trains at the
+    schedule's rate for e: StepLR lr * gamma^(e // step_size), CosineAnnealingLR
+    eta_min + (lr - eta_min) (1 + cos(pi e / horizon)) / 2. A budget that ends inside an epoch
+    (`max_steps`) trains that partial epoch at its epoch's rate and steps nothing after it: no
+    optimiser step follows, so the numbers do not depend on that choice. `epochs`: the epochs
+    of the run's budget, the default cosine horizon.
+    """
+    if train.scheduler == "step":
+        return StepLR(optimizer, step_size=train.scheduler_step_size, gamma=train.scheduler_gamma)
+    if train.scheduler == "cosine":
+        horizon = train.scheduler_epochs if train.scheduler_epochs is not None else epochs
+        return CosineAnnealingLR(optimizer, T_max=horizon, eta_min=train.scheduler_min_lr)
+    return None
+
+
 class TrainingRun:
     """Model + method (+ ReLiF) + optimiser for one config; `train_epoch` and `evaluate`."""
 
@@ -112,6 +136,8 @@ class TrainingRun:
         self.total_steps = step_budget(
             config.train.epochs, config.train.max_steps, self.steps_per_epoch
         )
+        budget_epochs = math.ceil(self.total_steps / self.steps_per_epoch)  # last one partial
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, config.train, budget_epochs)
         self.step = 0
         self.trace: list[dict[str, float]] = []
         self._pending: list[dict[str, Tensor]] = []
@@ -198,8 +224,11 @@ class TrainingRun:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
         self.optimizer.step()
         row["step"] = torch.tensor(self.step)
+        row["lr"] = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
         self._pending.append(row)
         self.step += 1
+        if self.lr_scheduler is not None and self.step % self.steps_per_epoch == 0:
+            self.lr_scheduler.step()  # a complete epoch ended
 
     def _backward(self, batch: Batch) -> dict[str, Tensor]:
         """Forward, task losses, ReLiF and the method's backward on one device batch; the
@@ -279,7 +308,8 @@ class TrainingRun:
         )
 
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly: weights, optimiser, method, ReLiF, step, RNG."""
+        """Everything needed to continue exactly: weights, optimiser, learning-rate schedule,
+        method, ReLiF, step, RNG."""
         self._flush_trace()
         state = {
             "model": self.model.state_dict(),
@@ -291,6 +321,8 @@ class TrainingRun:
         }
         if self.regularizer is not None:
             state["regularizer"] = self.regularizer.state_dict()
+        if self.lr_scheduler is not None:
+            state["lr_scheduler"] = self.lr_scheduler.state_dict()
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
@@ -301,6 +333,8 @@ class TrainingRun:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.regularizer is not None:
             self.regularizer.load_state_dict(state["regularizer"])
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
         if "cuda_rng" in state and self.device.type == "cuda":

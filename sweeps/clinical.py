@@ -6,12 +6,13 @@ python sweeps/clinical.py --dataset eicu --data-dir /data/eicu_benchmark --metho
 
 Defaults follow the paper: 2-layer LSTM (256, dropout 0.3), AdamW lr 1e-3, weight decay 1e-5,
 batch 64, clipping 1.0; 7 seeds on MIMIC-III and 3 on eICU; fixed audit threshold delta_ref
-0.275 (MIMIC-III) and 0.06 (eICU). Data layouts: docs/clinical.md.
+0.275 (MIMIC-III) and 0.06 (eICU). Data layouts: docs/clinical.md. The same sweep as
+`relif sweep --dataset mimic3|eicu` (`relif_ray.cli.sweep`).
 """
 
 import sys
 
-from relif_ray.sweep_cli import clinical_main
+from relif_ray.cli.sweep import CLINICAL, main
 
 if __name__ == "__main__":
-    sys.exit(clinical_main())
+    sys.exit(main(datasets=tuple(CLINICAL), controller_checks=False))

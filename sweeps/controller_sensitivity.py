@@ -8,11 +8,13 @@
 
 python sweeps/controller_sensitivity.py --dataset nyuv2 --data-dir /data/nyuv2 --num-gpus 8
 python sweeps/controller_sensitivity.py --demo --seeds 1      # synthetic NYUv2, CPU
+
+The same sweep as `relif sweep --controller-checks` (`relif_ray.cli.sweep`).
 """
 
 import sys
 
-from relif_ray.sweep_cli import NYUV2, main, run_controller_sensitivity
+from relif_ray.cli.sweep import main
 
 if __name__ == "__main__":
-    sys.exit(main(NYUV2, runner=run_controller_sensitivity))
+    sys.exit(main(controller_checks=True))

@@ -4,11 +4,13 @@ python sweeps/nyuv2.py --demo                                  # synthetic data,
 python sweeps/nyuv2.py --data-dir /data/nyuv2 --num-gpus 8     # every method + ReLiF, 7 seeds
 python sweeps/nyuv2.py --data-dir /data/nyuv2 --methods relif --search optuna --num-samples 20
 python sweeps/nyuv2.py --help                                  # every flag with its default
+
+The same sweep as `relif sweep --dataset nyuv2` (`relif_ray.cli.sweep`).
 """
 
 import sys
 
-from relif_ray.sweep_cli import NYUV2, main
+from relif_ray.cli.sweep import main
 
 if __name__ == "__main__":
-    sys.exit(main(NYUV2))
+    sys.exit(main(datasets=("nyuv2",), controller_checks=False))

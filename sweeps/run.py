@@ -4,16 +4,13 @@ methods x seeds (x ReLiF controller grid) as one Ray Tune run, with that benchma
 python sweeps/run.py --dataset eicu --demo
 RELIF_PROBLEMS_PATH=~/my_problems python sweeps/run.py --dataset toy --demo
 python sweeps/run.py --dataset nyuv2 --help        # every flag with this benchmark's defaults
+
+The same sweep as `relif sweep --dataset NAME` (`relif_ray.cli.sweep`).
 """
 
 import sys
 
-from relif_ray.sweep_cli import DATASETS, NYUV2, DatasetDefaults, main, run
-
-
-def run_any(argv: list[str] | None, defaults: DatasetDefaults) -> str:
-    return run(argv, defaults, tuple(DATASETS))
-
+from relif_ray.cli.sweep import main
 
 if __name__ == "__main__":
-    sys.exit(main(NYUV2, runner=run_any))
+    sys.exit(main(controller_checks=False))

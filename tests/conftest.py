@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from relif_ray import storage
+from relif_ray.experiment import storage
 from relif_ray.tuning import keep_local_ray_on_loopback
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -81,7 +81,7 @@ def s3_server(tmp_path_factory) -> dict:
     import pyarrow.fs as pafs
     from moto.server import ThreadedMotoServer
 
-    from analysis.synthetic import write_synthetic_experiment
+    from tests.synthetic_experiment import write_synthetic_experiment
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -76,7 +76,7 @@ def _trial(base: dict, label: str) -> tuple[dict, Any]:
     """Trace, validation metrics and summed audit scores of one short trial of `label`, and
     its validation result (an `EvalResult`)."""
     from relif_ray.engine import TrainingRun
-    from relif_ray.variants import experiment_config, sweep_constants, trial_overrides, variant
+    from relif_ray.sweep.labels import experiment_config, sweep_constants, trial_overrides, variant
 
     trial = {**sweep_constants(base, 0.2), **trial_overrides(variant(label), 0)}
     run = TrainingRun(experiment_config(trial))

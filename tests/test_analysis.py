@@ -1,8 +1,9 @@
 """analysis.load, the shared audit interface (squash), experiment audits and delta_ref.
 
-Experiments are GENERATED trial output folders (`analysis.synthetic`, written with
-`relif_ray.outputs.write_trial_outputs`). The helpers at the top recompute everything directly
-from those files with numpy and `relif_ray.audit` only; the tests compare `analysis` to them.
+Experiments are GENERATED trial output folders (`tests.synthetic_experiment`, written with
+`relif_ray.experiment.outputs.write_trial_outputs`). The helpers at the top recompute
+everything directly from those files with numpy and `relif_ray.audit` only; the tests compare
+`analysis` to them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ import pytest
 
 import analysis
 from analysis import delta as delta_options
-from analysis.audits import AuditSettings, ExperimentAudit
-from analysis.interface import audit_scores, needs_squash, squash_quantiles, squashed_tasks
-from analysis.synthetic import write_synthetic_experiment
+from analysis.audit_scores import audit_scores, needs_squash, squash_quantiles, squashed_tasks
+from analysis.experiment_audit import AuditSettings, ExperimentAudit
 from relif_ray.audit import (
     audit_gaps,
     conformal_delta,
@@ -29,6 +29,7 @@ from relif_ray.audit import (
     validate_scores,
 )
 from relif_ray.errors import UserError
+from tests.synthetic_experiment import write_synthetic_experiment
 
 SETTINGS = AuditSettings(pool_size=16, pairs=256, pair_seed=42, eval_seed=0)
 """Pools smaller than the 30 examples per task, so the pool draw is exercised."""
@@ -340,7 +341,7 @@ def test_delta_from_quantile_of_pooled_erm_gaps(experiment_audit, stored):
     ("spec", "fragment"),
     [
         (delta_options.fixed("1.5"), "must be in [0, 1]"),
-        (delta_options.fixed("x"), "expected a number"),
+        (delta_options.fixed("x"), "must be a number"),
         (delta_options.quantile("erm:75"), "look like p75"),
         (delta_options.quantile("nosuch:p75"), "no finished trials with label 'nosuch'"),
         (delta_options.conformal("erm:2"), "alpha must be in (0, 1)"),

@@ -25,8 +25,8 @@ from analysis.figures import (
     score_distributions_figure,
     sensitivity_figure,
 )
-from analysis.synthetic import write_synthetic_experiment
 from relif_ray.audit import fixed_delta_audit
+from tests.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
 
 

@@ -12,7 +12,11 @@ from nbclient import NotebookClient
 import analysis
 from analysis.breakdown import OVERALL, by_pair
 from analysis.figures import controller_variants
-from analysis.synthetic import DEMO_EXPERIMENT, example_experiment, write_synthetic_experiment
+from tests.synthetic_experiment import (
+    DEMO_EXPERIMENT,
+    example_experiment,
+    write_synthetic_experiment,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "analysis" / "notebooks" / "explore_experiment.ipynb"

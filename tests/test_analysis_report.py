@@ -6,6 +6,7 @@ folders (helpers in tests/test_analysis.py), using `relif_ray.audit` and numpy o
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -16,11 +17,10 @@ import pytest
 
 import analysis
 from analysis import delta as delta_options
-from analysis.audits import ExperimentAudit
 from analysis.delta import DeltaRef
+from analysis.experiment_audit import ExperimentAudit
 from analysis.render import Column, Table
 from analysis.results import Results, compute_results
-from analysis.synthetic import write_synthetic_experiment
 from analysis.tables import (
     CISettings,
     Skipped,
@@ -36,7 +36,8 @@ from analysis.tables import (
 )
 from relif_ray.audit import fixed_delta_audit, induced_thresholds
 from relif_ray.cli import main
-from relif_ray.pareto import non_dominated
+from relif_ray.sweep.selection import non_dominated
+from tests.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
 
 NO_CI = CISettings(n_boot=0)
@@ -214,15 +215,12 @@ def test_ablation_table_lists_relif_variants_with_their_components(results, dire
 
 def test_controller_table_counts_steps_at_a_lambda_bound(results, direct, stored):
     table = controller_table(results, results.audit.experiment, NO_CI)
-    assert {row.split(" (")[0] for row in table.rows["row"]} == {"relif", "relif-noalign"}
+    rows = {row.split(" (")[0] for row in table.rows["row"]}
+    assert rows == {"relif", "relif-noalign", "relif-static"}  # static lambda: its lambda0
     shares = []
     for trial, record in stored.items():
         relif = record.info["config"]["relif"]
-        if (
-            not relif["enabled"]
-            or relif["controller"] != "adaptive"
-            or not relif["lipschitz_branch"]
-        ):
+        if not relif["enabled"] or not relif["lipschitz_branch"]:
             continue
         lam = record.trace()["lambda"].to_numpy()
         shares.append(
@@ -248,6 +246,19 @@ def test_tables_without_data_are_skipped(tmp_path):
     experiment = audit.experiment
     assert isinstance(ablation_table(results, experiment, NO_CI), Skipped)
     assert isinstance(controller_table(results, experiment, NO_CI), Skipped)
+
+
+def test_delta_refs_of_equal_value_each_get_one_bias_per_trial(tmp_path):
+    """ERM's p75 and p50 coincide on a degenerate reference distribution (e.g. a validation
+    split of two examples): each delta_ref still gets exactly one Bias and VR per trial."""
+    root = write_synthetic_experiment(tmp_path / "plain", labels=("erm", "pcgrad"), seeds=2)
+    audit = ExperimentAudit(analysis.load(root), SETTINGS)
+    first = delta_options.resolve(delta_options.fixed("0.2"), audit)
+    second = dataclasses.replace(first, key="same", symbol="δ_same")
+    per_trial = compute_results(audit, [first, second], "val").per_trial
+    assert len(per_trial) == len(audit.experiment.trials) == 4
+    assert per_trial[f"bias_{first.key}"].tolist() == per_trial["bias_same"].tolist()
+    assert per_trial[f"vr_{first.key}"].tolist() == per_trial["vr_same"].tolist()
 
 
 def test_bias_interval_matches_the_analytic_standard_error(results, direct):
@@ -524,7 +535,7 @@ def test_report_lists_an_experiment_of_errored_trials_only(tmp_path, capsys):
         ("ok", ["--drift-baseline", "nosuch"], "--drift-baseline: no method 'nosuch'"),
         ("ok", ["--delta", "0.2", "--delta", "0.2"], "the same threshold is given twice"),
         ("ok", ["--delta-from", "erm:75"], "the quantile must look like p75"),
-        ("ok", ["--sensitivity-deltas", "0.1,x"], "--sensitivity-deltas: expected numbers"),
+        ("ok", ["--sensitivity-deltas", "0.1,x"], "--sensitivity-deltas value must be a number"),
         ("mixed", [], "several data sets"),
     ],
 )
@@ -560,7 +571,7 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
     the Tune layer writes them; the report's Bias is the library audit of their scores."""
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
-    from relif_ray.outputs import write_trial_outputs
+    from relif_ray.experiment.outputs import write_trial_outputs
     from tests.conftest import tiny_config
 
     root = tmp_path / "exp"

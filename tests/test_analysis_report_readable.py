@@ -13,9 +13,9 @@ import pytest
 
 import analysis
 from analysis.render import display_text
-from analysis.synthetic import write_synthetic_experiment
 from relif_ray.cli import main as relif_main
-from relif_ray.variants import display_name
+from relif_ray.sweep.labels import display_name
+from tests.synthetic_experiment import write_synthetic_experiment
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 import analysis
-from relif_ray import storage
 from relif_ray.cli import main as relif_main
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 from tests.conftest import BUCKET
 
 
@@ -129,3 +129,13 @@ def test_uri_helpers_keep_the_filesystem_options():
     assert storage.location("file:///tmp/runs") == Path("/tmp/runs")
     assert storage.location("runs/nyuv2") == Path("runs/nyuv2")
     assert storage.join(Path("/tmp/runs"), "a", "b") == Path("/tmp/runs/a/b")
+
+
+def test_storage_decides_once_that_file_uris_are_local(tmp_path):
+    """`relif_ray.experiment.storage` is the one place that tells local from object storage:
+    a `file://` URI is the local directory it names, for the lock, the checks and Ray alike."""
+    assert storage.local_path(tmp_path.as_uri()) == tmp_path.resolve()
+    assert storage.local_path(str(tmp_path)) == tmp_path.resolve()
+    assert storage.resolved(tmp_path.as_uri()) == tmp_path.resolve()
+    assert storage.local_path("s3://bucket/results") is None
+    assert storage.resolved("s3://bucket/results?scheme=http") == "s3://bucket/results?scheme=http"

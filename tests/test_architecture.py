@@ -1,17 +1,26 @@
-"""The house rules of the import graph, read from the source with `ast` (nothing is imported):
+"""The house rules of the source tree, read with `ast` and as text (nothing is imported):
 
-- the module-level imports of `relif_ray/` and `analysis/` form no cycle;
+- the module-level imports of `relif_ray/` and `analysis/` form no cycle, nor do the
+  benchmark scripts' imports of each other;
 - only the Ray layer (`relif_ray.tuning`) imports Ray at module level;
-- only the console-script module (`relif_ray.cli`) imports `analysis`.
+- only the command-line package (`relif_ray.cli`) imports `analysis`, and only it parses
+  arguments (imports `argparse`);
+- only `relif_ray.experiment.storage` decides whether a location is local (the `"://"` test);
+- one home each for the squash formula (`relif_ray.reference`), whether lambda adapts
+  (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels` and the controller) and
+  the first / last line of an error (`relif_ray.errors`);
+- no module of `relif_ray/` and `analysis/` has more than `MAX_MODULE_LINES` lines, and no
+  function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with a reason.
 
 Imports inside functions (deferred for start-up time) and under `if TYPE_CHECKING:` do not
-run when a module is imported, so they are not edges.
+run when a module is imported, so they are not edges of the library's graph.
 """
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +28,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("relif_ray", "analysis")
 RAY_LAYER = "relif_ray.tuning"
-CONSOLE_SCRIPT = "relif_ray.cli"
+CLI_PACKAGE = "relif_ray.cli"
+STORAGE_MODULE = "relif_ray/experiment/storage.py"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+LONG_FUNCTIONS = {
+    "relif_ray/tuning/launch.py:run_sweep": "the one place a Tune run is configured: the "
+    "Tuner, TuneConfig and RunConfig of a new sweep and the restore of a resumed one, with the "
+    "fail-fast checks before them and a docstring that documents all of it",
+}
+"""Functions longer than `MAX_FUNCTION_LINES` (file:name -> why); a new one fails the test."""
 
 
 def find_modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -123,13 +141,18 @@ def test_only_the_ray_layer_imports_ray(graph):
     }, f"Ray imported outside {RAY_LAYER}: {sorted(n for n in importers if not _in_ray_layer(n))}"
 
 
-def test_only_the_console_script_imports_analysis(graph):
+def _in_cli(name: str) -> bool:
+    return name == CLI_PACKAGE or name.startswith(f"{CLI_PACKAGE}.")
+
+
+def test_only_the_command_line_package_imports_analysis(graph):
     importers = {
         name
         for name, targets in graph.items()
         if _top(name) != "analysis" and any(_top(t) == "analysis" for t in targets)
     }
-    assert importers == {CONSOLE_SCRIPT}
+    assert importers, "the command line must import analysis (else this test checks nothing)"
+    assert all(_in_cli(name) for name in importers), sorted(importers)
 
 
 def test_the_import_reader_sees_cycles_and_skips_deferred_imports(tmp_path):
@@ -155,3 +178,100 @@ def test_the_import_reader_sees_cycles_and_skips_deferred_imports(tmp_path):
     }
     assert set(find_cycle(graph)) == {"toy.a", "toy.b"}
     assert "ray.tune" in graph["toy.c"]
+
+
+def source_files() -> dict[str, str]:
+    """Path relative to the repository -> source, for every .py file of `PACKAGES`."""
+    return {
+        str(path.relative_to(REPO)): path.read_text()
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+    }
+
+
+def files_matching(pattern: str) -> set[str]:
+    return {name for name, text in source_files().items() if re.search(pattern, text)}
+
+
+def test_no_module_is_longer_than_the_limit():
+    lengths = {name: len(text.splitlines()) for name, text in source_files().items()}
+    assert max(lengths.values()) > MAX_MODULE_LINES / 2  # the check sees real modules
+    assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
+
+
+def long_functions(files: dict[str, str]) -> dict[str, int]:
+    """file:function -> its length in lines, for functions longer than MAX_FUNCTION_LINES."""
+    found = {}
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found[f"{name}:{node.name}"] = length
+    return found
+
+
+def test_long_functions_are_listed_with_a_reason():
+    found = long_functions(source_files())
+    assert set(found) == set(LONG_FUNCTIONS), (
+        f"functions over {MAX_FUNCTION_LINES} lines: {found}; split them or list them (with a "
+        "reason) in LONG_FUNCTIONS, and drop entries that are short again"
+    )
+    assert all(len(reason) > 40 for reason in LONG_FUNCTIONS.values())
+
+
+def test_the_function_length_reader_counts_lines():
+    body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES))
+    text = f"def long():\n{body}\n\n\ndef short():\n    return 1\n"
+    assert long_functions({"toy.py": text}) == {"toy.py:long": MAX_FUNCTION_LINES + 1}
+
+
+def test_only_the_command_line_package_parses_arguments():
+    parsers = set()
+    for name, text in source_files().items():
+        for node in ast.walk(ast.parse(text)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            if "argparse" in names:
+                parsers.add(name)
+    assert parsers and all(name.startswith("relif_ray/cli/") for name in parsers), parsers
+
+
+def test_only_the_storage_module_tells_local_from_object_storage():
+    assert files_matching(r"[\"']://[\"']") == {STORAGE_MODULE}
+
+
+def test_the_squash_formula_is_written_once():
+    assert files_matching(r"q90 - q10") == {"relif_ray/reference.py"}
+
+
+def test_one_rule_says_whether_lambda_adapts():
+    assert files_matching(r"\.controller_adapts\(\)") == {
+        "relif_ray/sweep/labels.py",
+        "relif_ray/relif/controller.py",
+    }
+
+
+def test_the_first_and_last_line_of_an_error_have_one_home():
+    assert files_matching(r"\)\.strip\(\)\.splitlines\(\)") == {"relif_ray/errors.py"}
+    assert files_matching(r"\blines\[-1\]") == {"relif_ray/errors.py"}
+
+
+def test_the_benchmark_scripts_import_each_other_without_a_cycle():
+    """Benchmarks are scripts that import their siblings by name (`from rows import Row`); every
+    import counts here, also one inside a function: a deferred import cycle is still one."""
+    scripts = {path.stem: path for path in (REPO / "benchmarks").glob("*.py")}
+    graph = {}
+    for name, path in scripts.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.partition(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                imported.add((node.module or "").partition(".")[0])
+        graph[name] = imported & set(scripts)
+    assert graph["run"] and graph["fidelity"] == {"rows", "timing"}
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"

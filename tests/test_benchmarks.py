@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -217,3 +220,111 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_
     assert by_name["Bias@delta_p75 relif / ERM"].result == (
         "pass" if by_name["Bias@delta_p75 relif / ERM"].value <= 0.5 else "FAIL"
     )
+
+
+def test_gpu_check_drift_names_the_largest_difference_and_its_place(load) -> None:
+    check = load("gpu_check")
+    nan = float("nan")
+    pinned = {"trace": [{"a": 1.0, "b": nan}, {"a": -2.0, "b": 0.0}], "n": 4}
+    computed = {"trace": [{"a": 1.5, "b": nan}, {"a": -2.0, "b": 0.25}], "n": 4}
+    assert {path: (diff, rel) for path, diff, rel in check.drift(pinned, computed)} == {
+        "/trace[0]/a": (0.5, 0.5),
+        "/trace[0]/b": (0.0, 0.0),  # NaN against NaN: no drift
+        "/trace[1]/a": (0.0, 0.0),
+        "/trace[1]/b": (0.25, 0.25),  # relative to a pinned 0: the absolute difference
+        "/n": (0.0, 0.0),
+    }
+    assert list(check.drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
+    with pytest.raises(ValueError, match=r"^/trace: 1 entries, 2 pinned$"):
+        list(check.drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
+    with pytest.raises(ValueError, match=r"keys \['m'\] differ"):
+        list(check.drift({"m": 1.0}, {}))
+
+
+def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
+    check = load("gpu_check")
+    junit = tmp_path / "report.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase name="test_ok" time="0.5"/>'
+        '<testcase name="test_bad"><failure message="assert 1 == 2&#10;more">trace</failure>'
+        "</testcase>"
+        '<testcase name="test_gpu"><skipped message="needs a CUDA device"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    rows = check.pytest_case_rows(junit)
+    assert [(row.name, row.result, row.detail) for row in rows] == [
+        ("test test_ok", "pass", "0.5 s"),
+        ("test test_bad", "FAIL", "assert 1 == 2"),
+        ("test test_gpu", "skipped", "needs a CUDA device"),
+    ]
+    assert [row.result for row in check.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
+
+
+def test_gpu_check_out_of_budget_skips_every_section_and_still_reports(load, tmp_path) -> None:
+    check = load("gpu_check")
+    assert check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "0"]) == 0
+    payload = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert payload["dry_run"] and payload["rows"] == []
+    assert [(s["name"], s["status"]) for s in payload["sections"]] == [
+        (section.name, "skipped: time budget") for section in check.SECTIONS
+    ]
+    markdown = (tmp_path / "gpu_check.md").read_text()
+    assert "| realsize | skipped: time budget | 0.0 |" in markdown
+
+
+def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
+    """The repeatability section of the dry run end to end: its section process, two trial
+    workers and the JSON and Markdown it writes. On a CPU the same seed gives the same numbers
+    (deterministic algorithms), so the row must say identical; the cuDNN setting that only
+    CUDA has is recorded as skipped."""
+    check = load("gpu_check")
+    assert check.main(["--dry-run", "--out", str(tmp_path), "--only", "repeatability"]) == 0
+    payload = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [(s["name"], s["status"]) for s in payload["sections"]] == [("repeatability", "done")]
+    rows = {row["name"]: row for row in payload["rows"]}
+    name = "same seed twice, cudnn_benchmark on (default)"
+    assert (rows[name]["value"], rows[name]["result"]) == (0.0, "identical")
+    assert rows["same seed twice, cudnn_benchmark off"]["result"] == check.NEEDS_CUDA
+    markdown = (tmp_path / "gpu_check.md").read_text()
+    assert f"| {name} | 0 max \\|diff\\| | - | identical |" in markdown
+
+
+def test_gpu_bundle_slims_a_wheel_that_pip_still_installs(load, tmp_path) -> None:
+    """The slim wheel keeps every other file byte for byte, drops the unused folders and
+    source maps, and its RECORD lists exactly what it holds with the right hashes and sizes
+    (pip installs it)."""
+    bundle = load("gpu_bundle")
+    wheel = tmp_path / "ray-0.0.1-py3-none-any.whl"
+    files = {
+        "ray/__init__.py": b"VERSION = 1\n",
+        "ray/core/gcs_server": b"\x7fELF binary",
+        "ray/jars/ray_dist.jar": b"java" * 100,
+        "ray/dashboard/client/build/main.js": b"ui",
+        "ray/dashboard/agent.py": b"AGENT = 1\n",
+        "ray/_private/x.js.map": b"map",
+        "ray-0.0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: ray\nVersion: 0.0.1\n",
+        "ray-0.0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        archive.writestr("ray-0.0.1.dist-info/RECORD", "stale\n")
+    before, after = bundle.slim_wheel(wheel, bundle.RAY_UNUSED)
+    assert after < before
+    kept = ["ray/__init__.py", "ray/core/gcs_server", "ray/dashboard/agent.py"]
+    kept += ["ray-0.0.1.dist-info/METADATA", "ray-0.0.1.dist-info/WHEEL"]
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(archive.namelist()) == sorted([*kept, "ray-0.0.1.dist-info/RECORD"])
+        assert all(archive.read(name) == files[name] for name in kept)
+        record = archive.read("ray-0.0.1.dist-info/RECORD").decode().splitlines()
+    assert sorted(record) == sorted(
+        [bundle.record_line(name, files[name]) for name in kept] + ["ray-0.0.1.dist-info/RECORD,,"]
+    )
+    assert bundle.record_line("a", b"") == "a,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0"
+    target = tmp_path / "site"
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    subprocess.run([*command, "--target", str(target), str(wheel)], check=True)
+    assert (target / "ray" / "dashboard" / "agent.py").read_text() == "AGENT = 1\n"
+    assert not (target / "ray" / "jars").exists()

@@ -14,7 +14,7 @@ import pytest
 
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.cli import main as relif_main
-from relif_ray.cli_audit import add_parser
+from relif_ray.cli.audit import add_parser
 
 
 def main(argv: list[str]) -> int:

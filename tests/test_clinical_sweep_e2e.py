@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 import analysis
+from relif_ray.cli.sweep import CLINICAL, base_config, build_parser
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
-from relif_ray.pareto import read_pareto, select_settings
-from relif_ray.sweep_cli import CLINICAL, base_config, build_parser
+from relif_ray.sweep.selection import read_pareto, select_settings
 
 REPO = Path(__file__).resolve().parents[1]
 MIMIC3_TASKS = {"mortality", "decompensation", "phenotype", "length_of_stay"}
@@ -148,7 +148,8 @@ def test_report_turns_both_sweeps_into_utility_tables(
 
 
 def test_unknown_dataset_is_rejected_before_ray_starts(tmp_path: Path, capsys, no_sweep) -> None:
-    from relif_ray.sweep_cli import clinical_main  # what sweeps/clinical.py runs
+    from relif_ray.cli.sweep import main  # as sweeps/clinical.py calls it
 
-    assert clinical_main(["--dataset", "physionet", "--storage", str(tmp_path)]) == 2
+    argv = ["--dataset", "physionet", "--storage", str(tmp_path)]
+    assert main(argv, datasets=tuple(CLINICAL), controller_checks=False) == 2
     assert "invalid choice: 'physionet'" in capsys.readouterr().err

@@ -26,8 +26,8 @@ import torch
 
 import analysis
 from relif_ray.cli import main as relif_main
-from relif_ray.outputs import read_trial_info
-from relif_ray.sweep_cli import NYUV2, main
+from relif_ray.cli.sweep import NYUV2, main
+from relif_ray.experiment.outputs import read_trial_info
 from tests.conftest import TINY_DATA
 
 pytestmark = pytest.mark.slow
@@ -152,9 +152,9 @@ def both_running_with_a_checkpoint(experiment: Path) -> bool:
 def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
     """seed -> (config, val metrics, trace) of each trial's config trained here in one go, with the
     trial's one CPU thread (float reductions depend on the thread count)."""
+    from relif_ray.cli.sweep import base_config, build_parser
     from relif_ray.engine import TrainingRun
-    from relif_ray.sweep_cli import base_config, build_parser
-    from relif_ray.variants import experiment_config, sweep_constants, trial_overrides, variant
+    from relif_ray.sweep.labels import experiment_config, sweep_constants, trial_overrides, variant
 
     args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x", "unused"))
     base = base_config(args, NYUV2, str(data))
@@ -200,7 +200,7 @@ def test_a_lost_worker_node_costs_nothing(
 
         monkeypatch.setattr(sys, "argv", ["nyuv2.py"])
         argv = ["--demo", "--storage", str(tmp_path), "--name", "lost-node"]
-        assert main(NYUV2, argv) == 2
+        assert main(datasets=("nyuv2",), argv=argv) == 2
         refused = capsys.readouterr().err.strip().splitlines()
         assert len(refused) == 1 and f"in use by a running sweep (pid {driver.pid} on" in refused[0]
 

@@ -25,6 +25,10 @@ def test_int_is_accepted_where_float_expected():
         ({"relif": {"enabled": 1}}, "relif.enabled: expected true/false"),
         ({"relif": {"lambda0": 2.0}}, "relif.lambda0"),
         ({"relif": {"r_star": 1.5}}, "relif.r_star: must be in [0.0, 1.0]"),
+        (
+            {"relif": {"squash_gradient": "identity"}},
+            "relif.squash_gradient: must be one of ['clip', 'straight_through'], got 'identity'",
+        ),
         ({"model": "resnet"}, "model: expected a mapping"),
         ({"model": {"pretrained": True}}, "model.pretrained: expected str"),
         ({"model": {"pretrained": " "}}, "model.pretrained: expected none, imagenet or a path"),

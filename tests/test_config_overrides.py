@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from relif_ray.overrides import parse_set, read_config_file, yaml_scalar
-from relif_ray.sweep_cli import NYUV2, base_config, build_parser
+from relif_ray.cli.sweep import NYUV2, base_config, build_parser
+from relif_ray.sweep.overrides import parse_set, read_config_file, yaml_scalar
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ["nyuv2.py", "clinical.py", "run.py", "controller_sensitivity.py"]
@@ -92,11 +92,13 @@ def test_values_are_yaml_scalars_and_files_may_nest_or_dot(tmp_path):
     ],
 )
 def test_bad_config_files_are_one_line_errors(content, fragment, tmp_path, capsys):
-    from relif_ray.sweep_cli import main
+    from relif_ray.cli.sweep import main
 
     file = tmp_path / "c.yaml"
     file.write_text(content)
-    status = main(NYUV2, ["--demo", "--config", str(file), "--storage", str(tmp_path)])
+    status = main(
+        datasets=("nyuv2",), argv=["--demo", "--config", str(file), "--storage", str(tmp_path)]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert fragment in err[0] and str(file) in err[0]

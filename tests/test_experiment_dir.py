@@ -17,24 +17,24 @@ import pandas as pd
 import pytest
 
 import analysis
-from analysis.synthetic import write_synthetic_experiment
 from relif_ray.cli import main as relif_main
+from relif_ray.cli.sweep import main
 from relif_ray.errors import UserError
-from relif_ray.experiment_lock import (
+from relif_ray.experiment.export import export_experiment
+from relif_ray.experiment.lock import (
     LOCK_FILE,
     exclusive_experiment,
     prepare_new_experiment,
     running_sweep,
 )
-from relif_ray.export import export_experiment
-from relif_ray.sweep_cli import NYUV2, main
 from tests.conftest import BUCKET
+from tests.synthetic_experiment import write_synthetic_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 
 HOLD_LOCK = """
 import sys, time
-from relif_ray.experiment_lock import exclusive_experiment
+from relif_ray.experiment.lock import exclusive_experiment
 with exclusive_experiment(sys.argv[1], sys.argv[2]):
     print("locked", flush=True)
     time.sleep(600)
@@ -78,7 +78,7 @@ def test_a_second_sweep_on_a_running_experiment_is_refused_in_one_line(
     experiment, holder = locked
     data = [] if mode == ["--demo"] else ["--data-dir", str(nyuv2_dir)]
     argv = [*data, *mode, "--storage", str(experiment.parent), "--name", "exp"]
-    assert main(NYUV2, ["--methods", "erm", *argv]) == 2
+    assert main(datasets=("nyuv2",), argv=["--methods", "erm", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert (
@@ -93,6 +93,31 @@ def test_a_second_sweep_on_a_running_experiment_is_refused_in_one_line(
     assert (experiment / "ReLiFTrainable_00000" / "params.json").exists()  # nothing deleted
     assert not (experiment.parent / "data").exists()  # --demo wrote no data either
     assert running_sweep(experiment).pid == holder.pid
+
+
+@pytest.mark.parametrize("mode", [[], ["--resume"]], ids=["new", "resume"])
+def test_a_file_uri_storage_is_locked_exactly_like_its_path(
+    mode, locked, nyuv2_dir, capsys, monkeypatch
+):
+    """`--storage file:///...` names the same local directory as the plain path: a sweep
+    there takes the same lock, so a second sweep or a `--resume` is refused in one line."""
+    import relif_ray.tuning.launch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a second sweep would start")
+
+    monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
+    experiment, holder = locked
+    uri = experiment.parent.as_uri()
+    argv = ["--data-dir", str(nyuv2_dir), *mode, "--storage", uri, "--name", "exp"]
+    assert main(datasets=("nyuv2",), argv=["--methods", "erm", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert (
+        f"--name: experiment {experiment} is in use by a running sweep (pid {holder.pid} "
+        in (err[0])
+    )
+    assert running_sweep(experiment.as_uri()).pid == holder.pid
 
 
 def test_the_lock_of_a_killed_driver_is_taken_over_at_once(tmp_path):
@@ -132,7 +157,7 @@ def synthetic_experiment(tmp_path) -> Path:
     )
 
 
-def report(experiment: Path, out: Path, capsys) -> tuple[str, str]:
+def report(experiment: Path | str, out: Path, capsys) -> tuple[str, str]:
     status = relif_main(["report", str(experiment), "--out", str(out), "--no-figures"])
     captured = capsys.readouterr()
     assert status == 0, captured.err
@@ -161,6 +186,18 @@ def test_report_on_a_running_experiment_reads_finished_trials_and_counts_the_run
     assert err == "" and "still running" not in (tmp_path / "stopped" / "report.md").read_text()
     text = (tmp_path / "stopped" / "report.md").read_text()
     assert "- incomplete: `" in text and "- errored: `" in text
+
+
+def test_report_of_a_file_uri_sees_the_running_sweep_of_its_path(
+    synthetic_experiment, tmp_path, capsys
+):
+    holder = hold_lock(tmp_path, "exp")
+    try:
+        _, err = report(synthetic_experiment.as_uri(), tmp_path / "running", capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert err.startswith("relif: note: A sweep is still running: 2 trial(s) still running")
 
 
 def test_export_copies_what_analysis_reads_and_nothing_else(synthetic_experiment, tmp_path):

@@ -22,14 +22,14 @@ import numpy as np
 import pytest
 
 import analysis
+from relif_ray.cli.sweep import CLINICAL, main
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.eicu import check_eicu
 from relif_ray.data.mimic3 import check_mimic3
 from relif_ray.data.nyuv2 import check_nyuv2
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
-from relif_ray.preflight import check_storage, check_trial_configs
-from relif_ray.sweep_cli import NYUV2, clinical_main, main
+from relif_ray.sweep.preflight import check_storage, check_trial_configs
 from tests.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +85,11 @@ def nyuv2_copy(nyuv2_dir: Path, tmp_path: Path) -> Path:
 
 
 def nyuv2_main(argv: list[str]) -> int:
-    return main(NYUV2, argv)
+    return main(argv, datasets=("nyuv2",))
+
+
+def clinical_main(argv: list[str]) -> int:
+    return main(argv, datasets=tuple(CLINICAL))
 
 
 def nyuv2_flags(data: Path, storage: Path) -> list[str]:
@@ -298,6 +302,14 @@ def test_storage_is_checked_without_creating_it(tmp_path):
         check_storage(str(locked / "results"))
 
 
+def test_a_file_uri_storage_is_checked_like_its_path(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match=f"{tmp_path / 'file'} is not a directory"):
+        check_storage((tmp_path / "file" / "x").as_uri())
+    check_storage((tmp_path / "a" / "b").as_uri())
+    assert not (tmp_path / "a").exists()
+
+
 # ---------------------------------------------------------------------------------------
 # A user error only a trial can find
 
@@ -340,8 +352,8 @@ def test_a_user_error_ends_an_optuna_trial_without_stopping_the_study(
     trial that hit a user error must carry them (NaN), or Tune would stop the whole run."""
     from ray.tune import ExperimentAnalysis
 
-    from relif_ray.planning import OptunaPlan
-    from relif_ray.sweep_outcome import TrialsErrored
+    from relif_ray.sweep.outcome import TrialsErrored
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.launch import run_sweep
 
     bad = nyuv2_copy / "train" / "depth" / "2.npy"

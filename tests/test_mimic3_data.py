@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from relif_ray.cli_data import add_parser as add_make_data_parser
+from relif_ray.cli.make_data import add_parser as add_make_data_parser
 from relif_ray.data.mimic3 import (
     CATEGORICAL_VALUES,
     CHANNELS,

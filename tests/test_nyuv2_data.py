@@ -12,7 +12,7 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from relif_ray import cli_data
+from relif_ray.cli import make_data as cli_data
 from relif_ray.data import synthetic_nyuv2
 from relif_ray.data.nyuv2 import MODALITIES, read_nyuv2, read_nyuv2_split
 from relif_ray.data.synthetic_nyuv2 import CLASS_ID, pinhole_rays, write_synthetic_nyuv2

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import analysis
-from analysis.interface import squash_quantiles
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, read_trial_info
-from relif_ray.planning import SweepSpace, param_space, trial_order
-from relif_ray.sweep_outcome import TrialsErrored
-from relif_ray.variants import variant
+from analysis.audit_scores import squash_quantiles
+from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
+from relif_ray.sweep.labels import variant
+from relif_ray.sweep.outcome import TrialsErrored
+from relif_ray.sweep.plan import SweepSpace, param_space, trial_order
 from tests.test_sweeps import base_config, trial_states
 
 
@@ -75,7 +76,7 @@ def _tune_state(experiment: Path, trials: dict[str, dict]) -> None:
 
 
 def _snapshot(order, path: Path):
-    from relif_ray.tuning.reference import ReferenceOrder
+    from relif_ray.tuning.order import ReferenceOrder
 
     order.save(str(path))
     restored = ReferenceOrder([], order._experiment_dir)
@@ -91,7 +92,7 @@ def test_a_snapshot_older_than_the_resumed_trials_hands_out_nothing_twice(
 ) -> None:
     """Tune copies its trial list and the searcher's snapshot to storage one after the other:
     a driver killed in between resumes trials that the snapshot still calls pending."""
-    from relif_ray.tuning.reference import ReferenceOrder
+    from relif_ray.tuning.order import ReferenceOrder
 
     items = trial_order(_space(small_data, ["erm", "relif"], [0]), None, set()).items
     order = ReferenceOrder(items, str(tmp_path))
@@ -114,7 +115,7 @@ def test_a_snapshot_older_than_the_resumed_trials_hands_out_nothing_twice(
 
 def test_a_snapshot_newer_than_the_resumed_trials_loses_no_trial(small_data, tmp_path):
     """The snapshot saw a trial handed out that Tune's trial list never recorded."""
-    from relif_ray.tuning.reference import ReferenceOrder
+    from relif_ray.tuning.order import ReferenceOrder
 
     items = trial_order(_space(small_data, ["erm", "pcgrad"], [0]), None, set()).items
     order = ReferenceOrder(items, str(tmp_path))
@@ -227,10 +228,10 @@ def test_dependents_of_an_errored_reference_error_without_training(
 
 
 def test_a_reference_without_constants_is_refused_before_any_sweep(tmp_path, capsys, no_sweep):
-    from relif_ray.sweep_cli import NYUV2, main
+    from relif_ray.cli.sweep import main
 
     argv = ["--demo", "--storage", str(tmp_path), "--reference", str(tmp_path / "nope")]
-    assert main(NYUV2, argv) == 2
+    assert main(datasets=("nyuv2",), argv=argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"--reference {tmp_path / 'nope'}: no {SQUASH_CONSTANTS_FILE} there")
     assert "\n" not in err

@@ -10,7 +10,8 @@ import torch
 
 from relif_ray.config import ReLiFConfig
 from relif_ray.errors import UserError
-from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
+from relif_ray.reference import squash
+from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer, squash_with_gradient
 from tests.host_sync import no_host_sync
 
 TASKS = ["a", "b"]
@@ -255,6 +256,82 @@ def test_clipped_share_counts_squashed_prototypes_outside_the_erm_band() -> None
     assert math.isnan(plain["clipped"].item())
 
 
+def test_straight_through_squash_keeps_the_clipped_value_and_passes_the_affine_slope() -> None:
+    """Forward: the audit's squash to the bit. Backward: 1 / (q90 - q10 + 1e-6) everywhere
+    (straight-through) against the clip's slope inside the band and 0 outside it."""
+    raw = torch.tensor([-2.0, 1.0, 3.5, 5.0, 7.0, 9.0, math.inf], dtype=torch.float64)
+    low, high = torch.tensor(3.0, dtype=torch.float64), torch.tensor(6.0, dtype=torch.float64)
+    upstream = torch.arange(1.0, 8.0, dtype=torch.float64)  # a generic incoming gradient
+    values, grads = {}, {}
+    for gradient in ("clip", "straight_through"):
+        leaf = raw.clone().requires_grad_(True)
+        values[gradient] = squash_with_gradient(leaf, low, high, gradient)
+        (upstream * values[gradient]).sum().backward()
+        grads[gradient] = leaf.grad
+    assert torch.equal(values["clip"], squash(raw, low, high))
+    assert torch.equal(values["straight_through"], values["clip"])
+    slope = 1 / (6.0 - 3.0 + 1e-6)
+    inside = torch.tensor([False, False, True, True, False, False, False])
+    finite = torch.isfinite(raw)
+    torch.testing.assert_close(grads["clip"], upstream * slope * inside, rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        grads["straight_through"], upstream * slope * finite, rtol=1e-12, atol=0
+    )
+    differs = grads["straight_through"] != grads["clip"]
+    assert differs.tolist() == (finite & ~inside).tolist()
+    with pytest.raises(ValueError, match="unknown squash gradient 'identity'"):
+        squash_with_gradient(raw, low, high, "identity")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("squash_kind", ["erm", "running"])
+def test_straight_through_changes_only_the_gradient_through_squashed_scores(
+    squash_kind: str,
+) -> None:
+    """Same state and batch: the same loss, statistics and state (scales, squash quantiles,
+    controller) under clip and straight-through; the gradient through squashed scores is the
+    chain rule's dL/dp x 1 / (q90 - q10 + 1e-6), zeroed by the clip outside the band, where
+    dL/dp comes from the same step fed the squashed scores as probabilities."""
+    mixed = {"a": True, "b": False}
+    warm_b, raw_b = (3.0, 6.0, 5.0), (1.0, 9.0, 5.0)  # below q10, above q90, inside the band
+    settings = dict(squash=squash_kind, squash_constants=ERM_BAND, prototypes_per_task=3)
+    runs = {}
+    for gradient in ("clip", "straight_through"):
+        regularizer = ReLiFRegularizer(config(**settings, squash_gradient=gradient), TASKS)
+        regularizer = regularizer.double()
+        regularizer(*batch(b=warm_b), mixed)  # warm state, as in the middle of training
+        warm_band = regularizer.squash_low[1].item(), regularizer.squash_high[1].item()
+        scores, representation = batch(b=raw_b)
+        loss, stats = regularizer(scores, representation, mixed)
+        loss.backward()
+        band = regularizer.squash_low[1].item(), regularizer.squash_high[1].item()
+        runs[gradient] = (loss, stats, snapshot(regularizer), scores, representation)
+    (clip_loss, clip_stats, clip_state, clip_scores, clip_rep) = runs["clip"]
+    (st_loss, st_stats, st_state, st_scores, st_rep) = runs["straight_through"]
+    assert st_loss.item() == clip_loss.item()
+    np.testing.assert_equal(
+        {k: v.item() for k, v in st_stats.items()}, {k: v.item() for k, v in clip_stats.items()}
+    )
+    assert clip_stats["clipped"].item() == pytest.approx(2 / 3)
+    assert_same_state(clip_state, st_state)
+    assert torch.equal(st_scores["a"][0].grad, clip_scores["a"][0].grad)
+    assert torch.equal(st_rep.grad, clip_rep.grad)
+
+    reference = ReLiFRegularizer(config(prototypes_per_task=3), TASKS).double()
+    reference(*batch(b=tuple(squash(np.array(warm_b), *warm_band))), PROBABILITY)
+    squashed = squash(np.array(raw_b), *band)
+    assert squashed.tolist()[:2] == [0.0, 1.0]
+    ref_scores, ref_rep = batch(b=tuple(squashed))
+    ref_loss, _ = reference(ref_scores, ref_rep, PROBABILITY)
+    ref_loss.backward()
+    assert ref_loss.item() == pytest.approx(clip_loss.item(), rel=1e-12)
+    dl_dp = ref_scores["b"][0].grad
+    assert (dl_dp != 0).all()  # every prototype of b feels the loss
+    slope = 1 / (band[1] - band[0] + 1e-6)
+    inside = torch.tensor([False, False, True])
+    torch.testing.assert_close(st_scores["b"][0].grad, dl_dp * slope, rtol=1e-9, atol=0)
+    torch.testing.assert_close(clip_scores["b"][0].grad, dl_dp * slope * inside, rtol=1e-9, atol=0)
+
+
 def test_erm_squash_without_constants_is_a_one_line_config_error() -> None:
     regularizer = ReLiFRegularizer(config(), TASKS).double()
     with pytest.raises(UserError, match=r"relif.squash_constants: .* for b$"):
@@ -327,12 +404,23 @@ def test_state_dict_and_deterministic_mode() -> None:
 
 @pytest.mark.parametrize("pairing", ["cross", "rank"])
 @pytest.mark.parametrize("valid_b", [(True, True, True), (False, False, False)])
-@pytest.mark.parametrize("squash", ["erm", "running"])
+@pytest.mark.parametrize(
+    ("squash", "gradient"), [("erm", "clip"), ("running", "clip"), ("erm", "straight_through")]
+)
 def test_a_training_step_has_no_host_synchronisation(
-    monkeypatch: pytest.MonkeyPatch, pairing: str, valid_b: tuple[bool, ...], squash: str
+    monkeypatch: pytest.MonkeyPatch,
+    pairing: str,
+    valid_b: tuple[bool, ...],
+    squash: str,
+    gradient: str,
 ) -> None:
     """Forward (squash, pairs, scales, controller, stats) and backward, with and without pairs."""
-    settings = config(prototype_pairing=pairing, squash=squash, squash_constants=ERM_BAND)
+    settings = config(
+        prototype_pairing=pairing,
+        squash=squash,
+        squash_constants=ERM_BAND,
+        squash_gradient=gradient,
+    )
     regularizer = ReLiFRegularizer(settings, TASKS).double()
     mixed = {"a": True, "b": False}
     regularizer(*batch(b=(3.0, 6.0, 5.0)), mixed)  # warm state, as in the middle of training

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from relif_ray.cli.sweep import CLINICAL, main
 from relif_ray.errors import UserError
-from relif_ray.pareto import PARETO_COLUMNS, read_pareto, select_settings
-from relif_ray.planning import selected_trials, trial_order, trial_space
-from relif_ray.sweep_cli import MIMIC3, main, run_clinical
-from relif_ray.variants import experiment_config
+from relif_ray.sweep.labels import experiment_config
+from relif_ray.sweep.plan import selected_trials, trial_order, trial_space
+from relif_ray.sweep.selection import PARETO_COLUMNS, read_pareto, select_settings
 
 
 def front(*points: tuple) -> pd.DataFrame:
@@ -136,7 +136,7 @@ def test_select_from_mistakes_are_one_line_errors(flags, fragment, search_dir, c
     where = {"tmp": str(search_dir.parent), "search": str(search_dir)}
     argv = [flag.format(**where) for flag in flags]
     base = ["--dataset", "mimic3", "--data-dir", str(search_dir), "--seeds", "1"]
-    status = main(MIMIC3, [*base, *argv, "--storage", "/nonexistent/x"], runner=run_clinical)
+    status = main([*base, *argv, "--storage", "/nonexistent/x"], datasets=tuple(CLINICAL))
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert fragment.format(**where) in err[0]

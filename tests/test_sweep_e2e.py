@@ -178,9 +178,9 @@ def test_the_sweep_script_rejects_a_bad_flag_before_starting_ray(tmp_path):
 )
 def test_sweep_rejects_bad_flags_before_starting_ray(args, fragment, tmp_path, capsys, no_sweep):
     """What the script above calls (`sweep_cli.main`), in this process."""
-    from relif_ray.sweep_cli import NYUV2, main
+    from relif_ray.cli.sweep import main
 
-    status = main(NYUV2, [*args, "--storage", str(tmp_path)])
+    status = main(datasets=("nyuv2",), argv=[*args, "--storage", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and fragment in err[0], err
     assert not any(tmp_path.iterdir())

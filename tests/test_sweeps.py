@@ -24,12 +24,11 @@ from ray import tune
 
 import analysis
 from relif_ray.audit import fixed_delta_audit
+from relif_ray.cli.sweep import NYUV2, build_parser, main
+from relif_ray.cli.sweep import base_config as sweep_base_config
 from relif_ray.errors import UserError
-from relif_ray.outputs import read_trial_info
-from relif_ray.planning import controller_variants
-from relif_ray.sweep_cli import NYUV2, build_parser, main, run_controller_sensitivity
-from relif_ray.sweep_cli import base_config as sweep_base_config
-from relif_ray.variants import (
+from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.sweep.labels import (
     experiment_config,
     grid_variants,
     split_label,
@@ -38,6 +37,7 @@ from relif_ray.variants import (
     uses_controller,
     variant,
 )
+from relif_ray.sweep.plan import controller_variants
 from tests.conftest import tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses
 
@@ -145,7 +145,7 @@ def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
     """relif-nolip keeps lambda at 0 and relif-static at lambda0: neither adapts, so neither is
     crossed with (r*, eta), nor reports them, and the regularizer's controller holds lambda."""
     from relif_ray.relif.regularizer import ReLiFRegularizer
-    from relif_ray.tuning.trainable import controller_setting
+    from relif_ray.sweep.labels import setting_values
 
     adapting = {"relif", "relif-noalign", "pcgrad+relif", "pcgrad+relif-noalign"}
     labels = [*adapting, "erm", "pcgrad", "relif-nolip", "relif-static", "pcgrad+relif-nolip"]
@@ -154,7 +154,7 @@ def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
         relif = experiment_config(trial).relif
         adapts = label in adapting
         assert uses_controller(label) == relif.controller_adapts() == adapts, label
-        reported = controller_setting(relif)
+        reported = setting_values(relif)
         expected = [0.2, 0.5] if adapts else [np.nan, np.nan]
         np.testing.assert_array_equal([reported["r_star"], reported["eta"]], expected)
         if relif.enabled:
@@ -211,7 +211,7 @@ def test_controller_sensitivity_grid_matches_the_paper():
 
 
 def test_gpu_packing_concurrency():
-    from relif_ray.planning import Resources
+    from relif_ray.sweep.plan import Resources
 
     assert Resources(gpus_per_trial=0.5, num_gpus=8).max_concurrent_trials == 16
     assert Resources(gpus_per_trial=0.3, num_gpus=1).max_concurrent_trials == 3
@@ -274,7 +274,7 @@ def test_live_audit_drops_invalid_and_non_finite_rows():
 
 
 def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
-    from relif_ray.pareto import pareto_front
+    from relif_ray.sweep.selection import pareto_front
 
     rows = pd.DataFrame(
         {
@@ -295,7 +295,7 @@ def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
 def test_study_groups_give_each_label_and_seed_its_budget_in_range():
     from ray.tune.search import Searcher
 
-    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.search import StudyGroups
 
     plan = OptunaPlan(["relif", "relif-noalign"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
@@ -320,7 +320,7 @@ def test_study_groups_give_each_label_and_seed_its_budget_in_range():
 
 def test_study_groups_survive_a_save_and_restore(tmp_path):
     """What Tune does to the searcher when a killed Optuna sweep is resumed."""
-    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.search import StudyGroups
 
     plan = OptunaPlan(["relif"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
@@ -399,7 +399,10 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
 def test_bad_flags_are_one_line_errors_before_ray_starts(
     args, fragment, nyuv2_dir, capsys, no_sweep
 ):
-    status = main(NYUV2, ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"])
+    status = main(
+        datasets=("nyuv2",),
+        argv=["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"],
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert fragment in err[0] and err[0].split(": error: ")[1]
@@ -420,7 +423,7 @@ def test_a_bad_budget_is_the_same_one_line_error_with_and_without_demo(
     positive is refused by the config check first, as with --data-dir."""
     errors = []
     for data in (["--demo"], ["--data-dir", str(nyuv2_dir)]):
-        status = main(NYUV2, [*data, *budget, "--storage", str(tmp_path)])
+        status = main(datasets=("nyuv2",), argv=[*data, *budget, "--storage", str(tmp_path)])
         errors.append(capsys.readouterr().err.strip().splitlines())
         assert status == 2 and len(errors[-1]) == 1, errors[-1]
     assert errors[0] == errors[1] and errors[0][0].endswith(fragment), errors
@@ -431,14 +434,14 @@ def test_a_bad_budget_is_the_same_one_line_error_with_and_without_demo(
     ("args", "fragment"),
     [
         (["--static-lambdas", "0.001"], "relif.lambda0: need 0 <= lambda_min <= lambda0"),
-        (["--etas", "1e-3,x"], "--etas: expected comma-separated numbers"),
+        (["--etas", "1e-3,x"], "--etas value must be a number, got 'x'"),
         (["--dataset", "nosuch"], "argument --dataset: invalid choice"),
         (["--methods", "erm"], "unrecognized arguments: --methods erm"),
     ],
 )
 def test_controller_sensitivity_rejects_bad_flags(args, fragment, nyuv2_dir, capsys, no_sweep):
     argv = ["--data-dir", str(nyuv2_dir), *args, "--storage", "/nonexistent/x"]
-    status = main(NYUV2, argv, runner=run_controller_sensitivity)
+    status = main(argv, controller_checks=True)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and fragment in err[0], err
 
@@ -475,7 +478,7 @@ def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
     ],
 )
 def test_the_demo_scales_the_controller_to_its_step_budget(flags, eta, warmup, tmp_path):
-    from relif_ray.sweep_cli import controller_grid
+    from relif_ray.cli.sweep import controller_grid
 
     args = build_parser(NYUV2).parse_args(["--demo", *flags])
     assert sweep_base_config(args, NYUV2, str(tmp_path))["relif"]["warmup_steps"] == warmup
@@ -513,7 +516,7 @@ def packed_sweep(ray_session, small_data, tmp_path_factory) -> tuple[Path, Lowes
     """erm and relif (r* = 0.2), seed 0, 2 epochs of 2 steps, each twice: once plain and once
     crashing at step 3 (after the epoch-1 checkpoint) and retried. Each trial asks for half a
     logical GPU and half a CPU, so all 4 fit on the session's 2 logical GPUs at once."""
-    from relif_ray.planning import Resources, param_space
+    from relif_ray.sweep.plan import Resources, param_space
     from relif_ray.tuning.launch import run_sweep
 
     base = base_config(small_data)
@@ -616,7 +619,7 @@ def test_the_tests_local_ray_listens_on_loopback_only(ray_session):
 
 @pytest.mark.slow
 def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
-    from relif_ray.planning import OptunaPlan
+    from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.launch import run_sweep
 
     plan = OptunaPlan(["relif"], [0], 2, (0.1, 0.4), (1e-4, 1e-2))
@@ -658,7 +661,9 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
 def test_impossible_requests_fail_before_any_trial(
     args, fragment, ray_session, nyuv2_dir, tmp_path, capsys
 ):
-    status = main(NYUV2, ["--data-dir", str(nyuv2_dir), "--storage", str(tmp_path), *args])
+    status = main(
+        datasets=("nyuv2",), argv=["--data-dir", str(nyuv2_dir), "--storage", str(tmp_path), *args]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and fragment in err[0], err
     assert not any(tmp_path.iterdir())  # no experiment was started

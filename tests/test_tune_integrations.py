@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 import analysis
-from relif_ray.planning import TuneOptions
-from relif_ray.sweep_cli import NYUV2, main
+from relif_ray.cli.sweep import main
+from relif_ray.sweep.plan import TuneOptions
 
 EPOCHS = 3
 SEEDS = 3
@@ -131,8 +131,8 @@ def asha_sweep(ray_session, nyuv2_dir, tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", (tmp / "mlruns").as_uri())
     monkeypatch_module.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: opt in
     status = main(
-        NYUV2,
-        [
+        datasets=("nyuv2",),
+        argv=[
             "--data-dir", str(nyuv2_dir), "--storage", str(tmp), "--name", "asha",
             "--methods", "erm,relif", "--seeds", str(SEEDS), "--epochs", str(EPOCHS),
             "--backbone", "resnet18", "--batch-size", "12", "--warmup-steps", "1",

@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.data.sequences import SequenceSplit, Standardizer, build_split, carry_forward
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 
 MORTALITY_HOURS = 48
 
@@ -107,7 +107,7 @@ def read_all_data(path: Path) -> pd.DataFrame:
             raise UserError(f"{path}: line 1: missing column '{missing[0]}'")
         raw = pd.read_csv(path, usecols=list(REQUIRED_COLUMNS), low_memory=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else "unreadable"
+        reason = first_line(error, fallback="unreadable")
         raise UserError(f"{path}: not a readable CSV file: {reason}") from None
     if raw.empty:
         raise UserError(f"{path}: line 2: no rows after the header")

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from relif_ray.data.sequences import SequenceSplit, Standardizer, build_split, carry_forward
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, finite_number
 
 EPS = 1e-6
 """The benchmark's tolerance when mapping times to hourly steps."""
@@ -208,7 +208,7 @@ def read_episode(path: Path) -> Episode:
                 raise UserError(
                     f"{path}: line {line}: expected {len(header)} fields, got {len(row)}"
                 )
-            times.append(_number(row[0], path, line, "Hours"))
+            times.append(finite_number(row[0], f"{path}: line {line}: Hours"))
             for channel, cell in zip(header[1:], row[1:], strict=True):
                 if cell == "":
                     continue
@@ -240,20 +240,10 @@ def _episode_header(reader: Iterator[list[str]], path: Path) -> list[str]:
 def _channel_value(channel: str, cell: str, path: Path, line: int) -> float:
     categories = CATEGORICAL_VALUES.get(channel)
     if categories is None:
-        return _number(cell, path, line, channel)
+        return finite_number(cell, f"{path}: line {line}: {channel}")
     if cell not in categories:
         raise UserError(f"{path}: line {line}: unknown value '{cell}' for '{channel}'")
     return float(categories.index(cell))
-
-
-def _number(cell: str, path: Path, line: int, what: str) -> float:
-    try:
-        value = float(cell)
-    except ValueError:
-        raise UserError(f"{path}: line {line}: {what} must be a number, got '{cell}'") from None
-    if not np.isfinite(value):
-        raise UserError(f"{path}: line {line}: {what} must be finite, got '{cell}'")
-    return value
 
 
 # ----------------------------------------------------------------------------------------
@@ -300,7 +290,7 @@ def _parse_row(text: str, path: Path, line: int) -> ListfileRow:
     filename, los, mortality, los_task, phenotypes, decompensation = fields
     if not filename:
         raise UserError(f"{path}: line {line}: empty filename")
-    length_of_stay = _number(los, path, line, "length of stay")
+    length_of_stay = finite_number(los, f"{path}: line {line}: length of stay")
     if length_of_stay < 0:
         raise UserError(f"{path}: line {line}: length of stay must be >= 0, got {los}")
     position_mask_label = _integers(mortality, path, line, "in-hospital mortality")
@@ -311,7 +301,7 @@ def _parse_row(text: str, path: Path, line: int) -> ListfileRow:
     _, mortality_mask, mortality_label = position_mask_label
     _binary([mortality_mask, mortality_label], path, line, "in-hospital mortality mask/label")
     los_masks, los_cells = _masks_and_labels(los_task, path, line, "length of stay")
-    los_hours = [_number(x, path, line, "length of stay label") for x in los_cells]
+    los_hours = [finite_number(x, f"{path}: line {line}: length of stay label") for x in los_cells]
     phenotype_labels = _integers(phenotypes, path, line, "phenotype")
     if len(phenotype_labels) != NUM_PHENOTYPES:
         raise UserError(

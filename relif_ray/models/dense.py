@@ -18,7 +18,7 @@ import torchvision
 from torch import Tensor, nn
 
 from relif_ray.config import ModelConfig
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 from relif_ray.models.base import MultiTaskModel
 from relif_ray.tasks.base import Batch, ModelOutput
 
@@ -96,7 +96,7 @@ def read_state_dict(path: str) -> dict[str, Tensor]:
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         raise UserError(
             f"config field model.pretrained: {path} is not a torch state_dict file "
-            f"({_first_line(exc)})"
+            f"({first_line(exc)})"
         ) from None
     if not isinstance(state, dict):
         raise UserError(
@@ -119,14 +119,9 @@ def imagenet_state_dict(name: str) -> dict[str, Tensor]:
         target = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
         raise UserError(
             f"config field model.pretrained: ImageNet weights of {name} are neither cached nor "
-            f"downloadable ({_first_line(exc)}); put {weights.url} at {target}, or pass the "
+            f"downloadable ({first_line(exc)}); put {weights.url} at {target}, or pass the "
             "path of a state_dict file"
         ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 class DenseHead(nn.Module):

@@ -18,9 +18,12 @@ inactive update leaves every buffer as it was through `torch.where`, not a Pytho
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
+
+from relif_ray.config import ReLiFConfig
 
 
 class ViolationController(nn.Module):
@@ -56,6 +59,22 @@ class ViolationController(nn.Module):
         self.register_buffer("lambda_", torch.tensor(float(lambda0)))
         self.register_buffer("r_ema", torch.tensor(float("nan")))
         self.register_buffer("updates", torch.tensor(0, dtype=torch.long))
+
+    @classmethod
+    def from_config(cls, config: ReLiFConfig) -> ViolationController:
+        """The controller of a ReLiF config: lambda0 (0 without the Lipschitz branch, which
+        keeps lambda at 0), adaptive where `ReLiFConfig.controller_adapts` says so. Only a
+        ReLiF that is on builds one, so `enabled` is not asked of the config."""
+        return cls(
+            lambda0=config.lambda0 if config.lipschitz_branch else 0.0,
+            lambda_min=config.lambda_min,
+            lambda_max=config.lambda_max,
+            warmup_steps=config.warmup_steps,
+            violation_ema=config.violation_ema,
+            r_star=config.r_star,
+            eta=config.eta,
+            adaptive=replace(config, enabled=True).controller_adapts(),
+        )
 
     def update(self, r: Tensor, active: Tensor | bool = True) -> Tensor:
         """Feed the violation rate r_t of one step; return lambda_t (detached).

@@ -3,14 +3,17 @@
 Per step, given every task's per-example audit score and the shared representation:
 
 1. Scores that are not probabilities (NYUv2 depth/normal: unbounded feature norms) are squashed
-   into [0, 1] with clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), the audit's own squash
-   (appendix A.3). With `squash="erm"` (the paper's: "the same scalar score is used to form
+   into [0, 1] with the audit's own squash (`relif_ray.reference.squash`, appendix A.3). With
+   `squash="erm"` (the paper's: "the same scalar score is used to form
    both the fixed-audit gaps and the training-time surrogate gaps", section 3) q10/q90 are the
    fixed same-seed ERM validation quantiles of `squash_constants`, exactly the audit's. With
    `squash="running"` they are running EMAs (weight `squash_ema`, first value = the first
    batch's quantiles) of each task's batch quantiles over its valid finite scores, without
-   gradient (our earlier choice, kept as an option). A clipped score passes no gradient; the
-   trace's `clipped` is the share of squashed-task prototype scores clipped at 0 or 1.
+   gradient (our earlier choice, kept as an option). With `squash_gradient="clip"` (the
+   paper's) a clipped score passes no gradient; with "straight_through" (our extension) the
+   forward value is the same clipped score, but the backward pass uses the slope of the
+   squash's affine map everywhere (`squash_with_gradient`). The trace's `clipped` is the
+   share of squashed-task prototype scores clipped at 0 or 1 (in the forward value).
 2. Prototype pairs P_t (`surrogate.prototype_pairs`): signed gaps Delta s, clipped distances d'.
 3. Scale buffers (section 4.2): tau_t = EMA of Quantile_q(|Delta s|), kappa_t = EMA of
    Quantile_q(d') over P_t, q = `scale_quantile` (linear interpolation, as numpy's default),
@@ -36,14 +39,12 @@ controller always run in fp32 (or fp64 in tests).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor, nn
 
-from relif_ray.audit import SQUASH_QUANTILES, squash
-from relif_ray.config import ReLiFConfig
+from relif_ray.config import ReLiFConfig, SquashGradient
 from relif_ray.errors import UserError
+from relif_ray.reference import SQUASH_EPS, SQUASH_QUANTILES, squash
 from relif_ray.relif.controller import ViolationController
 from relif_ray.relif.surrogate import PrototypePairs, huber_rho, huberized_hinge, prototype_pairs
 
@@ -69,18 +70,7 @@ class ReLiFRegularizer(nn.Module):
         super().__init__()
         self.config = config
         self.task_names = list(task_names)
-        self.controller = ViolationController(
-            lambda0=config.lambda0 if config.lipschitz_branch else 0.0,
-            lambda_min=config.lambda_min,
-            lambda_max=config.lambda_max,
-            warmup_steps=config.warmup_steps,
-            violation_ema=config.violation_ema,
-            r_star=config.r_star,
-            eta=config.eta,
-            # A regularizer exists only where ReLiF is on: `enabled` is the engine's switch
-            # for building one, so it is not asked of a config handed to it directly.
-            adaptive=replace(config, enabled=True).controller_adapts(),
-        )
+        self.controller = ViolationController.from_config(config)
         initial_scale = float("nan") if config.quantile_alignment else 1.0
         self.register_buffer("tau", torch.tensor(initial_scale))
         self.register_buffer("kappa", torch.tensor(initial_scale))
@@ -197,7 +187,9 @@ class ReLiFRegularizer(nn.Module):
         A task without any usable score yet has NaN quantiles; all its entries are masked out
         of the pairs anyway, and placeholders keep its (zero) gradients finite."""
         low, high = low.nan_to_num(nan=0.0), high.nan_to_num(nan=1.0)
-        squashed = squash(raw, low[:, None], high[:, None])
+        squashed = squash_with_gradient(
+            raw, low[:, None], high[:, None], self.config.squash_gradient
+        )
         rows = squashed_rows[:, None]
         at_bound = (squashed <= 0) | (squashed >= 1)
         return torch.where(rows, squashed, raw), (rows & at_bound).detach()
@@ -224,6 +216,30 @@ class ReLiFRegularizer(nn.Module):
             "clipped": clipped,
         }
         return {key: values[key].detach().clone().to(self.tau.dtype) for key in STAT_KEYS}
+
+
+def squash_with_gradient(
+    raw: Tensor, low: Tensor, high: Tensor, gradient: SquashGradient = "clip"
+) -> Tensor:
+    """The audit's squash of raw scores (`relif_ray.reference.squash`; paper appendix A),
+    with the chosen gradient.
+
+    "clip" (the paper's): the clip's own gradient, zero wherever it saturates. A prototype is
+    a top score, so once a depth/normal score overshoots q90 nothing pulls it back.
+    "straight_through" (our extension): the forward value is exactly the clipped one (the
+    paper's "same scalar score" for surrogate and audit), the gradient is the affine map's
+    slope 1 / (high - low + SQUASH_EPS) everywhere. It is value.detach() + (s - s.detach()) / width:
+    the added term is an exact zero whose gradient is the slope, so the value is the clip's
+    to the bit. A non-finite raw score carries no gradient, as under the clip. `low`/`high`
+    broadcast against `raw` and must be finite.
+    """
+    squashed = squash(raw, low, high)
+    if gradient == "clip":
+        return squashed
+    if gradient != "straight_through":
+        raise ValueError(f"unknown squash gradient {gradient!r}")
+    carrier = torch.where(torch.isfinite(raw), raw, 0.0)
+    return squashed.detach() + (carrier - carrier.detach()) / (high - low + SQUASH_EPS)
 
 
 def _ema(previous: Tensor, estimate: Tensor, weight: float) -> Tensor:

@@ -1,8 +1,10 @@
 """The Ray Tune layer, the only package of the library that imports Ray.
 
 `trainable`: one trial (`ReLiFTrainable`) and its live validation audit; `search`: the Optuna
-studies (`StudyGroups`); `launch`: connect, cluster and storage checks, `run_sweep`, the
-studies' `pareto.csv`. What to run is planned without Ray in `relif_ray.planning`. This
+studies (`StudyGroups`); `order`: same-seed ERM reference trials before the trials that wait
+for them (`ReferenceOrder`); `launch`: connect, cluster and storage checks, `run_sweep`, the
+studies' `pareto.csv`; `integrations`: schedulers and logger callbacks; `outcome`,
+`user_errors`: errored trials. What to run is planned without Ray in `relif_ray.sweep`. This
 package's own module (no Ray import) keeps a local Ray on 127.0.0.1: `keep_local_ray_on_loopback`.
 """
 

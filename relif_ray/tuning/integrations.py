@@ -1,5 +1,5 @@
 """Ray Tune's own tools that a sweep switches on by flag: the ASHA scheduler and the W&B and
-MLflow logger callbacks (`--scheduler`, `--callbacks`; `relif_ray.planning.TuneOptions`).
+MLflow logger callbacks (`--scheduler`, `--callbacks`; `relif_ray.sweep.plan.TuneOptions`).
 
 ASHA (`ray.tune.schedulers.AsyncHyperBandScheduler`) ranks trials at each rung by one metric of
 the epoch's result and stops the worse ones. The same-seed ERM trials are the reference that
@@ -20,8 +20,9 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
-from relif_ray.planning import SCHEDULER_METRICS, TuneOptions, is_reference
-from relif_ray.variants import experiment_config
+from relif_ray.reference import is_reference
+from relif_ray.sweep.labels import experiment_config
+from relif_ray.sweep.plan import SCHEDULER_METRICS, TuneOptions
 
 ASHA_OPEN_ENDED_EPOCHS = 10_000
 """ASHA's max_t when the budget is steps only (the epochs are not known before data loads)."""
@@ -29,7 +30,7 @@ ASHA_OPEN_ENDED_EPOCHS = 10_000
 
 def is_reference_trial(trial: Trial) -> bool:
     """Whether a trial (by its flat Tune config) is an ERM reference trial
-    (`relif_ray.planning.is_reference`)."""
+    (`relif_ray.reference.is_reference`)."""
     return is_reference(experiment_config(trial.config))
 
 

@@ -2,7 +2,7 @@
 write the Optuna studies' Pareto sets.
 
 `relif_ray.tuning` is the only package of the library that imports Ray; what a sweep runs is
-planned and checked before, without Ray, in `relif_ray.planning`.
+planned and checked before, without Ray, in `relif_ray.sweep.plan`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.fs
 import ray
 from ray import tune
 from ray.tune.result import SHOULD_CHECKPOINT, TRAINING_ITERATION
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from relif_ray.errors import UserError
-from relif_ray.outputs import write_squash_constants
-from relif_ray.pareto import pareto_front
-from relif_ray.planning import (
+from relif_ray.errors import UserError, first_line
+from relif_ray.experiment.storage import join, local_path, location, resolved, write_text
+from relif_ray.problems import worker_env
+from relif_ray.reference import write_squash_constants
+from relif_ray.sweep.labels import trial_name
+from relif_ray.sweep.plan import (
     OptunaPlan,
     Resources,
     SweepSpace,
@@ -34,20 +35,19 @@ from relif_ray.planning import (
     TuneOptions,
     trial_order,
 )
-from relif_ray.preflight import lent_constants
-from relif_ray.problems import worker_env
+from relif_ray.sweep.preflight import lent_constants
+from relif_ray.sweep.selection import PARETO_FILE, pareto_front
 from relif_ray.tuning.integrations import (
     asha_rung_epochs,
     logger_callbacks,
     scheduler,
     scheduler_constants,
 )
+from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.outcome import raise_if_errored
-from relif_ray.tuning.reference import ReferenceOrder
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
-from relif_ray.variants import describe
 
 PROGRESS_PARAMETERS = {"seed": "seed"}
 PROGRESS_METRICS = {
@@ -87,19 +87,9 @@ def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
     if not rows:
         return None
     table = pd.DataFrame(rows).dropna(subset=["val_bias", "val_worst"])
-    path = f"{experiment_dir.rstrip('/')}/pareto.csv"
-    _write_text(path, pareto_front(table).to_csv(index=False))
-    return path
-
-
-def _write_text(path: str, text: str) -> None:
-    """Write a small text file to a local path or a storage URI (s3://, gs://, ...)."""
-    if "://" not in path:
-        Path(path).write_text(text)
-        return
-    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
-    with filesystem.open_output_stream(inner) as stream:
-        stream.write(text.encode())
+    path = join(location(experiment_dir), PARETO_FILE)
+    write_text(path, pareto_front(table).to_csv(index=False))
+    return str(path)
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -116,10 +106,10 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def connect(resources: Resources) -> None:
-    """Start local Ray or join the cluster at `resources.address` (unless already connected);
-    its workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`).
-    Local Ray binds to 127.0.0.1 when the sweep driver called
-    `relif_ray.tuning.keep_local_ray_on_loopback` before importing Ray, as `sweep_cli` does."""
+    """Start local Ray or join the cluster at `resources.address` (unless already connected); its
+    workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`). Local Ray
+    binds to 127.0.0.1 when the driver called `relif_ray.tuning.keep_local_ray_on_loopback` before
+    importing Ray, as `relif_ray.sweep.driver` does."""
     if ray.is_initialized():
         return
     runtime_env = {"env_vars": env} if (env := worker_env()) else None
@@ -128,8 +118,8 @@ def connect(resources: Resources) -> None:
         try:
             ray.init(address=resources.address, runtime_env=runtime_env)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"--address {resources.address}: cannot connect ({message})") from None
+            reason = first_line(exc)
+            raise UserError(f"--address {resources.address}: cannot connect ({reason})") from None
     else:
         ray.init(num_cpus=resources.num_cpus, include_dashboard=False, runtime_env=runtime_env)
 
@@ -177,13 +167,13 @@ def storage_problem(probe: str, token: str) -> str | None:
 def check_storage_visible(storage_path: str) -> None:
     """On a multi-node cluster, a local `--storage` path must be one shared directory (NFS):
     the driver writes a probe file with a random token and a task pinned to each node reads it
-    back and writes next to it. URIs (s3://, gs://) are left to Ray's storage layer."""
-    if "://" in storage_path:
+    back and writes next to it. Object storage (s3://, gs://) is left to Ray's storage layer."""
+    root = local_path(storage_path)
+    if root is None:
         return
     nodes = [node for node in ray.nodes() if node.get("Alive")]
     if len(nodes) <= 1:
         return
-    root = Path(storage_path)
     root.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     probe = root / f".relif-storage-probe-{token}"
@@ -245,12 +235,13 @@ class CheckpointCadence(tune.Callback):
 
 
 def _trial_name(trial: Any) -> str:
-    """The trial's name in the progress table, W&B and MLflow: label, setting, seed."""
-    return describe(trial.config)
+    """The trial's name in the progress table, W&B and MLflow: label, setting, seed
+    (`relif_ray.sweep.labels.trial_name`)."""
+    return trial_name(trial.config)
 
 
 def _trial_dirname(trial: Any) -> str:
-    return f"{describe(trial.config)}_{trial.trial_id}"
+    return f"{trial_name(trial.config)}_{trial.trial_id}"
 
 
 def concurrency(resources: Resources, options: TuneOptions, trials: int | None) -> int:
@@ -337,8 +328,8 @@ def run_sweep(
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    storage_path = storage if "://" in storage else str(Path(storage).resolve())
-    experiment_dir = f"{storage_path.rstrip('/')}/{name}"
+    storage_path = str(resolved(storage))
+    experiment_dir = str(join(resolved(storage), name))
     connect(resources)
     check_cluster(resources)
     check_storage_visible(storage_path)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ray import tune
 
-from relif_ray.sweep_outcome import ErroredTrial, TrialsErrored, last_line
+from relif_ray.errors import last_line
+from relif_ray.sweep.outcome import ErroredTrial, TrialsErrored
 
 
 def errored_trials(results: tune.ResultGrid) -> list[ErroredTrial]:

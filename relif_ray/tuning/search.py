@@ -7,8 +7,8 @@ import zlib
 
 from ray.tune.search import Searcher
 
-from relif_ray.planning import OptunaPlan
-from relif_ray.variants import trial_overrides, variant
+from relif_ray.sweep.labels import trial_overrides, variant
+from relif_ray.sweep.plan import OptunaPlan
 
 OBJECTIVES = {"val_bias": "min", "worst": "max"}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""

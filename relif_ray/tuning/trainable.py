@@ -3,21 +3,21 @@
 One trial = one `TrainingRun`; one Tune iteration = one epoch followed by a validation pass
 and a live fixed-delta audit. Checkpoints hold the engine state (model, optimiser, method,
 ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the trial's
-outputs for val and test (see `relif_ray.outputs`), so the experiment directory in storage is
-all that analysis needs. A trial's Tune config is described in `relif_ray.variants`.
+outputs for val and test (see `relif_ray.experiment.outputs`), so the experiment directory in
+storage is all that analysis needs. A trial's Tune config is described in
+`relif_ray.sweep.labels`.
 
-Same-seed ERM squash constants (paper section 3, appendix A.3): a ReLiF trial with
-`relif.squash = "erm"` on a data set with squashed scores reads q10/q90 of its seed from the
-experiment's `squash_constants.json` at set-up (the sweep starts it only after its seed's ERM
-trial has finished, `relif_ray.tuning.reference`) and trains on them; its `trial.json` records
-them in its config. An ERM reference trial reports its validation q10/q90 with its last
-result, from which the driver writes that file.
+Same-seed ERM squash constants (`relif_ray.reference`): a trial that waits for its seed's
+reference reads q10/q90 of its seed from the experiment's `squash_constants.json` at set-up
+(the sweep starts it only after its seed's ERM trial has finished, `relif_ray.tuning.order`)
+and trains on them; its `trial.json` records them in its config. An ERM reference trial
+reports its validation q10/q90 with its last result, from which the driver writes that file.
 
 Live validation Bias (`val_bias`, the progress table and the Optuna objective): the audit of
 `relif_ray.audit.fixed_delta_audit` at the sweep's `delta` on the trial's own validation
-scores. Scores that are not probabilities (NYUv2 depth/normal feature norms) are squashed with
-clip((s - q10) / (q90 - q10 + 1e-6), 0, 1): with the trial's ERM constants where it has them,
-else with q10/q90 of the SAME trial's validation scores (an ERM or baseline trial). It is a
+scores. Scores that are not probabilities are squashed (`relif_ray.reference.squash`) with the
+trial's ERM constants where it has them, else with the quantiles of the SAME trial's
+validation scores (an ERM or baseline trial). It is a
 progress and search signal only: the official fixed-delta numbers are computed at analysis
 time with same-seed ERM quantiles and the reference delta (`analysis`).
 
@@ -41,13 +41,20 @@ import pandas as pd
 import torch
 from ray import tune
 
-from relif_ray.audit import SQUASH_QUANTILES, AuditResult, fixed_delta_audit, squash
-from relif_ray.config import ExperimentConfig, ReLiFConfig
+from relif_ray.audit import AuditResult, fixed_delta_audit
+from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants, write_trial_outputs
-from relif_ray.planning import is_reference, waits_for_reference
-from relif_ray.variants import experiment_config
+from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.reference import (
+    SQUASH_CONSTANTS_FILE,
+    is_reference,
+    read_squash_constants,
+    squash,
+    squash_bounds,
+    waits_for_reference,
+)
+from relif_ray.sweep.labels import experiment_config, setting_values
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
@@ -74,7 +81,7 @@ def live_validation_audit(
     for task, rows in frame.groupby("task"):
         values = rows["score"].to_numpy()
         if task not in probability_tasks:
-            low, high = (constants or {}).get(task) or np.quantile(values, SQUASH_QUANTILES)
+            low, high = (constants or {}).get(task) or squash_bounds(values)
             values = squash(values, low, high)
         frame.loc[rows.index, "score"] = np.clip(values, 0.0, 1.0)
     if frame["task"].nunique() < 2:
@@ -90,16 +97,6 @@ def live_controller_state(trace: list[dict[str, float]]) -> dict[str, float]:
     """The controller statistics of the last trace row (NaN where the trial has none)."""
     last = trace[-1] if trace else {}
     return {key: float(last.get(key, math.nan)) for key in LIVE_CONTROLLER_KEYS}
-
-
-def controller_setting(relif: ReLiFConfig) -> dict[str, float]:
-    """The (r*, eta) a trial reports (progress table, `pareto.csv`): NaN unless its controller
-    adapts lambda, since r* and eta change nothing otherwise."""
-    adapts = relif.controller_adapts()
-    return {
-        "r_star": relif.r_star if adapts else math.nan,
-        "eta": relif.eta if adapts else math.nan,
-    }
 
 
 def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) -> ExperimentConfig:
@@ -159,7 +156,7 @@ class ReLiFTrainable(tune.Trainable):
             **metrics,
             "label": self.label,
             "seed": self.run.config.seed,
-            **controller_setting(self.run.config.relif),
+            **setting_values(self.run.config.relif),
             "worst": self.last_eval.metrics["worst"],
             "macro": self.last_eval.metrics["macro"],
             "val_bias": audit.bias if audit else math.nan,

@@ -34,12 +34,6 @@ class TrialsErrored(Exception):
         self.trials = trials
 
 
-def last_line(text: str) -> str:
-    """The last non-empty line of an error text (the exception's type and message)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def retry_command(program: list[str], argv: list[str]) -> str:
     """The command line that resumes the sweep: the same flags plus `--resume`."""
     flags = argv if "--resume" in argv else [*argv, "--resume"]

@@ -1,18 +1,21 @@
-"""Pareto dominance of (Bias, Worst) points: Bias lower is better, Worst higher is better (the
-paper's utility-fairness trade-off, Figure 2). Used by the Optuna sweep's `pareto.csv`, by
-the choice of (r*, eta) from it (`select_settings`) and by the analysis fronts."""
+"""Pareto dominance of (Bias, Worst) points and the (r*, eta) a `--select-from` sweep runs at.
+
+Bias lower is better, Worst higher is better (the paper's utility-fairness trade-off, Figure
+2). Dominance is used by the Optuna sweep's `pareto.csv`, by the choice of (r*, eta) from it
+(`select_settings`, a `Selection`) and by the analysis fronts."""
 
 from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from pyarrow.fs import FileType
 
-from relif_ray import storage
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 
 
 def non_dominated(bias: np.ndarray, worst: np.ndarray) -> np.ndarray:
@@ -99,3 +102,43 @@ def select_settings(front: pd.DataFrame, worst_tolerance: float) -> pd.DataFrame
         )
         chosen.append(ranked.iloc[0])
     return pd.DataFrame(chosen, columns=front.columns).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The `select_settings` rows chosen from the `pareto.csv` of the search `source` (one per
+    label and seed), at `worst_tolerance`."""
+
+    chosen: pd.DataFrame
+    source: str
+    worst_tolerance: float
+
+    def settings(self) -> dict[tuple[str, int], tuple[float, float]]:
+        """(label, seed) -> (r*, eta)."""
+        return {
+            (row.label, int(row.seed)): (float(row.r_star), float(row.eta))
+            for row in self.chosen.itertuples()
+        }
+
+    def lines(self) -> list[str]:
+        """What the sweep prints about its choice."""
+        lines = [
+            "(r*, eta) selected on validation: lowest val Bias within "
+            f"{self.worst_tolerance:g} of the study's best val Worst"
+        ]
+        lines += [
+            f"  {row.label} seed {int(row.seed)}: r*={row.r_star:g} eta={row.eta:g} "
+            f"(val Bias {row.val_bias:.4f}, val Worst {row.val_worst:.4f}; "
+            f"study {row.study}, trial {row.trial_id})"
+            for row in self.chosen.itertuples()
+        ]
+        return lines
+
+
+def record_selection(experiment_dir: str, selection: Selection) -> None:
+    """`<experiment>/selection.csv`: the chosen pareto.csv rows, their source and tolerance."""
+    table = selection.chosen.assign(
+        source=selection.source, worst_tolerance=selection.worst_tolerance
+    )
+    path = storage.join(storage.location(experiment_dir), SELECTION_FILE)
+    storage.write_text(path, table.to_csv(index=False))

@@ -7,10 +7,12 @@ the trial, so each rule keeps one home:
 - every trial's config: the method is built with its options (`build_method`: unknown
   options, out-of-range values, a gradient source the method lacks) and the model is built on
   PyTorch's `meta` device, which allocates no memory (unknown backbone, pretrained weights
-  that cannot be loaded, options the model rejects);
+  that cannot be loaded, options the model rejects); the straight-through squash gradient is
+  refused where the data set has no squashed score (`check_squash_gradient`);
 - the data set: the benchmark's `check(root)` (every file present and readable, shapes and
   dtypes from file headers, small files parsed whole);
-- the storage: a local `--storage` must be creatable and writable; nothing is created here.
+- the storage: a local `--storage` must be creatable and writable; nothing is created here;
+- pretrained weights given as a file must exist (`resolve_pretrained`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
+from relif_ray.experiment.storage import local_path
 from relif_ray.methods import build_method
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.problems import benchmark
+from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
 
 
 def check_trial_configs(configs: list[ExperimentConfig]) -> None:
@@ -33,6 +36,7 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
     built: set[str] = set()
     for config in configs:
         described = benchmark(config.data.dataset, "config field data.dataset")
+        check_squash_gradient(config, described.squashed_tasks)
         method = config.method
         if repr((config.data.dataset, method)) not in built:
             built.add(repr((config.data.dataset, method)))
@@ -49,6 +53,19 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
                 # loading pretrained weights into meta parameters copies nothing, by design
                 warnings.filterwarnings("ignore", ".*copying from a non-meta parameter")
                 described.model(config.model)
+
+
+def check_squash_gradient(config: ExperimentConfig, squashed_tasks: frozenset[str]) -> None:
+    """`relif.squash_gradient: straight_through` changes only the gradient through squashed
+    scores; on a data set whose audit scores are all probabilities it would train exactly as
+    "clip" (`relif-st` = `relif`), so a sweep asking for it is a mistake."""
+    relif = config.relif
+    if relif.enabled and relif.squash_gradient == "straight_through" and not squashed_tasks:
+        raise UserError(
+            "config field relif.squash_gradient: straight_through (label relif-st) changes "
+            f"nothing on {config.data.dataset}, whose audit scores are all probabilities "
+            "(no squash); use clip (relif)"
+        )
 
 
 def check_data(dataset: str, root: str) -> None:
@@ -68,13 +85,25 @@ def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
 
 
 def check_storage(storage: str) -> None:
-    """A local `--storage` must be a directory we can write into, or creatable below its
-    nearest existing parent; URIs (s3://, gs://) are left to Ray's storage layer."""
-    if "://" in storage:
+    """A local `--storage` (a path or `file://` URI) must be a directory we can write into, or
+    creatable below its nearest existing parent; object storage (s3://, gs://) is left to
+    Ray's storage layer."""
+    path = local_path(storage)
+    if path is None:
         return
-    path = Path(storage).resolve()
     existing = next(parent for parent in (path, *path.parents) if parent.exists())
     if not existing.is_dir():
         raise UserError(f"--storage {storage}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--storage {storage}: {existing} is not writable")
+
+
+def resolve_pretrained(value: str) -> str:
+    """model.pretrained as the trials will read it: none, imagenet, or the absolute path of a
+    state_dict file that exists here."""
+    if value in ("none", "imagenet"):
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise UserError(f"model.pretrained: no such state_dict file: {value}")
+    return str(path.resolve())

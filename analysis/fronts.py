@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.results import Results
-from relif_ray.pareto import non_dominated
+from relif_ray.sweep.selection import non_dominated
 
 
 def pareto_points(results: Results) -> pd.DataFrame:

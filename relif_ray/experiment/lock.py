@@ -8,8 +8,10 @@ driver never leaves a stale lock behind and `--resume` can follow at once. On NF
 passes flock to the server's lock manager (not with the mount option local_lock=flock/all),
 and the server frees the lock of a client machine that died when its lease runs out (about
 90 s for NFSv4). The file's content (host, pid, start time) only names the holder in
-messages; a lock file whose holder is gone is simply taken over. Object stores (s3://, gs://)
-have no locks: sweeps there are not protected and must use distinct names.
+messages; a lock file whose holder is gone is simply taken over. A `file://` storage is the
+local directory it names (`relif_ray.experiment.storage.local_path`) and is locked the same
+way. Object stores (s3://, gs://) have no locks: sweeps there are not protected and must use
+distinct names.
 
 `relif report` asks the same lock whether a sweep is still writing the experiment
 (`running_sweep`), and then reports the finished trials and counts the others as running.
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relif_ray.errors import UserError
+from relif_ray.experiment.storage import local_path
 
 LOCK_FILE = ".relif-sweep.lock"
 
@@ -46,22 +49,19 @@ class LockHolder:
         return f"pid {self.pid} on {self.host}, started {self.started}"
 
 
-def is_local(storage: str) -> bool:
-    return "://" not in storage
-
-
 @contextmanager
 def exclusive_experiment(storage: str, name: str) -> Iterator[None]:
-    """Hold the lock of `<storage>/<name>` while the block runs (a no-op for URIs).
+    """Hold the lock of `<storage>/<name>` while the block runs (a no-op on object storage).
 
     Raises a one-line UserError when another process holds it. The experiment directory is
     created if needed; on leaving, the lock file is removed, and so is the directory if the
     block left nothing else in it (a sweep stopped before its first trial leaves no trace).
     """
-    if not is_local(storage):
+    root = local_path(storage)
+    if root is None:
         yield
         return
-    experiment = Path(storage).resolve() / name
+    experiment = root / name
     descriptor = _acquire(experiment / LOCK_FILE)
     try:
         yield
@@ -76,8 +76,9 @@ def prepare_new_experiment(storage: str, name: str, replace: bool) -> None:
     """Refuse to mix a new sweep into an existing experiment; with `replace` (`--demo`) empty
     it instead, keeping the lock file that the caller holds. Call inside
     `exclusive_experiment`, so nothing that another sweep is writing is ever deleted."""
-    path = Path(storage) / name
-    if not is_local(storage) or not path.exists():
+    root = local_path(storage)
+    path = root / name if root is not None else None
+    if path is None or not path.exists():
         return
     contents = [entry for entry in path.iterdir() if entry.name != LOCK_FILE]
     if contents and not replace:
@@ -142,11 +143,12 @@ def read_holder(path: Path) -> LockHolder | None:
 
 def running_sweep(experiment: str | Path) -> LockHolder | None:
     """The sweep driver still writing `experiment`, or None when no process holds its lock
-    (finished, killed, never locked, or a URI). A holder that has not yet recorded itself is
-    reported as pid 0 on an unknown host."""
-    if not is_local(str(experiment)):
+    (finished, killed, never locked, or on object storage). A holder that has not yet
+    recorded itself is reported as pid 0 on an unknown host."""
+    root = local_path(experiment)
+    if root is None:
         return None
-    path = Path(experiment) / LOCK_FILE
+    path = root / LOCK_FILE
     try:
         descriptor = os.open(path, os.O_RDONLY)
     except FileNotFoundError:

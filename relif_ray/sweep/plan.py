@@ -6,7 +6,7 @@ The resources a sweep may use and each trial asks for (`Resources`), the grid of
 (`controller_variants`), and the order Tune gets the trials in (`trial_order`: same-seed ERM
 reference trials before the ReLiF trials that train on their squash constants).
 `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config is described in
-`relif_ray.variants`.
+`relif_ray.sweep.labels`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.preflight import check_trial_configs
-from relif_ray.problems import benchmark
-from relif_ray.variants import (
+from relif_ray.reference import is_reference, waits_for_reference
+from relif_ray.sweep.labels import (
     experiment_config,
     grid_variants,
     sweep_constants,
@@ -28,6 +26,7 @@ from relif_ray.variants import (
     uses_controller,
     variant,
 )
+from relif_ray.sweep.preflight import check_trial_configs
 
 # The defaults of the paper's controller checks (appendix "Controller sensitivity"): eta at
 # one r*, r* from 0.16 to 0.28 in steps of 0.02 at one eta, and the static-lambda grid.
@@ -66,7 +65,7 @@ class SweepSpace:
     as flat dotted keys and delta) and `trials`, each trial's own part of its config (label,
     seed, the variant's overrides) in the order the searcher hands them out (empty for Optuna,
     whose studies suggest them). Merged, they are the resolved config that runs
-    (`relif_ray.variants`)."""
+    (`relif_ray.sweep.labels`)."""
 
     constants: dict[str, Any]
     trials: list[dict[str, Any]] = field(default_factory=list)
@@ -104,8 +103,8 @@ class TuneOptions:
 
 def trial_space(base: dict[str, Any], trials: list[dict[str, Any]], delta: float) -> SweepSpace:
     """The sweep of an explicit list of trials (each its own part of the config,
-    `relif_ray.variants.trial_overrides`). Every distinct setting's config is built once before
-    Ray starts, then its method and model (`relif_ray.preflight`), so no trial fails on a bad
+    `relif_ray.sweep.labels.trial_overrides`). Every distinct setting's config is built once before
+    Ray starts, then its method and model (`relif_ray.sweep.preflight`), so no trial fails on a bad
     value or option."""
     constants = sweep_constants(base, delta)
     settings = {
@@ -184,38 +183,25 @@ def controller_variants(
     r_stars: list[float],
     r_star_eta: float,
     static_lambdas: list[float],
+    label: str = "relif",
 ) -> list[dict]:
     """The paper's controller checks (appendix "Controller sensitivity", section 5):
-    eta in `etas` at r* = `eta_r_star`; r* in `r_stars` at eta = `r_star_eta`; lambda fixed at
-    each of `static_lambdas` ("relif-static"); plus ERM, the same-seed reference the audit
-    squashes NYUv2 scores with. A setting in two checks is trained once."""
+    eta in `etas` at r* = `eta_r_star`; r* in `r_stars` at eta = `r_star_eta`, both of the
+    adaptive ReLiF `label` (default "relif", the paper's); lambda fixed at each of
+    `static_lambdas` ("relif-static"); plus ERM, the same-seed reference the audit squashes
+    NYUv2 scores with. A setting in two checks is trained once."""
     variants = [variant("erm")]
-    variants += [variant("relif", eta_r_star, eta) for eta in etas]
-    variants += [variant("relif", r_star, r_star_eta) for r_star in r_stars]
+    variants += [variant(label, eta_r_star, eta) for eta in etas]
+    variants += [variant(label, r_star, r_star_eta) for r_star in r_stars]
     variants += [
         variant("relif-static", extra={"relif.lambda0": value}) for value in static_lambdas
     ]
     return unique_variants(variants)
 
 
-def waits_for_reference(config: ExperimentConfig) -> bool:
-    """Whether a trial trains on same-seed ERM squash constants it does not have yet: ReLiF
-    with the paper's squash (`relif.squash = "erm"`) on a data set with squashed scores."""
-    relif = config.relif
-    if not relif.enabled or relif.squash != "erm" or relif.squash_constants:
-        return False
-    return bool(benchmark(config.data.dataset).squashed_tasks)
-
-
-def is_reference(config: ExperimentConfig) -> bool:
-    """Whether a trial is an ERM reference: plain ERM on a data set with squashed scores."""
-    plain_erm = config.method.name == "erm" and not config.relif.enabled
-    return plain_erm and bool(benchmark(config.data.dataset).squashed_tasks)
-
-
 @dataclass(frozen=True)
 class TrialOrder:
-    """The trials of a sweep in the order Tune gets them (`relif_ray.tuning.reference`).
+    """The trials of a sweep in the order Tune gets them (`relif_ray.tuning.order`).
 
     items: {"config": the trial's own part of its config (`SweepSpace.trials`), "needs": seed or
         None, "provides": seed or None}: ERM references first, then the trials that wait for

@@ -1,6 +1,6 @@
 """Fixed-delta audits of every trial of an experiment, offline (paper Algorithm 1).
 
-`ExperimentAudit` applies the shared audit interface (`analysis.interface`) and then the
+`ExperimentAudit` applies the shared audit interface (`analysis.audit_scores`) and then the
 library's audit (`relif_ray.audit`) to every finished trial, with one set of audit settings
 (N_eval, S, pair_seed, eval_seed) for all of them:
 
@@ -26,20 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.audit_scores import audit_scores, categorical
 from analysis.experiment import Experiment
-from analysis.interface import audit_scores, categorical
-from relif_ray.audit import AuditGaps, PairKey, bias_curve, sample_pairs
+from relif_ray.audit import AuditGaps, AuditSettings, PairKey, bias_curve, sample_pairs
 from relif_ray.errors import UserError
-
-
-@dataclass(frozen=True)
-class AuditSettings:
-    """Algorithm 1's sampling settings (paper Table 7: N_eval 256, S 4096, pair_seed 42)."""
-
-    pool_size: int = 256
-    pairs: int = 4096
-    pair_seed: int = 42
-    eval_seed: int = 0
 
 
 @dataclass(frozen=True)

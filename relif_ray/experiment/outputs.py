@@ -7,8 +7,9 @@ persistence, and analysis needs nothing but a copy of that directory:
     trial.json            label, method, seed, status, the full ExperimentConfig, metrics per split
     scores.parquet        split, task, example_id, score (raw audit score p_k), valid
     representations.parquet  split, example_id, embedding (list<float32>, shared representation)
-    trace.parquet         one row per training step: step, loss_<task>, weight_<task>, and the
-                          ReLiF statistics (lambda, r, r_ema, tau, kappa, loss_lip) when enabled
+    trace.parquet         one row per training step: step, lr (the learning rate it used),
+                          loss_<task>, weight_<task>, and the ReLiF statistics (lambda, r,
+                          r_ema, tau, kappa, loss_lip) when enabled
 
 The folder is written under a temporary name and renamed, so it is complete or absent.
 """
@@ -27,17 +28,14 @@ import pyarrow as pa
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from relif_ray import storage
-from relif_ray.audit import SQUASH_QUANTILES, squash_bounds
-from relif_ray.storage import Location
+from relif_ray.experiment import storage
+from relif_ray.experiment.storage import Location
+from relif_ray.reference import squash_bounds
 
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
 SCORES_FILE = "scores.parquet"
 TRACE_FILE = "trace.parquet"
-SQUASH_CONSTANTS_FILE = "squash_constants.json"
-"""In the experiment directory: seed -> task -> [q10, q90] of that seed's ERM reference run,
-the squash constants of same-seed ReLiF training and of the audit (written by the driver)."""
 
 
 @dataclass
@@ -55,8 +53,8 @@ class EvalResult:
     example_ids: np.ndarray
 
     def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
-        """task -> [q10, q90] of its valid raw scores here: evaluated on an ERM run's
-        validation split, the squash constants of same-seed ReLiF training and of the audit."""
+        """task -> [q10, q90] of its valid raw scores here: on an ERM reference run's
+        validation split, the squash constants of its seed (`relif_ray.reference`)."""
         valid = self.scores[self.scores["valid"].astype(bool)]
         return {
             task: squash_bounds(valid.loc[valid["task"] == task, "score"].to_numpy())
@@ -108,7 +106,7 @@ def _representation_table(splits: dict[str, EvalResult]) -> pa.Table:
 
 
 def read_trial_info(outputs: Location) -> dict[str, Any]:
-    """trial.json of an outputs folder (a local path or a URI, see `relif_ray.storage`)."""
+    """trial.json of an outputs folder (a local path or a URI, `relif_ray.experiment.storage`)."""
     return json.loads(storage.read_text(storage.join(outputs, TRIAL_FILE)))
 
 
@@ -121,32 +119,3 @@ def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.
     width = column.type.list_size
     matrix = column.flatten().to_numpy().reshape(-1, width)
     return table.column("example_id").to_numpy(), matrix
-
-
-def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str, list[float]]]:
-    """seed (as text) -> task -> [q10, q90] from the experiment's `SQUASH_CONSTANTS_FILE`
-    (local, file://, s3://, ...: `relif_ray.storage`); empty when there is none (yet)."""
-    place = storage.join(storage.location(experiment_dir), SQUASH_CONSTANTS_FILE)
-    if storage.file_type(place) == pyarrow.fs.FileType.NotFound:
-        return {}
-    record = json.loads(storage.read_text(place))
-    return {str(seed): dict(tasks) for seed, tasks in record["seeds"].items()}
-
-
-def write_squash_constants(
-    experiment_dir: Location | str, constants: dict[str, dict[str, list[float]]]
-) -> None:
-    """Replace the experiment's `SQUASH_CONSTANTS_FILE` as a whole: a temporary file renamed
-    over it on a local disk (readers never see half a file), one PUT on object storage."""
-    place = storage.location(experiment_dir)
-    store, root = storage.filesystem(place)
-    store.create_dir(root, recursive=True)
-    record = {"quantiles": list(SQUASH_QUANTILES), "seeds": constants}
-    text = json.dumps(record, indent=2, sort_keys=True).encode()
-    final = f"{root}/{SQUASH_CONSTANTS_FILE}"
-    local = isinstance(place, Path)
-    target = f"{root}/.{SQUASH_CONSTANTS_FILE}.partial" if local else final
-    with store.open_output_stream(target) as stream:
-        stream.write(text)
-    if local:
-        store.move(target, final)

@@ -2,6 +2,9 @@
 `gs://`, all read through `pyarrow.fs` (sweeps write to the same kinds of storage).
 
 A location is a `Path` (local paths and `file://` URIs) or a URI string (object storage).
+This module is the one place that decides which: `location` (and `local_path`, for the code
+that needs a directory on this machine: the experiment lock, the storage checks, demo data).
+A `file://` URI is local everywhere, exactly like the plain path it names.
 Credentials come from the usual places of each store (AWS_* / GOOGLE_* environment variables,
 their config files). An S3-compatible store on another endpoint (MinIO, moto, ...) is reached
 by setting `AWS_ENDPOINT_URL` (e.g. `http://127.0.0.1:9000`, which Arrow reads), or by putting
@@ -21,7 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 
 Location = str | Path
 """A local `Path`, or the URI of a location in object storage."""
@@ -39,6 +42,18 @@ def location(text: str | Path) -> Location:
     return text
 
 
+def local_path(text: str | Path) -> Path | None:
+    """The absolute local directory of a plain path or `file://` URI; None for object storage
+    (s3://, gs://, ...), which has no local directory, no locks and no free-space checks."""
+    place = location(text)
+    return place.resolve() if isinstance(place, Path) else None
+
+
+def resolved(text: str | Path) -> Location:
+    """`location(text)`, made absolute where it is local (a sweep's storage as Ray gets it)."""
+    return local_path(text) or location(text)
+
+
 def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem holding `place` and the path of `place` inside it."""
     if isinstance(place, Path):
@@ -51,7 +66,7 @@ def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
             return store, f"{parts.netloc}{parts.path}".rstrip("/")
         return pafs.FileSystem.from_uri(place)
     except (OSError, pa.ArrowException) as error:
-        raise UserError(f"{display(place)}: cannot open: {_first_line(error)}") from error
+        raise UserError(f"{display(place)}: cannot open: {first_line(error)}") from error
 
 
 @functools.lru_cache(maxsize=16)
@@ -89,7 +104,7 @@ def file_type(place: Location) -> pafs.FileType:
     try:
         return store.get_file_info(path).type
     except OSError as error:
-        raise UserError(f"{display(place)}: cannot read: {_first_line(error)}") from error
+        raise UserError(f"{display(place)}: cannot read: {first_line(error)}") from error
 
 
 def list_files(place: Location) -> list[str]:
@@ -99,7 +114,7 @@ def list_files(place: Location) -> list[str]:
     try:
         infos = store.get_file_info(pafs.FileSelector(root, recursive=True))
     except OSError as error:
-        raise UserError(f"{display(place)}: cannot list: {_first_line(error)}") from error
+        raise UserError(f"{display(place)}: cannot list: {first_line(error)}") from error
     prefix = root.rstrip("/") + "/"
     return sorted(info.path[len(prefix) :] for info in infos if info.type == pafs.FileType.File)
 
@@ -127,8 +142,3 @@ def open_input(place: Location) -> pa.NativeFile:
     """A binary input stream (a context manager) for readers that take file objects."""
     store, path = filesystem(place)
     return store.open_input_file(path)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -1,19 +1,17 @@
-"""The shared audit interface applied at analysis time (paper appendix A, audit scores).
+"""Every trial's audit scores on the shared audit interface, at analysis time.
 
-Trials store RAW audit scores. Scores that are not probabilities - NYUv2 depth and normal, the
-valid-region mean decoder-feature norm - are mapped into [0, 1] here, identically for every
-method: s -> clip((s - q10) / (q90 - q10 + 1e-6), 0, 1), where q10 and q90 are the 10th and
-90th percentiles (numpy's linear interpolation) of that task's valid VALIDATION raw scores of
-the ERM trial with the SAME seed (and data set). Both the val and the test scores of a seed are
-squashed with those validation quantiles. Every other task (segmentation's max softmax, the
-clinical probabilities) passes through unchanged.
+Trials store RAW audit scores. Scores that are not probabilities (NYUv2 depth and normal) are
+squashed here, identically for every method, with the validation quantiles of the same-seed
+ERM reference (the squash and its reference: `relif_ray.reference`). Both the val and the
+test scores of a seed are squashed with those validation quantiles. Every other task
+(segmentation's max softmax, the clinical probabilities) passes through unchanged.
 
-ERM is the trial whose method is `erm` with ReLiF off. Where several such trials share a seed
-(several experiment directories loaded together), the one from the trial's own experiment
-directory is used; if that still leaves several, it is an error naming the seed. A sweep that
-took its constants from another experiment (`--reference`) has no ERM trial of its own: its
-`squash_constants.json` (the same numbers ReLiF trained on) is used instead; with neither, it
-is an error naming the seed.
+The reference is the seed's plain ERM trial (`relif_ray.reference.is_plain_erm`). Where several
+such trials share a seed (several experiment directories loaded together), the one from the
+trial's own experiment directory is used; if that still leaves several, it is an error naming
+the seed. A sweep that took its constants from another experiment (`--reference`) has no ERM
+trial of its own: its `squash_constants.json` (the same numbers ReLiF trained on) is used
+instead; with neither, it is an error naming the seed.
 """
 
 from __future__ import annotations
@@ -22,11 +20,16 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
-from relif_ray import storage
-from relif_ray.audit import SQUASH_QUANTILES, squash
 from relif_ray.errors import UserError
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE, read_squash_constants
+from relif_ray.experiment import storage
 from relif_ray.problems import benchmark
+from relif_ray.reference import (
+    SQUASH_CONSTANTS_FILE,
+    is_plain_erm,
+    read_squash_constants,
+    squash,
+    squash_bounds,
+)
 
 
 def squashed_tasks(dataset: str) -> frozenset[str]:
@@ -41,8 +44,11 @@ def needs_squash(dataset: str, task: str) -> bool:
 
 
 def is_erm(trials: pd.DataFrame) -> pd.Series:
-    """The plain ERM trials (method erm, ReLiF off): the squash reference."""
-    return (trials["method"] == "erm") & ~trials["relif"].astype(bool)
+    """Which trials are plain ERM (`relif_ray.reference.is_plain_erm`): the squash reference."""
+    plain = [
+        is_plain_erm(m, bool(r)) for m, r in zip(trials["method"], trials["relif"], strict=True)
+    ]
+    return pd.Series(plain, index=trials.index, dtype=bool)
 
 
 def squash_reference(
@@ -91,7 +97,7 @@ def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
     val = scores[(scores["split"] == "val") & scores["valid"]]
     val = val[val["trial"].isin(set(references.values()))]
     quantiles = {
-        (str(trial), str(task)): np.quantile(values.to_numpy(np.float64), SQUASH_QUANTILES)
+        (str(trial), str(task)): squash_bounds(values.to_numpy(np.float64))
         for (trial, task), values in val.groupby(["trial", "task"], observed=True)["score"]
     }
     trials = experiment.trials.set_index("trial")

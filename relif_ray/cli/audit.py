@@ -1,8 +1,8 @@
 """`relif audit SCORES --delta D`: the fixed-delta audit of one score file (Algorithm 1).
 
 SCORES is a parquet or CSV file (a local path or a `file://`, `s3://` or `gs://` URI, see
-`relif_ray.storage`) with columns `task` and `score` (in [0, 1]) and optionally `example_id`,
-`valid` and `split`. A file with several splits needs `--split NAME`.
+`relif_ray.experiment.storage`) with columns `task` and `score` (in [0, 1]) and optionally
+`example_id`, `valid` and `split`. A file with several splits needs `--split NAME`.
 Output: a small table, or with `--json` one JSON object {"bias", "vr", "pairs": {"a|b":
 {"bias", "vr", "n"}}}. Bad input raises `UserError` (one line; the `relif` entry point prints
 `relif: error: <message>` and exits with status 2).
@@ -18,9 +18,10 @@ from urllib.parse import urlsplit
 import pandas as pd
 from pyarrow.fs import FileType
 
-from relif_ray import storage
 from relif_ray.audit import AuditResult, fixed_delta_audit, validate_scores
-from relif_ray.errors import UserError
+from relif_ray.cli.parsing import add_audit_flags, audit_settings
+from relif_ray.errors import UserError, first_line
+from relif_ray.experiment import storage
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -37,10 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="parquet or CSV file (path or file://, s3://, gs:// URI): task, score, ...",
     )
     parser.add_argument("--delta", type=float, required=True, help="fixed threshold in [0, 1]")
-    parser.add_argument("--pool-size", type=int, default=256, help="N_eval per task (256)")
-    parser.add_argument("--pairs", type=int, default=4096, help="S pairs per task pair (4096)")
-    parser.add_argument("--pair-seed", type=int, default=42, help="pair sampling seed (42)")
-    parser.add_argument("--eval-seed", type=int, default=0, help="pool sampling seed (0)")
+    add_audit_flags(parser)
     parser.add_argument("--split", help="audit only the rows of this split")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run_audit)
@@ -48,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def read_scores(path: str) -> pd.DataFrame:
     """Read a parquet or CSV score file (a local path or a `file://`, `s3://`, `gs://` URI,
-    see `relif_ray.storage`); any failure is a one-line `UserError`."""
+    see `relif_ray.experiment.storage`); any failure is a one-line `UserError`."""
     place = storage.location(path)
     suffix = PurePosixPath(urlsplit(path).path if isinstance(place, str) else path).suffix
     if suffix.lower() not in (".parquet", ".csv"):
@@ -61,8 +59,7 @@ def read_scores(path: str) -> pd.DataFrame:
         with storage.open_input(place) as stream:
             return pd.read_csv(stream)
     except Exception as error:  # any reader failure (pyarrow, parser, decoding) = unreadable
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"{path}: cannot read: {reason}") from error
+        raise UserError(f"{path}: cannot read: {first_line(error)}") from error
 
 
 def select_split(scores: pd.DataFrame, split: str | None, path: str) -> pd.DataFrame:
@@ -79,17 +76,10 @@ def select_split(scores: pd.DataFrame, split: str | None, path: str) -> pd.DataF
 def run_audit(args: argparse.Namespace) -> int:
     if not 0.0 <= args.delta <= 1.0:
         raise UserError(f"--delta: must be in [0, 1], got {args.delta}")
-    for flag, value in (("--pool-size", args.pool_size), ("--pairs", args.pairs)):
-        if value <= 0:
-            raise UserError(f"{flag}: must be a positive integer, got {value}")
-    for flag, value in (("--pair-seed", args.pair_seed), ("--eval-seed", args.eval_seed)):
-        if value < 0:
-            raise UserError(f"{flag}: must be >= 0, got {value}")
+    settings = audit_settings(args)
     scores = select_split(read_scores(args.scores), args.split, args.scores)
     validate_scores(scores, source=args.scores)
-    result = fixed_delta_audit(
-        scores, args.delta, args.pool_size, args.pairs, args.pair_seed, args.eval_seed
-    )
+    result = fixed_delta_audit(scores, args.delta, **vars(settings))
     print(json.dumps(result.to_dict()) if args.json else format_table(result, args))
     return 0
 

@@ -30,7 +30,7 @@ from ray.train._internal.storage import get_fs_and_path
 from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
 from ray.tune.search import Searcher
 
-from relif_ray.outputs import read_squash_constants, write_squash_constants
+from relif_ray.reference import read_squash_constants, write_squash_constants
 
 
 class ReferenceOrder(Searcher):

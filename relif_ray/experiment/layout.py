@@ -1,9 +1,9 @@
 """Where a trial's files lie in an experiment directory, for every reader of one (analysis,
-`relif export`); plain pyarrow.fs through `relif_ray.storage`, no Ray.
+`relif export`); plain pyarrow.fs through `relif_ray.experiment.storage`, no Ray.
 
 A sweep writes one folder per trial into the experiment directory. Next to Ray Tune's
 checkpoints (`checkpoint_<N>/`) a trial folder holds Tune's records of the trial
-(`TRIAL_RECORDS`); the outputs of a finished trial (`relif_ray.outputs`) are in the
+(`TRIAL_RECORDS`); the outputs of a finished trial (`relif_ray.experiment.outputs`) are in the
 `outputs/` folder of its final checkpoint.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 
-from relif_ray import storage
-from relif_ray.outputs import OUTPUTS_DIR, TRIAL_FILE
-from relif_ray.storage import Location
+from relif_ray.experiment import storage
+from relif_ray.experiment.outputs import OUTPUTS_DIR, TRIAL_FILE
+from relif_ray.experiment.storage import Location
 
 PARAMS_FILE = "params.json"
 """Tune's config of a trial: a trial folder without outputs is a trial once it has this."""

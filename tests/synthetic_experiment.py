@@ -1,11 +1,13 @@
 """Synthetic experiment directories in the exact on-disk format of finished sweeps.
 
-For tests, the load benchmark and trying the report without training: every trial is written
-with `relif_ray.outputs.write_trial_outputs` into `<root>/<trial folder>/checkpoint_000000/`,
-next to a `params.json`, as Ray Tune leaves it. The numbers are random but shaped like real
-ones: NYUv2 trials store seg probabilities and raw (unsquashed) depth/normal feature norms,
-clinical trials store probabilities; ReLiF trials carry a controller trace that follows the
-paper's recursion (Eq. lambda_update) on a synthetic violation rate.
+A fixture writer for the tests, the analysis-load benchmark and the notebook's fallback: every
+trial is written with `relif_ray.experiment.outputs.write_trial_outputs` into
+`<root>/<trial folder>/checkpoint_000000/`, next to a `params.json`, as Ray Tune leaves it.
+Labels mean what they mean to a sweep (`relif_ray.sweep.labels`: `variant`, and
+`uses_controller` for which labels are crossed with the controller grid), and a ReLiF trial's
+trace comes from the library's own `ViolationController` fed a synthetic violation rate. The
+numbers are random but shaped like real ones: NYUv2 trials store seg probabilities and raw
+(unsquashed) depth/normal feature norms, clinical trials store probabilities.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from relif_ray.config import ExperimentConfig, ReLiFConfig
-from relif_ray.outputs import EvalResult, write_trial_outputs
+from relif_ray.experiment.outputs import EvalResult, write_trial_outputs
+from relif_ray.relif.controller import ViolationController
+from relif_ray.sweep.labels import apply_overrides, uses_controller, variant
 
 TASKS = {
     "nyuv2": ("seg", "depth", "normal"),
@@ -32,13 +37,6 @@ TASKS = {
 REPOSITORY = Path(__file__).resolve().parents[1]
 DEMO_EXPERIMENT = Path("relif-results") / "nyuv2-demo"
 """Where the NYUv2 demo sweep writes its experiment, relative to the folder it runs in."""
-
-ABLATIONS = {
-    "relif-noalign": {"quantile_alignment": False},
-    "relif-static": {"controller": "static"},
-    "relif-nolip": {"lipschitz_branch": False},
-}
-"""Ablation labels -> the ReLiF config fields they switch (docs/relif.md, Ablations)."""
 
 
 def example_experiment(repository: Path = REPOSITORY, scratch: Path | None = None) -> str:
@@ -54,17 +52,6 @@ def example_experiment(repository: Path = REPOSITORY, scratch: Path | None = Non
     return str(write_synthetic_experiment(folder, labels, seeds=3, splits=("val", "test")))
 
 
-def label_config(label: str) -> tuple[str, dict[str, Any]]:
-    """(method name, relif overrides) of a label: `erm`, `relif`, `<method>+relif`, or an
-    ablation label of `ABLATIONS` (ERM + ReLiF with one component switched)."""
-    if label in ABLATIONS:
-        return "erm", {"enabled": True, **ABLATIONS[label]}
-    if label == "relif":
-        return "erm", {"enabled": True}
-    method, plus, _ = label.partition("+")
-    return method, {"enabled": bool(plus)}
-
-
 def write_synthetic_experiment(
     root: str | Path,
     labels: Sequence[str] = ("erm", "relif"),
@@ -75,14 +62,17 @@ def write_synthetic_experiment(
     representation_dim: int = 16,
     trace_steps: int = 30,
     controller_grid: Sequence[tuple[float, float]] = ((0.24, 1e-3),),
+    static_lambdas: Sequence[float] = (),
     warmup_steps: int = 5,
     errored: int = 0,
     incomplete: int = 0,
     seed: int = 0,
     epochs: int = 4,
 ) -> Path:
-    """Write one experiment directory: every label x seed (ReLiF labels x every (r*, eta) of
-    `controller_grid`) as a finished trial, plus `errored` trials with an `error.txt` and
+    """Write one experiment directory: every variant x seed as a finished trial (a label whose
+    controller adapts lambda at every (r*, eta) of `controller_grid`, a static-lambda label at
+    every lambda0 of `static_lambdas` (default: the config's), every other label once), plus
+    `errored` trials with an `error.txt` and
     `incomplete` trials without outputs. Trial ids are `<root folder name>_<index>`. ReLiF
     trials get `warmup_steps` (short, so that lambda moves within a short trace). Each trial
     folder gets Tune's `result.json` with `epochs` per-epoch validation results that rise
@@ -93,14 +83,9 @@ def write_synthetic_experiment(
     masks = _valid_masks(dataset, splits, n_examples, seed)
     index = 0
     for label in labels:
-        method, relif = label_config(label)
-        grid = controller_grid if relif["enabled"] else [(None, None)]
-        for r_star, eta in grid:
+        for item in _variants(label, controller_grid, static_lambdas):
             for trial_seed in seed_list:
-                overrides = dict(relif, warmup_steps=warmup_steps)
-                if r_star is not None:
-                    overrides.update(r_star=r_star, eta=eta)
-                config = _config(dataset, method, overrides, trial_seed)
+                config = _config(dataset, item, trial_seed, warmup_steps)
                 rng = np.random.default_rng([seed, index, zlib.crc32(label.encode())])
                 _write_trial(
                     root, index, label, config, rng, masks, representation_dim, trace_steps
@@ -116,11 +101,24 @@ def write_synthetic_experiment(
     return root
 
 
-def _config(dataset: str, method: str, relif: dict[str, Any], seed: int) -> dict[str, Any]:
-    values = ExperimentConfig().to_dict()
+def _variants(
+    label: str, controller_grid: Sequence[tuple[float, float]], static_lambdas: Sequence[float]
+) -> list[dict[str, Any]]:
+    """The sweep's variants of `label` (`relif_ray.sweep.labels.variant`) on these grids."""
+    if uses_controller(label):
+        return [variant(label, r_star, eta) for r_star, eta in controller_grid]
+    static = variant(label)["overrides"].get("relif.controller") == "static"
+    if static and static_lambdas:
+        return [variant(label, extra={"relif.lambda0": value}) for value in static_lambdas]
+    return [variant(label)]
+
+
+def _config(dataset: str, item: dict[str, Any], seed: int, warmup_steps: int) -> dict[str, Any]:
+    """The trial's full config: defaults, the variant's overrides, a short warmup (so that
+    lambda moves within a short trace)."""
+    values = apply_overrides(ExperimentConfig().to_dict(), item["overrides"])
     values["data"] = {"dataset": dataset, "root": "/synthetic"}
-    values["method"]["name"] = method
-    values["relif"].update(relif)
+    values["relif"]["warmup_steps"] = warmup_steps
     values["seed"] = seed
     return ExperimentConfig.from_dict(values).to_dict()
 
@@ -248,31 +246,24 @@ def _trace(
     tasks: Sequence[str], relif: dict[str, Any], rng: np.random.Generator, steps: int
 ) -> list[dict[str, float]]:
     """Per-step losses and weights; ReLiF trials add lambda, r, r_ema, tau, kappa, loss_lip
-    from the controller recursion driven by a noisy violation rate (as the regularizer does:
-    a static controller keeps lambda0, no Lipschitz branch keeps lambda at 0)."""
-    lipschitz = relif["lipschitz_branch"]
-    adaptive = ReLiFConfig(**relif).controller_adapts()
-    rows, lam, r_ema = [], relif["lambda0"] if lipschitz else 0.0, float("nan")
+    from the library's controller (`ViolationController.from_config`, as the regularizer
+    builds it) fed a noisy violation rate."""
+    config = ReLiFConfig(**relif)
+    controller = ViolationController.from_config(config) if config.enabled else None
+    rows = []
     for step in range(steps):
         row = {"step": float(step)}
         for task in tasks:
             row[f"loss_{task}"] = float(rng.gamma(2.0, 0.5))
             row[f"weight_{task}"] = 1.0
-        if relif["enabled"]:
+        if controller is not None:
             r = float(np.clip(rng.normal(0.3, 0.1), 0.0, 1.0))
-            r_ema = (
-                r
-                if np.isnan(r_ema)
-                else relif["violation_ema"] * r + (1 - relif["violation_ema"]) * r_ema
-            )
-            if adaptive and step + 1 > relif["warmup_steps"]:
-                lam = lam * (1 + relif["eta"] * (r_ema - relif["r_star"]))
-                lam = min(max(lam, relif["lambda_min"]), relif["lambda_max"])
+            lam = float(controller.update(torch.tensor(r)))
             row.update(
                 {
                     "lambda": lam,
                     "r": r,
-                    "r_ema": r_ema,
+                    "r_ema": float(controller.r_ema),
                     "tau": 0.2,
                     "kappa": 0.1,
                     "loss_lip": float(rng.gamma(1.0, 0.1)),

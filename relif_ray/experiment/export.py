@@ -1,4 +1,4 @@
-"""`relif export EXP DEST`: copy only what analysis reads, so a result travels light.
+"""Copy only what analysis reads of an experiment, so a result travels light (`relif export`).
 
 An experiment directory holds every trial's last `--keep-checkpoints` checkpoints, and each
 checkpoint's `state.pt` (model, optimiser, method and controller state) is by far the largest
@@ -6,29 +6,29 @@ file: hundreds of MB for a ResNet-50, against a few MB of outputs per trial. Ana
 (`analysis.load`, `relif report`) reads none of it. The copy keeps the experiment's layout, so
 everything that reads an experiment directory reads the copy unchanged:
 
-    DEST/<trial folder>/checkpoint_N/outputs/   the trial's outputs (`relif_ray.outputs`),
-                                               from its latest checkpoint that has them
+    DEST/<trial folder>/checkpoint_N/outputs/   the trial's outputs
+                                               (`relif_ray.experiment.outputs`), from its
+                                               latest checkpoint that has them
     DEST/<trial folder>/<TRIAL_RECORDS>         Tune's records, where present
     DEST/<EXPERIMENT_FILES>                     where present
 
-(`relif_ray.experiment_layout` says where these lie.) The source may be a local path or a
-storage URI (file://, s3://, gs://: read through `relif_ray.storage`); DEST
+(`relif_ray.experiment.layout` says where these lie.) The source may be a local path or a
+storage URI (file://, s3://, gs://: read through `relif_ray.experiment.storage`); DEST
 is a new local folder, written under a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from relif_ray import storage
 from relif_ray.errors import UserError
-from relif_ray.experiment_layout import TRIAL_RECORDS, final_outputs_relative, trial_folders
-from relif_ray.outputs import SQUASH_CONSTANTS_FILE
+from relif_ray.experiment import storage
+from relif_ray.experiment.layout import TRIAL_RECORDS, final_outputs_relative, trial_folders
+from relif_ray.reference import SQUASH_CONSTANTS_FILE
 
 EXPERIMENT_FILES = ("pareto.csv", SQUASH_CONSTANTS_FILE)
 """Experiment-level files analysis reads: the Optuna Pareto sets and the same-seed ERM squash
@@ -91,33 +91,3 @@ def _size(root: storage.Location) -> int:
     store, path = storage.filesystem(root)
     selector = pafs.FileSelector(path, recursive=True)
     return sum(info.size or 0 for info in store.get_file_info(selector) if info.is_file)
-
-
-def _megabytes(size: int) -> str:
-    return f"{size / 1e6:,.1f} MB"
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `relif export`."""
-    parser = subparsers.add_parser(
-        "export",
-        help="copy what analysis needs of an experiment (no checkpoint states)",
-        description="Copy an experiment's trial outputs, per-trial Tune records and experiment "
-        "files (not the checkpoints' model/optimiser states) to a new local folder that "
-        "`relif report` and `analysis.load` read like the original.",
-    )
-    parser.add_argument("experiment", metavar="EXP", help="experiment directory (path or URI)")
-    parser.add_argument("destination", metavar="DEST", help="new local folder")
-    parser.set_defaults(handler=run_export)
-
-
-def run_export(args: argparse.Namespace) -> int:
-    summary = export_experiment(args.experiment, args.destination)
-    unfinished = summary.trials - summary.finished
-    print(
-        f"exported {summary.trials} trial(s) ({summary.finished} with outputs"
-        + (f", {unfinished} without" if unfinished else "")
-        + f"): {_megabytes(summary.copied_bytes)} of {_megabytes(summary.source_bytes)} "
-        f"to {Path(args.destination).resolve()}"
-    )
-    return 0

@@ -1,6 +1,10 @@
 """The vocabulary of a sweep: method labels, variants and the trial config (no Ray import).
 
-A variant is {"label": str, "overrides": {dotted ExperimentConfig field: value}}. A trial's
+A variant is a label at one setting: {"label": str, "overrides": {dotted ExperimentConfig
+field: value}} in a sweep, one row of the tables in analysis. What identifies its setting
+beside the label is decided once, by `identifying_settings` (r* and eta where lambda adapts,
+lambda0 where it is static): trial names, the values a trial reports to Tune, analysis's row
+names and the controller table all follow it. A trial's
 Tune config is the resolved config that runs, as flat dotted keys (`relif.enabled`, `seed`,
 `method.name`, ... every ExperimentConfig field, see `relif_ray.config.flat_config`) plus
 "label" and the sweep's "delta" (+ "study" for Optuna trials, + "experiment_dir" where the
@@ -17,6 +21,9 @@ Labels:
   static-lambda baseline of section 5): no Lipschitz branch (lambda = 0), no quantile alignment
   (tau = kappa = 1), lambda fixed at lambda0;
 - `relif-running`: ReLiF with the running-quantile squash instead of the paper's ERM squash;
+- `relif-st`: ReLiF whose squashed scores pass the straight-through gradient (the same forward
+  value and audit, the affine map's slope where the clip saturates; data sets with squashed
+  scores only);
 - `<method>+<relif label>`, e.g. `pcgrad+relif`: that method with ReLiF switched on.
 ReLiF labels with the adaptive controller are crossed with the controller settings (r*, eta);
 other labels (including `relif-static` and `relif-nolip`, which ignore them) are not.
@@ -25,6 +32,8 @@ other labels (including `relif-static` and `relif-nolip`, which ignore them) are
 from __future__ import annotations
 
 import copy
+import math
+from collections.abc import Mapping
 from typing import Any
 
 from relif_ray.config import ExperimentConfig, ReLiFConfig, flat_config, nested_config
@@ -36,10 +45,13 @@ RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif-noalign": {"relif.quantile_alignment": False},
     "relif-static": {"relif.controller": "static"},
     "relif-running": {"relif.squash": "running"},
+    "relif-st": {"relif.squash_gradient": "straight_through"},
 }
 """ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`. `relif-running` is not
 the paper's: ReLiF whose training surrogate squashes NYUv2 depth/normal scores with running
-batch quantiles instead of the same-seed ERM ones, kept to compare the two squashes."""
+batch quantiles instead of the same-seed ERM ones, kept to compare the two squashes.
+`relif-st` is not the paper's either: the straight-through squash gradient
+(`relif.squash_gradient`, docs/relif.md)."""
 
 DISPLAY_NAMES: dict[str, str] = {
     "erm": "ERM",
@@ -53,6 +65,7 @@ DISPLAY_NAMES: dict[str, str] = {
     "relif-noalign": "ReLiF-no-align",
     "relif-static": "ReLiF-static",
     "relif-running": "ReLiF (running squash)",
+    "relif-st": "ReLiF-ST",
 }
 """Method and ReLiF label -> the name tables and figures show (the paper's spelling)."""
 
@@ -87,9 +100,10 @@ def experiment_config(tune_config: dict[str, Any]) -> ExperimentConfig:
     return ExperimentConfig.from_dict(nested_config(tune_config))
 
 
-def split_label(label: str) -> tuple[str, str | None]:
+def split_label(label: str, flag: str = "--methods") -> tuple[str, str | None]:
     """(MTL method name, ReLiF label or None): `pcgrad+relif` -> ("pcgrad", "relif"),
-    `relif-static` -> ("erm", "relif-static"), `gradnorm` -> ("gradnorm", None)."""
+    `relif-static` -> ("erm", "relif-static"), `gradnorm` -> ("gradnorm", None). `flag`
+    names where the label came from in the error."""
     if label in RELIF_LABELS:
         return "erm", label
     method, plus, relif = label.partition("+")
@@ -97,7 +111,7 @@ def split_label(label: str) -> tuple[str, str | None]:
         return method, None
     if relif not in RELIF_LABELS or not method:
         raise UserError(
-            f"--methods: cannot parse '{label}' (expected <method>, a ReLiF label "
+            f"{flag}: cannot parse '{label}' (expected <method>, a ReLiF label "
             f"({', '.join(RELIF_LABELS)}) or <method>+<ReLiF label>)"
         )
     return method, relif
@@ -163,14 +177,52 @@ def unique_variants(variants: list[dict]) -> list[dict]:
     return result
 
 
-def describe(tune_config: dict[str, Any]) -> str:
-    """A short, file-name-safe name of a trial: label, r* and eta (where lambda adapts),
-    lambda0 (static lambda), seed."""
-    relif = experiment_config(tune_config).relif
-    parts = [tune_config["label"].replace("+", "_")]
+SETTING_FIELDS: dict[str, tuple[str, str]] = {
+    "r_star": ("r*", "r"),
+    "eta": ("eta", "eta"),
+    "lambda0": ("lambda0", "lam"),
+}
+"""The ReLiF fields that can identify a variant beside its label -> (how a variant's name shows
+it, its prefix in a trial's file-name-safe name)."""
+
+
+def identifying_settings(relif: ReLiFConfig) -> dict[str, float]:
+    """What identifies a trial's setting beside its label: r* and eta where lambda adapts
+    (`ReLiFConfig.controller_adapts`); lambda0 where lambda stays at lambda0 (the static
+    controller with the Lipschitz branch on); nothing otherwise (without ReLiF or without the
+    Lipschitz branch lambda is 0, whatever r*, eta and lambda0 are)."""
     if relif.controller_adapts():
-        parts += [f"r{relif.r_star:g}", f"eta{relif.eta:g}"]
-    elif relif.enabled and relif.controller == "static" and relif.lipschitz_branch:
-        parts.append(f"lam{relif.lambda0:g}")
+        return {"r_star": relif.r_star, "eta": relif.eta}
+    if relif.enabled and relif.controller == "static" and relif.lipschitz_branch:
+        return {"lambda0": relif.lambda0}
+    return {}
+
+
+def setting_values(relif: ReLiFConfig) -> dict[str, float]:
+    """Every field of `SETTING_FIELDS`: its value where it identifies the trial's setting
+    (`identifying_settings`), else NaN. What a trial reports to Tune (progress table,
+    `pareto.csv`) and analysis reads into its `r_star`, `eta` and `lambda0` columns."""
+    identifying = identifying_settings(relif)
+    return {field: float(identifying.get(field, math.nan)) for field in SETTING_FIELDS}
+
+
+def variant_name(label: str, settings: Mapping[str, float]) -> str:
+    """`label (r*=0.2, eta=0.001)` or `relif-static (lambda0=0.3)`: the label with the settings
+    that are given (NaN = not identifying)."""
+    shown = [
+        f"{SETTING_FIELDS[field][0]}={value:g}"
+        for field, value in settings.items()
+        if field in SETTING_FIELDS and not math.isnan(value)
+    ]
+    return f"{label} ({', '.join(shown)})" if shown else label
+
+
+def trial_name(tune_config: dict[str, Any]) -> str:
+    """A short, file-name-safe name of a trial: label, its identifying settings
+    (`identifying_settings`), seed; e.g. `relif_r0.24_eta0.001_seed0`,
+    `relif-static_lam0.3_seed1`."""
+    settings = identifying_settings(experiment_config(tune_config).relif)
+    parts = [tune_config["label"].replace("+", "_")]
+    parts += [f"{SETTING_FIELDS[field][1]}{value:g}" for field, value in settings.items()]
     parts.append(f"seed{tune_config['seed']}")
     return "_".join(parts)

@@ -1,0 +1,247 @@
+"""The prose of `report.md` (`analysis.report`): its sections, each a Markdown string built
+from the experiment, the `Results` and the tables, following the paper's reporting checklist
+(section 6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.audit_scores import squashed_tasks
+from analysis.experiment import Experiment
+from analysis.fronts import pareto_means
+from analysis.render import Table, display_text
+from analysis.results import Results
+from analysis.tables import CISettings, Skipped
+from relif_ray.audit import AuditSettings
+from relif_ray.experiment import storage
+from relif_ray.reference import SQUASH_FORMULA
+from relif_ray.relif.controller import PAPER_NYUV2_STEPS
+
+CONTROLLER_FIELDS = (
+    "r_star",
+    "eta",
+    "lambda0",
+    "lambda_min",
+    "lambda_max",
+    "warmup_steps",
+    "violation_ema",
+    "beta",
+    "mu",
+    "prototypes_per_task",
+    "prototype_pairing",
+    "quantile_alignment",
+    "controller",
+    "lipschitz_branch",
+)
+"""ReLiF settings listed in the report (the paper's Table 7 rows)."""
+
+
+def section(
+    title: str, table: Table | Skipped, ci: CISettings, extra: str = "", level: int = 2
+) -> str:
+    heading = "#" * level + f" {title}\n"
+    if isinstance(table, Skipped):
+        return heading + f"Skipped: {table.reason}.\n"
+    lines = [heading, table.title + "\n", table.markdown()]
+    if ci.n_boot > 0 and any(
+        c.key.startswith("bias") or c.key == "raw_bias" for c in table.columns if c.kind == "stat"
+    ):
+        lines.append(
+            f"Bias cells: mean ± sample std over seeds [{ci.level:.0%} percentile bootstrap "
+            f"interval of the seed mean over the sampled pairs, {ci.n_boot} replicates].\n"
+        )
+    files = ", ".join(link(f"tables/{table.name}.{kind}") for kind in ("md", "tex", "csv"))
+    lines.append(f"Files: {files}.\n")
+    if extra:
+        lines.append(extra + "\n")
+    return "\n".join(lines)
+
+
+def link(relative: str) -> str:
+    """A Markdown link to a file of the report folder (`relative` to report.md)."""
+    return f"[{relative.rpartition('/')[2]}]({relative})"
+
+
+def figure_line(path: Path | None) -> str:
+    return f"![{path.stem}](figures/{path.name})" if path else ""
+
+
+def sources(experiment: Experiment) -> str:
+    trials = experiment.trials
+    lines = [
+        "Experiment directories: " + ", ".join(f"`{storage.display(p)}`" for p in experiment.paths)
+    ]
+    if not trials.empty:
+        counts = trials.groupby("variant", sort=False)["seed"].apply(
+            lambda seeds: ", ".join(map(str, sorted(seeds)))
+        )
+        lines.append(
+            f"Finished trials: {len(trials)} (data set: "
+            f"{', '.join(sorted(set(trials['dataset'])))})"
+        )
+        lines += [f"- {display_text(variant)}: seeds {seeds}" for variant, seeds in counts.items()]
+        stopped = trials[trials["status"] == "stopped"]
+        if len(stopped):
+            lines.append(
+                f"Stopped early by the Tune scheduler (ASHA), outputs at the epoch they stopped: "
+                f"{len(stopped)}"
+            )
+            lines += [
+                f"- stopped: {display_text(row.variant)} seed {row.seed} after {row.steps} "
+                f"steps (`{row.trial}`)"
+                for row in stopped.itertuples()
+            ]
+    lines.append(f"Trials without outputs: {len(experiment.problems)} (listed at the end)")
+    note = running_note(experiment)
+    if note:
+        lines.append(f"**{note}.**")
+    return "\n".join(lines) + "\n"
+
+
+def running_note(experiment: Experiment) -> str | None:
+    """What to say when a sweep still writes an experiment (`relif_ray.experiment.lock`)."""
+    running = int((experiment.problems["status"] == "running").sum())
+    if not running:
+        return None
+    return (
+        f"A sweep is still running: {running} trial(s) still running, not in this report; "
+        f"it covers the {len(experiment.trials)} finished trial(s)"
+    )
+
+
+def protocol(experiment: Experiment, results: Results, settings: AuditSettings) -> str:
+    datasets = sorted(set(experiment.trials["dataset"]))
+    squashed = sorted({t for d in datasets for t in squashed_tasks(d)})
+    interface = (
+        f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
+        f"{SQUASH_FORMULA} with q10/q90 of the SAME-SEED ERM trial's "
+        "validation scores, identically for every method (values in "
+        f"{link('squash_quantiles.csv')}); "
+        "the other tasks' scores are probabilities and pass unchanged"
+        if squashed
+        else "all audit scores are probabilities in [0, 1] and are used unchanged"
+    )
+    lines = [
+        "## Audit protocol (reporting checklist)\n",
+        f"- Audit split: **{results.split}**. Audit interface: {interface}.",
+        f"- Pools and pairs (Algorithm 1): per task a pool of N_eval = {settings.pool_size} "
+        f"valid examples drawn without replacement with eval_seed = {settings.eval_seed} "
+        f"(all of them when a task has fewer); per unordered task pair S = {settings.pairs} "
+        f"pairs drawn uniformly with replacement with pair_seed = {settings.pair_seed}. "
+        "Bias = mean (|p_a(x) - p_b(y)| - δ)_+, VR = mean 1[gap > δ], averaged over task "
+        "pairs (weights 1/#pairs).",
+        "- δ_ref, chosen once and held fixed for every method and every table "
+        f"(primary: {results.primary.symbol}; values and sources in {link('delta_ref.json')}):",
+    ]
+    for delta in results.deltas:
+        lines.append(f"  - {delta.symbol} = {delta.value:.6f}: {delta.source}.")
+    lines += [
+        "- Method-induced thresholds (validation split, the mean cosine-induced distance of "
+        "each method's own representations over the audit's pairs) are reported only as "
+        "threshold-drift diagnostics; methods are compared under δ_ref (per task pair: "
+        f"{link('induced_thresholds.csv')}).",
+        "- Utility metrics are those of the same checkpoint whose audit scores are audited "
+        "(each trial's final checkpoint). The per-trial numbers behind every table: "
+        f"{link('per_trial.csv')}.",
+        "- Controller settings of every ReLiF variant: see *Controller settings* below.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def pareto_section(results: Results, figure: Path | None) -> str:
+    means = pareto_means(results)
+    front = ", ".join(display_text(v) for v in means.loc[means["on_front"], "variant"])
+    return "\n".join(
+        [
+            "## Utility-fairness Pareto front\n",
+            f"Fixed-δ Bias@{results.primary.symbol} (lower is better) against Worst (higher is "
+            f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
+            f"per-method means: {link('pareto_points.csv')}, {link('pareto_means.csv')}.\n",
+            figure_line(figure) + "\n",
+        ]
+    )
+
+
+def controller_settings(trials: pd.DataFrame) -> str:
+    relif = trials[trials["relif"].astype(bool)]
+    heading = "## Controller settings (for reproducibility; not audit thresholds)\n"
+    if relif.empty:
+        return heading + "No ReLiF trials.\n"
+    rows = []
+    for variant, group in relif.groupby("variant", sort=False):
+        config = group["config"].iloc[0]["relif"]
+        steps = int(group["steps"].iloc[0])
+        budget = [f"{config['eta'] * steps:.3g}", f"{config['warmup_steps'] / steps:.3g}"]
+        cells = [display_text(variant), *(str(config[f]) for f in CONTROLLER_FIELDS), *budget]
+        rows.append("| " + " | ".join(cells) + " |")
+    fields = [*CONTROLLER_FIELDS, "eta x steps", "warmup / steps"]
+    header = "| variant | " + " | ".join(fields) + " |"
+    note = (
+        f"eta x steps and warmup / steps say how far the controller can move lambda over a "
+        f"trial's budget: the paper's NYUv2 run has {1e-3 * PAPER_NYUV2_STEPS:g} and "
+        f"{100 / PAPER_NYUV2_STEPS:g} (eta 1e-3, warmup 100, {PAPER_NYUV2_STEPS:,} steps); "
+        "`--demo` and the fidelity benchmark keep both with "
+        "`relif_ray.relif.controller.scale_to_budget`.\n"
+    )
+    table = [header, "|" + "---|" * (len(fields) + 1), *rows]
+    return "\n".join([heading, note, *table, ""])
+
+
+def problems(experiment: Experiment) -> str:
+    if experiment.problems.empty:
+        return "## Trials without outputs\n\nNone.\n"
+    lines = ["## Trials without outputs (listed, not dropped)\n"]
+    for _, problem in experiment.problems.iterrows():
+        lines.append(f"- {problem['status']}: `{problem['path']}` {problem['error']}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def audited_sections(
+    experiment: Experiment,
+    results: Results,
+    settings: AuditSettings,
+    ci: CISettings,
+    named: dict[str, Table | Skipped],
+    figures: dict,
+) -> list[str]:
+    """The sections after the sources: the audit protocol, then each table (by name, as
+    `analysis.report` built them) with its figures, in the order of the paper's checklist."""
+    return [
+        protocol(experiment, results, settings),
+        section(
+            "Utility and fixed-δ Bias",
+            named["main"],
+            ci,
+            "Utility metrics and audit scores come from the same (final) checkpoint.",
+        ),
+        section("Violation rates", named["violation"], ci),
+        section(
+            "Audit-score saturation",
+            named["saturation"],
+            ci,
+            figure_line(figures.get("score_distributions")),
+        ),
+        pareto_section(results, figures.get("pareto")),
+        "## Threshold-drift diagnostics (not the comparison metric)\n",
+        section("Method-induced thresholds", named["drift"], ci, level=3),
+        section("Raw versus fixed-δ ranking", named["shift"], ci, level=3),
+        section("Theorem B.2 ranking certificate", named["certificate"], ci, level=3),
+        section("ReLiF component ablation", named["ablation"], ci),
+        section(
+            "δ-sensitivity",
+            named["delta_sensitivity"],
+            ci,
+            figure_line(figures.get("delta_sensitivity")),
+        ),
+        section(
+            "Controller sensitivity",
+            named["controller"],
+            ci,
+            "\n".join(figure_line(path) for path in figures.get("controller", [])),
+        ),
+        controller_settings(experiment.trials),
+        section("All utility metrics", named["utility"], ci),
+    ]

@@ -1,0 +1,473 @@
+"""The sweep front door: `relif sweep --dataset NAME ...` and the `sweeps/*.py` entry points.
+
+`main` reads the flags (`relif_ray.cli.sweep_flags`; their defaults are the chosen data set's,
+so --dataset is read first), checks them and builds the `SweepRequest`: the base config
+(`relif_ray.sweep.compose`), the trials (`relif_ray.sweep.plan`: a grid, Optuna studies, the
+(r*, eta) selected from a search, or the paper's controller checks) and how to run them. The
+driver (`relif_ray.sweep.driver`) runs it. Everything is checked before Ray starts, every trial
+config included; user mistakes exit with status 2 and one line `<program>: error: <what is
+wrong>`; trials that errored exit 1 with their summary and the command that retries them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from relif_ray.cli.parsing import OneLineParser, parse_floats, run_command
+from relif_ray.cli.sweep_flags import build_parser, default_methods
+from relif_ray.errors import UserError
+from relif_ray.experiment.storage import local_path
+from relif_ray.methods import METHODS
+from relif_ray.problems import DatasetDefaults, benchmarks
+from relif_ray.sweep import driver
+from relif_ray.sweep.compose import compose_config, demo_budget
+from relif_ray.sweep.driver import SweepRequest
+from relif_ray.sweep.labels import RELIF_LABELS, grid_variants, split_label, uses_controller
+from relif_ray.sweep.outcome import (
+    EXIT_TRIALS_ERRORED,
+    TrialsErrored,
+    retry_command,
+    summary_lines,
+)
+from relif_ray.sweep.overrides import parse_set, read_config_file
+from relif_ray.sweep.plan import (
+    LOGGER_CALLBACKS,
+    OptunaPlan,
+    Resources,
+    SweepSpace,
+    TuneOptions,
+    controller_variants,
+    param_space,
+    selected_trials,
+    trial_space,
+)
+from relif_ray.sweep.preflight import resolve_pretrained
+from relif_ray.sweep.selection import Selection, read_pareto, select_settings
+
+DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
+"""Every registered benchmark's defaults (`relif_ray.problems`): the choices of --dataset."""
+NYUV2, MIMIC3 = DATASETS["nyuv2"], DATASETS["mimic3"]
+CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
+"""The data sets of `sweeps/clinical.py`."""
+
+Planner = Callable[[dict], tuple[SweepSpace, OptunaPlan | None]]
+"""The sweep's trials for its validated base config: (space, Optuna plan or None)."""
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    prog: str | None = None,
+    datasets: tuple[str, ...] | None = None,
+    controller_checks: bool | None = None,
+    retry: list[str] | None = None,
+) -> int:
+    """Run a sweep from the command line; the exit status.
+
+    datasets: the choices of --dataset (default: every registered benchmark; with one, the
+        flag is not offered: `sweeps/nyuv2.py`); controller_checks: True runs the paper's
+        controller checks (`sweeps/controller_sensitivity.py`), None offers
+        --controller-checks (`relif sweep`); retry: the program of the retry command.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    name = prog or Path(sys.argv[0]).name
+    program = retry or [sys.executable, sys.argv[0]]
+
+    def command() -> int:
+        try:
+            experiment_dir = run(
+                argv, prog=prog, datasets=datasets, controller_checks=controller_checks
+            )
+        except TrialsErrored as failure:
+            print(f"experiment directory: {failure.experiment_dir}")
+            print("\n".join(summary_lines(failure, retry_command(program, argv))), file=sys.stderr)
+            return EXIT_TRIALS_ERRORED
+        print(f"experiment directory: {experiment_dir}")
+        return 0
+
+    return run_command(name, command)
+
+
+def run(
+    argv: list[str],
+    *,
+    prog: str | None = None,
+    datasets: tuple[str, ...] | None = None,
+    controller_checks: bool | None = None,
+) -> str:
+    """Parse and check `argv`, then run the sweep (`relif_ray.sweep.driver.run`); return its
+    experiment directory. Arguments as for `main`."""
+    request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks)
+    if request.selection is not None:
+        print("\n".join(request.selection.lines()))
+    return driver.run(request)
+
+
+def sweep_request(
+    argv: list[str],
+    prog: str | None,
+    datasets: tuple[str, ...],
+    controller_checks: bool | None,
+) -> SweepRequest:
+    """Parse and check the flags of `argv` (--dataset first: its defaults are the flags')."""
+    dataset, checks = choose(argv, datasets, offer_checks=controller_checks is None)
+    defaults = DATASETS[dataset]
+    checks = checks or bool(controller_checks)
+    parser = build_parser(
+        defaults, datasets, checks=checks, offer_checks=controller_checks is None, prog=prog
+    )
+    args = parser.parse_args(argv)
+    seeds = seeds_of(args, defaults)
+    selection = None
+    if checks:
+        planner = checks_planner(args, defaults, seeds)
+    elif args.select_from and not args.resume:
+        planner, selection = selected_planner(args, defaults, seeds)
+    else:
+        planner = grid_planner(args, defaults, seeds)
+    return request_of(args, defaults, "-controller" if checks else "", planner, selection)
+
+
+def choose(argv: list[str], datasets: tuple[str, ...], offer_checks: bool) -> tuple[str, bool]:
+    """(--dataset, --controller-checks) of `argv`; they decide the other flags."""
+    chooser = OneLineParser(add_help=False)
+    default = "nyuv2" if "nyuv2" in datasets else datasets[0]
+    chooser.add_argument("--dataset", choices=datasets, default=default)
+    if offer_checks:
+        chooser.add_argument("--controller-checks", action="store_true")
+    known = chooser.parse_known_args(argv)[0]
+    return known.dataset, getattr(known, "controller_checks", False)
+
+
+def request_of(
+    args: argparse.Namespace,
+    defaults: DatasetDefaults,
+    suffix: str,
+    planner: Planner,
+    selection: Selection | None,
+) -> SweepRequest:
+    """The checked request: resources, name, then (unless resuming) the data, the base config
+    and the trials."""
+    limits = resources(args)
+    check_delta(args.delta)
+    common: dict[str, Any] = {
+        "defaults": defaults,
+        "name": experiment_name(args, defaults, suffix),
+        "storage": args.storage,
+        "resources": limits,
+        "max_failures": args.max_failures,
+        "keep_checkpoints": args.keep_checkpoints,
+        "checkpoint_interval_s": args.checkpoint_interval,
+    }
+    if args.resume:
+        return SweepRequest(**common)
+    root = data_root(args, defaults)
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
+    options = tune_options(args, base)
+    space, search = planner(base)
+    return SweepRequest(
+        **common,
+        space=space,
+        search=search,
+        options=options,
+        data_root=root,
+        demo=args.demo,
+        writes_demo_data=args.demo and not args.data_dir,
+        reference=args.reference,
+        selection=selection,
+        checkpoint_every=0 if args.demo else 1,
+    )
+
+
+def grid_planner(args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int]) -> Planner:
+    """Methods x seeds x (r*, eta), or with --search optuna the studies over (r*, eta)."""
+    optuna = args.search == "optuna"
+    labels = parse_labels(args.methods or ("relif" if optuna else default_labels(args, defaults)))
+    r_stars, etas = controller_grid(args, defaults)
+    if optuna:
+        plan = optuna_plan(args, labels, seeds)
+        return lambda base: (plan.space(base, args.delta), plan)
+    variants = grid_variants(labels, r_stars, etas)
+    return lambda base: (param_space(base, variants, seeds, args.delta), None)
+
+
+def default_labels(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
+    """--methods when it is not given: the demo's, else every method and ReLiF."""
+    return defaults.demo_train["methods"] if args.demo else default_methods()
+
+
+def selected_planner(
+    args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int]
+) -> tuple[Planner, Selection]:
+    """Each label and seed at the (r*, eta) selected from the search --select-from."""
+    for flag, value in (("--r-star", args.r_star), ("--eta", args.eta)):
+        if value is not None:
+            raise UserError(
+                f"--select-from: conflicts with {flag} (it selects r* and eta per seed)"
+            )
+    if args.search == "optuna":
+        raise UserError(
+            "--select-from: conflicts with --search optuna (it runs the selected setting)"
+        )
+    labels = parse_labels(args.methods or default_labels(args, defaults))
+    chosen = select_settings(read_pareto(args.select_from), args.select_worst_tolerance)
+    found = Selection(chosen, args.select_from, args.select_worst_tolerance)
+    trials = selected_trials(labels, seeds, found.settings(), args.select_from)
+    chosen = chosen[chosen["label"].isin(labels) & chosen["seed"].isin(seeds)]
+    selection = Selection(chosen, args.select_from, args.select_worst_tolerance)
+    return (lambda base: (trial_space(base, trials, args.delta), None)), selection
+
+
+def checks_planner(
+    args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int]
+) -> Planner:
+    """The paper's controller checks (`relif_ray.sweep.plan.controller_variants`)."""
+    variants = controller_variants(
+        args.eta_r_star,
+        parse_floats(args.etas, "--etas"),
+        parse_floats(args.r_stars, "--r-stars"),
+        args.r_star_eta,
+        parse_floats(args.static_lambdas, "--static-lambdas"),
+        label=controller_label(args.label),
+    )
+    return lambda base: (param_space(base, variants, seeds, args.delta), None)
+
+
+def base_config(
+    args: argparse.Namespace, defaults: DatasetDefaults, root: str, use_gpu: bool | None = None
+) -> dict:
+    """The ExperimentConfig dict shared by every trial of the sweep (validated;
+    `relif_ray.sweep.compose.compose_config` of the flags' layers); `use_gpu` defaults to
+    what the resource flags ask for."""
+    use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
+    layers = [
+        (f"--config {args.config}", read_config_file(args.config) if args.config else {}),
+        ("--set", parse_set(args.set)),
+        ("flags", flag_fields(args)),
+    ]
+    demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
+    config = compose_config(defaults, layers, root, use_gpu, demo)
+    config["model"]["pretrained"] = resolve_pretrained(config["model"]["pretrained"])
+    return config
+
+
+def controller_grid(
+    args: argparse.Namespace, defaults: DatasetDefaults
+) -> tuple[list[float], list[float]]:
+    """(r* values, eta values) of the grid: the flags, else the data set's (for --demo, eta
+    scaled to the demo's step budget, `relif_ray.sweep.compose.demo_budget`)."""
+    scaled = demo_budget(defaults, args.epochs, args.steps).eta if args.demo else None
+    eta = f"{scaled if scaled else defaults.eta:g}" if args.eta is None else args.eta
+    r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
+    return parse_floats(r_star, "--r-star"), parse_floats(eta, "--eta")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`7` -> seeds 0..6; `0,3,5` -> exactly those."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(
+            f"--seeds: expected a count or a comma-separated list, got '{text}'"
+        ) from None
+    if "," not in text:
+        if not values or values[0] <= 0:
+            raise UserError(f"--seeds: a count must be positive, got '{text}'")
+        return list(range(values[0]))
+    if not values or min(values) < 0 or len(set(values)) != len(values):
+        raise UserError(f"--seeds: a list needs distinct non-negative seeds, got '{text}'")
+    return values
+
+
+def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, float]:
+    values = parse_floats(text, flag)
+    if len(values) != 2 or not values[0] < values[1] or (positive and values[0] <= 0):
+        need = "0 < LOW < HIGH" if positive else "LOW < HIGH"
+        raise UserError(f"{flag}: expected LOW,HIGH with {need}, got '{text}'")
+    return values[0], values[1]
+
+
+def parse_labels(text: str, flag: str = "--methods") -> list[str]:
+    """Method labels, each checked against the method registry and the ReLiF labels."""
+    labels = [label.strip() for label in text.split(",") if label.strip()]
+    if not labels:
+        raise UserError(f"{flag}: no method given")
+    for label in labels:
+        method, _ = split_label(label, flag)
+        if method not in METHODS:
+            raise UserError(
+                f"{flag}: unknown method '{method}' (known: {', '.join(sorted(METHODS))}, "
+                f"{', '.join(RELIF_LABELS)})"
+            )
+    if len(set(labels)) != len(labels):
+        raise UserError(f"{flag}: a label is repeated in '{text}'")
+    return labels
+
+
+def controller_label(text: str) -> str:
+    """The one ReLiF label of the controller checks' `--label`; it must adapt lambda."""
+    labels = parse_labels(text, "--label")
+    if len(labels) != 1 or not uses_controller(labels[0]):
+        raise UserError(
+            f"--label: expected one ReLiF label that adapts lambda (e.g. relif, relif-st), "
+            f"got '{text}'"
+        )
+    return labels[0]
+
+
+def resources(args: argparse.Namespace) -> Resources:
+    """The validated `Resources` of the flags (checked again against the cluster once Ray is
+    up)."""
+    gpus_per_trial = args.gpus_per_trial
+    if gpus_per_trial is None:
+        gpus_per_trial = 1.0 if args.num_gpus > 0 else 0.0
+    if args.num_gpus < 0 or gpus_per_trial < 0:
+        raise UserError("--num-gpus and --gpus-per-trial must be >= 0")
+    if not args.cpus_per_trial > 0:
+        raise UserError(f"--cpus-per-trial: must be > 0, got {args.cpus_per_trial:g}")
+    if gpus_per_trial > 1 and not float(gpus_per_trial).is_integer():
+        raise UserError(
+            f"--gpus-per-trial {gpus_per_trial:g}: above 1 it must be a whole number of GPUs"
+        )
+    if gpus_per_trial > 0 and args.num_gpus == 0:
+        raise UserError(
+            f"--gpus-per-trial {gpus_per_trial:g}: trials ask for GPUs but --num-gpus is 0"
+        )
+    if args.num_gpus > 0 and gpus_per_trial == 0:
+        raise UserError(
+            f"--num-gpus {args.num_gpus:g} with --gpus-per-trial 0: no trial "
+            "would use a GPU (drop --num-gpus for a CPU sweep)"
+        )
+    if gpus_per_trial > args.num_gpus:
+        raise UserError(
+            f"--gpus-per-trial {gpus_per_trial:g} exceeds --num-gpus {args.num_gpus:g}: "
+            "no trial could ever start"
+        )
+    if args.num_cpus is not None and args.num_cpus <= 0:
+        raise UserError(f"--num-cpus: must be > 0, got {args.num_cpus}")
+    if args.max_failures < 0 or args.keep_checkpoints < 1:
+        raise UserError("--max-failures must be >= 0 and --keep-checkpoints >= 1")
+    if not 0 <= args.checkpoint_interval < math.inf:
+        raise UserError(
+            f"--checkpoint-interval: must be >= 0 seconds, got {args.checkpoint_interval:g}"
+        )
+    return Resources(
+        cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=gpus_per_trial,
+        num_gpus=args.num_gpus,
+        num_cpus=args.num_cpus,
+        address=args.address,
+    )
+
+
+def data_root(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
+    """The data set folder: --data-dir, or for --demo a folder next to the results."""
+    if args.data_dir:
+        if not Path(args.data_dir).is_dir():
+            raise UserError(f"--data-dir: no such directory: {args.data_dir}")
+        return str(Path(args.data_dir).resolve())
+    if not args.demo:
+        raise UserError("--data-dir is required (or use --demo for synthetic data)")
+    results = local_path(args.storage)
+    if results is None:
+        raise UserError("--demo writes its data next to the results: use a local --storage")
+    return str(results / "data" / f"{defaults.dataset}-demo")
+
+
+def wants_gpus(args: argparse.Namespace) -> bool:
+    return (args.gpus_per_trial or 0) > 0 or (args.gpus_per_trial is None and args.num_gpus > 0)
+
+
+def flag_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields the named flags give (those not given set nothing). --steps alone
+    trains exactly that many steps, so it clears the epoch budget."""
+    given = {
+        "model.backbone": args.backbone,
+        "model.pretrained": args.pretrained,
+        "train.epochs": args.epochs,
+        "train.max_steps": args.steps,
+        "train.batch_size": args.batch_size,
+        "train.lr": args.lr,
+        "train.precision": args.precision,
+        "train.channels_last": args.channels_last,
+        "train.compile": args.compile,
+        "relif.warmup_steps": args.warmup_steps,
+    }
+    fields = {field: value for field, value in given.items() if value is not None}
+    if args.steps is not None and args.epochs is None:
+        fields["train.epochs"] = None
+    return fields
+
+
+def check_delta(delta: float) -> None:
+    if not 0.0 <= delta <= 1.0:
+        raise UserError(f"--delta: must be in [0, 1], got {delta:g}")
+
+
+def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str = "") -> str:
+    name = args.name or f"{defaults.dataset}{suffix}{'-demo' if args.demo else ''}"
+    if "/" in name or name.startswith("."):
+        raise UserError(f"--name: must be a plain folder name, got '{name}'")
+    return name
+
+
+def seeds_of(args: argparse.Namespace, defaults: DatasetDefaults) -> list[int]:
+    default = defaults.demo_train["seeds"] if args.demo else defaults.seeds
+    return parse_seeds(args.seeds or str(default))
+
+
+def parse_callbacks(text: str) -> tuple[str, ...]:
+    """`--callbacks wandb,mlflow`: known names whose package is installed (Ray's integrations
+    import them only when a trial starts)."""
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    for name in names:
+        if name not in LOGGER_CALLBACKS:
+            raise UserError(
+                f"--callbacks: unknown logger '{name}' (known: {', '.join(LOGGER_CALLBACKS)})"
+            )
+        if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
+            raise UserError(
+                f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
+                f"(pip install 'relif-ray[{name}]')"
+            )
+    return names
+
+
+def tune_options(args: argparse.Namespace, base: dict | None) -> TuneOptions:
+    """The scheduling and logging flags; ASHA's horizon is the trials' epochs."""
+    if args.max_concurrent_trials is not None and args.max_concurrent_trials <= 0:
+        raise UserError(f"--max-concurrent-trials: must be > 0, got {args.max_concurrent_trials}")
+    return TuneOptions(
+        scheduler=args.scheduler,
+        scheduler_metric=args.scheduler_metric,
+        asha_max_epochs=base["train"]["epochs"] if base else None,
+        max_concurrent_trials=args.max_concurrent_trials,
+        callbacks=parse_callbacks(args.callbacks),
+    )
+
+
+def optuna_plan(args: argparse.Namespace, labels: list[str], seeds: list[int]) -> OptunaPlan:
+    others = [label for label in labels if not uses_controller(label)]
+    if others:
+        raise UserError(
+            f"--search optuna: tunes the ReLiF controller's (r*, eta); '{others[0]}' does not "
+            "use them (run it in a grid sweep)"
+        )
+    if args.num_samples <= 0:
+        raise UserError(f"--num-samples: must be > 0, got {args.num_samples}")
+    r_range = parse_range(args.r_star_range, "--r-star-range")
+    if not 0.0 <= r_range[0] < r_range[1] <= 1.0:
+        raise UserError(f"--r-star-range: r* bounds must lie in [0, 1], got '{args.r_star_range}'")
+    return OptunaPlan(
+        labels=labels,
+        seeds=seeds,
+        num_samples=args.num_samples,
+        r_star_range=r_range,
+        eta_range=parse_range(args.eta_range, "--eta-range", positive=True),
+    )

@@ -1,0 +1,144 @@
+"""The same-seed ERM reference: which trial it is, who waits for it, and the squash it defines.
+
+Audit scores that are not probabilities (NYUv2 depth and normal: the valid-region mean L2 norm
+of the head's decoder feature map) are mapped into [0, 1] by the squash of the paper's
+appendix A (audit scores):
+
+    s -> clip((s - q10) / (q90 - q10 + 1e-6), 0, 1)
+
+where q10 and q90 are the 10th and 90th percentiles (numpy's linear interpolation, in
+float64) of that task's valid VALIDATION raw scores of the ERM trial with the SAME seed and
+data set: plain ERM (method `erm`, ReLiF off) is the reference. One squash serves three
+places, because "the same scalar score is used to form both the fixed-audit gaps and the
+training-time surrogate gaps" (paper section 3, appendix A.3):
+
+- the fixed-delta audit at analysis time (`analysis.audit_scores`; val and test scores of a
+  seed alike, with that seed's validation quantiles);
+- ReLiF's training surrogate (`relif_ray.relif.regularizer`, `relif.squash = "erm"`), so a
+  sweep runs each seed's ERM trial before the ReLiF trials that wait for it
+  (`waits_for_reference`, `relif_ray.tuning.order`);
+- a trial's live validation audit (`relif_ray.tuning.trainable`), with its seed's constants
+  where it has them, else with its own validation quantiles (a progress signal only).
+
+This module is the formula's one home; other docstrings point here. The quantiles are named
+by an interface (`SQUASH_INTERFACES`), so another audit interface can be added as one more
+entry; today there is only the paper's, "q10-q90".
+
+The constants travel in the experiment directory as `squash_constants.json` (seed -> task ->
+[q10, q90]), written by the sweep driver when a seed's ERM trial finishes and read by the
+waiting trials, by `--reference` sweeps and by the audit (`read_squash_constants`,
+`write_squash_constants`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+import pyarrow.fs
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.errors import UserError
+from relif_ray.experiment import storage
+from relif_ray.experiment.storage import Location
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+SQUASH_INTERFACES: dict[str, tuple[float, float]] = {"q10-q90": (0.1, 0.9)}
+"""Audit interface name -> the quantiles (low, high) of the reference's validation scores that
+the squash maps to 0 and 1."""
+PAPER_INTERFACE = "q10-q90"
+"""The paper's interface (appendix A)."""
+SQUASH_QUANTILES = SQUASH_INTERFACES[PAPER_INTERFACE]
+"""q10 and q90: the paper's squash quantiles (also those of ReLiF's running squash)."""
+SQUASH_EPS = 1e-6
+"""The squash's guard against q90 = q10 (paper appendix A)."""
+SQUASH_FORMULA = "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1)"
+"""`squash` as reports print it."""
+SQUASH_CONSTANTS_FILE = "squash_constants.json"
+"""In the experiment directory: seed -> task -> [q10, q90] of that seed's ERM reference run,
+the squash constants of same-seed ReLiF training and of the audit (written by the driver)."""
+
+ScoreValues = TypeVar("ScoreValues", np.ndarray, "Tensor")
+
+
+def squash(raw: ScoreValues, low: ScoreValues | float, high: ScoreValues | float) -> ScoreValues:
+    """The squash of the module docstring, with (low, high) = the reference's (q10, q90).
+
+    Works on numpy arrays and torch tensors alike (both have `.clip`); `low` and `high`
+    broadcast against `raw`."""
+    return ((raw - low) / (high - low + SQUASH_EPS)).clip(0.0, 1.0)
+
+
+def squash_bounds(
+    raw_scores: Sequence[float] | np.ndarray, interface: str = PAPER_INTERFACE
+) -> list[float]:
+    """[low, high] (for the paper's interface [q10, q90]) of valid raw audit scores: the
+    squash constants a reference's validation scores define (numpy's linear interpolation, in
+    float64)."""
+    values = np.asarray(raw_scores, dtype=np.float64)
+    if values.size == 0 or not np.isfinite(values).all():
+        raise UserError("squash constants: need at least one finite raw score")
+    return [float(v) for v in np.quantile(values, SQUASH_INTERFACES[interface])]
+
+
+def is_plain_erm(method: str, relif_enabled: bool) -> bool:
+    """Plain ERM: method `erm` with ReLiF off, the only trial that can be a reference."""
+    return method == "erm" and not relif_enabled
+
+
+def has_squashed_scores(dataset: str) -> bool:
+    """Whether `dataset`'s audit squashes some task's scores (its benchmark's tasks declare
+    `score_is_probability = False`), so that its ReLiF trials need a reference."""
+    from relif_ray.problems import benchmark  # deferred: keeps `relif_ray.audit` free of torch
+
+    return bool(benchmark(dataset).squashed_tasks)
+
+
+def is_reference(config: ExperimentConfig) -> bool:
+    """Whether a trial is an ERM reference: plain ERM on a data set with squashed scores."""
+    plain = is_plain_erm(config.method.name, config.relif.enabled)
+    return plain and has_squashed_scores(config.data.dataset)
+
+
+def waits_for_reference(config: ExperimentConfig) -> bool:
+    """Whether a trial trains on same-seed ERM squash constants it does not have yet: ReLiF
+    with the paper's squash (`relif.squash = "erm"`) on a data set with squashed scores."""
+    relif = config.relif
+    if not relif.enabled or relif.squash != "erm" or relif.squash_constants:
+        return False
+    return has_squashed_scores(config.data.dataset)
+
+
+def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str, list[float]]]:
+    """seed (as text) -> task -> [q10, q90] from the experiment's `SQUASH_CONSTANTS_FILE`
+    (local, file://, s3://, ...: `relif_ray.experiment.storage`); empty when there is none
+    (yet)."""
+    place = storage.join(storage.location(experiment_dir), SQUASH_CONSTANTS_FILE)
+    if storage.file_type(place) == pyarrow.fs.FileType.NotFound:
+        return {}
+    record = json.loads(storage.read_text(place))
+    return {str(seed): dict(tasks) for seed, tasks in record["seeds"].items()}
+
+
+def write_squash_constants(
+    experiment_dir: Location | str, constants: dict[str, dict[str, list[float]]]
+) -> None:
+    """Replace the experiment's `SQUASH_CONSTANTS_FILE` as a whole: a temporary file renamed
+    over it on a local disk (readers never see half a file), one PUT on object storage."""
+    place = storage.location(experiment_dir)
+    store, root = storage.filesystem(place)
+    store.create_dir(root, recursive=True)
+    record = {"quantiles": list(SQUASH_QUANTILES), "seeds": constants}
+    text = json.dumps(record, indent=2, sort_keys=True).encode()
+    final = f"{root}/{SQUASH_CONSTANTS_FILE}"
+    local = isinstance(place, Path)
+    target = f"{root}/.{SQUASH_CONSTANTS_FILE}.partial" if local else final
+    with store.open_output_stream(target) as stream:
+        stream.write(text)
+    if local:
+        store.move(target, final)

@@ -1,0 +1,162 @@
+"""Delta-M% (LibMTL's count_improvement) and the (Bias, Worst) hypervolume against hand
+computations, invariants and pymoo's HV indicator."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.mtl_metrics import (
+    HYPERVOLUME_REFERENCE,
+    delta_m,
+    delta_m_summary,
+    hypervolume,
+    hypervolumes,
+    task_metrics,
+)
+from relif_ray.problems import benchmark
+from relif_ray.sweep.selection import non_dominated
+
+METRICS = {"a": {"a_up": True, "a_down": False}, "b": {"b_up": True}}
+"""Two tasks: a with a higher- and a lower-is-better metric, b with one higher-is-better."""
+
+
+def _trials(rows: list[tuple[str, int, float, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["variant", "seed", "a_up", "a_down", "b_up"])
+
+
+TRIALS = _trials(
+    [
+        ("erm", 0, 0.5, 2.0, 0.4),
+        ("x", 0, 0.6, 1.5, 0.3),  # a_up +0.2, a_down +0.25, b_up -0.25
+        ("erm", 1, 0.4, 1.0, 0.5),
+        ("x", 1, 0.3, 1.2, 0.55),  # a_up -0.25, a_down -0.2, b_up +0.1
+    ]
+)
+
+
+def test_delta_m_by_hand_per_task_mean_then_mean_over_tasks():
+    per_trial = delta_m(TRIALS, METRICS)
+    # seed 0: task a (0.2 + 0.25)/2 = 0.225, task b -0.25 -> (0.225 - 0.25)/2 = -0.0125
+    # seed 1: task a (-0.25 - 0.2)/2 = -0.225, task b 0.1 -> (-0.225 + 0.1)/2 = -0.0625
+    assert per_trial["delta_m"].tolist() == pytest.approx([0, -1.25, 0, -6.25], abs=1e-12)
+    assert per_trial[["variant", "seed"]].equals(TRIALS[["variant", "seed"]])
+    summary = delta_m_summary(per_trial).set_index("variant")
+    assert summary.loc["x", "n_seeds"] == 2
+    assert summary.loc["x", "delta_m_mean"] == pytest.approx(-3.75)
+    assert summary.loc["x", "delta_m_std"] == pytest.approx(5 / math.sqrt(2))  # sample std
+    assert summary.loc["erm", "delta_m_mean"] == 0
+
+
+def test_delta_m_mean_over_all_metrics_by_hand():
+    per_trial = delta_m(TRIALS, METRICS, average="metric")
+    # seed 0: (0.2 + 0.25 - 0.25)/3; seed 1: (-0.25 - 0.2 + 0.1)/3
+    expected = [0, 100 * 0.2 / 3, 0, 100 * -0.35 / 3]
+    assert per_trial["delta_m"].tolist() == pytest.approx(expected, abs=1e-12)
+
+
+def test_delta_m_reproduces_libmtls_docstring_example():
+    """LibMTL/utils.py count_improvement: base {'A': [96, 98], 'B': [0.2]}, new {'A': [93,
+    99], 'B': [0.5]}, weight {'A': [1, 0], 'B': [1]} (1: higher is better)."""
+    metrics = {"A": {"A_1": True, "A_2": False}, "B": {"B_1": True}}
+    trials = pd.DataFrame(
+        [("erm", 0, 96.0, 98.0, 0.2), ("new", 0, 93.0, 99.0, 0.5)],
+        columns=["variant", "seed", "A_1", "A_2", "B_1"],
+    )
+    by_hand = ((-3 / 96 + -1 / 98) / 2 + 1.5) / 2
+    assert delta_m(trials, metrics)["delta_m"].iloc[1] == pytest.approx(100 * by_hand)
+
+
+def test_delta_m_is_undefined_without_a_same_seed_reference_or_with_a_zero_one():
+    trials = pd.concat(
+        [TRIALS, _trials([("x", 2, 0.5, 1.0, 0.5), ("erm", 3, 0.0, 1.0, 0.5)])],
+        ignore_index=True,
+    )
+    trials = pd.concat([trials, _trials([("x", 3, 0.1, 1.0, 0.5)])], ignore_index=True)
+    per_trial = delta_m(trials, METRICS).set_index(["variant", "seed"])["delta_m"]
+    assert math.isnan(per_trial[("x", 2)]) and math.isnan(per_trial[("x", 3)])
+    summary = delta_m_summary(per_trial.reset_index()).set_index("variant")
+    assert summary.loc["x", "n_seeds"] == 2  # seeds 0 and 1 only
+    assert summary.loc["x", "delta_m_mean"] == pytest.approx(-3.75)
+
+
+def test_two_reference_trials_of_one_seed_are_refused():
+    with pytest.raises(ValueError, match="seed 0 has several 'erm' trials"):
+        delta_m(pd.concat([TRIALS, TRIALS.iloc[:1]], ignore_index=True), METRICS)
+
+
+def test_nyuv2_delta_m_averages_every_native_metric_of_each_task():
+    nyuv2 = benchmark("nyuv2")
+    grouped = task_metrics(nyuv2.metric_directions, [task.name for task in nyuv2.tasks()])
+    assert grouped == {
+        "seg": {"seg_miou": True, "seg_pixel_acc": True},
+        "depth": {"depth_abs_err": False, "depth_rel_err": False, "depth_rmse": False},
+        "normal": {
+            "normal_angle_mean": False,
+            "normal_angle_median": False,
+            "normal_within_11.25": True,
+            "normal_within_22.5": True,
+            "normal_within_30": True,
+        },
+    }
+
+
+def test_a_metric_belongs_to_the_longest_task_name_it_starts_with():
+    directions = {"los_mad": False, "los_long_kappa": True, "los_long_score": True, "worst": True}
+    assert task_metrics(directions, ["los", "los_long"]) == {
+        "los": {"los_mad": False},
+        "los_long": {"los_long_kappa": True},
+    }
+
+
+def test_hypervolume_by_hand():
+    bias = [0.2, 0.5, 0.6, 1.2, np.nan, 0.1]
+    worst = [0.5, 0.8, 0.6, 0.9, 0.9, -0.1]
+    # (0.6, 0.6) is dominated by (0.5, 0.8); (1.2, .) and (., -0.1) lie beyond the reference
+    # (1, 0); NaN is skipped. Area: [0.2, 0.5] x 0.5 + [0.5, 1] x 0.8 = 0.15 + 0.4.
+    assert hypervolume(bias, worst) == pytest.approx(0.55, abs=1e-15)
+    assert hypervolume([0.3], [0.7]) == pytest.approx(0.7 * 0.7)
+    assert hypervolume([0.0], [1.0]) == 1.0  # the ideal point fills the unit box
+    assert hypervolume([], []) == 0.0
+    assert HYPERVOLUME_REFERENCE == (1.0, 0.0)
+
+
+def test_hypervolume_is_that_of_the_pareto_front_and_ignores_order():
+    rng = np.random.default_rng(0)
+    bias, worst = rng.uniform(0, 1, 40), rng.uniform(0, 1, 40)
+    front = non_dominated(bias, worst)
+    assert front.sum() < 40
+    value = hypervolume(bias, worst)
+    assert hypervolume(bias[front], worst[front]) == pytest.approx(value, abs=1e-15)
+    order = rng.permutation(40)
+    assert hypervolume(bias[order], worst[order]) == pytest.approx(value, abs=1e-15)
+
+
+def test_hypervolume_agrees_with_pymoo():
+    hv_module = pytest.importorskip("pymoo.indicators.hv")
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 5, 30):
+        bias, worst = rng.uniform(-0.1, 1.1, n), rng.uniform(-0.1, 1.1, n)
+        # pymoo minimizes every objective: (Bias, -Worst) against (1, -0).
+        indicator = hv_module.HV(ref_point=np.array([1.0, 0.0]))
+        expected = indicator(np.column_stack([bias, -worst]))
+        assert hypervolume(bias, worst) == pytest.approx(expected, abs=1e-12), n
+
+
+def test_hypervolume_of_each_methods_points():
+    points = pd.DataFrame(
+        {
+            "variant": ["erm", "relif", "erm", "relif"],
+            "bias": [0.5, 0.2, 0.4, 0.3],
+            "worst": [0.6, 0.5, 0.5, 0.6],
+        }
+    )
+    table = hypervolumes(points)
+    assert table["variant"].tolist() == ["erm", "relif"]
+    assert table["n_points"].tolist() == [2, 2]
+    erm = 0.1 * 0.5 + 0.5 * 0.6  # (0.4, 0.5) then (0.5, 0.6)
+    relif = 0.1 * 0.5 + 0.7 * 0.6  # (0.2, 0.5) then (0.3, 0.6)
+    assert table["hypervolume"].tolist() == pytest.approx([erm, relif])
