@@ -51,24 +51,36 @@ def is_erm(trials: pd.DataFrame) -> pd.Series:
     return pd.Series(plain, index=trials.index, dtype=bool)
 
 
-def squash_reference(
-    trials: pd.DataFrame, lent: dict[str, dict[str, dict[str, list[float]]]] | None = None
-) -> dict[str, str]:
-    """For every trial that has squashed tasks, the trial id of its same-seed ERM trial, or
-    `SQUASH_CONSTANTS_FILE` where its experiment lends the constants (`lent`: experiment ->
-    seed -> task -> [q10, q90]) and has no such trial."""
-    lent = lent or {}
+def same_seed_erm(trials: pd.DataFrame) -> dict[str, tuple[list[str], bool]]:
+    """For every trial, its same-seed ERM candidates: the plain ERM trials (`is_erm`) of its
+    data set and seed from its own experiment directory, or, where that has none, from every
+    loaded directory; and whether they are its own directory's. The squash reference and the
+    Delta-M% baseline (`analysis.mtl_metrics.delta_m_against_erm`) are this one choice."""
     erm: dict[tuple[str, int], list[tuple[str, str]]] = {}
     for row in trials[is_erm(trials)].itertuples():
         erm.setdefault((row.dataset, row.seed), []).append((row.experiment, row.trial))
+    candidates = {}
+    for row in trials.itertuples():
+        same = erm.get((row.dataset, row.seed), [])
+        own = [trial for experiment, trial in same if experiment == row.experiment]
+        candidates[row.trial] = (own, True) if own else ([trial for _, trial in same], False)
+    return candidates
+
+
+def squash_reference(
+    trials: pd.DataFrame, lent: dict[str, dict[str, dict[str, list[float]]]] | None = None
+) -> dict[str, str]:
+    """For every trial that has squashed tasks, the trial id of its same-seed ERM trial
+    (`same_seed_erm`), or `SQUASH_CONSTANTS_FILE` where its experiment lends the constants
+    (`lent`: experiment -> seed -> task -> [q10, q90]) and has no such trial."""
+    lent = lent or {}
+    candidates = same_seed_erm(trials)
     references = {}
     for row in trials.itertuples():
         if not squashed_tasks(row.dataset):
             continue
-        same = erm.get((row.dataset, row.seed), [])
-        if any(experiment == row.experiment for experiment, _ in same):
-            same = [(e, trial) for e, trial in same if e == row.experiment]
-        elif str(row.seed) in lent.get(row.experiment, {}):
+        same, own = candidates[row.trial]
+        if not own and str(row.seed) in lent.get(row.experiment, {}):
             references[row.trial] = SQUASH_CONSTANTS_FILE
             continue
         tasks = "/".join(sorted(squashed_tasks(row.dataset)))
@@ -79,12 +91,11 @@ def squash_reference(
                 "the same-seed ERM trial; add it or drop this seed"
             )
         if len(same) > 1:
-            names = ", ".join(trial for _, trial in same)
             raise UserError(
-                f"several ERM trials with seed {row.seed} ({names}); cannot choose the squash "
-                "reference: load one experiment directory per sweep"
+                f"several ERM trials with seed {row.seed} ({', '.join(same)}); cannot choose "
+                "the squash reference: load one experiment directory per sweep"
             )
-        references[row.trial] = same[0][1]
+        references[row.trial] = same[0]
     return references
 
 

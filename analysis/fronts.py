@@ -1,12 +1,18 @@
 """Utility-fairness Pareto fronts: fixed-delta Bias (lower is better) against Worst (higher is
-better), as in the paper's Figure 2 (upper-left is preferred)."""
+better), as in the paper's Figure 2 (upper-left is preferred), and their hypervolumes against
+the fixed reference point (Bias 1, Worst 0) (`relif_ray.sweep.selection.hypervolume`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from analysis.mtl_metrics import hypervolumes
+from analysis.render import Column, Table
 from analysis.results import Results
-from relif_ray.sweep.selection import non_dominated
+from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated
+
+ALL_TRIALS = "all trials"
+"""The hypervolume table's row of every per-seed point together: the experiment's front."""
 
 
 def pareto_points(results: Results) -> pd.DataFrame:
@@ -21,8 +27,9 @@ def pareto_points(results: Results) -> pd.DataFrame:
 
 
 def pareto_means(results: Results) -> pd.DataFrame:
-    """Per-method means: variant, bias / worst mean and sample std over seeds, n_seeds, and
-    on_front (non-dominated among the method means)."""
+    """Per-method means: variant, bias / worst mean and sample std over seeds, n_seeds,
+    on_front (non-dominated among the method means) and hypervolume (of the method's per-seed
+    points, `hypervolume_table`)."""
     points = pareto_points(results)
     grouped = points.groupby("variant", sort=False)
     means = pd.DataFrame(
@@ -35,4 +42,29 @@ def pareto_means(results: Results) -> pd.DataFrame:
         }
     ).loc[results.variants]
     means["on_front"] = non_dominated(means["bias_mean"], means["worst_mean"])
+    means["hypervolume"] = hypervolumes(points).set_index("variant")["hypervolume"]
     return means.reset_index()
+
+
+def hypervolume_table(results: Results) -> Table:
+    """The hypervolume of each method's per-seed (Bias, Worst) points and, last, of every
+    trial's (the experiment's front, row `ALL_TRIALS`), at the primary delta_ref. A method's
+    value grows with its number of seeds (more points can only add area), so methods compare
+    at equal seed counts; no cell is marked best."""
+    points = pareto_points(results)
+    rows = hypervolumes(points).rename(columns={"variant": "row"})
+    front = hypervolume(points["bias"], points["worst"])
+    rows.loc[len(rows)] = [ALL_TRIALS, len(points), front]
+    columns = [
+        Column("n_points", "Points", "Points", kind="number", digits=0),
+        Column("hypervolume", "Hypervolume", "Hypervolume", kind="number"),
+    ]
+    bias, worst = HYPERVOLUME_REFERENCE
+    title = (
+        f"Hypervolume of the (Bias@{results.primary.symbol}, Worst) points ({results.split} "
+        f"split): the area of the region they dominate up to the reference point (Bias "
+        f"{bias:g}, Worst {worst:g}), 0 to 1. Per method over its per-seed points; "
+        f"'{ALL_TRIALS}': every trial's point, the experiment's front. A method's value grows "
+        "with its number of seeds: compare methods at equal seed counts."
+    )
+    return Table("hypervolume", title, "Method", columns, rows)

@@ -1,6 +1,9 @@
-"""Summary metrics of the multi-task and multi-objective literature, as small pure functions
-over pandas/numpy: Delta-M% against same-seed ERM (LibMTL's `count_improvement`) and the
-hypervolume of a (Bias, Worst) point set (the fixed-delta Pareto front's area).
+"""Summary metrics of the multi-task and multi-objective literature, as small functions over
+pandas/numpy: Delta-M% against same-seed ERM (LibMTL's `count_improvement`), that of every
+trial of an experiment (the report's utility table), and the hypervolume of each method's
+(Bias, Worst) points (the area of the fixed-delta Pareto front; the function itself,
+`hypervolume`, lives next to the dominance rule in `relif_ray.sweep.selection`, which the
+Optuna sweep's `pareto.csv` uses too).
 
 Neither is in the paper; both are what MTL papers (Delta-M%, e.g. LibMTL's NYUv2 tables) and
 multi-objective papers (hypervolume) report, so a reader can place our numbers among theirs.
@@ -14,16 +17,19 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from analysis.audit_scores import same_seed_erm
 from analysis.render import summarize
+from relif_ray.problems import benchmark
+from relif_ray.sweep.selection import hypervolume
 
 DeltaMAverage = Literal["task", "metric"]
-
-HYPERVOLUME_REFERENCE: tuple[float, float] = (1.0, 0.0)
-"""(Bias, Worst) reference point of every hypervolume: the worst value each coordinate can
-take. Audit scores lie in [0, 1], so a gap is at most 1 and Bias = mean (gap - delta)_+ <= 1;
-normalized task scores lie in [0, 1], so Worst >= 0. The hypervolume is then the area of the
-unit (Bias, Worst) box that the point set dominates: 0 for no useful point, 1 for the ideal
-(Bias 0, Worst 1). Fixed, so hypervolumes compare across methods, seeds and experiments."""
+DELTA_M_NOTE = (
+    "Δm% vs ERM: LibMTL's count_improvement against the same-seed ERM trial, 100 x the mean "
+    "over tasks of the mean over each task's native metrics of the relative change, signed "
+    "so that positive is better (docs/mtl_metrics.md names the metrics); ERM's own row is 0 by "
+    "definition; mean ± sample std over the seeds with one same-seed ERM trial ('–': none)."
+)
+"""What the report says about its Delta-M% column."""
 
 
 def task_metrics(
@@ -77,21 +83,68 @@ def delta_m(
         raise ValueError(f"delta_m: seed {repeated.iloc[0]} has several '{reference}' trials")
     base_values = base.set_index("seed").reindex(trials["seed"]).to_numpy(dtype=np.float64)
     values = trials[columns].to_numpy(dtype=np.float64)
+    score = _improvement(values, base_values, metrics, average)
+    return pd.DataFrame(
+        {by: trials[by].to_numpy(), "seed": trials["seed"].to_numpy(), "delta_m": score}
+    )
+
+
+def _improvement(
+    values: np.ndarray,
+    base_values: np.ndarray,
+    metrics: Mapping[str, Mapping[str, bool]],
+    average: DeltaMAverage,
+) -> np.ndarray:
+    """Delta-M% of each row of `values` against the same row of `base_values` (columns: the
+    metrics of `metrics` in order), averaged as `delta_m` says; NaN where undefined."""
     signs = np.array([1.0 if task[c] else -1.0 for task in metrics.values() for c in task])
     with np.errstate(divide="ignore", invalid="ignore"):
         change = signs * (values - base_values) / base_values
     change[~np.isfinite(change)] = np.nan
     if average == "metric":
-        score = change.mean(axis=1)
-    else:
-        bounds = np.cumsum([0, *(len(task) for task in metrics.values())])
-        per_task = [
-            change[:, a:b].mean(axis=1) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        return 100 * change.mean(axis=1)
+    bounds = np.cumsum([0, *(len(task) for task in metrics.values())])
+    per_task = [change[:, a:b].mean(axis=1) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return 100 * np.mean(per_task, axis=0)
+
+
+def delta_m_against_erm(trials: pd.DataFrame, split: str) -> pd.Series:
+    """Delta-M% on `split` of every trial of an `Experiment.trials` frame against its same-seed
+    ERM trial, as the report's utility table shows it (index: that of `trials`).
+
+    The baseline is the trial the audit squashes with (`analysis.audit_scores.same_seed_erm`:
+    the plain ERM trial of the same data set and seed, from the trial's own experiment
+    directory where it has one). The metrics are every native metric (`task_metrics`) of the
+    data set's tasks that the trials report on `split` (`<split>_<task>_<metric>` columns),
+    each signed by its task's direction and averaged per task, then over tasks, as LibMTL's
+    `count_improvement` (`delta_m`). A plain ERM trial gets 0, its change against itself.
+    NaN where a seed has no ERM trial or several (several directories loaded), where a
+    metric is missing or its ERM value is 0, or where the data set reports no native metric.
+    """
+    candidates = same_seed_erm(trials)
+    result = np.full(len(trials), np.nan)
+    by_trial = trials.set_index("trial")
+    for dataset, positions in trials.groupby("dataset", sort=False).indices.items():
+        group = trials.iloc[positions]
+        problem = benchmark(dataset, "data set of the trials")
+        reported = {
+            f"{split}_{metric}": higher
+            for metric, higher in problem.metric_directions.items()
+            if group.get(f"{split}_{metric}", pd.Series(dtype=float)).notna().any()
+        }
+        tasks = [f"{split}_{task.name}" for task in problem.tasks()]
+        metrics = task_metrics(reported, tasks)
+        if not metrics:
+            continue
+        columns = [column for task in metrics.values() for column in task]
+        references = [
+            same[0] if len(same) == 1 else None
+            for same, _ in (candidates[trial] for trial in group["trial"])
         ]
-        score = np.mean(per_task, axis=0)
-    return pd.DataFrame(
-        {by: trials[by].to_numpy(), "seed": trials["seed"].to_numpy(), "delta_m": 100 * score}
-    )
+        base_values = by_trial.reindex(references)[columns].to_numpy(dtype=np.float64)
+        values = group[columns].to_numpy(dtype=np.float64)
+        result[positions] = _improvement(values, base_values, metrics, "task")
+    return pd.Series(result, index=trials.index, name="delta_m")
 
 
 def delta_m_summary(per_trial: pd.DataFrame, by: str = "variant") -> pd.DataFrame:
@@ -102,28 +155,6 @@ def delta_m_summary(per_trial: pd.DataFrame, by: str = "variant") -> pd.DataFram
     table = summarize(defined, by, ["delta_m"])
     table = table.set_index(by).reindex(order).fillna({"n_seeds": 0})
     return table.astype({"n_seeds": int}).reset_index()
-
-
-def hypervolume(
-    bias: Sequence[float] | np.ndarray,
-    worst: Sequence[float] | np.ndarray,
-    reference: tuple[float, float] = HYPERVOLUME_REFERENCE,
-) -> float:
-    """Area of the (Bias, Worst) region the points dominate up to `reference` (Bias lower is
-    better, Worst higher is better): the union of the boxes [bias_i, ref_bias] x [ref_worst,
-    worst_i]. Points with a NaN coordinate, or not strictly better than the reference in both
-    coordinates, add nothing; dominated points add nothing either, so the hypervolume of a
-    point set is that of its Pareto front (`relif_ray.sweep.selection.non_dominated`)."""
-    bias = np.asarray(bias, dtype=np.float64)
-    worst = np.asarray(worst, dtype=np.float64)
-    ref_bias, ref_worst = reference
-    keep = np.isfinite(bias) & np.isfinite(worst) & (bias < ref_bias) & (worst > ref_worst)
-    order = np.argsort(bias[keep], kind="stable")
-    bias, worst = bias[keep][order], worst[keep][order]
-    # Left to right in Bias, the region's height is the best Worst of the points seen so far.
-    height = np.maximum.accumulate(worst) - ref_worst if worst.size else worst
-    width = np.append(bias[1:], ref_bias) - bias
-    return float(np.sum(width * height))
 
 
 def hypervolumes(points: pd.DataFrame, by: str = "variant") -> pd.DataFrame:

@@ -2,13 +2,14 @@
 experiment directories, and a `report.md` (its prose: `analysis.sections`) that follows the paper's
 reporting checklist (section 6): the source of delta_ref and its calibration distribution, the pair
 seed and pool construction, fixed-delta Bias/VR, method-induced thresholds as diagnostics only,
-utility of the same checkpoint, and the controller settings.
+utility of the same checkpoint, and the training and controller settings.
 
 Output folder:
     report.md                 the report (all tables inline; every link points into this folder)
-    tables/<name>.{md,tex,csv}  main, violation, drift, shift, certificate, ablation,
-                              delta_sensitivity, controller (applicable ones), utility (every
-                              utility metric of the report split)
+    tables/<name>.{md,tex,csv}  main, violation, saturation, hypervolume, drift, shift,
+                              certificate, ablation, delta_sensitivity, controller (applicable
+                              ones), utility (every utility metric of the report split and
+                              Delta-M% against same-seed ERM)
     figures/pareto.png, figures/delta_sensitivity.png, figures/controller_<variant>.png
     per_trial.csv             the per-trial numbers every table aggregates
     pareto_points.csv, pareto_means.csv, induced_thresholds.csv, squash_quantiles.csv
@@ -25,7 +26,7 @@ from pathlib import Path
 from analysis.audit_scores import squash_quantiles
 from analysis.delta import DeltaSpec
 from analysis.experiment import Experiment
-from analysis.fronts import pareto_means, pareto_points
+from analysis.fronts import hypervolume_table, pareto_means, pareto_points
 from analysis.render import Table
 from analysis.results import SENSITIVITY_DELTAS, Results, audit
 from analysis.sections import audited_sections, problems, sources
@@ -115,6 +116,7 @@ def _tables(
         partial(main_table, results, options.ci),
         partial(violation_table, results),
         partial(saturation_table, results),
+        partial(hypervolume_table, results),
         partial(drift_table, results, baseline),
         partial(shift_table, results, options.ci),
         partial(certificate_table, results),

@@ -37,6 +37,10 @@ CONTROLLER_FIELDS = (
 )
 """ReLiF settings listed in the report (the paper's Table 7 rows)."""
 
+TRAINING_FIELDS = ("optimizer", "lr", "weight_decay", "batch_size", "epochs", "max_steps")
+"""`train.*` settings listed in the report, with the learning-rate schedule and the steps each
+trial ran: what must match before two runs' numbers are compared."""
+
 
 def section(
     title: str, table: Table | Skipped, ci: CISettings, extra: str = "", level: int = 2
@@ -145,13 +149,17 @@ def protocol(experiment: Experiment, results: Results, settings: AuditSettings) 
         "- Utility metrics are those of the same checkpoint whose audit scores are audited "
         "(each trial's final checkpoint). The per-trial numbers behind every table: "
         f"{link('per_trial.csv')}.",
-        "- Controller settings of every ReLiF variant: see *Controller settings* below.",
+        "- Training settings (optimiser, budget, learning-rate schedule) of every method and "
+        "controller settings of every ReLiF variant: see *Training settings* and *Controller "
+        "settings* below.",
         "",
     ]
     return "\n".join(lines)
 
 
-def pareto_section(results: Results, figure: Path | None) -> str:
+def pareto_section(
+    results: Results, figure: Path | None, hypervolume: Table | Skipped, ci: CISettings
+) -> str:
     means = pareto_means(results)
     front = ", ".join(display_text(v) for v in means.loc[means["on_front"], "variant"])
     return "\n".join(
@@ -161,8 +169,52 @@ def pareto_section(results: Results, figure: Path | None) -> str:
             f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
             f"per-method means: {link('pareto_points.csv')}, {link('pareto_means.csv')}.\n",
             figure_line(figure) + "\n",
+            section("Hypervolume", hypervolume, ci, level=3),
         ]
     )
+
+
+def schedule_text(train: dict) -> str:
+    """A trial's learning-rate schedule (`train.scheduler`, `relif_ray.config.TrainConfig`)
+    with the fields it uses; a trial recorded before schedules existed ran with none."""
+    scheduler = train.get("scheduler", "none")
+    if scheduler == "step":
+        step_size, gamma = train["scheduler_step_size"], train["scheduler_gamma"]
+        return f"step (x {gamma:g} every {step_size} epochs)"
+    if scheduler == "cosine":
+        horizon = train["scheduler_epochs"] or "the run's"
+        return f"cosine (to {train['scheduler_min_lr']:g} over {horizon} epochs)"
+    return str(scheduler)
+
+
+def _values_text(values: list) -> str:
+    """The distinct values of a method's seeds, in seed order, '/'-separated ("-": unset)."""
+    texts = [
+        "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+        for value in values
+    ]
+    return " / ".join(dict.fromkeys(texts))
+
+
+def training_settings(trials: pd.DataFrame) -> str:
+    """Per method, the optimiser, budget and learning-rate schedule its trials ran with."""
+    rows = []
+    for variant, group in trials.groupby("variant", sort=False):
+        group = group.sort_values("seed")
+        trains = [config["train"] for config in group["config"]]
+        cells = [_values_text([train.get(name) for train in trains]) for name in TRAINING_FIELDS]
+        cells.append(_values_text([schedule_text(train) for train in trains]))
+        cells.append(_values_text(list(group["steps"])))
+        rows.append("| " + " | ".join([display_text(variant), *cells]) + " |")
+    fields = [*TRAINING_FIELDS, "scheduler", "steps run"]
+    note = (
+        "The `train.*` fields of the trials' configs (values of different seeds '/'-separated); "
+        "the learning rate changes at the end of each complete epoch (`train.scheduler`); "
+        "steps run counts each trial's optimiser steps (fewer where the Tune scheduler stopped "
+        "it early).\n"
+    )
+    table = ["| variant | " + " | ".join(fields) + " |", "|" + "---|" * (len(fields) + 1), *rows]
+    return "\n".join(["## Training settings\n", note, *table, ""])
 
 
 def controller_settings(trials: pd.DataFrame) -> str:
@@ -224,7 +276,7 @@ def audited_sections(
             ci,
             figure_line(figures.get("score_distributions")),
         ),
-        pareto_section(results, figures.get("pareto")),
+        pareto_section(results, figures.get("pareto"), named["hypervolume"], ci),
         "## Threshold-drift diagnostics (not the comparison metric)\n",
         section("Method-induced thresholds", named["drift"], ci, level=3),
         section("Raw versus fixed-δ ranking", named["shift"], ci, level=3),
@@ -242,6 +294,7 @@ def audited_sections(
             ci,
             "\n".join(figure_line(path) for path in figures.get("controller", [])),
         ),
+        training_settings(experiment.trials),
         controller_settings(experiment.trials),
         section("All utility metrics", named["utility"], ci),
     ]

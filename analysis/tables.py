@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
+from analysis.mtl_metrics import DELTA_M_NOTE, delta_m_against_erm
 from analysis.render import (
     Column,
     Table,
@@ -429,7 +430,8 @@ def _add_ci(
 
 
 def utility_table(trials: pd.DataFrame, split: str) -> Table:
-    """Every metric of `split` (normalized `<task>_score` columns left out) per method."""
+    """Every metric of `split` (normalized `<task>_score` columns left out) per method, and
+    Delta-M% against same-seed ERM (`analysis.mtl_metrics.delta_m_against_erm`)."""
     prefix = f"{split}_"
     metrics = [c[len(prefix) :] for c in trials.columns if c.startswith(prefix)]
     leading = [m for m in ("worst", "macro") if m in metrics]
@@ -437,8 +439,10 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
     per_trial = trials[["variant", "seed"]].copy()
     for metric in metrics:
         per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
+    per_trial["delta_m"] = delta_m_against_erm(trials, split)
     order = list(dict.fromkeys(trials["variant"]))
-    rows = summarize(per_trial, "variant", metrics, order).rename(columns={"variant": "row"})
+    keys = [*metrics, "delta_m"]
+    rows = summarize(per_trial, "variant", keys, order).rename(columns={"variant": "row"})
     directions = metric_directions(set(trials["dataset"]))
     columns = [
         Column(
@@ -450,7 +454,8 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
         )
         for m in metrics
     ]
-    title = f"All utility metrics ({split} split), mean ± sample std over seeds."
+    columns.append(Column("delta_m", "Δm% vs ERM", r"$\Delta_m\%$ vs ERM", "higher", digits=2))
+    title = f"All utility metrics ({split} split), mean ± sample std over seeds. {DELTA_M_NOTE}"
     return Table("utility", title, "label", columns, rows)
 
 

@@ -3,11 +3,13 @@
 The lent GPU machine (see `benchmarks/gpu_check.sh`) has Python 3.12 with torch, torchvision,
 pandas, pyarrow, numpy, scipy, matplotlib, jinja2, pyyaml, pytest and most of Ray's own
 requirements (click, filelock, msgpack, protobuf, requests, fsspec, attrs), but not Ray, Optuna,
-tensorboardX or TorchJD, and it cannot reach a package index. Only the repository's working tree
-travels there (64 MiB in all, carried paths included), so this script, run on a machine that
-reaches the index, downloads the missing wheels for CPython 3.12 on manylinux x86_64 into
-`.whl/` (ignored by git; carry it), one pinned version each (`WHEELS`, the versions of the
-tested development environment), without their dependencies (each one needed is listed).
+tensorboardX, TorchJD and its solvers or LibMTL, and it cannot reach a package index. Only the
+repository's working tree travels there (64 MiB in all, carried paths included), so this
+script, run on a machine that reaches the index, downloads the missing wheels for CPython 3.12
+on manylinux x86_64 into `.whl/` (ignored by git; carry it), one pinned version each (`WHEELS`,
+the versions of the tested development environment), without their dependencies (each one
+needed is listed). The `mtl` extra's wheels add about 7 MB (cvxpy without its other solvers:
+SCS alone is 43 MB).
 
 Ray's wheel is 79 MB, mostly the Java runtime (`ray/jars`, 31 MB compressed) and libraries a
 Tune sweep never imports; `slim_wheel` repacks it without `RAY_UNUSED` and with a RECORD that
@@ -54,7 +56,12 @@ WHEELS = {
     "sqlalchemy==2.1.9": "optuna",
     "mako==1.4.3": "alembic",
     "colorlog==6.12.0": "optuna",
-    "torchjd==0.18.0": "benchmarks/methods_step_time.py: the TorchJD rows",
+    "torchjd==0.18.0": "the TorchJD methods (the mtl extra) and their TorchJD rows",
+    "quadprog==0.1.14": "torchjd: UPGrad and DualProj's dual-cone projection (mtl extra)",
+    "cvxpy==1.9.3": "torchjd: Nash-MTL (mtl extra; its solvers other than ECOS are left out)",
+    "ecos==2.0.14": "cvxpy: the solver Nash-MTL asks for",
+    "qdldl==0.1.9.post1": "cvxpy imports it",
+    "LibMTL==1.1.5": "benchmarks/methods_step_time.py: the LibMTL rows of DWA and RLW",
 }
 """name==version: why it is needed. The GPU machine has the rest (KINDS.md's package list)."""
 RAY_UNUSED = (

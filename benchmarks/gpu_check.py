@@ -59,7 +59,6 @@ import torch
 from rows import Row, machine
 from run import (
     PLAIN_LOOP,
-    VARIANTS,
     Context,
     UtilisationSampler,
     data_root,
@@ -69,6 +68,7 @@ from run import (
     relif_rows,
     run_worker,
     trial_config,
+    variants,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -304,11 +304,8 @@ def resnet50_section(check: Check) -> None:
 
 
 def methods_section(check: Check) -> None:
-    from relif_ray.methods import METHODS
-
     context = check.context()
-    further = sorted(set(METHODS) - set(VARIANTS))
-    for method in [v for v in VARIANTS if v not in ("erm", "relif")] + further:
+    for method in [v for v in variants() if v not in ("erm", "relif")]:
         name = f"training images/s, {method}"
         if not check.has_time(15):
             check.skip(name, OUT_OF_TIME)

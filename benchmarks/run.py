@@ -11,18 +11,19 @@ sides alike; the CPU rows use one torch thread. Rows:
 
 - ReLiF overhead: ERM + ReLiF step time over ERM's, dense NYUv2 model and clinical LSTM
   (target <= 1.05; `relif_step_time.py`);
-- methods: each method's step time over ERM's (info) and over TorchJD's implementation of the
-  same method on the same model and batch where TorchJD has one (target <= 1.0); for the
-  representation-gradient mode of GradNorm and PCGrad, the step time over ERM's (target
-  <= 1.3) and the cosine between its update and the exact one on the same batch (info;
-  `methods_step_time.py`);
+- methods: each registered method's step time over ERM's (info) and over the implementation
+  of the same method in TorchJD or the LibMTL 1.1.5 package on the same model and batch where
+  one exists (target <= 1.0); for every representation-gradient mode, the step time over
+  ERM's (target <= 1.3) and the cosine between its update and the exact one on the same batch
+  (info; `methods_step_time.py`);
 - audit: fixed-delta audit pair evaluations per second vs a plain Python loop (target >= 1e7
   on one core; `audit_throughput.py`);
 - analysis: load and audit 1,000 generated trials (target <= 10 s; `analysis_load.py`; --quick
   times 100 trials and judges the linear extrapolation to 1,000);
 - sweep efficiency on local Ray (target >= 0.97; `sweep_efficiency.py`, when present);
-- peak memory per trial: one process per variant (`trial_worker.py`): peak RSS on CPU,
-  torch.cuda.max_memory_allocated on CUDA;
+- peak memory per trial: one process per variant (ERM + ReLiF and every registered method;
+  `trial_worker.py`): peak RSS on CPU, torch.cuda.max_memory_allocated on CUDA, and its ratio
+  to ERM's;
 - CUDA only (else "needs a GPU"): training images/s of ResNet-50 at 288x384, batch 8, bf16,
   channels-last, for ERM, ERM + ReLiF and each method, and of a plain fp32 PyTorch loop of the
   same model (target: ERM >= 1.5x the plain loop); and aggregate images/s with the GPU's
@@ -62,8 +63,6 @@ BENCHMARKS = Path(__file__).resolve().parent
 SWEEP_EFFICIENCY_MODULE = "sweep_efficiency"
 """benchmarks/sweep_efficiency.py: `measure(trial_seconds=...) -> {"ratio": ...}`, `TARGET`."""
 
-VARIANTS = ("erm", "relif", "uncertainty", "gradnorm", "pcgrad", "fairgrad")
-"""ERM, ERM + ReLiF and every other method of the registry."""
 PACKED_TRIALS = (1, 2, 4)
 GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
 TOY_SIZE = (32, 40)
@@ -174,7 +173,7 @@ def methods_rows(ctx: Context, rounds: int | None = None, cosine_steps: int = 20
         )
     rows = []
     for name, timing in summary.items():
-        if name.startswith("torchjd") or name == "erm":
+        if name in module.COUNTERPART.values() or name == "erm":
             continue
         detail = f"{timing.ms_per_step:.1f} ms/step; {description}"
         target, result = "-", "info"
@@ -185,12 +184,12 @@ def methods_rows(ctx: Context, rounds: int | None = None, cosine_steps: int = 20
         rows.append(
             Row("methods", f"{name} / ERM step time", timing.vs_erm, "x", target, result, detail)
         )
-        if timing.vs_torchjd is not None:
-            median, lower, upper = timing.vs_torchjd
+        if timing.vs_package is not None:
+            median, lower, upper = timing.vs_package
             rows.append(
                 Row(
                     "methods",
-                    f"{name} / TorchJD {module.TORCHJD_COUNTERPART[name]} step time",
+                    f"{name} / {module.COUNTERPART[name]} step time",
                     median,
                     "x",
                     f"<= {module.TARGET}",
@@ -360,6 +359,22 @@ def data_root(ctx: Context, gpu: bool) -> Path:
     return root
 
 
+def variants() -> tuple[str, ...]:
+    """ERM, ERM + ReLiF, the paper's other methods, then every other registered method whose
+    dependencies are installed."""
+    from relif_ray.methods import METHODS
+    from relif_ray.methods.registry import missing_requirements
+    from relif_ray.sweep.labels import PAPER_LABELS
+
+    paper = ("erm", "relif", *(label for label in PAPER_LABELS if label not in ("erm", "relif")))
+    further = (
+        name
+        for name, cls in sorted(METHODS.items())
+        if name not in paper and not missing_requirements(cls)
+    )
+    return (*paper, *further)
+
+
 def setting_text(config: dict, root: Path) -> str:
     """What a worker trained, for the rows' detail: model, image size, batch, fast path."""
     height, width = np.load(root / "train" / "image" / "0.npy", mmap_mode="r").shape[:2]
@@ -375,17 +390,26 @@ def worker_steps(ctx: Context) -> int:
     return (10 if ctx.quick else 40) if ctx.cuda else 2
 
 
+def versus_erm(results: dict[str, dict], variant: str, peak: str) -> str:
+    """The variant's peak memory as a multiple of ERM's, when ERM ran in the same call."""
+    if "erm" not in results or results["erm"][peak] is None:
+        return ""
+    return f"{results[variant][peak] / results['erm'][peak]:.2f}x ERM's; "
+
+
 def memory_and_throughput_rows(
-    ctx: Context, variants: tuple[str, ...] = VARIANTS, plain_loop: bool = True
+    ctx: Context, chosen: tuple[str, ...] | None = None, plain_loop: bool = True
 ) -> list[Row]:
-    """Peak memory of one trial per variant; with the GPU rows also its training images/s,
-    and (`plain_loop`) the plain fp32 loop's and ERM's speed-up over it."""
+    """Peak memory of one trial per variant (default: `variants()`), as a multiple of ERM's
+    where ERM is among them; with the GPU rows also its training images/s, and (`plain_loop`)
+    the plain fp32 loop's and ERM's speed-up over it."""
     root = data_root(ctx, ctx.gpu_rows)
     compiled = " (compile)" if ctx.compile else ""
     backend = {"compile_backend": ctx.compile_backend} if ctx.compile_backend else {}
+    chosen = chosen or variants()
     rows = []
     results = {}
-    for variant in variants:
+    for variant in chosen:
         config = trial_config(ctx, root, variant, ctx.gpu_rows)
         results[variant] = run_worker(config, warmup=3, steps=worker_steps(ctx), **backend)
         if not ctx.gpu_rows:
@@ -397,16 +421,16 @@ def memory_and_throughput_rows(
                     "MiB",
                     "-",
                     "info",
-                    f"resnet18 64x80 batch 8, one process; after imports "
-                    f"{results[variant]['rss_imports_mb']:.0f} MiB",
+                    f"{versus_erm(results, variant, 'peak_rss_mb')}resnet18 64x80 batch 8, "
+                    f"one process; after imports {results[variant]['rss_imports_mb']:.0f} MiB",
                 )
             )
             continue
-        rows += gpu_rows(variant + compiled, results[variant], setting_text(config, root))
+        memory = versus_erm(results, variant, "cuda_peak_mb")
+        rows += gpu_rows(variant + compiled, results[variant], setting_text(config, root), memory)
     if not ctx.gpu_rows:
         return rows + [
-            Row("gpu", f"training images/s, {v}", None, "img/s", "-", "needs a GPU")
-            for v in variants
+            Row("gpu", f"training images/s, {v}", None, "img/s", "-", "needs a GPU") for v in chosen
         ]
     if plain_loop:
         erm = results["erm"]["images_per_s"] if "erm" in results and not ctx.compile else None
@@ -439,8 +463,9 @@ def plain_loop_rows(ctx: Context, erm_images_per_s: float | None) -> list[Row]:
     ]
 
 
-def gpu_rows(name: str, result: dict, setting: str) -> list[Row]:
-    """The peak GPU memory and training images/s rows of one worker's result."""
+def gpu_rows(name: str, result: dict, setting: str, memory_note: str = "") -> list[Row]:
+    """The peak GPU memory (`memory_note` first in its detail) and training images/s rows of
+    one worker's result."""
     peak = result["cuda_peak_mb"]
     return [
         Row(
@@ -450,7 +475,7 @@ def gpu_rows(name: str, result: dict, setting: str) -> list[Row]:
             "MiB",
             "-",
             "info" if peak is not None else "needs a GPU",
-            f"{setting} (torch.cuda.max_memory_allocated); host peak RSS "
+            f"{memory_note}{setting} (torch.cuda.max_memory_allocated); host peak RSS "
             f"{result['peak_rss_mb']:.0f} MiB",
         ),
         Row(

@@ -141,8 +141,8 @@ class MethodConfig:
     """The MTL method by registry name, and its options (keyword arguments of its class).
 
     gradient_source: where a gradient-based method takes the per-task gradients: "parameters"
-        (exact) or "representation" (the encoder output; an approximation, PCGrad and GradNorm
-        only; see `relif_ray.methods.gradients`).
+        (exact) or "representation" (the encoder output; an approximation, for the methods
+        that list it in `gradient_sources`; see `relif_ray.methods.gradients`).
     """
 
     name: str = "erm"

@@ -13,6 +13,10 @@ through `torch.compile`; everything after the forward (task losses, audit scores
 metrics) sees fp32 outputs. The engine and the ReLiF regularizer read no device value on the
 host during a step: the trace keeps detached device tensors and converts them once per
 `train_steps` call.
+
+Method hooks: after the optimizer step the engine calls `method.after_step` (with a function
+that re-evaluates the step's batch, used by FAMO), and after the last step of every full epoch
+`method.end_epoch()` (DWA); both are no-ops for the other methods.
 """
 
 from __future__ import annotations
@@ -223,22 +227,34 @@ class TrainingRun:
         if self.config.train.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
         self.optimizer.step()
+        self.method.after_step(lambda: self._updated_losses(batch))
         row["step"] = torch.tensor(self.step)
         row["lr"] = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
         self._pending.append(row)
         self.step += 1
-        if self.lr_scheduler is not None and self.step % self.steps_per_epoch == 0:
-            self.lr_scheduler.step()  # a complete epoch ended
+        if self.step % self.steps_per_epoch == 0:  # a complete epoch ended
+            self.method.end_epoch()
+            if self.lr_scheduler is not None:
+                self.lr_scheduler.step()
+
+    def _task_losses(self, output: ModelOutput, batch: Batch) -> dict[str, Tensor]:
+        return {
+            task.name: task.loss(output.predictions[task.name], batch[task.name])
+            for task in self.tasks
+        }
+
+    @torch.no_grad()
+    def _updated_losses(self, batch: Batch) -> dict[str, Tensor]:
+        """The task losses of `batch` at the parameters after the step: one forward without
+        graph, in train mode as the step's own (`MTLMethod.after_step`)."""
+        return self._task_losses(self._forward(batch), batch)
 
     def _backward(self, batch: Batch) -> dict[str, Tensor]:
         """Forward, task losses, ReLiF and the method's backward on one device batch; the
         step's trace row, still as tensors. Nothing here waits for the device (tested), except
-        methods that solve a small problem on the host (PCGrad, FairGrad)."""
+        methods that solve a small problem on the host (PCGrad, FairGrad, the TorchJD ones)."""
         output = self._forward(batch)
-        losses = {
-            task.name: task.loss(output.predictions[task.name], batch[task.name])
-            for task in self.tasks
-        }
+        losses = self._task_losses(output, batch)
         extra_loss, stats = None, {}
         if self.regularizer is not None:
             scores = {task.name: task.audit_score(output, batch) for task in self.tasks}

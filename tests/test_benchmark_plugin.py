@@ -2,12 +2,14 @@
 by RELIF_PROBLEMS_PATH is found by `relif make-data`, by the trial processes of a real Ray
 sweep (`sweeps/run.py`) and by `relif report`, through the discovery path of the built-in
 benchmarks. The test registers nothing: the module defines `BENCHMARK`, as nyuv2.py does.
+The same sweep runs the plug-in method of docs/examples/my_method.py (RELIF_METHODS_PATH).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import analysis
+from relif_ray.plugins import PLUGIN_PATHS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -136,9 +139,12 @@ TOY_MODULE = textwrap.dedent(
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("plugins")
     (folder / "toy_benchmark.py").write_text(TOY_MODULE)
+    methods = tmp_path_factory.mktemp("methods")
+    shutil.copy(REPO / "docs" / "examples" / "my_method.py", methods)
     return {
         **os.environ,
         "RELIF_PROBLEMS_PATH": str(folder),
+        "RELIF_METHODS_PATH": str(methods),
         "PYTHONPATH": str(REPO),
         "RAY_USAGE_STATS_ENABLED": "0",
         # Ray on the loopback address only (Ray's switch for single-machine clusters), and
@@ -174,8 +180,9 @@ HEAD = (
 
 @pytest.fixture
 def bare_cluster(plugin_env: dict[str, str]):
-    """A Ray cluster started WITHOUT RELIF_PROBLEMS_PATH: its workers inherit no plug-in path."""
-    env = {key: value for key, value in plugin_env.items() if key != "RELIF_PROBLEMS_PATH"}
+    """A Ray cluster started WITHOUT RELIF_PROBLEMS_PATH and RELIF_METHODS_PATH: its workers
+    inherit no plug-in path."""
+    env = {key: value for key, value in plugin_env.items() if key not in PLUGIN_PATHS}
     head = subprocess.Popen(
         [sys.executable, "-c", HEAD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True,
@@ -191,22 +198,29 @@ def bare_cluster(plugin_env: dict[str, str]):
 def test_sweep_trials_and_report_find_the_plugin(
     plugin_env: dict[str, str], bare_cluster: str, tmp_path: Path
 ) -> None:
-    """The sweep joins a cluster whose workers were started without RELIF_PROBLEMS_PATH: its
-    trials find the toy module only because the driver passes the path on to them."""
+    """The sweep joins a cluster whose workers were started without the plug-in paths: its
+    trials find the toy module and the `gls` method only because the driver passes the paths
+    on to them."""
     sweep = run(
-        plugin_env, "sweeps/run.py", "--dataset", "toy", "--demo", "--methods", "erm,relif",
-        "--storage", str(tmp_path), "--address", bare_cluster,
+        plugin_env, "sweeps/run.py", "--dataset", "toy", "--demo", "--methods",
+        "erm,relif,gls+relif", "--storage", str(tmp_path), "--address", bare_cluster,
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "delta_ref = 0.1" in sweep.stdout
     experiment = tmp_path / "toy-demo"
-    trials = analysis.load(experiment).trials
-    assert sorted(trials["label"]) == ["erm", "relif"]  # both trials loaded the toy problem
+    loaded = analysis.load(experiment)
+    trials = loaded.trials
+    assert sorted(trials["label"]) == ["erm", "gls+relif", "relif"]  # all loaded the toy problem
+    gls_trial = trials.loc[trials["label"] == "gls+relif", "trial"].item()
+    gls = loaded.traces[loaded.traces["trial"] == gls_trial]
+    left, right = gls["loss_left"], gls["loss_right"]  # the weights of the geometric mean
+    expected = (left * right) ** 0.5 / (2 * left)
+    assert gls["weight_left"].to_numpy() == pytest.approx(expected.to_numpy(), rel=1e-4)
     out = tmp_path / "report"
     report = run(plugin_env, "-m", "relif_ray.cli", "report", str(experiment), "--out", str(out))
     assert report.returncode == 0, report.stderr[-3000:]
     text = (out / "report.md").read_text()
-    assert "Finished trials: 2 (data set: toy)" in text
+    assert "Finished trials: 3 (data set: toy)" in text
     assert json.loads((out / "delta_ref.json").read_text())["deltas"][0]["value"] == 0.1
     header = (out / "tables" / "utility.csv").read_text().splitlines()[0]
     assert "left_accuracy_mean" in header and "right_accuracy_mean" in header
@@ -217,11 +231,16 @@ def test_sweep_trials_and_report_find_the_plugin(
 def test_workers_get_the_plugin_directories_as_absolute_paths(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Trials run in their own folders, so a relative directory is resolved by the driver."""
-    from relif_ray.problems import PATH_VARIABLE, worker_env
+    """Trials run in their own folders, so a relative directory is resolved by the driver;
+    the benchmark and the method plug-in paths travel alike."""
+    from relif_ray.plugins import METHODS_PATH, PROBLEMS_PATH, worker_env
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(PATH_VARIABLE, f"plugins{os.pathsep}{os.pathsep}/opt/more")
-    assert worker_env() == {PATH_VARIABLE: f"{tmp_path / 'plugins'}{os.pathsep}/opt/more"}
-    monkeypatch.delenv(PATH_VARIABLE)
+    monkeypatch.setenv(PROBLEMS_PATH, f"plugins{os.pathsep}{os.pathsep}/opt/more")
+    monkeypatch.delenv(METHODS_PATH, raising=False)
+    assert worker_env() == {PROBLEMS_PATH: f"{tmp_path / 'plugins'}{os.pathsep}/opt/more"}
+    monkeypatch.setenv(METHODS_PATH, "methods")
+    assert worker_env()[METHODS_PATH] == str(tmp_path / "methods")
+    monkeypatch.delenv(PROBLEMS_PATH)
+    monkeypatch.delenv(METHODS_PATH)
     assert worker_env() == {}

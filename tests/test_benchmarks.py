@@ -129,12 +129,14 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
     load, tmp_path, monkeypatch
 ) -> None:
     """The representation-mode rows of `run.py`: a step-time ratio judged against 1.3 and the
-    update cosine with the exact mode (tiny sizes; no timing is asserted)."""
+    update cosine with the exact mode; the rows against TorchJD and LibMTL 1.1.5 (tiny sizes,
+    a few methods; no timing is asserted)."""
     methods = load("methods_step_time")
     measure = methods.measure
 
     def tiny(device: str, quick: bool = False, **_: object):  # noqa: ANN202
-        return measure(device, quick, rounds=2, cosine_steps=3)
+        picked = ["gradnorm", "pcgrad", "dwa", "famo", "nashmtl"]
+        return measure(device, quick, rounds=2, cosine_steps=3, methods=picked)
 
     monkeypatch.setattr(methods, "measure", tiny)
     monkeypatch.setitem(sys.modules, "methods_step_time", methods)
@@ -149,6 +151,12 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
         assert -1.0 <= cosine.value <= 1.0 + 1e-6
     # GradNorm's first step is exact in both modes (w = 1): the cosine is 1
     assert "first 1.0000" in by_name["gradnorm-representation update cosine with exact"].detail
+    for name, package in [("dwa", "libmtl-dwa"), ("nashmtl", "torchjd-nashmtl")]:
+        compared = by_name[f"{name} / {package} step time"]
+        assert compared.target == "<= 1.0" and compared.value > 0
+    assert "famo / ERM step time" in by_name and not any(
+        n.startswith("famo /") and "libmtl" in n for n in by_name
+    )
 
 
 def test_fidelity_compares_each_label_with_the_same_seed_erm_trial(load) -> None:

@@ -181,7 +181,10 @@ def trial_config(root: Path, **sections: dict) -> ExperimentConfig:
     ("sections", "fragment"),
     [
         ({"method": {"name": "gradnorm", "options": {"alpha": -1.0}}}, "method.options.alpha"),
-        ({"method": {"name": "fairgrad", "options": {"beta": 1.0}}}, "method.options: invalid"),
+        (
+            {"method": {"name": "fairgrad", "options": {"beta": 1.0}}},
+            "method.options: fairgrad takes no option 'beta'",
+        ),
         ({"method": {"name": "erm", "gradient_source": "representation"}}, "has no 'repr"),
         ({"model": {"backbone": "resnet999"}}, "model.backbone: unknown backbone"),
         (

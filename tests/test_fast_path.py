@@ -251,16 +251,28 @@ def warm_run_and_batch(values: dict) -> tuple[TrainingRun, dict[str, torch.Tenso
 
 @pytest.mark.parametrize(
     ("method", "relif"),
-    [("erm", True), ("uncertainty", True), ("gradnorm", True), ("erm", False)],
+    [
+        ("erm", True),
+        ("uncertainty", True),
+        ("gradnorm", True),
+        ("erm", False),
+        ("dwa", True),
+        ("rlw", True),
+        ("famo", True),
+        ("dbmtl", True),
+    ],
 )
 def test_a_dense_training_step_never_waits_for_the_device(
     nyuv2_dir, monkeypatch: pytest.MonkeyPatch, method: str, relif: bool
 ) -> None:
-    """Forward, task losses (masked depth/normal means), audit scores, ReLiF and the method's
-    backward: no operation that would sync on CUDA."""
+    """Forward, task losses (masked depth/normal means), audit scores, ReLiF, the method's
+    backward and its hooks after the step (FAMO's re-evaluation, DWA's epoch means): no
+    operation that would sync on CUDA."""
     run, batch = warm_run_and_batch(dense_values(nyuv2_dir, method, relif))
     with no_host_sync(monkeypatch):
         row = run._backward(batch)
+        run.method.after_step(lambda: run._updated_losses(batch))
+        run.method.end_epoch()
     assert all(value.grad is not None for value in run.model.shared_parameters())
     assert {"loss_seg", "loss_depth", "loss_normal"} <= set(row)
 

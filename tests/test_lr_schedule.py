@@ -5,6 +5,9 @@ before Ray starts."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,7 @@ from relif_ray.errors import UserError
 from tests.conftest import tiny_config
 from tests.test_engine import _roundtrip
 
+REPO = Path(__file__).resolve().parents[1]
 LR = 1e-3
 STEPS_PER_EPOCH = 4  # the tiny data set: 24 training examples, batch 6
 SCHEDULES = {
@@ -106,11 +110,27 @@ def test_bad_schedule_fields_are_one_line_errors(train, fragment):
     assert "\n" not in str(error.value)
 
 
-def test_the_driver_rejects_a_bad_schedule_before_ray_starts(tmp_path, capsys):
-    from relif_ray.cli.sweep import main
-
-    argv = ["--demo", "--set", "train.scheduler=linear", "--storage", str(tmp_path)]
-    assert main(argv, datasets=("nyuv2",)) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "train.scheduler: must be one of" in err[0]
+@pytest.mark.parametrize(
+    ("command", "setting", "fragment"),
+    [
+        (["-m", "relif_ray.cli", "sweep", "--dataset", "nyuv2"], "train.scheduler=linear",
+         "--set: config field train.scheduler: must be one of ['none', 'step', 'cosine'], "
+         "got 'linear'"),
+        (["sweeps/nyuv2.py"], "train.scheduler_gamma=-0.5",
+         "--set: config field train.scheduler_gamma: must be > 0, got -0.5"),
+    ],
+    ids=["relif-sweep-unknown-scheduler", "sweeps-nyuv2-negative-gamma"],
+)  # fmt: skip
+def test_the_sweep_commands_reject_a_bad_schedule_before_ray_starts(
+    tmp_path, command, setting, fragment
+):
+    """Through the real commands (`relif sweep`, sweeps/nyuv2.py): exit 2, one line on
+    stderr, no traceback, nothing written (the demo data included)."""
+    argv = [*command, "--demo", "--set", setting, "--storage", str(tmp_path / "results")]
+    result = subprocess.run(
+        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert fragment in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written

@@ -10,6 +10,7 @@ heads whose targets pull the trunk in conflicting directions.
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +23,9 @@ from relif_ray.config import ExperimentConfig, ModelConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
+from relif_ray.methods.base import GRADIENT_AGGREGATION
 from relif_ray.methods.fairgrad import fairgrad_weights
 from relif_ray.methods.gradients import (
-    GradientAggregator,
     add_to_grads,
     backward_per_task,
     per_task_gradients,
@@ -140,6 +141,24 @@ def one_step(model: ToyModel, method: MTLMethod, x, y, with_extra: bool, step: i
     return method.backward(losses, context(model, step), extra if with_extra else None)
 
 
+def after_step(model: ToyModel, method: MTLMethod, x, y) -> None:
+    """The engine's hooks after an optimizer step, every step being a full epoch."""
+    with torch.no_grad():
+        method.after_step(lambda: losses_and_extra(model, x, y)[0])
+    method.end_epoch()
+
+
+def warm_step(model: ToyModel, method: MTLMethod, x, y, with_extra: bool, step: int = 0):
+    """`one_step`, then a small SGD step of the model and the engine's hooks, so that the
+    method's state (FAMO's logits, DWA's epoch means) moves as in training."""
+    weights = one_step(model, method, x, y, with_extra, step)
+    with torch.no_grad():
+        for param in model.parameters():
+            param -= 0.05 * param.grad
+    after_step(model, method, x, y)
+    return weights
+
+
 # --- registry -------------------------------------------------------------------------------
 
 
@@ -186,8 +205,8 @@ def test_extra_loss_gradient_is_added_after_aggregation(name, source):
     """grad(method, extra) == grad(method, no extra) + d extra / d theta, for every parameter."""
     x, y = toy_data()
     warm_model, method = ToyModel(), new_method(name, gradient_source=source)
-    for step in range(2):  # leave the initial state so that weights differ from 1
-        one_step(warm_model, method, x, y, with_extra=False, step=step)
+    for step in range(3):  # leave the initial state so that weights differ from 1
+        warm_step(warm_model, method, x, y, with_extra=False, step=step)
     method_copy = clone(method, name)
 
     model = ToyModel(seed=3)
@@ -211,7 +230,7 @@ def test_checkpoint_round_trip_continues_identically(name, source):
     x, y = toy_data()
     model, method = ToyModel(), new_method(name, seed=7, gradient_source=source)
     for step in range(3):
-        one_step(model, method, x, y, with_extra=False, step=step)
+        warm_step(model, method, x, y, with_extra=False, step=step)
     restored = clone(method, name)
     for a, b in zip(method.state_dict().values(), restored.state_dict().values(), strict=True):
         if isinstance(a, Tensor):
@@ -219,12 +238,19 @@ def test_checkpoint_round_trip_continues_identically(name, source):
     for step in range(3, 5):
         weights = one_step(model, method, x, y, with_extra=False, step=step)
         grads = grads_of(model)
+        after_step(model, method, x, y)
         restored_weights = one_step(model, restored, x, y, with_extra=False, step=step)
+        after_step(model, restored, x, y)
         assert weights.keys() == restored_weights.keys()
         for task in TASKS:
             torch.testing.assert_close(weights[task], restored_weights[task])
         for a, b in zip(grads, grads_of(model), strict=True):
             torch.testing.assert_close(a, b)
+
+
+SLOW_ON_THE_SUM = {"mgda": 0.9}
+"""Methods that may stop far from the minimum of the summed loss: MGDA stops at the first
+Pareto-stationary point it reaches (Sener & Koltun, section 3), where the sum can stay high."""
 
 
 @pytest.mark.parametrize(("name", "source"), METHOD_MODES)
@@ -241,8 +267,9 @@ def test_short_training_improves_the_task_losses(name, source, with_extra):
         history.append(sum(loss.item() for loss in losses.values()))
         method.backward(losses, context(model, step), extra if with_extra else None)
         optimizer.step()
+        after_step(model, method, x, y)
     assert np.isfinite(history).all()
-    assert history[-1] < 0.6 * history[0]
+    assert history[-1] < SLOW_ON_THE_SUM.get(name, 0.6) * history[0]
 
 
 @pytest.mark.parametrize(("name", "source"), METHOD_MODES)
@@ -260,13 +287,14 @@ def test_same_seed_same_run(name, source):
 
 @pytest.mark.parametrize(("name", "source"), METHOD_MODES)
 def test_backward_passes_through_the_backbone(name, source):
-    """K per-task passes only for gradient aggregators on the parameters (+1 for extra_loss);
-    one otherwise, also in the representation mode, where the ReLiF term joins the one
-    encoder backward. GradNorm's per-task gradients stop at W (or z) and never reach the trunk.
+    """K per-task passes only for gradient aggregators on the parameters (+1 for extra_loss):
+    an exact gradient method costs at most K backward passes; one otherwise, also in the
+    representation mode, where the ReLiF term joins the one encoder backward. GradNorm's
+    per-task gradients stop at W (or z) and never reach the trunk.
     """
     x, y = toy_data()
     method = new_method(name, gradient_source=source)
-    per_task = isinstance(method, GradientAggregator) and source == "parameters"
+    per_task = method.kind == GRADIENT_AGGREGATION and source == "parameters"
     expected = {False: len(TASKS) if per_task else 1, True: len(TASKS) + 1 if per_task else 1}
     for with_extra in (False, True):
         model = ToyModel()
@@ -297,7 +325,7 @@ def test_shared_update_never_conflicts_where_the_method_promises_it(name, source
 
 def test_the_methods_that_promise_non_conflict():
     promising = {name for name in REGISTERED if new_method(name).promises_non_conflict()}
-    assert promising == {"fairgrad"}  # 3 tasks; PCGrad promises it for two
+    assert promising == {"fairgrad", "upgrad"}  # 3 tasks; PCGrad promises it for two
     assert new_method("pcgrad", tasks=["a", "b"]).promises_non_conflict()
     assert not new_method("fairgrad", alpha=0.0).promises_non_conflict()
 
@@ -814,7 +842,17 @@ def test_representation_mode_without_an_encoder_output_is_a_user_error():
         method.backward(losses, ctx)
 
 
-# --- every method through the engine on tiny synthetic NYUv2 ----------------------------------
+# --- every method through the engine on micro synthetic NYUv2 ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def micro_nyuv2(tmp_path_factory) -> Path:
+    """Two 16x16 NYUv2 training images: with batch 2 every step is a full epoch on the same
+    batch (so DWA's epoch hook runs each step and the losses are comparable across steps)."""
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    root = tmp_path_factory.mktemp("micro") / "data"
+    return write_synthetic_nyuv2(root, train=2, val=2, height=16, width=16, seed=0)
 
 
 def engine_run(
@@ -831,34 +869,44 @@ def total_loss(row: dict[str, float]) -> float:
     return row["loss_seg"] + row["loss_depth"] + row["loss_normal"]
 
 
+def checkpoint(run: TrainingRun) -> bytes:
+    """The run's state as a checkpoint file's bytes (taken now: the live state moves on)."""
+    buffer = io.BytesIO()
+    torch.save(run.state_dict(), buffer)
+    return buffer.getvalue()
+
+
+def resumed_trace(saved: bytes, root, name, source) -> list[dict[str, float]]:
+    """A fresh run restored from a weights-only checkpoint, trained to its budget's end."""
+    resumed = engine_run(root, name, True, source, **MICRO_TRAIN)
+    torch.manual_seed(123)  # the resumed process has a different global RNG
+    resumed.load_state_dict(torch.load(io.BytesIO(saved), weights_only=True))
+    resumed.train_steps(resumed.total_steps - resumed.step)
+    return resumed.trace
+
+
+MICRO_TRAIN = {"batch_size": 2, "epochs": None, "max_steps": 2, "lr": 2e-3}
+
+
 @pytest.mark.parametrize("relif", [False, True], ids=["plain", "relif"])
 @pytest.mark.parametrize(("name", "source"), METHOD_MODES)
-def test_training_run_with_every_method_learns(nyuv2_dir, name, source, relif):
-    run = engine_run(nyuv2_dir, name, relif, source, epochs=1, lr=2e-3)
-    run.train_epoch()
+def test_training_run_with_every_method_learns_and_resumes(micro_nyuv2, name, source, relif):
+    """Two steps on one batch: finite numbers and a lower loss; with ReLiF (to keep the test
+    cheap) and a method that has state, a run resumed from the checkpoint after step 1 ends
+    with the same numbers, the method's state included (FAMO's logits, DWA's epoch means,
+    Nash-MTL's weights, DB-MTL's gradient averages, ...)."""
+    run = engine_run(micro_nyuv2, name, relif, source, **MICRO_TRAIN)
+    run.train_steps(1)
+    stateful = relif and bool(run.method.state_dict())
+    saved = checkpoint(run) if stateful else b""
+    run.train_steps(1)
     trace = run.trace
-    assert len(trace) == 4
+    assert len(trace) == 2
     assert all(np.isfinite(list(row.values())).all() for row in trace)
     assert ("lambda" in trace[0]) == relif
-    first = np.mean([total_loss(row) for row in trace[:2]])
-    last = np.mean([total_loss(row) for row in trace[-2:]])
-    assert last < 0.95 * first
-
-
-@pytest.mark.parametrize("source", ["parameters", "representation"])
-@pytest.mark.parametrize("name", ["gradnorm", "pcgrad"])
-def test_training_run_resume_restores_the_method_state(nyuv2_dir, name, source):
-    uninterrupted = engine_run(nyuv2_dir, name, True, source, max_steps=3)
-    uninterrupted.train_steps(3)
-    interrupted = engine_run(nyuv2_dir, name, True, source, max_steps=3)
-    interrupted.train_steps(1)
-    buffer = io.BytesIO()
-    torch.save(interrupted.state_dict(), buffer)
-    buffer.seek(0)
-    resumed = engine_run(nyuv2_dir, name, True, source, max_steps=3)
-    resumed.load_state_dict(torch.load(buffer, weights_only=True))
-    resumed.train_steps(2)
-    assert resumed.trace == uninterrupted.trace
+    assert total_loss(trace[-1]) < total_loss(trace[0])
+    if stateful:
+        assert resumed_trace(saved, micro_nyuv2, name, source) == trace
 
 
 def test_representation_mode_config_errors_name_the_field(nyuv2_dir):

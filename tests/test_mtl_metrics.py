@@ -10,15 +10,14 @@ import pandas as pd
 import pytest
 
 from analysis.mtl_metrics import (
-    HYPERVOLUME_REFERENCE,
     delta_m,
+    delta_m_against_erm,
     delta_m_summary,
-    hypervolume,
     hypervolumes,
     task_metrics,
 )
 from relif_ray.problems import benchmark
-from relif_ray.sweep.selection import non_dominated
+from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated
 
 METRICS = {"a": {"a_up": True, "a_down": False}, "b": {"b_up": True}}
 """Two tasks: a with a higher- and a lower-is-better metric, b with one higher-is-better."""
@@ -160,3 +159,41 @@ def test_hypervolume_of_each_methods_points():
     erm = 0.1 * 0.5 + 0.5 * 0.6  # (0.4, 0.5) then (0.5, 0.6)
     relif = 0.1 * 0.5 + 0.7 * 0.6  # (0.2, 0.5) then (0.3, 0.6)
     assert table["hypervolume"].tolist() == pytest.approx([erm, relif])
+
+
+def _nyuv2_trial(trial: str, experiment: str, method: str, seed: int, values: tuple) -> dict:
+    miou, rmse, angle = values
+    return {
+        "trial": trial, "experiment": experiment, "dataset": "nyuv2", "method": method,
+        "relif": False, "seed": seed,
+        "val_seg_miou": miou, "val_depth_rmse": rmse, "val_normal_angle_mean": angle,
+    }  # fmt: skip
+
+
+def test_delta_m_against_erm_pairs_each_trial_with_the_squash_reference():
+    """The same-seed ERM of the trial's own directory first, else the one of another loaded
+    directory; none, or several elsewhere: NaN. Metrics: those the trials report."""
+    trials = pd.DataFrame(
+        [
+            _nyuv2_trial("a-erm0", "a", "erm", 0, (0.5, 2.0, 40.0)),
+            _nyuv2_trial("a-pc0", "a", "pcgrad", 0, (0.6, 1.0, 50.0)),
+            _nyuv2_trial("b-erm0", "b", "erm", 0, (0.4, 1.0, 30.0)),
+            _nyuv2_trial("b-pc0", "b", "pcgrad", 0, (0.4, 1.5, 30.0)),
+            _nyuv2_trial("b-erm1", "b", "erm", 1, (0.5, 1.0, 20.0)),
+            _nyuv2_trial("a-pc1", "a", "pcgrad", 1, (0.55, 1.0, 20.0)),
+            _nyuv2_trial("a-pc2", "a", "pcgrad", 2, (0.5, 1.0, 20.0)),
+        ]
+    )
+    values = delta_m_against_erm(trials, "val").tolist()
+    # a-pc0 against a-erm0: seg +0.2, depth +0.5, normal -0.25 -> (0.2 + 0.5 - 0.25)/3
+    # b-pc0 against b-erm0: 0, -0.5, 0; a-pc1 against b-erm1 (a has no seed-1 ERM): +0.1, 0, 0
+    expected = [0, 100 * 0.45 / 3, 0, 100 * -0.5 / 3, 0, 100 * 0.1 / 3, np.nan]
+    np.testing.assert_allclose(values, expected, atol=1e-12)
+    # a third directory with its own seed-0 ERM: a trial of a fourth has two candidates
+    more = pd.DataFrame(
+        [
+            _nyuv2_trial("c-erm0", "c", "erm", 0, (0.5, 1.0, 20.0)),
+            _nyuv2_trial("d-pc0", "d", "pcgrad", 0, (0.5, 1.0, 20.0)),
+        ]
+    )
+    assert math.isnan(delta_m_against_erm(pd.concat([trials, more]), "val").iloc[-1])

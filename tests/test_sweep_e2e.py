@@ -46,12 +46,14 @@ class DemoSweep:
 def demo_sweep(nyuv2_dir, tmp_path_factory) -> DemoSweep:
     """A sweep through sweeps/nyuv2.py on the local Ray that the driver starts itself, in an
     environment without the tests' loopback switch (conftest.py): the driver's own default.
+    Its learning rate halves after the first of its two epochs (`train.scheduler` by --set).
     Short epochs (4 steps) and one checkpoint kept per trial, as a user's first sweep."""
     storage = tmp_path_factory.mktemp("results")
     command = [
         *("sweeps/nyuv2.py", "--data-dir", str(nyuv2_dir), "--methods", "erm", "--seeds", "2"),
         *("--epochs", "2", "--backbone", "resnet18", "--batch-size", "6", "--lr", "1e-3"),
         *("--storage", str(storage), "--name", "tiny", "--num-cpus", "2"),
+        *("--set", "train.scheduler=step", "--set", "train.scheduler_step_size=1"),
         *("--keep-checkpoints", "1"),
     ]
     env = {name: value for name, value in os.environ.items() if name != LOOPBACK_SWITCH}
@@ -125,6 +127,21 @@ def test_sweep_outputs_load_offline(experiment):
 
 
 @pytest.mark.slow
+def test_the_schedule_is_in_the_trial_config_tunes_config_and_the_trace(experiment):
+    """--set train.scheduler: trial.json's config, Tune's flat config (params.json) and the
+    rate of each step (the trace's lr: 1e-3 for the first epoch's 4 steps, then x 0.5)."""
+    loaded = analysis.load(experiment)
+    for row in loaded.trials.itertuples():
+        train = row.config["train"]
+        assert (train["scheduler"], train["scheduler_step_size"]) == ("step", 1)
+        assert train["scheduler_gamma"] == 0.5  # the default
+        params = json.loads((Path(row.path).parents[1] / "params.json").read_text())
+        assert params["train.scheduler"] == "step" and params["train.scheduler_step_size"] == 1
+        lr = loaded.trace(row.trial)["lr"].tolist()
+        assert lr == pytest.approx([1e-3] * 4 + [5e-4] * 4, rel=1e-6)
+
+
+@pytest.mark.slow
 def test_trials_of_the_same_seed_reproduce_a_direct_engine_run(experiment):
     """A trial run by Ray Tune gives exactly the numbers of the same config run in-process
     (with the trial's one CPU thread: float reductions depend on the thread count)."""
@@ -157,6 +174,8 @@ def test_report_writes_utility_tables(experiment, tmp_path):
     worst = loaded.trials["val_worst"]
     mean_cell = f"{worst.mean():.4f} ± {worst.std(ddof=1):.4f}"
     assert mean_cell in (tmp_path / "tables" / "utility.md").read_text()
+    settings = "| ERM | adam | 0.001 | 1e-05 | 6 | 2 | - | step (x 0.5 every 1 epochs) | 8 |"
+    assert settings in report.read_text()
 
 
 def test_the_sweep_script_rejects_a_bad_flag_before_starting_ray(tmp_path):

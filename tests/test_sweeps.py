@@ -290,6 +290,9 @@ def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
         ["a", 0.2, 0.6],
         ["b", 0.9, 0.1],
     ]
+    # each study's hypervolume against (Bias 1, Worst 0), by hand: a: 0.05 x 0.4 + 0.1 x 0.5
+    # + 0.8 x 0.6 (its dominated points add nothing); b: 0.1 x 0.1
+    assert front["val_hypervolume"].tolist() == pytest.approx([0.55] * 3 + [0.01], abs=1e-15)
 
 
 def test_study_groups_give_each_label_and_seed_its_budget_in_range():
@@ -620,6 +623,7 @@ def test_the_tests_local_ray_listens_on_loopback_only(ray_session):
 @pytest.mark.slow
 def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
     from relif_ray.sweep.plan import OptunaPlan
+    from relif_ray.sweep.selection import hypervolume
     from relif_ray.tuning.launch import run_sweep
 
     plan = OptunaPlan(["relif"], [0], 2, (0.1, 0.4), (1e-4, 1e-2))
@@ -643,6 +647,9 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
         assert row.val_worst == by_trial.loc[row.trial_id, "val_worst"]
         assert row.r_star == by_trial.loc[row.trial_id, "r_star"]
         assert 0.1 <= row.r_star <= 0.4 and 1e-4 <= row.eta <= 1e-2
+    assert front["val_hypervolume"].tolist() == [
+        hypervolume(front.val_bias, front.val_worst)
+    ] * len(front)
     for row in front.itertuples():  # no front member is dominated by another one
         others = front.drop(index=row.Index)
         no_worse = (others.val_bias <= row.val_bias) & (others.val_worst >= row.val_worst)

@@ -1,4 +1,4 @@
-"""The `relif` console script: sweep, make-data, audit, report, export.
+"""The `relif` console script: sweep, make-data, methods, audit, report, export.
 
 Every subcommand module provides `add_parser(subparsers)`; its parser sets `handler`, a
 function `(args) -> exit status`. `relif sweep` is the sweep front door
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from relif_ray.cli import audit, export, make_data, report, sweep
+from relif_ray.cli import audit, export, make_data, methods, report, sweep
 from relif_ray.cli.parsing import OneLineParser, run_command
 
 PROG = "relif"
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         help="a Ray Tune sweep on a registered data set (relif sweep --dataset NAME --help)",
     )
-    for command in (make_data, report, audit, export):
+    for command in (make_data, methods, report, audit, export):
         command.add_parser(subparsers)
     return parser
 

@@ -23,7 +23,7 @@ from relif_ray.cli.parsing import OneLineParser, parse_floats, run_command
 from relif_ray.cli.sweep_flags import build_parser, default_methods
 from relif_ray.errors import UserError
 from relif_ray.experiment.storage import local_path
-from relif_ray.methods import METHODS
+from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
 from relif_ray.sweep import driver
 from relif_ray.sweep.compose import compose_config, demo_budget
@@ -198,7 +198,7 @@ def grid_planner(args: argparse.Namespace, defaults: DatasetDefaults, seeds: lis
 
 
 def default_labels(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
-    """--methods when it is not given: the demo's, else every method and ReLiF."""
+    """--methods when it is not given: the demo's, else the paper's methods."""
     return defaults.demo_train["methods"] if args.demo else default_methods()
 
 
@@ -294,16 +294,18 @@ def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, fl
 
 
 def parse_labels(text: str, flag: str = "--methods") -> list[str]:
-    """Method labels, each checked against the method registry and the ReLiF labels."""
+    """Method labels, each checked against the method registry (with the plug-ins of
+    `RELIF_METHODS_PATH`) and the ReLiF labels."""
     labels = [label.strip() for label in text.split(",") if label.strip()]
     if not labels:
         raise UserError(f"{flag}: no method given")
+    registered = methods()
     for label in labels:
         method, _ = split_label(label, flag)
-        if method not in METHODS:
+        if method not in registered:
             raise UserError(
-                f"{flag}: unknown method '{method}' (known: {', '.join(sorted(METHODS))}, "
-                f"{', '.join(RELIF_LABELS)})"
+                f"{flag}: unknown method '{method}' (known: {', '.join(sorted(registered))}, "
+                f"{', '.join(RELIF_LABELS)}; `relif methods` describes them)"
             )
     if len(set(labels)) != len(labels):
         raise UserError(f"{flag}: a label is repeated in '{text}'")

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 
 from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser
-from relif_ray.methods import METHODS
 from relif_ray.problems import DatasetDefaults
 from relif_ray.sweep.driver import CHECKPOINT_INTERVAL_S
-from relif_ray.sweep.labels import RELIF_LABELS
+from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 from relif_ray.sweep.plan import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
@@ -27,9 +26,8 @@ CHECKS_DESCRIPTION = (
 
 
 def default_methods() -> str:
-    """Every registered MTL method, then ReLiF (= ERM + ReLiF)."""
-    names = sorted(METHODS, key=lambda name: (name != "erm", name))
-    return ",".join([*names, "relif"])
+    """The paper's methods (`PAPER_LABELS`), comma-separated."""
+    return ",".join(PAPER_LABELS)
 
 
 def build_parser(
@@ -122,8 +120,9 @@ def add_grid_flags(
     grid.add_argument(
         "--methods",
         help="comma-separated labels: registered methods, "
-        f"{', '.join(RELIF_LABELS)}, or <method>+<ReLiF label> (default: {default_methods()}; "
-        f"demo: {defaults.demo_train['methods']}; with --search optuna: relif)",
+        f"{', '.join(RELIF_LABELS)}, or <method>+<ReLiF label> (default: the paper's "
+        f"{default_methods()}; demo: {defaults.demo_train['methods']}; with --search optuna: "
+        "relif); `relif methods` lists every method, e.g. --methods erm,upgrad,upgrad+relif",
     )
     grid.add_argument(
         "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"

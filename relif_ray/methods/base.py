@@ -10,20 +10,40 @@ gradient-manipulating method never reweights or projects the fairness term.
 
 Gradient source (`method.gradient_source`): "parameters" (every method; exact) takes the
 per-task gradients on the shared parameters; "representation" (only the methods that list it
-in `gradient_sources`: PCGrad and GradNorm) takes them on the encoder output every head
-consumes and backpropagates once through the encoder, an approximation described in
-`relif_ray.methods.gradients`.
+in `gradient_sources`: PCGrad, GradNorm, MGDA, IMTL-G, Aligned-MTL) takes them on the
+encoder output every head consumes and backpropagates once through the encoder, an
+approximation described in `relif_ray.methods.gradients`.
+
+Hooks around the optimizer step (no-ops by default; the engine calls them for every method):
+`after_step(batch_losses)` right after the optimizer step, with a function that returns the
+task losses of the step's batch at the updated parameters (a forward without graph, run only
+if the method calls it: FAMO's logit update); `end_epoch()` after an epoch's last step (DWA's
+per-epoch loss averages).
+
+Description (class attributes, listed by the registry): `kind` (LOSS_WEIGHTING: one backward
+of a weighted sum of the task losses; GRADIENT_AGGREGATION: per-task gradients on the shared
+parameters, at most K backward passes), `reference` (the paper), `requires` (modules of the
+`mtl` install extra the method needs) and the options: the keyword arguments of `__init__`
+after the base ones, with their defaults (`option_defaults`).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 from torch import Tensor, nn
 
 from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
+
+MethodKind = Literal["loss weighting", "gradient aggregation"]
+LOSS_WEIGHTING: MethodKind = "loss weighting"
+GRADIENT_AGGREGATION: MethodKind = "gradient aggregation"
+BASE_ARGUMENTS = ("self", "task_names", "seed", "gradient_source")
+"""The keyword arguments every method takes; the others are its options."""
 
 
 @dataclass
@@ -51,6 +71,9 @@ class MTLMethod(nn.Module):
     representation mode lists it in `gradient_sources`."""
 
     name: ClassVar[str]
+    kind: ClassVar[MethodKind] = LOSS_WEIGHTING
+    reference: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ()
     gradient_sources: ClassVar[tuple[GradientSource, ...]] = ("parameters",)
 
     def __init__(
@@ -72,6 +95,25 @@ class MTLMethod(nn.Module):
     ) -> dict[str, Tensor]:
         """Fill `.grad` of all parameters; return the (detached) task weights used."""
         raise NotImplementedError
+
+    def after_step(self, batch_losses: Callable[[], dict[str, Tensor]]) -> None:
+        """Called right after the optimizer step; `batch_losses()` gives the task losses of
+        the step's batch at the updated parameters (one forward without graph per call)."""
+
+    def end_epoch(self) -> None:
+        """Called after the last step of every full epoch."""
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """The method's options (the keyword arguments of `__init__` after the base ones) and
+        their defaults."""
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        return {
+            p.name: p.default
+            for p in parameters
+            if p.name not in BASE_ARGUMENTS and p.kind not in variadic
+        }
 
     def promises_non_conflict(self) -> bool:
         """True when the shared update d never conflicts with a task: g_k . d >= 0 for every k.

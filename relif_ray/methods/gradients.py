@@ -52,7 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from relif_ray.errors import UserError
-from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.base import GRADIENT_AGGREGATION, MTLMethod, StepContext
 
 
 def _flat_layout(parameters: Sequence[nn.Parameter], num_rows: int) -> tuple[Tensor, list[int]]:
@@ -183,9 +183,16 @@ class GradientAggregator(MTLMethod):
     batch-summed representation gradients (see the module docstring).
     """
 
+    kind = GRADIENT_AGGREGATION
+
     def weighting(self, gramian: Tensor) -> Tensor:
         """The (K,) float64 task weights c for the float64 Gramian G G^T (task order)."""
         raise NotImplementedError
+
+    def jacobian_weighting(self, gradients: Tensor) -> Tensor:
+        """The task weights c for the K x P gradients G: `weighting` of G G^T in float64.
+        A method whose weights need G itself (TorchJD's Nash-MTL) overrides this instead."""
+        return self.weighting((gradients @ gradients.T).double())
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
@@ -196,7 +203,7 @@ class GradientAggregator(MTLMethod):
             weights = self._representation_backward(losses, ctx, extra_loss)
         else:
             gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
-            weights = self.weighting((gradients @ gradients.T).double())
+            weights = self.jacobian_weighting(gradients)
             finish_backward(ctx.shared_parameters, weights.to(gradients) @ gradients, extra_loss)
         return dict(zip(self.task_names, weights.float(), strict=True))
 
@@ -205,8 +212,7 @@ class GradientAggregator(MTLMethod):
     ) -> Tensor:
         encoder_output = encoder_output_of(ctx, self.name)
         gradients = representation_gradients(losses, encoder_output, ctx.head_parameters)
-        summed = batch_summed(gradients)
-        weights = self.weighting((summed @ summed.T).double())
+        weights = self.jacobian_weighting(batch_summed(gradients))
         update = torch.tensordot(weights.to(gradients), gradients, dims=1)
         backward_from_representation(encoder_output, update, extra_loss)
         return weights

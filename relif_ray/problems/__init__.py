@@ -10,7 +10,7 @@ module `pkgutil.iter_modules` finds on this package's `__path__`.
 Plug-ins: the directories in the environment variable `RELIF_PROBLEMS_PATH`
 (`os.pathsep`-separated) are appended to that `__path__`, so a file `toy.py` with a `BENCHMARK`
 in one of them is found exactly like the built-in `nyuv2.py`. The sweep passes the variable on
-to its Ray workers (`worker_env`), so trial processes find the same plug-ins.
+to its Ray workers (`relif_ray.plugins.worker_env`), so trial processes find the same plug-ins.
 
 Loaded problems are cached per process (keyed by data set and root), so a Ray worker that runs
 many trials reads its data once, not once per trial.
@@ -32,9 +32,10 @@ from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.splits import Batch, Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.models.base import MultiTaskModel
+from relif_ray.plugins import PROBLEMS_PATH, extend_package_path
 from relif_ray.tasks.base import Task
 
-PATH_VARIABLE = "RELIF_PROBLEMS_PATH"
+PATH_VARIABLE = PROBLEMS_PATH
 """Environment variable: extra directories searched for benchmark modules."""
 
 BENCHMARK_ATTRIBUTE = "BENCHMARK"
@@ -190,23 +191,9 @@ def benchmark(name: str, where: str = "data.dataset") -> Benchmark:
     return found[name]
 
 
-def plugin_directories(value: str) -> list[str]:
-    """The absolute directories listed in a `RELIF_PROBLEMS_PATH` value (empty entries
-    skipped); absolute, so Ray trials, which run in their own folders, find them too."""
-    return [str(Path(entry).resolve()) for entry in value.split(os.pathsep) if entry]
-
-
-def worker_env() -> dict[str, str]:
-    """Environment variables a Ray worker needs to find the same benchmarks as this process."""
-    directories = plugin_directories(os.environ.get(PATH_VARIABLE, ""))
-    return {PATH_VARIABLE: os.pathsep.join(directories)} if directories else {}
-
-
 @functools.cache
 def _discover(path_value: str) -> dict[str, Benchmark]:
-    for directory in plugin_directories(path_value):
-        if directory not in __path__:
-            __path__.append(directory)
+    extend_package_path(__path__, path_value)
     found: dict[str, Benchmark] = {}
     for module_info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{module_info.name}")
@@ -247,5 +234,4 @@ __all__ = [
     "benchmark",
     "benchmarks",
     "load_problem",
-    "worker_env",
 ]

@@ -53,6 +53,10 @@ batch quantiles instead of the same-seed ERM ones, kept to compare the two squas
 `relif-st` is not the paper's either: the straight-through squash gradient
 (`relif.squash_gradient`, docs/relif.md)."""
 
+PAPER_LABELS = ("erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad", "relif")
+"""The paper's methods (its baselines and ReLiF): the default `--methods` of a sweep. Further
+registered methods (`relif methods`) join a sweep only when `--methods` names them."""
+
 DISPLAY_NAMES: dict[str, str] = {
     "erm": "ERM",
     "uncertainty": "Uncertainty",
@@ -60,6 +64,17 @@ DISPLAY_NAMES: dict[str, str] = {
     "pcgrad": "PCGrad",
     "fairgrad": "FairGrad",
     "cats": "CATS",
+    "dwa": "DWA",
+    "rlw": "RLW",
+    "famo": "FAMO",
+    "dbmtl": "DB-MTL",
+    "upgrad": "UPGrad",
+    "mgda": "MGDA",
+    "cagrad": "CAGrad",
+    "imtlg": "IMTL-G",
+    "alignedmtl": "Aligned-MTL",
+    "dualproj": "DualProj",
+    "nashmtl": "Nash-MTL",
     "relif": "ReLiF",
     "relif-nolip": "ReLiF w/o Lip",
     "relif-noalign": "ReLiF-no-align",
@@ -67,7 +82,8 @@ DISPLAY_NAMES: dict[str, str] = {
     "relif-running": "ReLiF (running squash)",
     "relif-st": "ReLiF-ST",
 }
-"""Method and ReLiF label -> the name tables and figures show (the paper's spelling)."""
+"""Method and ReLiF label -> the name tables and figures show (the paper's spelling; the added
+methods as their papers spell them). A plug-in method is shown by its registry name."""
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

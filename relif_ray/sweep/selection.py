@@ -1,13 +1,15 @@
-"""Pareto dominance of (Bias, Worst) points and the (r*, eta) a `--select-from` sweep runs at.
+"""Pareto dominance and hypervolume of (Bias, Worst) points, and the (r*, eta) a
+`--select-from` sweep runs at.
 
 Bias lower is better, Worst higher is better (the paper's utility-fairness trade-off, Figure
-2). Dominance is used by the Optuna sweep's `pareto.csv`, by the choice of (r*, eta) from it
-(`select_settings`, a `Selection`) and by the analysis fronts."""
+2). Dominance and hypervolume are used by the Optuna sweep's `pareto.csv`, by the choice of
+(r*, eta) from it (`select_settings`, a `Selection`) and by the analysis fronts and report."""
 
 from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,14 +33,49 @@ def non_dominated(bias: np.ndarray, worst: np.ndarray) -> np.ndarray:
     return finite & ~dominates.any(axis=0)
 
 
+HYPERVOLUME_REFERENCE: tuple[float, float] = (1.0, 0.0)
+"""(Bias, Worst) reference point of every hypervolume: the worst value each coordinate can
+take. Audit scores lie in [0, 1], so a gap is at most 1 and Bias = mean (gap - delta)_+ <= 1;
+normalized task scores lie in [0, 1], so Worst >= 0. The hypervolume is then the area of the
+unit (Bias, Worst) box that the point set dominates: 0 for no useful point, 1 for the ideal
+(Bias 0, Worst 1). Fixed, so hypervolumes compare across methods, seeds and experiments."""
+
+
+def hypervolume(
+    bias: Sequence[float] | np.ndarray,
+    worst: Sequence[float] | np.ndarray,
+    reference: tuple[float, float] = HYPERVOLUME_REFERENCE,
+) -> float:
+    """Area of the (Bias, Worst) region the points dominate up to `reference` (Bias lower is
+    better, Worst higher is better): the union of the boxes [bias_i, ref_bias] x [ref_worst,
+    worst_i], the hypervolume indicator of multi-objective optimisation in two dimensions.
+    Points with a NaN coordinate, or not strictly better than the reference in both
+    coordinates, add nothing; dominated points add nothing either, so the hypervolume of a
+    point set is that of its Pareto front (`non_dominated`)."""
+    bias = np.asarray(bias, dtype=np.float64)
+    worst = np.asarray(worst, dtype=np.float64)
+    ref_bias, ref_worst = reference
+    keep = np.isfinite(bias) & np.isfinite(worst) & (bias < ref_bias) & (worst > ref_worst)
+    order = np.argsort(bias[keep], kind="stable")
+    bias, worst = bias[keep][order], worst[keep][order]
+    # Left to right in Bias, the region's height is the best Worst of the points seen so far.
+    height = np.maximum.accumulate(worst) - ref_worst if worst.size else worst
+    width = np.append(bias[1:], ref_bias) - bias
+    return float(np.sum(width * height))
+
+
 def pareto_front(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows of each `study` that no other row of that study dominates in (val_bias,
-    val_worst), sorted by study and val_bias."""
+    val_worst), sorted by study and val_bias, with `val_hypervolume`: the hypervolume of the
+    study's (val_bias, val_worst) points (`hypervolume`), the same on each row of a study."""
     keep = np.zeros(len(rows), dtype=bool)
+    volumes = np.zeros(len(rows), dtype=np.float64)
     for positions in rows.groupby("study", sort=True).indices.values():
         group = rows.iloc[positions]
         keep[positions] = non_dominated(group["val_bias"], group["val_worst"])
-    return rows[keep].sort_values(["study", "val_bias"]).reset_index(drop=True)
+        volumes[positions] = hypervolume(group["val_bias"], group["val_worst"])
+    front = rows.assign(val_hypervolume=volumes)[keep]
+    return front.sort_values(["study", "val_bias"]).reset_index(drop=True)
 
 
 PARETO_FILE = "pareto.csv"
@@ -53,7 +90,9 @@ PARETO_COLUMNS = (
     "val_worst",
     "val_macro",
 )
-"""`<experiment>/pareto.csv` of an Optuna sweep: each study's Pareto set on validation."""
+"""The columns `--select-from` reads from `<experiment>/pareto.csv` of an Optuna sweep (each
+study's Pareto set on validation); the sweep writes `val_hypervolume` after them
+(`pareto_front`)."""
 
 SELECTION_FILE = "selection.csv"
 """`<experiment>/selection.csv` of a `--select-from` sweep: the rows `select_settings` chose."""

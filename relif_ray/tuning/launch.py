@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.storage import join, local_path, location, resolved, write_text
-from relif_ray.problems import worker_env
+from relif_ray.plugins import worker_env
 from relif_ray.reference import write_squash_constants
 from relif_ray.sweep.labels import trial_name
 from relif_ray.sweep.plan import (
@@ -107,7 +107,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 def connect(resources: Resources) -> None:
     """Start local Ray or join the cluster at `resources.address` (unless already connected); its
-    workers get the driver's benchmark plug-in path (`relif_ray.problems.worker_env`). Local Ray
+    workers get the driver's plug-in paths (`relif_ray.plugins.worker_env`). Local Ray
     binds to 127.0.0.1 when the driver called `relif_ray.tuning.keep_local_ray_on_loopback` before
     importing Ray, as `relif_ray.sweep.driver` does."""
     if ray.is_initialized():

@@ -1,0 +1,247 @@
+"""TorchJD's weightings as methods of this project: one adapter, one registry line each.
+
+TorchJD (Quinton & Rey, "Jacobian Descent for Multi-Objective Optimization", 2024; the
+`torchjd` package, pinned to 0.18 by the `mtl` install extra) splits every aggregator of the
+K x P task Jacobian G into a weighting, which computes task weights c from the K x K Gramian
+G G^T, and the combination G^T c. That is exactly `GradientAggregator`'s split, so each TorchJD
+weighting becomes a method through `TorchJDWeighting`, whose `weighting` calls TorchJD's
+weighting class on our Gramian; the per-task passes, the write-back of the shared update, the
+plain sum of the task gradients on the task-specific parameters and the ReLiF term added after
+aggregation are `GradientAggregator`'s (see `relif_ray.methods.gradients`; cost: K backward
+passes, +1 for the ReLiF term). TorchJD's own `mtl_backward` + `jac_to_grad` gives the same
+parameter gradients (tested for every line below).
+
+A new Gramian weighting is one `torchjd_method(...)` line: its config name, the TorchJD class,
+the reference, its options with their defaults (the keyword arguments of the TorchJD class,
+settable as `method.options`), the modules it needs and the gradient sources it offers. Our
+conventions on the options:
+
+- `pref_vector` (UPGrad, DualProj, Aligned-MTL): null (TorchJD's mean 1/K) or a list of K
+  numbers, in the problem's task order;
+- `norm_eps`, `reg_eps` (UPGrad, DualProj): the options of TorchJD's dual-cone projector
+  (`torchjd.linalg.QuadprogProjector`, the quadprog QP solver);
+- CAGrad's `c` has no default in TorchJD; ours is 0.4, the default of the CAGrad authors'
+  later experiment code (Cranial-XIX/FAMO, experiments/utils.py, `--c`, commit 5b92c20).
+
+Every option value is checked when the method is built (so before any trial starts): TorchJD's
+own checks, run by building the weighting and applying it once to the identity Gramian, become
+one-line errors naming `method.options`.
+
+The weighting runs on the CPU in float64 (K x K: tiny, and every QP solver is on the host), so
+these methods wait for the device once per step, as PCGrad and FairGrad do. TorchJD scales as
+its papers do: UPGrad, DualProj, Aligned-MTL, MGDA, CAGrad and IMTL-G combine with weights
+around 1/K (a mean of the task gradients, where ERM here takes the sum).
+
+Nash-MTL (Navon et al., ICML 2022) is not a Gramian weighting in TorchJD's API: its
+`NashMTL` aggregator weights the Jacobian itself and keeps state across steps (the previous
+weights and its step counter) and needs cvxpy + ECOS. It runs through the adapter's Jacobian
+path (`TorchJDJacobianWeighting.jacobian_weighting`: TorchJD's weighting of G), and its state
+is the module's extra state, so it is checkpointed and a resumed run continues identically.
+Like TorchJD (and unlike the official code and LibMTL, which backpropagate sum_k alpha_k L_k
+and so weight the heads too), only the shared update is alpha-weighted; the heads get the
+plain sum of the task gradients, as for every aggregator here.
+
+Non-conflict: UPGrad and DualProj project onto the dual cone of the task gradients, so
+g_k . d >= 0 for every task by construction, but for the Gramian that TorchJD regularises
+with `reg_eps` * I. UPGrad promises it (`promises_non_conflict`, tested at a cosine tolerance
+of 1e-6); DualProj does not: on the toy problem of the tests its update reaches a cosine of
+-7e-4 with a task gradient at the default reg_eps = 1e-4.
+
+Representation mode (`gradient_source: representation`, see `relif_ray.methods.gradients`):
+offered where LibMTL defines `rep_grad` for the same method (MGDA, IMTL, Aligned-MTL in
+LibMTL/weighting/MGDA.py, IMTL.py, Aligned_MTL.py); LibMTL refuses it for CAGrad, UPGrad and
+Nash-MTL, and has no DualProj.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import warnings
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from relif_ray.config import GradientSource
+from relif_ray.errors import UserError
+from relif_ray.methods.gradients import GradientAggregator
+from relif_ray.methods.registry import register
+
+QUADPROG = ("torchjd", "qpsolvers", "quadprog")
+"""UPGrad's and DualProj's dual-cone projection (TorchJD's `QuadprogProjector`)."""
+CLARABEL = ("torchjd", "cvxpy", "clarabel")
+"""CAGrad's cone program."""
+ECOS = ("torchjd", "cvxpy", "ecos")
+"""Nash-MTL's sequence of convex problems."""
+PROJECTOR_OPTIONS = ("norm_eps", "reg_eps")
+
+
+class TorchJDWeighting(GradientAggregator):
+    """Adapter: the TorchJD weighting `torchjd_class` (of `torchjd.aggregation`) as this
+    project's `weighting` of the float64 Gramian; see the module docstring."""
+
+    torchjd_class: ClassVar[str]
+    defaults: ClassVar[dict[str, Any]]
+    projector: ClassVar[bool] = False
+    """Whether `norm_eps`/`reg_eps` are the options of TorchJD's dual-cone projector."""
+    non_conflicting: ClassVar[bool] = False
+    """Whether the update lies in the dual cone of the task gradients (g_k . d >= 0)."""
+
+    def __init__(
+        self,
+        task_names: list[str],
+        seed: int = 0,
+        gradient_source: GradientSource = "parameters",
+        **options: Any,
+    ) -> None:
+        super().__init__(task_names, seed=seed, gradient_source=gradient_source)
+        settings = {**self.defaults, **options}
+        self.torchjd_weighting = self._build(self._torchjd_arguments(settings))
+        self._probe()
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        return dict(cls.defaults)
+
+    def _torchjd_arguments(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Our options as the TorchJD class's keyword arguments."""
+        arguments = dict(settings)
+        if arguments.get("pref_vector") is not None:
+            arguments["pref_vector"] = self._pref_vector(arguments["pref_vector"])
+        if self.projector:
+            from torchjd.linalg import QuadprogProjector
+
+            for option in PROJECTOR_OPTIONS:
+                del arguments[option]
+
+            projector = {option: settings[option] for option in PROJECTOR_OPTIONS}
+            arguments["projector"] = self._checked(QuadprogProjector, **projector)
+        return arguments
+
+    def _pref_vector(self, value: object) -> Tensor:
+        count = len(self.task_names)
+        valid = (
+            isinstance(value, (list, tuple))
+            and len(value) == count
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in value)
+        )
+        if not valid:
+            raise UserError(
+                f"method.options.pref_vector: {self.name} needs null or a list of {count} "
+                f"numbers (one per task: {', '.join(self.task_names)}), got {value!r}"
+            )
+        return torch.tensor(value, dtype=torch.float64)
+
+    def _build(self, arguments: dict[str, Any]) -> nn.Module:
+        torchjd_class = getattr(importlib.import_module("torchjd.aggregation"), self.torchjd_class)
+        return self._checked(torchjd_class, **arguments)
+
+    def _checked(self, factory: Any, *arguments: Any, **keywords: Any) -> Any:
+        """`factory(...)`, TorchJD's own check of a value as a one-line user error."""
+        try:
+            return factory(*arguments, **keywords)
+        except ValueError as exc:
+            message = " ".join(str(exc).split())
+            raise UserError(f"method.options: {self.name}: {message}") from None
+
+    def _probe(self) -> None:
+        """Apply the weighting to the identity Gramian, so that TorchJD checks the options
+        it only reads when called (Aligned-MTL's scale_mode)."""
+        self._checked(self.weighting, torch.eye(len(self.task_names), dtype=torch.float64))
+
+    def weighting(self, gramian: Tensor) -> Tensor:
+        return self.torchjd_weighting(gramian.cpu())
+
+    def promises_non_conflict(self) -> bool:
+        return self.non_conflicting and self.gradient_source == "parameters"
+
+
+class TorchJDJacobianWeighting(TorchJDWeighting):
+    """The Jacobian path: TorchJD's `torchjd_class` aggregator weights G itself (its
+    `.weighting`), with its state (Nash-MTL's) as this module's extra state."""
+
+    def _build(self, arguments: dict[str, Any]) -> nn.Module:
+        return super()._build({"n_tasks": len(self.task_names), **arguments}).weighting
+
+    def _probe(self) -> None:
+        """Nothing: a call would advance the stateful weighting; its options are checked by
+        TorchJD's constructor."""
+
+    def jacobian_weighting(self, gradients: Tensor) -> Tensor:
+        with warnings.catch_warnings():  # cvxpy's note that Nash-MTL's problem is not DPP
+            warnings.filterwarnings("ignore", "You are solving a parameterized problem")
+            return self.torchjd_weighting(gradients).double()
+
+    def get_extra_state(self) -> dict[str, Any]:
+        weighting = self.torchjd_weighting
+        previous = torch.as_tensor(np.asarray(weighting.prvs_alpha, dtype=np.float64))
+        return {"step": int(weighting.step), "previous_weights": previous}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        weighting = self.torchjd_weighting
+        weighting.reset()
+        weighting.prvs_alpha = state["previous_weights"].numpy().copy()
+        weighting.step = float(state["step"])
+        if weighting.step > 0:  # TorchJD builds its cvxpy problem on its first step only
+            weighting._init_optim_problem()
+
+
+def torchjd_method(
+    name: str,
+    torchjd_class: str,
+    reference: str,
+    defaults: dict[str, Any],
+    requires: tuple[str, ...] = ("torchjd",),
+    gradient_sources: tuple[GradientSource, ...] = ("parameters",),
+    adapter: type[TorchJDWeighting] = TorchJDWeighting,
+    projector: bool = False,
+    non_conflicting: bool = False,
+) -> type[TorchJDWeighting]:
+    """Register the TorchJD weighting `torchjd_class` as the method `name` (one line each)."""
+    attributes = {
+        "name": name,
+        "torchjd_class": torchjd_class,
+        "reference": reference,
+        "defaults": defaults,
+        "requires": requires,
+        "gradient_sources": gradient_sources,
+        "projector": projector,
+        "non_conflicting": non_conflicting,
+        "__module__": __name__,
+        "__doc__": f"TorchJD's {torchjd_class} ({reference}); see the module docstring.",
+    }
+    return register(type(f"TorchJD_{name}", (adapter,), attributes))
+
+
+DUAL_CONE = {"pref_vector": None, "norm_eps": 1e-4, "reg_eps": 1e-4}
+BOTH = ("parameters", "representation")
+
+torchjd_method(
+    "upgrad", "UPGradWeighting", "Quinton & Rey, 2024 (UPGrad)", DUAL_CONE, QUADPROG,
+    projector=True, non_conflicting=True,
+)  # fmt: skip
+torchjd_method(
+    "mgda", "MGDAWeighting", "Sener & Koltun, NeurIPS 2018 (Frank-Wolfe, Algorithm 2)",
+    {"epsilon": 0.001, "max_iters": 100}, gradient_sources=BOTH,
+)  # fmt: skip
+torchjd_method(
+    "cagrad", "CAGradWeighting", "Liu et al., NeurIPS 2021", {"c": 0.4, "norm_eps": 1e-4}, CLARABEL
+)
+torchjd_method(
+    "imtlg", "IMTLGWeighting", "Liu et al., ICLR 2021 (IMTL-G)", {}, gradient_sources=BOTH
+)
+torchjd_method(
+    "alignedmtl", "AlignedMTLWeighting", "Senushkin et al., CVPR 2023",
+    {"pref_vector": None, "scale_mode": "min"}, gradient_sources=BOTH,
+)  # fmt: skip
+torchjd_method(
+    "dualproj", "DualProjWeighting", "Lopez-Paz & Ranzato, NeurIPS 2017 (GEM Eq. 11)",
+    DUAL_CONE, QUADPROG, projector=True,
+)  # fmt: skip
+torchjd_method(
+    "nashmtl", "NashMTL", "Navon et al., ICML 2022",
+    {"max_norm": 1.0, "update_weights_every": 1, "optim_niter": 20}, ECOS,
+    adapter=TorchJDJacobianWeighting,
+)  # fmt: skip
