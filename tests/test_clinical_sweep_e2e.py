@@ -1,53 +1,76 @@
-"""End to end: sweeps/clinical.py on synthetic MIMIC-III and eICU -> analysis -> relif report."""
+"""End to end: sweeps/clinical.py on synthetic MIMIC-III and eICU -> analysis -> relif report.
+
+MIMIC-III runs the paper's selection path: an Optuna search over (r*, eta), then the grid of
+erm and relif at the setting chosen on validation (`--select-from`), which the other MIMIC-III
+tests read too; eICU runs a plain grid at its default seeds."""
 
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import analysis
 from relif_ray.cli.sweep import CLINICAL, base_config, build_parser
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
+from relif_ray.sweep.selection import read_pareto, select_settings
 
 REPO = Path(__file__).resolve().parents[1]
 MIMIC3_TASKS = {"mortality", "decompensation", "phenotype", "length_of_stay"}
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """A CLI of the repository, with local Ray kept on 127.0.0.1."""
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
     return subprocess.run(
-        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600, env=env
     )
 
 
-def sweep(dataset: str, data_dir: Path, storage: Path, *flags: str) -> tuple[Path, str]:
+def sweep(dataset: str, data_dir: Path, storage: Path, name: str, *flags: str) -> tuple[Path, str]:
     result = run_cli(
         "sweeps/clinical.py",
         *("--dataset", dataset, "--data-dir", str(data_dir), "--epochs", "1"),
         *("--batch-size", "8", "--warmup-steps", "1", "--num-cpus", "2"),
-        *("--storage", str(storage), "--name", dataset, *flags),
+        *("--storage", str(storage), "--name", name, *flags),
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return storage / dataset, result.stdout
+    return storage / name, result.stdout
 
 
 @pytest.fixture(scope="module")
-def mimic3_experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def mimic3_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(data, storage) after an Optuna search of 2 samples of relif, seed 0."""
     # seed 0 with 24 patients: both mortality classes occur in val and test
     data = write_synthetic_mimic3(tmp_path_factory.mktemp("m3") / "data", patients=24, seed=0)
     storage = tmp_path_factory.mktemp("results")
-    return sweep("mimic3", data, storage, "--methods", "erm,relif", "--seeds", "1")
+    sweep("mimic3", data, storage, "search", "--seeds", "1", "--search", "optuna",
+          "--num-samples", "2")  # fmt: skip
+    return data, storage
+
+
+@pytest.fixture(scope="module")
+def mimic3_experiment(mimic3_search: tuple[Path, Path]) -> tuple[Path, str]:
+    """erm and relif, seed 0, relif at the (r*, eta) selected from the search."""
+    data, storage = mimic3_search
+    return sweep(
+        "mimic3", data, storage, "mimic3", "--seeds", "1", "--methods", "erm,relif",
+        "--select-from", str(storage / "search"),
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def eicu_experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     data = write_synthetic_eicu(tmp_path_factory.mktemp("eicu") / "data", patients=40, seed=0)
     storage = tmp_path_factory.mktemp("results")
-    return sweep("eicu", data, storage, "--methods", "erm")  # default seeds: 3
+    return sweep("eicu", data, storage, "eicu", "--methods", "erm")  # default seeds: 3
 
 
 def test_paper_settings_are_the_clinical_defaults(tmp_path: Path) -> None:
@@ -83,6 +106,23 @@ def test_mimic3_sweep_of_erm_and_relif(mimic3_experiment: tuple[Path, str]) -> N
 
 
 @pytest.mark.slow
+def test_search_then_select_from_runs_the_selected_setting(mimic3_search, mimic3_experiment):
+    _, storage = mimic3_search
+    expected = select_settings(read_pareto(str(storage / "search")), 0.02).iloc[0]
+    experiment, stdout = mimic3_experiment
+    line = f"relif seed 0: r*={expected.r_star:g} eta={expected.eta:g}"
+    assert line in stdout
+    trials = analysis.load(experiment).trials.set_index("label")
+    relif = trials.loc["relif", "config"]["relif"]
+    assert (relif["r_star"], relif["eta"]) == (expected.r_star, expected.eta)
+    assert trials.loc["erm", "seed"] == 0 and not trials.loc["erm", "relif"]
+    assert trials.loc["relif", "selected"] and not trials.loc["erm", "selected"]
+    recorded = pd.read_csv(experiment / "selection.csv")
+    assert list(recorded["trial_id"]) == [expected.trial_id]
+    assert recorded.loc[0, "source"] == str(storage / "search")
+
+
+@pytest.mark.slow
 def test_eicu_sweep_uses_three_seeds_by_default(eicu_experiment: tuple[Path, str]) -> None:
     experiment, stdout = eicu_experiment
     assert "delta_ref = 0.06" in stdout
@@ -97,16 +137,19 @@ def test_eicu_sweep_uses_three_seeds_by_default(eicu_experiment: tuple[Path, str
 def test_report_turns_both_sweeps_into_utility_tables(
     mimic3_experiment: tuple[Path, str], eicu_experiment: tuple[Path, str], tmp_path: Path
 ) -> None:
+    from relif_ray.cli import main  # `relif report` (its script runs end to end elsewhere)
+
     for experiment, _ in (mimic3_experiment, eicu_experiment):
         out = tmp_path / experiment.name
-        result = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(out))
-        assert result.returncode == 0, result.stderr
+        assert main(["report", str(experiment), "--out", str(out)]) == 0
         header = (out / "tables" / "utility.csv").read_text().splitlines()[0]
         assert header.startswith("label,n_seeds,worst_mean,worst_std,macro_mean")
         assert "mortality_auroc_mean" in header and "length_of_stay_mad_mean" in header
 
 
-def test_unknown_dataset_is_rejected_before_ray_starts(tmp_path: Path) -> None:
-    result = run_cli("sweeps/clinical.py", "--dataset", "physionet", "--storage", str(tmp_path))
-    assert result.returncode == 2
-    assert "invalid choice: 'physionet'" in result.stderr
+def test_unknown_dataset_is_rejected_before_ray_starts(tmp_path: Path, capsys, no_sweep) -> None:
+    from relif_ray.cli.sweep import main  # as sweeps/clinical.py calls it
+
+    argv = ["--dataset", "physionet", "--storage", str(tmp_path)]
+    assert main(argv, datasets=tuple(CLINICAL), controller_checks=False) == 2
+    assert "invalid choice: 'physionet'" in capsys.readouterr().err

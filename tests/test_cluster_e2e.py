@@ -105,6 +105,7 @@ def sweep_argv(data: Path, storage: Path, name: str) -> list[str]:
     budget = {
         "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS, "--backbone": "resnet18",
         "--batch-size": 6, "--lr": 1e-3, "--keep-checkpoints": 1,
+        "--checkpoint-interval": 0,  # a checkpoint every epoch: the kills land between them
     }  # fmt: skip
     return argv + [str(item) for flag, value in budget.items() for item in (flag, value)]
 

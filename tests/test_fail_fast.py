@@ -1,16 +1,18 @@
 """Fail before any trial starts, never retry a user's mistake, and exit honestly.
 
 Through the real sweep scripts as subprocesses: a mistake the driver can see (a data file of
-the wrong shape, an unknown backbone, a garbage listfile row, an empty data folder, storage
-that cannot be written) is one line on stderr, exit status 2, no Ray started and no experiment
-folder. A mistake only a trial can see (a label value out of range, found when the whole file
-is read) ends that trial at once: ERROR after one failure despite --max-failures 2, exit
-status 1, and a summary naming the trial, its error, its error file and the retry command.
+the wrong shape, a label value out of range, an unknown backbone, a garbage listfile row, an
+empty data folder, storage that cannot be written) is one line on stderr, exit status 2, no Ray
+started and no experiment folder. A mistake only a trial can see (a NaN pixel in an image: the
+driver reads image headers, not pixels) ends that trial at once: ERROR after one failure
+despite --max-failures 2, exit status 1, and a summary naming the trial, its error, its error
+file and the retry command.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,6 +106,16 @@ def test_a_label_file_of_the_wrong_shape_stops_the_nyuv2_sweep(nyuv2_copy, tmp_p
     storage = tmp_path / "results"
     result = run_sweep("sweeps/nyuv2.py", *nyuv2_flags(nyuv2_copy, storage))
     assert_refused(result, f"{bad}: label must have shape HxW, got 32x40x1", storage)
+
+
+def test_a_label_value_out_of_range_stops_the_nyuv2_sweep(nyuv2_copy, tmp_path, run_main):
+    bad = nyuv2_copy / "train" / "label" / "4.npy"
+    label = np.load(bad)
+    label[3, 5] = 13
+    np.save(bad, label)
+    storage = tmp_path / "results"
+    result = run_main(nyuv2_main, *nyuv2_flags(nyuv2_copy, storage))
+    assert_refused(result, f"{bad}: label values must be in -1..12 (-1 = ignore)", storage)
 
 
 def test_an_unknown_backbone_stops_the_sweep(nyuv2_dir, tmp_path, run_main):
@@ -202,12 +214,34 @@ def test_pretrained_weights_are_loaded_onto_the_meta_model(tmp_path):
         check_trial_configs([trial_config(tmp_path, model={"pretrained": str(path)})])
 
 
-def test_the_nyuv2_check_reads_headers_only_and_finds_a_truncated_file(nyuv2_copy):
-    check_nyuv2(nyuv2_copy)
-    depth = nyuv2_copy / "train" / "depth" / "5.npy"
-    np.save(depth, -np.ones((32, 40, 1), np.float32))  # values: only a full read finds them
+@pytest.mark.parametrize(
+    ("modality", "value", "fragment"),
+    [
+        ("label", 13, r"label values must be in -1\.\.12 \(-1 = ignore\), found range -?\d+\.\.13"),
+        ("label", -2, r"label values must be in -1\.\.12 \(-1 = ignore\), found range -2\.\."),
+        ("label", 2.5, "label contains non-integral values"),
+        ("depth", np.nan, "depth contains NaN or infinite values"),
+        ("depth", -1, "depth contains negative values"),
+        ("normal", np.inf, "normal contains NaN or infinite values"),
+        ("normal", 2.0, r"normal at pixel \(0, 0\) has length"),
+    ],
+)
+def test_the_nyuv2_check_scans_label_depth_and_normal_values(nyuv2_copy, modality, value, fragment):
+    path = nyuv2_copy / "val" / modality / "2.npy"
+    array = np.load(path)
+    array[0, 0] = value
+    np.save(path, array)
+    with pytest.raises(UserError, match=f"^{re.escape(str(path))}: {fragment}"):
+        check_nyuv2(nyuv2_copy)
+
+
+def test_the_nyuv2_check_reads_image_headers_only_and_finds_a_truncated_image(nyuv2_copy):
     check_nyuv2(nyuv2_copy)
     image = nyuv2_copy / "train" / "image" / "7.npy"
+    pixels = np.load(image)
+    pixels[0, 0, 0] = np.nan  # image values: only a trial's reader finds them
+    np.save(image, pixels)
+    check_nyuv2(nyuv2_copy)
     image.write_bytes(image.read_bytes()[:-100])
     with pytest.raises(UserError, match=f"{image}: unreadable .npy file"):
         check_nyuv2(nyuv2_copy)
@@ -285,10 +319,10 @@ def test_a_file_uri_storage_is_checked_like_its_path(tmp_path):
 
 @pytest.mark.slow
 def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(nyuv2_copy, tmp_path):
-    bad = nyuv2_copy / "val" / "label" / "1.npy"
-    label = np.load(bad)
-    label[0, 0] = 99  # the header is fine; only reading the values finds it
-    np.save(bad, label)
+    bad = nyuv2_copy / "val" / "image" / "1.npy"
+    image = np.load(bad)
+    image[0, 0, 0] = np.nan  # the header is fine; only reading the pixels finds it
+    np.save(bad, image)
     storage = tmp_path / "results"
     flags = [*nyuv2_flags(nyuv2_copy, storage), "--name", "bad", "--max-failures", "2"]
     result = run_sweep("sweeps/nyuv2.py", *flags, timeout=600)
@@ -296,7 +330,7 @@ def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(nyu
     experiment = storage / "bad"
     trial_dir = next(path for path in experiment.iterdir() if path.name.startswith("erm_seed0"))
     error_file = trial_dir / "error.txt"
-    message = f"{bad}: label values must be in -1..12 (-1 = ignore), found range -1..99"
+    message = f"{bad}: image contains NaN or infinite values"
     last = result.stderr.strip().splitlines()[-3:]
     assert last[0] == f"1 trial(s) errored in {experiment}:"
     assert last[1] == (

@@ -66,6 +66,68 @@ def test_running_squash_and_clinical_data_need_no_reference(small_data: Path) ->
     assert [item["needs"] for item in trial_order(space, None, set()).items] == [None, None]
 
 
+def _tune_state(experiment: Path, trials: dict[str, dict]) -> None:
+    """The experiment state Tune resumes from, as Tune writes it: the trial list with each
+    trial's id and config (its newest `experiment_state-*.json`)."""
+    trial_data = [[json.dumps({"trial_id": t, "config": c}), "{}"] for t, c in trials.items()]
+    (experiment / "experiment_state-2026-01-01_00-00-00.json").write_text(
+        json.dumps({"trial_data": trial_data})
+    )
+
+
+def _snapshot(order, path: Path):
+    from relif_ray.tuning.order import ReferenceOrder
+
+    order.save(str(path))
+    restored = ReferenceOrder([], order._experiment_dir)
+    return lambda: (restored.restore(str(path)), restored)[1]
+
+
+CONSTANTS = {"squash_constants/depth": [1.0, 2.0], "squash_constants/normal": [3.0, 4.0]}
+
+
+@pytest.mark.parametrize("when", ["before any trial", "with the reference running"])
+def test_a_snapshot_older_than_the_resumed_trials_hands_out_nothing_twice(
+    small_data: Path, tmp_path: Path, when: str
+) -> None:
+    """Tune copies its trial list and the searcher's snapshot to storage one after the other:
+    a driver killed in between resumes trials that the snapshot still calls pending."""
+    from relif_ray.tuning.order import ReferenceOrder
+
+    items = trial_order(_space(small_data, ["erm", "relif"], [0]), None, set()).items
+    order = ReferenceOrder(items, str(tmp_path))
+    restore = _snapshot(order, tmp_path / "old.pkl")
+    erm = order.suggest("t-erm")
+    if when == "before any trial":
+        order.on_trial_complete("t-erm", {**erm, **CONSTANTS})
+        relif = order.suggest("t-relif")
+        _tune_state(tmp_path, {"t-erm": erm, "t-relif": relif})
+        assert restore().suggest("t-new") == ReferenceOrder.FINISHED
+        return
+    _tune_state(tmp_path, {"t-erm": erm})  # killed while the reference trains
+    resumed = restore()
+    assert resumed.suggest("t-new") is None  # the relif trial waits for the resumed reference
+    resumed.on_trial_complete("t-erm", {**erm, **CONSTANTS})
+    assert resumed.suggest("t-relif")["label"] == "relif"
+    assert read_squash_constants(str(tmp_path))["0"] == {"depth": [1.0, 2.0], "normal": [3.0, 4.0]}
+    assert resumed.suggest("t-more") == ReferenceOrder.FINISHED
+
+
+def test_a_snapshot_newer_than_the_resumed_trials_loses_no_trial(small_data, tmp_path):
+    """The snapshot saw a trial handed out that Tune's trial list never recorded."""
+    from relif_ray.tuning.order import ReferenceOrder
+
+    items = trial_order(_space(small_data, ["erm", "pcgrad"], [0]), None, set()).items
+    order = ReferenceOrder(items, str(tmp_path))
+    erm = order.suggest("t-erm")
+    order.suggest("t-pcgrad")
+    restore = _snapshot(order, tmp_path / "new.pkl")
+    _tune_state(tmp_path, {"t-erm": erm})
+    resumed = restore()
+    assert resumed.suggest("t-again")["label"] == "pcgrad"
+    assert resumed.suggest("t-more") == ReferenceOrder.FINISHED
+
+
 @pytest.fixture(scope="module")
 def phased(ray_session, small_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """erm, pcgrad and relif for one seed on 2 one-CPU slots."""

@@ -1,12 +1,10 @@
 """Choosing (r*, eta) per label and seed from an Optuna search's pareto.csv, on validation
-numbers only, and running the sweep at the chosen settings (`--select-from`)."""
+numbers only, and running the sweep at the chosen settings (`--select-from`; end to end through
+sweeps/clinical.py in test_clinical_sweep_e2e.py)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,8 +15,6 @@ from relif_ray.errors import UserError
 from relif_ray.sweep.labels import experiment_config
 from relif_ray.sweep.plan import selected_trials, trial_order, trial_space
 from relif_ray.sweep.selection import PARETO_COLUMNS, read_pareto, select_settings
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def front(*points: tuple) -> pd.DataFrame:
@@ -151,48 +147,6 @@ def test_read_pareto_names_a_missing_column(search_dir):
     table.to_csv(search_dir / "pareto.csv", index=False)
     with pytest.raises(UserError, match="pareto.csv: missing column.s. val_worst"):
         read_pareto(str(search_dir))
-
-
-def run_sweep_cli(*args: str) -> subprocess.CompletedProcess:
-    """sweeps/clinical.py with local Ray kept on 127.0.0.1."""
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    return subprocess.run(
-        [sys.executable, "sweeps/clinical.py", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
-
-
-@pytest.mark.slow
-def test_search_then_select_from_runs_the_selected_setting(tmp_path):
-    import analysis
-    from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
-
-    data = write_synthetic_mimic3(tmp_path / "data", patients=24, seed=0)
-    storage = tmp_path / "results"
-    common = [
-        "--dataset", "mimic3", "--data-dir", str(data), "--seeds", "1", "--epochs", "1",
-        "--batch-size", "8", "--warmup-steps", "1", "--num-cpus", "2", "--storage", str(storage),
-    ]  # fmt: skip
-    search = run_sweep_cli(*common, "--name", "search", "--search", "optuna", "--num-samples", "2")
-    assert search.returncode == 0, search.stderr[-3000:]
-    expected = select_settings(read_pareto(str(storage / "search")), 0.02).iloc[0]
-
-    chosen = run_sweep_cli(
-        *common, "--name", "chosen", "--methods", "erm,relif", "--select-from",
-        str(storage / "search"),
-    )  # fmt: skip
-    assert chosen.returncode == 0, chosen.stderr[-3000:]
-    line = f"relif seed 0: r*={expected.r_star:g} eta={expected.eta:g}"
-    assert line in chosen.stdout
-    trials = analysis.load(storage / "chosen").trials.set_index("label")
-    relif = trials.loc["relif", "config"]["relif"]
-    assert (relif["r_star"], relif["eta"]) == (expected.r_star, expected.eta)
-    assert trials.loc["erm", "seed"] == 0 and not trials.loc["erm", "relif"]
-    assert trials.loc["relif", "selected"] and not trials.loc["erm", "selected"]
-    recorded = pd.read_csv(storage / "chosen" / "selection.csv")
-    assert list(recorded["trial_id"]) == [expected.trial_id]
-    assert recorded.loc[0, "source"] == str(storage / "search")
 
 
 def test_the_report_keeps_one_row_for_a_label_selected_per_seed():

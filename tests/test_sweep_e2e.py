@@ -38,19 +38,23 @@ class DemoSweep:
     experiment: Path
     listening: set[str]
     """Every address that the driver and the local Ray it started listened on while it ran."""
+    output: str
+    """What the driver printed (stdout, then stderr)."""
 
 
 @pytest.fixture(scope="module")
 def demo_sweep(nyuv2_dir, tmp_path_factory) -> DemoSweep:
     """A sweep through sweeps/nyuv2.py on the local Ray that the driver starts itself, in an
     environment without the tests' loopback switch (conftest.py): the driver's own default.
-    Its learning rate halves after the first of its two epochs (`train.scheduler` by --set)."""
+    Its learning rate halves after the first of its two epochs (`train.scheduler` by --set).
+    Short epochs (4 steps) and one checkpoint kept per trial, as a user's first sweep."""
     storage = tmp_path_factory.mktemp("results")
     command = [
         *("sweeps/nyuv2.py", "--data-dir", str(nyuv2_dir), "--methods", "erm", "--seeds", "2"),
         *("--epochs", "2", "--backbone", "resnet18", "--batch-size", "6", "--lr", "1e-3"),
         *("--storage", str(storage), "--name", "tiny", "--num-cpus", "2"),
         *("--set", "train.scheduler=step", "--set", "train.scheduler_step_size=1"),
+        *("--keep-checkpoints", "1"),
     ]
     env = {name: value for name, value in os.environ.items() if name != LOOPBACK_SWITCH}
     listening: set[str] = set()
@@ -72,7 +76,7 @@ def demo_sweep(nyuv2_dir, tmp_path_factory) -> DemoSweep:
         stdout, stderr = out.read(), err.read()
     assert driver.returncode == 0, stderr[-3000:]
     assert f"experiment directory: {storage / 'tiny'}" in stdout
-    return DemoSweep(storage / "tiny", listening)
+    return DemoSweep(storage / "tiny", listening, stdout + stderr)
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +92,20 @@ def test_the_sweep_drivers_local_ray_stays_on_loopback(demo_sweep):
     for result in demo_sweep.experiment.glob("*/result.json"):
         records = [json.loads(line) for line in result.read_text().splitlines() if line]
         assert {record["node_ip"] for record in records} == {LOCALHOST}
+
+
+@pytest.mark.slow
+def test_a_sweep_of_short_epochs_prints_no_snapshot_or_sync_warnings(demo_sweep):
+    """With one checkpoint kept, each checkpoint makes Tune snapshot the experiment state;
+    epochs of a second used to make it warn about snapshotting and checkpoint syncs."""
+    for warning in (
+        "Experiment state snapshotting has been triggered multiple times",
+        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S",
+        "TUNE_WARN_SLOW_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S",
+        "Last sync command failed",
+    ):
+        assert warning not in demo_sweep.output
+    assert "experiment directory:" in demo_sweep.output  # the output was captured
 
 
 @pytest.mark.slow
@@ -160,10 +178,15 @@ def test_report_writes_utility_tables(experiment, tmp_path):
     assert settings in report.read_text()
 
 
+def test_the_sweep_script_rejects_a_bad_flag_before_starting_ray(tmp_path):
+    args = ["--methods", "erm", "--data-dir", "/no/such/dir", "--storage", str(tmp_path)]
+    result = run_cli("sweeps/nyuv2.py", *args)
+    assert_one_line_error(result, "--data-dir: no such directory")
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--methods", "erm", "--data-dir", "/no/such/dir"], "--data-dir: no such directory"),
         (["--methods", "erm"], "--data-dir is required"),
         (["--demo", "--methods", "nosuch"], "unknown method 'nosuch'"),
         (["--demo", "--seeds", "0"], "--seeds"),
@@ -172,9 +195,14 @@ def test_report_writes_utility_tables(experiment, tmp_path):
         (["--demo", "--lr", "-1"], "train.lr"),
     ],
 )
-def test_sweep_rejects_bad_flags_before_starting_ray(args, fragment, tmp_path):
-    result = run_cli("sweeps/nyuv2.py", *args, "--storage", str(tmp_path))
-    assert_one_line_error(result, fragment)
+def test_sweep_rejects_bad_flags_before_starting_ray(args, fragment, tmp_path, capsys, no_sweep):
+    """What the script above calls (`sweep_cli.main`), in this process."""
+    from relif_ray.cli.sweep import main
+
+    status = main(datasets=("nyuv2",), argv=[*args, "--storage", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and fragment in err[0], err
+    assert not any(tmp_path.iterdir())
 
 
 def test_report_on_a_missing_directory_is_a_one_line_error(tmp_path):

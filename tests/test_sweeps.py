@@ -75,6 +75,47 @@ def trial_states(experiment: Path) -> dict[str, tuple[str, int]]:
 # --- without Ray -------------------------------------------------------------------------
 
 
+def _checkpointed_epochs(cadence, seconds_per_epoch: float, epochs: int, monkeypatch) -> list:
+    """The epochs after which `cadence` asks Tune for a checkpoint, epochs taking this long."""
+    from types import SimpleNamespace
+
+    import relif_ray.tuning.launch as launch
+
+    clock = [100.0]
+    monkeypatch.setattr(launch.time, "monotonic", lambda: clock[0])
+    trial = SimpleNamespace(trial_id="t", last_result={})
+    cadence.on_trial_start(0, [], trial)
+    asked = []
+    for epoch in range(1, epochs + 1):
+        clock[0] += seconds_per_epoch
+        result = {"training_iteration": epoch}
+        cadence.on_trial_result(0, [], trial, result)
+        if result.get("should_checkpoint"):
+            asked.append(epoch)
+    return asked
+
+
+@pytest.mark.parametrize(
+    ("every", "interval", "rungs", "seconds", "expected"),
+    [
+        (1, 0.0, (), 1.0, [1, 2, 3, 4, 5, 6, 7, 8]),  # every epoch
+        (1, 10.0, (), 1.0, []),  # 8 s of 1-s epochs: none before the final (Tune's own)
+        (1, 10.0, (), 4.0, [3, 6]),  # at least 10 s apart
+        (1, 10.0, (), 30.0, [1, 2, 3, 4, 5, 6, 7, 8]),  # long epochs: every epoch
+        (2, 0.0, (), 1.0, [2, 4, 6, 8]),
+        (0, 0.0, (), 1.0, []),  # only the final one
+        (1, 10.0, (1, 4), 1.0, [1, 4]),  # ASHA rungs always (outputs are written there)
+    ],
+)
+def test_checkpoints_follow_epochs_at_most_once_per_interval(
+    every, interval, rungs, seconds, expected, monkeypatch
+):
+    from relif_ray.tuning.launch import CheckpointCadence
+
+    cadence = CheckpointCadence(every, interval, rungs)
+    assert _checkpointed_epochs(cadence, seconds, 8, monkeypatch) == expected
+
+
 def test_controller_labels_are_crossed_with_the_controller_grid_and_others_are_not():
     labels = ["erm", "relif", "pcgrad+relif-noalign", "relif-static", "gradnorm+relif-nolip"]
     variants = grid_variants(labels, [0.2, 0.3], [1e-3])
@@ -354,6 +395,7 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
         (["--precision", "fp16"], "argument --precision: invalid choice"),
         (["--scheduler", "pbt"], "argument --scheduler: invalid choice"),
         (["--max-concurrent-trials", "0"], "--max-concurrent-trials: must be > 0"),
+        (["--checkpoint-interval", "-1"], "--checkpoint-interval: must be >= 0 seconds, got -1"),
         (["--callbacks", "comet"], "--callbacks: unknown logger 'comet'"),
     ],
 )
@@ -367,6 +409,28 @@ def test_bad_flags_are_one_line_errors_before_ray_starts(
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert fragment in err[0] and err[0].split(": error: ")[1]
+
+
+@pytest.mark.parametrize(
+    ("budget", "fragment"),
+    [
+        (["--steps", "-5"], "config field train.max_steps: must be > 0, got -5"),
+        (["--steps", "0", "--epochs", "2"], "config field train.max_steps: must be > 0, got 0"),
+        (["--epochs", "-1"], "config field train.epochs: must be > 0, got -1"),
+    ],
+)
+def test_a_bad_budget_is_the_same_one_line_error_with_and_without_demo(
+    budget, fragment, nyuv2_dir, tmp_path, capsys, no_sweep
+):
+    """--demo scales its controller to --steps (scale_to_budget): a budget that is not
+    positive is refused by the config check first, as with --data-dir."""
+    errors = []
+    for data in (["--demo"], ["--data-dir", str(nyuv2_dir)]):
+        status = main(datasets=("nyuv2",), argv=[*data, *budget, "--storage", str(tmp_path)])
+        errors.append(capsys.readouterr().err.strip().splitlines())
+        assert status == 2 and len(errors[-1]) == 1, errors[-1]
+    assert errors[0] == errors[1] and errors[0][0].endswith(fragment), errors
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(
@@ -627,6 +691,7 @@ def sweep_command(data: Path, storage: Path, address: str, *extra: str) -> list[
         "--data-dir": data, "--methods": "erm,relif", "--seeds": 1, "--epochs": EPOCHS_KILLED,
         "--backbone": "resnet18", "--batch-size": 12, "--lr": 1e-3, "--storage": storage,
         "--name": "killed", "--address": address, "--cpus-per-trial": 2,
+        "--checkpoint-interval": 0,  # a checkpoint every epoch: the kill lands between them
     }  # fmt: skip
     pairs = [str(item) for flag, value in flags.items() for item in (flag, value)]
     return [sys.executable, "sweeps/nyuv2.py", *pairs, *extra]

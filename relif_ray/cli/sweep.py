@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -165,6 +166,7 @@ def request_of(
         "resources": limits,
         "max_failures": args.max_failures,
         "keep_checkpoints": args.keep_checkpoints,
+        "checkpoint_interval_s": args.checkpoint_interval,
     }
     if args.resume:
         return SweepRequest(**common)
@@ -356,6 +358,10 @@ def resources(args: argparse.Namespace) -> Resources:
         raise UserError(f"--num-cpus: must be > 0, got {args.num_cpus}")
     if args.max_failures < 0 or args.keep_checkpoints < 1:
         raise UserError("--max-failures must be >= 0 and --keep-checkpoints >= 1")
+    if not 0 <= args.checkpoint_interval < math.inf:
+        raise UserError(
+            f"--checkpoint-interval: must be >= 0 seconds, got {args.checkpoint_interval:g}"
+        )
     return Resources(
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=gpus_per_trial,

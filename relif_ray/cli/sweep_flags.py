@@ -11,6 +11,7 @@ import argparse
 
 from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser
 from relif_ray.problems import DatasetDefaults
+from relif_ray.sweep.driver import CHECKPOINT_INTERVAL_S
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 from relif_ray.sweep.plan import (
     CONTROLLER_ETAS,
@@ -290,6 +291,14 @@ def add_launch_flags(
     launch.add_argument("--max-failures", type=int, default=2, help="restarts of a failed trial")
     launch.add_argument(
         "--keep-checkpoints", type=int, default=2, help="checkpoints kept per trial"
+    )
+    launch.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=CHECKPOINT_INTERVAL_S,
+        metavar="SECONDS",
+        help="a trial checkpoints at the end of an epoch, but at most once in this many seconds "
+        "(0: every epoch); the last epoch always",
     )
     launch.add_argument(
         "--resume",

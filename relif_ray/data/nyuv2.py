@@ -10,10 +10,11 @@ example i of a split is the four files with the same index:
 - normal H x W x 3, unit vectors, (0, 0, 0) = invalid.
 
 The same reader serves the real data and the synthetic scenes of `synthetic_nyuv2`.
-`check_nyuv2` applies the same rules from the file headers only (a sweep runs it before any
-trial starts). Every file is validated as it is loaded (vectorised numpy per file); anything
-malformed raises a one-line `UserError` that names the offending file or directory. Files are
-loaded with `allow_pickle=False`, so a pickled (object) array is rejected, never unpickled.
+`check_nyuv2` applies the same rules before any trial starts (a sweep's driver runs it), to
+the headers of every file and the values of every label, depth and normal map. Every file is
+validated as it is loaded (vectorised numpy per file); anything malformed raises a one-line
+`UserError` that names the offending file or directory. Files are loaded with
+`allow_pickle=False`, so a pickled (object) array is rejected, never unpickled.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ OPTIONAL_SPLITS = ("test",)
 NUM_CLASSES = 13
 IGNORE_LABEL = -1
 NORMAL_LENGTH_TOLERANCE = 1e-2
+SCANNED_MODALITIES = ("label", "depth", "normal")
+"""The modalities whose values `check_nyuv2` reads before a sweep (all but the images)."""
 
 # Trailing (channel) shape each modality must have after H x W; () means exactly H x W.
 _CHANNELS: dict[str, tuple[int, ...]] = {"image": (3,), "label": (), "depth": (1,), "normal": (3,)}
@@ -72,9 +75,12 @@ def read_nyuv2_split(root: str | Path, split: str) -> dict[str, Tensor]:
 
 
 def check_nyuv2(root: str | Path) -> None:
-    """Check every file of `root` as `read_nyuv2` would, from the .npy headers alone: the
-    splits, the numbering, each file's shape, dtype and size (the data is memory-mapped, never
-    read, so a truncated file is found but pixel values are not; the reader checks those)."""
+    """Check every file of `root` as `read_nyuv2` would, before any trial (a sweep's driver
+    runs it): the splits, the numbering, each file's shape, dtype and size from its .npy
+    header, and the values of every label, depth and normal map (`SCANNED_MODALITIES`: class
+    range, finiteness, unit normals). Images are memory-mapped, never read (they are most of
+    the bytes), so a truncated image is found but its pixel values are left to the reader.
+    Its measured cost on the real data's size is in docs/sweeps.md (seconds)."""
     root = _existing_root(root)
     for split in _split_names(root):
         split_dir, count = _split_dir_and_count(root, split)
@@ -83,7 +89,11 @@ def check_nyuv2(root: str | Path) -> None:
         for index in range(count):
             for modality in MODALITIES:
                 path = split_dir / modality / f"{index}.npy"
-                _check_size(path, _open_npy(path, modality, mmap=True).shape, size, first)
+                scanned = modality in SCANNED_MODALITIES
+                array = _open_npy(path, modality, mmap=not scanned)
+                _check_size(path, array.shape, size, first)
+                if scanned:
+                    _check_values(path, modality, array)
 
 
 def _split_names(root: Path) -> list[str]:

@@ -42,13 +42,14 @@ def demo_budget(defaults: DatasetDefaults, epochs: int | None, steps: int | None
     (`DatasetDefaults.demo_train`: steps or epochs); a step budget without an epoch budget
     (the demo's own, or --steps alone) gets the controller of
     `relif_ray.relif.controller.scale_to_budget`, so lambda moves as far as in the paper's
-    200-epoch NYUv2 run (eta x steps and warmup / steps kept)."""
+    200-epoch NYUv2 run (eta x steps and warmup / steps kept). A step budget that is not
+    positive gets none (the config check then refuses it in one line, as without --demo)."""
     demo = defaults.demo_train
     fields: dict[str, Any] = {}
     if epochs is None and steps is None:
         fields = {"train.epochs": demo.get("epochs"), "train.max_steps": demo.get("steps")}
         steps = demo.get("steps")
-    if steps is None or epochs is not None:
+    if steps is None or steps <= 0 or epochs is not None:
         return DemoBudget(fields)
     eta, warmup = scale_to_budget(steps, defaults.eta)
     return DemoBudget({**fields, "relif.warmup_steps": warmup}, eta)

@@ -20,6 +20,10 @@ from relif_ray.sweep.plan import OptunaPlan, Resources, SweepSpace, TuneOptions
 from relif_ray.sweep.preflight import check_data, check_storage, lent_constants
 from relif_ray.sweep.selection import Selection, record_selection
 
+CHECKPOINT_INTERVAL_S = 10.0
+"""--checkpoint-interval's default: at most one checkpoint per trial in 10 s, as Tune snapshots
+the experiment state at most every 10 s on its own."""
+
 
 @dataclass(frozen=True)
 class SweepRequest:
@@ -32,7 +36,9 @@ class SweepRequest:
     reference: an experiment lending its same-seed ERM squash constants (`--reference`);
     selection: the (r*, eta) chosen per seed from a search (`--select-from`), recorded in the
         experiment as `selection.csv`;
-    checkpoint_every: epochs between checkpoints (0: only the final one).
+    checkpoint_every: epochs between checkpoints (0: only the final one);
+    checkpoint_interval_s: and at least this many seconds between two checkpoints of a trial
+        (`relif_ray.tuning.launch.CheckpointCadence`).
     """
 
     defaults: DatasetDefaults
@@ -50,6 +56,7 @@ class SweepRequest:
     max_failures: int = 2
     keep_checkpoints: int = 2
     checkpoint_every: int = 1
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
 
     @property
     def resume(self) -> bool:
@@ -80,6 +87,7 @@ def run(request: SweepRequest) -> str:
             max_failures=request.max_failures,
             keep_checkpoints=request.keep_checkpoints,
             checkpoint_every=request.checkpoint_every,
+            checkpoint_interval_s=request.checkpoint_interval_s,
             resume=request.resume,
             search=request.search,
             options=request.options,

@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import ray
 from ray import tune
+from ray.tune.result import SHOULD_CHECKPOINT, TRAINING_ITERATION
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError, first_line
@@ -34,7 +37,12 @@ from relif_ray.sweep.plan import (
 )
 from relif_ray.sweep.preflight import lent_constants
 from relif_ray.sweep.selection import PARETO_FILE, pareto_front
-from relif_ray.tuning.integrations import logger_callbacks, scheduler, scheduler_constants
+from relif_ray.tuning.integrations import (
+    asha_rung_epochs,
+    logger_callbacks,
+    scheduler,
+    scheduler_constants,
+)
 from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.outcome import raise_if_errored
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
@@ -189,6 +197,43 @@ def check_storage_visible(storage_path: str) -> None:
         probe.unlink(missing_ok=True)
 
 
+class CheckpointCadence(tune.Callback):
+    """Which epochs end with a checkpoint (Tune's own `checkpoint_frequency` is 0): every
+    `every` epochs (0: none), but no sooner than `min_interval_s` after the trial's previous
+    checkpoint or (re)start; always at the epochs in `always` (the ASHA rungs, where a trial
+    writes its outputs); the final checkpoint is Tune's `checkpoint_at_end`.
+
+    Why a floor in seconds: with `--keep-checkpoints N`, every N-th checkpoint of a trial makes
+    Tune snapshot the experiment state at once (so the state never names a deleted
+    checkpoint), so epochs of a second (short synthetic data) with a checkpoint each would
+    snapshot several times a second and write a checkpoint per second; resume is exact from any
+    checkpoint, so a later one loses at most `min_interval_s` plus an epoch of work.
+    """
+
+    def __init__(self, every: int, min_interval_s: float, always: Iterable[int] = ()) -> None:
+        self.every = every
+        self.min_interval_s = min_interval_s
+        self.always = set(always)
+        self._last: dict[str, tuple[int, float]] = {}
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._last[trial.trial_id] = (self._epoch(trial.last_result), time.monotonic())
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        epoch, now = self._epoch(result), time.monotonic()
+        last_epoch, last_time = self._last.get(trial.trial_id, (0, now - self.min_interval_s))
+        due = self.every > 0 and epoch - last_epoch >= self.every
+        if epoch in self.always or (due and now - last_time >= self.min_interval_s):
+            result[SHOULD_CHECKPOINT] = True
+            self._last[trial.trial_id] = (epoch, now)
+
+    @staticmethod
+    def _epoch(result: dict | None) -> int:
+        return int((result or {}).get(TRAINING_ITERATION, 0))
+
+
 def _trial_name(trial: Any) -> str:
     """The trial's name in the progress table, W&B and MLflow: label, setting, seed
     (`relif_ray.sweep.labels.trial_name`)."""
@@ -249,6 +294,7 @@ def run_sweep(
     max_failures: int = 2,
     keep_checkpoints: int = 2,
     checkpoint_every: int = 1,
+    checkpoint_interval_s: float = 0.0,
     resume: bool = False,
     search: OptunaPlan | None = None,
     options: TuneOptions | None = None,
@@ -266,10 +312,12 @@ def run_sweep(
     efficiency benchmark times its trials that way); a `UserError` in a trial ends it without
     retries (`relif_ray.tuning.user_errors`), and trials that end in ERROR raise
     `TrialsErrored` after the run (experiment state, outputs and `pareto.csv` are written).
-    `checkpoint_every`: epochs between checkpoints, 0 = only the final one: Tune snapshots the
-    experiment state each time a trial has written `keep_checkpoints` checkpoints, so epochs of
-    about a second (the demo) with a checkpoint each would snapshot many times a second (and
-    Tune warns about it).
+    `checkpoint_every`: epochs between checkpoints, 0 = only the final one;
+    `checkpoint_interval_s`: and at least this many seconds between two checkpoints of a trial
+    (`CheckpointCadence`: short epochs would otherwise make Tune snapshot the experiment state
+    several times a second). Tune's warning about frequent snapshots is switched off (it says
+    to checkpoint less often, which the cadence does; trials of a sweep still checkpoint at
+    independent moments).
 
     Trials reach Tune through `ReferenceOrder`: a ReLiF trial that trains on its seed's ERM
     squash constants starts after that seed's ERM trial (added where the sweep has none, and
@@ -279,6 +327,7 @@ def run_sweep(
     resources, options = resources or Resources(), options or TuneOptions()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     storage_path = str(resolved(storage))
     experiment_dir = str(join(resolved(storage), name))
     connect(resources)
@@ -296,7 +345,9 @@ def run_sweep(
             f"--name: a sweep already exists at {experiment_dir} (use --resume to continue it, "
             "or another --name)"
         )
-    callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name)]
+    rungs = asha_rung_epochs(options) if options.scheduler == "asha" else []
+    cadence = CheckpointCadence(checkpoint_every, checkpoint_interval_s, rungs)
+    callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name), cadence]
     if resume:
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
@@ -326,7 +377,7 @@ def run_sweep(
                 name=name,
                 storage_path=storage_path,
                 checkpoint_config=tune.CheckpointConfig(
-                    checkpoint_frequency=checkpoint_every,
+                    checkpoint_frequency=0,  # CheckpointCadence asks for them
                     checkpoint_at_end=True,
                     num_to_keep=keep_checkpoints,
                 ),

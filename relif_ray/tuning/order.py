@@ -16,15 +16,18 @@ that order:
   config, and fail at set-up without training: they count as errored, never silently skipped.
 
 Optuna studies (one per ReLiF label and seed) draw only for seeds whose reference is ready.
-The searcher's state is JSON (Tune stores it in the experiment state), so `--resume` continues
-across the phase boundary.
+Tune snapshots the searcher beside its experiment state, so `--resume` continues across the
+phase boundary; the restored order is rebuilt from the trials Tune resumes (`restore`).
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
+from ray.train._internal.storage import get_fs_and_path
+from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
 from ray.tune.search import Searcher
 
 from relif_ray.reference import read_squash_constants, write_squash_constants
@@ -49,7 +52,8 @@ class ReferenceOrder(Searcher):
         studies_need_reference: bool = False,
     ) -> None:
         super().__init__()
-        self._pending = [dict(item) for item in items]
+        self._items = [dict(item) for item in items]
+        self._pending = list(self._items)
         self._experiment_dir = experiment_dir
         self._studies = studies
         self._studies_need_reference = studies_need_reference
@@ -105,31 +109,62 @@ class ReferenceOrder(Searcher):
         """Tune's experiment-state snapshot of the order and of the Optuna studies (a file
         this sweep writes and reads itself; Tune renames it into place)."""
         state = {
-            "pending": self._pending,
+            "items": self._items,
             "ready": self._ready,
             "failed": self._failed,
-            "providers": self._providers,
             "studies": self._studies.__dict__ if self._studies is not None else None,
         }
         with open(checkpoint_path, "wb") as file:
             pickle.dump(state, file)
 
     def restore(self, checkpoint_path: str) -> None:
-        """The snapshot, with the constants file as the last word: a reference whose seed has
-        constants there has finished, even if the snapshot predates it (the driver may have
-        been killed in between), so it is not handed out again."""
+        """The snapshot, reconciled with the trials Tune resumes. Tune copies its experiment
+        state (the trial list) and this snapshot to storage one file after the other, in the
+        background, so a driver killed in between leaves a snapshot older or newer than the
+        trial list it resumes: items handed out since would be handed out again, or items
+        handed out but never recorded would be lost. So an item is pending exactly when Tune
+        resumes no trial of it (`resumed_trials`), a resumed reference that has not finished is
+        awaited again, and the constants file is the last word on which have finished."""
         with open(checkpoint_path, "rb") as file:
             state = pickle.load(file)
+        self._items = state["items"]
         self._ready = {**state["ready"], **read_squash_constants(self._experiment_dir)}
-        self._pending = [
-            item
-            for item in state["pending"]
-            if item.get("provides") is None or str(item["provides"]) not in self._ready
-        ]
-        self._failed = state["failed"]
-        self._providers = state["providers"]
+        unclaimed = resumed_trials(self._experiment_dir)
+        self._pending, self._providers = [], {}
+        for item in self._items:
+            trial_id = next((t for t, config in unclaimed.items() if _is_of(item, config)), None)
+            seed = item.get("provides")
+            waited_for = seed is not None and str(seed) not in self._ready
+            if trial_id is None and (seed is None or waited_for):
+                self._pending.append(item)
+            elif trial_id is not None:
+                del unclaimed[trial_id]
+                if waited_for:
+                    self._providers[trial_id] = int(seed)
+        awaited = {str(seed) for seed in self._providers.values()}
+        self._failed = {seed: why for seed, why in state["failed"].items() if seed not in awaited}
         if self._studies is not None and state["studies"] is not None:
             self._studies.__dict__.update(state["studies"])
+
+
+def resumed_trials(experiment_dir: str) -> dict[str, dict[str, Any]]:
+    """trial id -> Tune config of every trial in the experiment state that `--resume`
+    continues: the newest `experiment_state-*.json` of the experiment directory, found and read
+    as Tune's own resume finds and reads it."""
+    filesystem, path = get_fs_and_path(experiment_dir)
+    newest = _find_newest_experiment_checkpoint(path, fs=filesystem)
+    if newest is None:
+        return {}
+    with filesystem.open_input_stream(newest) as stream:
+        state = json.loads(stream.readall())
+    trials = [json.loads(trial_state) for trial_state, _ in state["trial_data"]]
+    return {trial["trial_id"]: trial["config"] for trial in trials}
+
+
+def _is_of(item: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a trial's Tune config is that of `item` (its own part, as JSON stores it)."""
+    own = json.loads(json.dumps(item["config"]))
+    return all(config.get(key) == value for key, value in own.items())
 
 
 def _reported_constants(result: dict[str, Any]) -> dict[str, list[float]]:
