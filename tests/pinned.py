@@ -294,13 +294,16 @@ def _cpu_name() -> str:
     return names[0] if names else platform.processor() or "unknown CPU"
 
 
+USAGE = "usage: python -m tests.pinned --write | --measure-drift"
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--compute"] and len(argv) >= 3:
         numbers = compute(Path(argv[2]), keys=argv[3:] or None)
         Path(argv[1]).write_text(json.dumps(numbers))
         return
     if argv not in (["--write"], ["--measure-drift"]):
-        sys.exit("usage: python -m tests.pinned --write | --measure-drift")
+        sys.exit(USAGE)
     with tempfile.TemporaryDirectory() as workdir:
         if argv == ["--write"]:
             PINS.write_text(json.dumps(compute(Path(workdir)), indent=1, sort_keys=True) + "\n")

@@ -27,6 +27,7 @@ import pytest
 
 from relif_ray.cli.console import main as relif_main
 from relif_ray.problems import benchmarks
+from tests import pinned
 from tests.recipes import REPO, documents, shell_commands
 
 OTHER_TOOLS_FLAGS = {
@@ -189,6 +190,7 @@ def test_every_flag_named_in_the_prose_is_one_of_ours_or_a_listed_tools():
         ours |= command_flags(f"relif {sub}")
     for script in our_scripts():
         ours |= command_flags(script)
+    ours |= set(FLAG.findall(pinned.USAGE))  # the pins' maintenance command
     unknown = []
     for name, text in documents().items():
         prose = re.sub(r"```.*?```", "", text, flags=re.S)
