@@ -199,10 +199,11 @@ def test_the_data_set_is_read_once_per_process(nyuv2_dir, monkeypatch: pytest.Mo
 def test_data_on_device_gives_the_same_batches_and_numbers_also_after_resume(nyuv2_dir) -> None:
     """Held "on the device" (the CPU here) the train split gives the same batches in the same
     order across an epoch boundary (4 steps per epoch), so the same trace, metrics and
-    checkpointed continuation as the host path; the optimiser stays torch's default on CPU."""
+    checkpointed continuation as the host path; the optimiser is torch's fused one on the CPU
+    too."""
     host = make_run(nyuv2_dir, RELIF, max_steps=6)
     resident = make_run(nyuv2_dir, RELIF, max_steps=6, data_on_device=True)
-    assert host.optimizer.defaults["fused"] is None and resident.steps_per_epoch == 4
+    assert host.optimizer.defaults["fused"] is True and resident.steps_per_epoch == 4
     batches = []
     for run in (host, resident):
         run.train_steps(3)
