@@ -96,15 +96,18 @@ def wandb_records(path: Path) -> list[bytes]:
 
 
 def read_wandb_offline_run(run_dir: Path) -> tuple[dict, list[dict]]:
-    """(config, history rows) of one offline W&B run, read from its run file."""
+    """(config, history rows) of one offline W&B run, read from its run file. The config
+    passed to `wandb.init` is in the run record; later changes come as config records (which a
+    run stopped early may never write)."""
     from wandb.proto import wandb_internal_pb2
 
     config, history = {}, []
     for data in wandb_records(next(run_dir.glob("*.wandb"))):
         record = wandb_internal_pb2.Record.FromString(data)
         kind = record.WhichOneof("record_type")
-        if kind == "config":
-            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+        if kind in ("run", "config"):
+            updates = record.run.config.update if kind == "run" else record.config.update
+            config.update({item.key: json.loads(item.value_json) for item in updates})
         elif kind == "history":
             items = record.history.item
             history.append(
