@@ -174,19 +174,16 @@ class TrainingRun:
         last bits, so its numbers are those of the pins, not of releases before it."""
         train = self.config.train
         parameters = [*self.model.parameters(), *self.method.parameters()]
-        fused = True
         if train.optimizer == "sgd":
             return torch.optim.SGD(
                 parameters,
                 lr=train.lr,
                 momentum=0.9,
                 weight_decay=train.weight_decay,
-                fused=fused,
+                fused=True,
             )
         optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
-        return optimizer_class(
-            parameters, lr=train.lr, weight_decay=train.weight_decay, fused=fused
-        )
+        return optimizer_class(parameters, lr=train.lr, weight_decay=train.weight_decay, fused=True)
 
     def _steps_per_epoch(self, n: int) -> int:
         """Full batches only (BatchNorm needs > 1 example), unless the split is smaller."""
