@@ -1,10 +1,12 @@
 """Shared fixtures: tiny NYUv2-format data, tiny configs, one Ray session per test session,
-an S3 server (moto) on 127.0.0.1."""
+an S3 server (moto) on 127.0.0.1; and a scratch folder for everything the tests start."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -15,12 +17,38 @@ from relif_ray.experiment import storage
 from relif_ray.tuning import keep_local_ray_on_loopback
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 # Every local Ray of the tests (the session's and those of the CLI subprocesses, which inherit
 # the environment) binds to 127.0.0.1; this must happen before anything imports Ray.
 keep_local_ray_on_loopback()
 # One thread, as in a 1-CPU Ray trial: the same float reductions, and no oversubscription
 # of a 2-core machine while Ray workers run beside the test process.
 torch.set_num_threads(1)
+
+
+SCRATCH = pytest.StashKey[str]()
+"""The stash key of the session's scratch folder (`pytest_configure`)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give every process the tests start, and this process's Ray, a scratch temporary folder:
+    Ray's session folders (logs, spilled objects), the temporary checkpoint folders of trials
+    that a test kills mid-save and W&B's offline staging all land there, and it is removed when
+    the session ends (`pytest_unconfigure`), so that a run leaves nothing behind in /tmp; with
+    `tmp_path_retention_policy = "failed"` (pyproject.toml) only failed tests' folders stay.
+
+    A short path under /tmp, as Ray's socket paths need. This process keeps its own temporary
+    folder (`gettempdir` caches it first): pytest's basetemp is there."""
+    tempfile.gettempdir()
+    scratch = tempfile.mkdtemp(prefix="relif-tests-", dir="/tmp")
+    config.stash[SCRATCH] = scratch
+    os.environ["RAY_TMPDIR"] = os.environ["TMPDIR"] = scratch
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's last hook: every Ray of the tests has stopped."""
+    shutil.rmtree(config.stash[SCRATCH], ignore_errors=True)
+
 
 BUCKET = "relif"
 """The bucket of the moto S3 server of `s3_server`."""
@@ -49,6 +77,18 @@ def nyuv2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("nyuv2") / "data"
     return write_synthetic_nyuv2(root, seed=0, **TINY_DATA)
+
+
+@pytest.fixture(scope="module")
+def sweep_folder(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Path]:
+    """A folder for one module's sweeps, removed when the module's tests end unless one of them
+    failed: a ResNet-18 trial's checkpoint is 150 MB (weights and Adam's two moments), so the
+    sweeps of all modules kept to the session's end would hold gigabytes at once."""
+    failed_before = request.session.testsfailed
+    folder = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
+    yield folder
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -46,11 +46,11 @@ def sweep(dataset: str, data_dir: Path, storage: Path, name: str, *flags: str) -
 
 
 @pytest.fixture(scope="module")
-def mimic3_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def mimic3_search(sweep_folder: Path) -> tuple[Path, Path]:
     """(data, storage) after an Optuna search of 2 samples of relif, seed 0."""
     # seed 0 with 24 patients: both mortality classes occur in val and test
-    data = write_synthetic_mimic3(tmp_path_factory.mktemp("m3") / "data", patients=24, seed=0)
-    storage = tmp_path_factory.mktemp("results")
+    data = write_synthetic_mimic3(sweep_folder / "m3" / "data", patients=24, seed=0)
+    storage = sweep_folder / "m3-results"
     sweep("mimic3", data, storage, "search", "--seeds", "1", "--search", "optuna",
           "--num-samples", "2")  # fmt: skip
     return data, storage
@@ -67,9 +67,9 @@ def mimic3_experiment(mimic3_search: tuple[Path, Path]) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def eicu_experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    data = write_synthetic_eicu(tmp_path_factory.mktemp("eicu") / "data", patients=40, seed=0)
-    storage = tmp_path_factory.mktemp("results")
+def eicu_experiment(sweep_folder: Path) -> tuple[Path, str]:
+    data = write_synthetic_eicu(sweep_folder / "eicu" / "data", patients=40, seed=0)
+    storage = sweep_folder / "eicu-results"
     return sweep("eicu", data, storage, "eicu", "--methods", "erm")  # default seeds: 3
 
 

@@ -129,11 +129,11 @@ def test_a_snapshot_newer_than_the_resumed_trials_loses_no_trial(small_data, tmp
 
 
 @pytest.fixture(scope="module")
-def phased(ray_session, small_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def phased(ray_session, small_data: Path, sweep_folder: Path) -> Path:
     """erm, pcgrad and relif for one seed on 2 one-CPU slots."""
     from relif_ray.tuning.launch import run_sweep
 
-    storage = tmp_path_factory.mktemp("phased")
+    storage = sweep_folder / "phased"
     return Path(
         run_sweep(
             _space(small_data, ["erm", "pcgrad", "relif"], [0], epochs=3),

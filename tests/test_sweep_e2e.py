@@ -43,12 +43,12 @@ class DemoSweep:
 
 
 @pytest.fixture(scope="module")
-def demo_sweep(nyuv2_dir, tmp_path_factory) -> DemoSweep:
+def demo_sweep(nyuv2_dir, sweep_folder: Path) -> DemoSweep:
     """A sweep through sweeps/nyuv2.py on the local Ray that the driver starts itself, in an
     environment without the tests' loopback switch (conftest.py): the driver's own default.
     Its learning rate halves after the first of its two epochs (`train.scheduler` by --set).
     Short epochs (4 steps) and one checkpoint kept per trial, as a user's first sweep."""
-    storage = tmp_path_factory.mktemp("results")
+    storage = sweep_folder / "results"
     command = [
         *("sweeps/nyuv2.py", "--data-dir", str(nyuv2_dir), "--methods", "erm", "--seeds", "2"),
         *("--epochs", "2", "--backbone", "resnet18", "--batch-size", "6", "--lr", "1e-3"),

@@ -516,7 +516,7 @@ class LowestFreeGpus(tune.Callback):
 
 
 @pytest.fixture(scope="module")
-def packed_sweep(ray_session, small_data, tmp_path_factory) -> tuple[Path, LowestFreeGpus]:
+def packed_sweep(ray_session, small_data, sweep_folder) -> tuple[Path, LowestFreeGpus]:
     """erm and relif (r* = 0.2), seed 0, 2 epochs of 2 steps, each twice: once plain and once
     crashing at step 3 (after the epoch-1 checkpoint) and retried. Each trial asks for half a
     logical GPU and half a CPU, so all 4 fit on the session's 2 logical GPUs at once."""
@@ -532,7 +532,7 @@ def packed_sweep(ray_session, small_data, tmp_path_factory) -> tuple[Path, Lowes
     experiment = run_sweep(
         space,
         name="grid",
-        storage=str(tmp_path_factory.mktemp("grid")),
+        storage=str(sweep_folder / "grid"),
         resources=Resources(cpus_per_trial=0.5, gpus_per_trial=0.5, num_gpus=2),
         callbacks=[callback],
         verbose=0,

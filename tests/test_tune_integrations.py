@@ -120,14 +120,14 @@ def read_wandb_offline_run(run_dir: Path) -> tuple[dict, list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def asha_sweep(ray_session, nyuv2_dir, tmp_path_factory, monkeypatch_module):
+def asha_sweep(ray_session, nyuv2_dir, sweep_folder, monkeypatch_module):
     """erm and relif x 3 seeds, 3 epochs, one trial at a time, ASHA on validation Worst, with
     W&B (offline) and MLflow (file store) logging, through the sweep entry point. (Not on the
     live Bias: squashed with the ERM run's final q10/q90, an early ReLiF epoch's depth and
     normal scores all clip to one end, so its live Bias is 0 and ASHA sees ties.)"""
     pytest.importorskip("wandb", reason="the wandb extra is not installed")
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-    tmp = tmp_path_factory.mktemp("asha")
+    tmp = sweep_folder
     monkeypatch_module.setenv("WANDB_MODE", "offline")
     monkeypatch_module.setenv("WANDB_DIR", str(tmp))
     monkeypatch_module.setenv("WANDB_SILENT", "true")
