@@ -114,6 +114,32 @@ def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) ->
     return replace(config, relif=replace(config.relif, squash_constants=constants))
 
 
+def newest_complete_state(checkpoint_dir: Path) -> dict[str, Any]:
+    """The engine state in `checkpoint_dir`, or, where it has none, in the newest checkpoint
+    folder beside it that holds a loadable one.
+
+    Tune can resume a trial from a checkpoint that its `num_to_keep` has already deleted: it
+    deletes the older checkpoint when it registers a new one and records that in the experiment
+    state only afterwards, so a driver killed in between names the deleted folder on resume
+    (ray-project/ray#27790; with `--keep-checkpoints 1` it happened in our kill tests). The
+    newer checkpoint is complete (the trial wrote it before Tune registered it), so the trial
+    continues from there. A newer folder that a killed trial left half-written does not load
+    and is passed over. Folders beside it exist where the experiment is on a file system
+    (local, NFS); from object storage Tune fetches only the named checkpoint.
+    """
+    named = checkpoint_dir / STATE_FILE
+    if named.exists():
+        return torch.load(named, weights_only=True)
+    for state_file in sorted(
+        checkpoint_dir.parent.glob(f"checkpoint_*/{STATE_FILE}"), reverse=True
+    ):
+        try:
+            return torch.load(state_file, weights_only=True)
+        except (RuntimeError, EOFError):  # truncated: the trial died while writing it
+            continue
+    raise UserError(f"not restored: {named} is missing, and no checkpoint beside it has a state")
+
+
 class ReLiFTrainable(tune.Trainable):
     """One trial: `step()` trains one epoch, validates and audits; checkpoints carry the engine
     state, and the final one the trial's outputs."""
@@ -184,8 +210,11 @@ class ReLiFTrainable(tune.Trainable):
             self._write_outputs(Path(checkpoint_dir))
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
-        state = torch.load(Path(checkpoint_dir) / STATE_FILE, weights_only=True)
-        self.run.load_state_dict(state)
+        """Load the engine state of `checkpoint_dir`, else of the trial's newest complete
+        checkpoint (`newest_complete_state`); Tune's iteration count follows the engine's epoch
+        (one iteration is one epoch), which is the loaded checkpoint's either way."""
+        self.run.load_state_dict(newest_complete_state(Path(checkpoint_dir)))
+        self._iteration = self.run.epoch  # Tune's counter; Trainable has no setter for it
         self.restored = True
 
     def _write_outputs(self, directory: Path) -> None:
