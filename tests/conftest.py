@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,20 @@ keep_local_ray_on_loopback()
 # One thread, as in a 1-CPU Ray trial: the same float reductions, and no oversubscription
 # of a 2-core machine while Ray workers run beside the test process.
 torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest modules first. Under `--dist loadscope --no-loadscope-reorder` (pyproject.toml)
+    each module goes whole to the next free worker in this order, so a long module of sweeps
+    started last would keep one worker busy after the other has finished (xdist's own order,
+    most tests first, put them last). A module's length is guessed from its number of `slow`
+    (end-to-end) tests, then its number of tests; the sort is stable, so each module stays in
+    one piece and in its own order."""
+    slow, tests = Counter(), Counter()
+    for item in items:
+        tests[item.module] += 1
+        slow[item.module] += item.get_closest_marker("slow") is not None
+    items.sort(key=lambda item: (-slow[item.module], -tests[item.module]))
 
 
 SCRATCH = pytest.StashKey[str]()
