@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import Tensor, nn
 
 from relif_ray.config import ModelConfig
@@ -32,13 +31,22 @@ IMAGENET_WEIGHTS = "IMAGENET1K_V1"
 encoder of LibMTL's NYUv2 setting; docs/nyuv2_setting.md)."""
 
 
+def _torchvision_models():
+    """`torchvision.models`, imported where a ResNet is built: importing torchvision takes a
+    second (it imports torch._dynamo), which every sweep driver, CLI and clinical trial would
+    otherwise pay for a model it never builds."""
+    import torchvision.models
+
+    return torchvision.models
+
+
 def resnet_encoder(name: str, pretrained: str = "none") -> tuple[nn.Sequential, int]:
     """A ResNet without its classifier at output stride 8, and its output channel count;
     `pretrained` as in `ModelConfig` (none, imagenet or a state_dict path)."""
     if name not in BASIC_BLOCK_RESNETS | BOTTLENECK_RESNETS:
         known = ", ".join(sorted(BASIC_BLOCK_RESNETS | BOTTLENECK_RESNETS))
         raise UserError(f"config field model.backbone: unknown backbone '{name}' (known: {known})")
-    builder = getattr(torchvision.models, name)
+    builder = getattr(_torchvision_models(), name)
     if name in BOTTLENECK_RESNETS:
         net = builder(weights=None, replace_stride_with_dilation=[False, True, True])
     else:
@@ -110,7 +118,7 @@ def imagenet_state_dict(name: str) -> dict[str, Tensor]:
     """torchvision's ImageNet weights of `name`, from its cache (the torch hub checkpoints
     folder) or downloaded there; without network access and without the cached file, a
     one-line error saying where to put it."""
-    weights = torchvision.models.get_model_weights(name)[IMAGENET_WEIGHTS]
+    weights = _torchvision_models().get_model_weights(name)[IMAGENET_WEIGHTS]
     try:
         return weights.get_state_dict(
             progress=False, check_hash=True, map_location="cpu", weights_only=True
