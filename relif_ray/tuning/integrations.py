@@ -93,14 +93,12 @@ def logger_callbacks(names: tuple[str, ...], experiment: str) -> list[Callback]:
     (default ./mlruns) in an MLflow experiment named like the sweep."""
     callbacks: list[Callback] = []
     if "wandb" in names:
-        from ray.air.integrations.wandb import WandbLoggerCallback
-
         # The logging actors run in Ray workers, which do not see the driver's WANDB_MODE or
         # WANDB_DIR: hand them to wandb.init.
         settings = {"mode": os.environ.get("WANDB_MODE"), "dir": os.environ.get("WANDB_DIR")}
         project = os.environ.get("WANDB_PROJECT", experiment)
         callbacks.append(
-            WandbLoggerCallback(
+            wandb_callback(
                 project=project,
                 group=experiment,
                 **{key: value for key, value in settings.items() if value},
@@ -111,3 +109,25 @@ def logger_callbacks(names: tuple[str, ...], experiment: str) -> list[Callback]:
 
         callbacks.append(MLflowLoggerCallback(experiment_name=experiment))
     return callbacks
+
+
+def wandb_callback(**wandb_init: Any) -> Callback:
+    """Ray's `WandbLoggerCallback`, whose logging actors wait for W&B to write out their run.
+
+    Ray kills a trial's logging actor as soon as its `wandb.finish()` returns, which is before
+    W&B's own service process (a child of the actor, which exits with it) has written the run
+    out: the last trial of a sweep, cleaned up at once at the experiment's end, was left with an
+    empty run file in offline mode (seen in our W&B test). `wandb.teardown()` waits for that
+    process to finish, as W&B's exit hook would where the process ends normally.
+    """
+    from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
+
+    class WrittenOutLoggingActor(_WandbLoggingActor):
+        def run(self) -> None:
+            super().run()
+            self._wandb.teardown()
+
+    class WrittenOutWandbLoggerCallback(WandbLoggerCallback):
+        _logger_actor_cls = WrittenOutLoggingActor
+
+    return WrittenOutWandbLoggerCallback(**wandb_init)
