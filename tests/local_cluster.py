@@ -8,7 +8,8 @@ and WORKERS worker nodes with 1 CPU each, all under a private Ray temp dir (RAY_
 the caller), so neither `ray.init()` nor `--address auto` elsewhere on the machine finds it.
 It prints one JSON line {"address": GCS address, "workers": [node ids]} and then obeys stdin:
 
-    kill I     kill worker I's processes at once (a lost node); prints "killed"
+    kill I     kill worker I's processes, its trials' included, at once (a lost node);
+               prints "killed"
     add        start one more worker node; prints its node id
     listening  prints a JSON list of the addresses that the cluster's processes listen on
     (EOF)      shut every node down and exit
@@ -21,6 +22,7 @@ machine's IP. The head's GCS notices a lost node after 10 missed 1 s health chec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sys
@@ -56,6 +58,22 @@ def listening_addresses(root: psutil.Process | None = None) -> list[str]:
     return sorted(addresses)
 
 
+def kill_node(cluster: Cluster, node) -> None:
+    """Kill every process of `node` at once, as when its machine is lost. Ray's `remove_node`
+    kills the node's own processes (raylet, agents); the trial workers, children of the raylet,
+    would go on until they notice that the raylet is gone, and under load a trial's last epochs
+    could finish first, so the test saw no failure. They are killed with the node."""
+    workers = []
+    for infos in node.all_processes.values():
+        for info in infos:
+            with contextlib.suppress(psutil.Error):
+                workers += psutil.Process(info.process.pid).children(recursive=True)
+    cluster.remove_node(node, allow_graceful=False)
+    for worker in workers:
+        with contextlib.suppress(psutil.Error):
+            worker.kill()
+
+
 def main(workers: int) -> None:
     cluster = Cluster(
         initialize_head=True,
@@ -78,7 +96,7 @@ def main(workers: int) -> None:
         for line in sys.stdin:
             command = line.split()
             if command[:1] == ["kill"]:
-                cluster.remove_node(nodes[int(command[1])], allow_graceful=False)
+                kill_node(cluster, nodes[int(command[1])])
                 print("killed", flush=True)
             elif command == ["add"]:
                 nodes.append(add_worker(cluster))
