@@ -18,7 +18,6 @@ from relif_ray.experiment import storage
 from relif_ray.tuning import keep_local_ray_on_loopback
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
 # Every local Ray of the tests (the session's and those of the CLI subprocesses, which inherit
 # the environment) binds to 127.0.0.1; this must happen before anything imports Ray.
 keep_local_ray_on_loopback()

@@ -28,6 +28,7 @@ import socket
 import sys
 
 import psutil
+from ray._private.node import Node
 from ray.cluster_utils import Cluster
 
 LOCALHOST = "127.0.0.1"
@@ -39,7 +40,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def add_worker(cluster: Cluster):
+def add_worker(cluster: Cluster) -> Node:
     return cluster.add_node(num_cpus=1, node_ip_address=LOCALHOST)
 
 
@@ -58,7 +59,7 @@ def listening_addresses(root: psutil.Process | None = None) -> list[str]:
     return sorted(addresses)
 
 
-def kill_node(cluster: Cluster, node) -> None:
+def kill_node(cluster: Cluster, node: Node) -> None:
     """Kill every process of `node` at once, as when its machine is lost. Ray's `remove_node`
     kills the node's own processes (raylet, agents); the trial workers, children of the raylet,
     would go on until they notice that the raylet is gone, and under load a trial's last epochs

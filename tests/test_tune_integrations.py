@@ -120,23 +120,22 @@ def read_wandb_offline_run(run_dir: Path) -> tuple[dict, list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def asha_sweep(ray_session, nyuv2_dir, sweep_folder, monkeypatch_module):
+def asha_sweep(ray_session, nyuv2_dir, sweep_folder: Path, monkeypatch_module) -> Path:
     """erm and relif x 3 seeds, 3 epochs, one trial at a time, ASHA on validation Worst, with
     W&B (offline) and MLflow (file store) logging, through the sweep entry point. (Not on the
     live Bias: squashed with the ERM run's final q10/q90, an early ReLiF epoch's depth and
     normal scores all clip to one end, so its live Bias is 0 and ASHA sees ties.)"""
     pytest.importorskip("wandb", reason="the wandb extra is not installed")
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-    tmp = sweep_folder
     monkeypatch_module.setenv("WANDB_MODE", "offline")
-    monkeypatch_module.setenv("WANDB_DIR", str(tmp))
+    monkeypatch_module.setenv("WANDB_DIR", str(sweep_folder))
     monkeypatch_module.setenv("WANDB_SILENT", "true")
-    monkeypatch_module.setenv("MLFLOW_TRACKING_URI", (tmp / "mlruns").as_uri())
+    monkeypatch_module.setenv("MLFLOW_TRACKING_URI", (sweep_folder / "mlruns").as_uri())
     monkeypatch_module.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: opt in
     status = main(
         datasets=("nyuv2",),
         argv=[
-            "--data-dir", str(nyuv2_dir), "--storage", str(tmp), "--name", "asha",
+            "--data-dir", str(nyuv2_dir), "--storage", str(sweep_folder), "--name", "asha",
             "--methods", "erm,relif", "--seeds", str(SEEDS), "--epochs", str(EPOCHS),
             "--backbone", "resnet18", "--batch-size", "12", "--warmup-steps", "1",
             "--set", "model.head_channels=16", "--set", "train.eval_batch_size=12",
@@ -145,7 +144,7 @@ def asha_sweep(ray_session, nyuv2_dir, sweep_folder, monkeypatch_module):
         ],
     )  # fmt: skip
     assert status == 0
-    return tmp
+    return sweep_folder
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +32,7 @@ IMAGENET_WEIGHTS = "IMAGENET1K_V1"
 encoder of LibMTL's NYUv2 setting; docs/nyuv2_setting.md)."""
 
 
-def _torchvision_models():
+def _torchvision_models() -> ModuleType:
     """`torchvision.models`, imported where a ResNet is built: importing torchvision takes a
     second (it imports torch._dynamo), which every sweep driver, CLI and clinical trial would
     otherwise pay for a model it never builds."""
