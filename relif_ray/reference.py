@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -195,17 +194,11 @@ def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str,
 def write_squash_constants(
     experiment_dir: Location | str, constants: dict[str, dict[str, list[float]]]
 ) -> None:
-    """Replace the experiment's `SQUASH_CONSTANTS_FILE` as a whole: a temporary file renamed
-    over it on a local disk (readers never see half a file), one PUT on object storage."""
+    """Replace the experiment's `SQUASH_CONSTANTS_FILE` as a whole
+    (`storage.write_bytes_atomically`: readers never see half a file)."""
     place = storage.location(experiment_dir)
     store, root = storage.filesystem(place)
     store.create_dir(root, recursive=True)
     record = {"quantiles": list(SQUASH_QUANTILES), "seeds": constants}
     text = json.dumps(record, indent=2, sort_keys=True).encode()
-    final = f"{root}/{SQUASH_CONSTANTS_FILE}"
-    local = isinstance(place, Path)
-    target = f"{root}/.{SQUASH_CONSTANTS_FILE}.partial" if local else final
-    with store.open_output_stream(target) as stream:
-        stream.write(text)
-    if local:
-        store.move(target, final)
+    storage.write_bytes_atomically(storage.join(place, SQUASH_CONSTANTS_FILE), text)

@@ -4,6 +4,7 @@ appendix A.3), so its trials wait for that run; the audit uses the same constant
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 import analysis
 from analysis.audit_scores import squash_quantiles
+from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_info
 from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
 from relif_ray.sweep.labels import variant
@@ -96,6 +98,7 @@ def test_a_snapshot_older_than_the_resumed_trials_hands_out_nothing_twice(
 
     items = trial_order(_space(small_data, ["erm", "relif"], [0]), None, set()).items
     order = ReferenceOrder(items, str(tmp_path))
+    order.set_search_properties("worst", "max", {"delta": 0.2})  # as Tune starts a new run
     restore = _snapshot(order, tmp_path / "old.pkl")
     erm = order.suggest("t-erm")
     if when == "before any trial":
@@ -119,6 +122,7 @@ def test_a_snapshot_newer_than_the_resumed_trials_loses_no_trial(small_data, tmp
 
     items = trial_order(_space(small_data, ["erm", "pcgrad"], [0]), None, set()).items
     order = ReferenceOrder(items, str(tmp_path))
+    order.set_search_properties("worst", "max", {"delta": 0.2})  # as Tune starts a new run
     erm = order.suggest("t-erm")
     order.suggest("t-pcgrad")
     restore = _snapshot(order, tmp_path / "new.pkl")
@@ -142,6 +146,26 @@ def phased(ray_session, small_data: Path, sweep_folder: Path) -> Path:
             verbose=0,
         )
     )
+
+
+def test_a_resume_that_tune_cannot_restore_is_not_started_over(phased: Path, tmp_path) -> None:
+    """Tune fails to read this trial list and would start the sweep again without its
+    parameter space (every new trial failing on a missing setting); the resume stops first
+    (`relif_ray.tuning.resume`)."""
+    from relif_ray.tuning.launch import run_sweep
+
+    copy = tmp_path / "phased"
+    copy.mkdir()
+    for state in phased.iterdir():  # the driver state only: Tune fails before the trials
+        if state.is_file():
+            shutil.copy(state, copy / state.name)
+    state = next(copy.glob("experiment_state-*.json"))
+    record = json.loads(state.read_text())
+    record["trial_data"] = [["{}", "{}"]]
+    state.write_text(json.dumps(record))
+    with pytest.raises(UserError, match="could not restore the sweep .* nothing was started"):
+        run_sweep(None, name=copy.name, storage=str(tmp_path), resume=True, verbose=0)
+    assert not [path for path in copy.iterdir() if path.is_dir()]  # no trial was created
 
 
 def _times(experiment: Path) -> dict[str, tuple[float, float]]:

@@ -138,6 +138,19 @@ def write_text(place: Location, text: str) -> None:
         stream.write(text.encode())
 
 
+def write_bytes_atomically(place: Location, data: bytes) -> None:
+    """Replace a file as a whole: on a local disk a temporary file beside it renamed over it
+    (readers never see half a file), on object storage one PUT."""
+    if isinstance(place, Path):
+        partial = place.with_name(f".{place.name}.partial")
+        partial.write_bytes(data)
+        partial.replace(place)
+        return
+    store, path = filesystem(place)
+    with store.open_output_stream(path) as stream:
+        stream.write(data)
+
+
 def open_input(place: Location) -> pa.NativeFile:
     """A binary input stream (a context manager) for readers that take file objects."""
     store, path = filesystem(place)

@@ -3,8 +3,9 @@
 `trainable`: one trial (`ReLiFTrainable`) and its live validation audit; `search`: the Optuna
 studies (`StudyGroups`); `order`: same-seed ERM reference trials before the trials that wait
 for them (`ReferenceOrder`); `launch`: connect, cluster and storage checks, `run_sweep`, the
-studies' `pareto.csv`; `integrations`: schedulers and logger callbacks; `outcome`,
-`user_errors`: errored trials. What to run is planned without Ray in `relif_ray.sweep`. This
+studies' `pareto.csv`; `resume`: the driver state a killed driver cut off, checked before
+`--resume`; `integrations`: schedulers and logger callbacks; `outcome`, `user_errors`: errored
+trials. What to run is planned without Ray in `relif_ray.sweep`. This
 package's own module (no Ray import) keeps a local Ray on 127.0.0.1: `keep_local_ray_on_loopback`.
 """
 

@@ -45,6 +45,7 @@ from relif_ray.tuning.integrations import (
 )
 from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.outcome import raise_if_errored
+from relif_ray.tuning.resume import repair_driver_state
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
@@ -349,6 +350,8 @@ def run_sweep(
     cadence = CheckpointCadence(checkpoint_every, checkpoint_interval_s, rungs)
     callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name), cadence]
     if resume:
+        for name in repair_driver_state(experiment_dir):
+            print(f"--resume: {name} was cut off by the killed driver; put back its full copy")
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
         assert space is not None, "a new sweep needs its space"

@@ -17,7 +17,9 @@ that order:
 
 Optuna studies (one per ReLiF label and seed) draw only for seeds whose reference is ready.
 Tune snapshots the searcher beside its experiment state, so `--resume` continues across the
-phase boundary; the restored order is rebuilt from the trials Tune resumes (`restore`).
+phase boundary; the restored order is rebuilt from the trials Tune resumes (`restore`). When
+Tune fails to restore a run, it starts it over without its parameter space
+(`relif_ray.tuning.resume`): the order then refuses to hand out trials, with a one-line error.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ray.train._internal.storage import get_fs_and_path
 from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
 from ray.tune.search import Searcher
 
+from relif_ray.errors import UserError
 from relif_ray.reference import read_squash_constants, write_squash_constants
 
 
@@ -60,11 +63,22 @@ class ReferenceOrder(Searcher):
         self._ready: dict[str, dict[str, list[float]]] = read_squash_constants(experiment_dir)
         self._failed: dict[str, str] = {}
         self._providers: dict[str, int] = {}
+        # True in the copy Tune pickles into tuner.pkl as the Tuner is built, which a resume
+        # unpickles: a resumed run must `restore` this order before it hands out a trial.
+        self._awaiting_restore = True
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        """Tune calls this as a NEW run starts (only with a parameter space, which a resumed
+        run lacks): nothing to restore."""
+        self._awaiting_restore = False
         return True
 
     def suggest(self, trial_id: str) -> dict | str | None:
+        if self._awaiting_restore:
+            raise UserError(
+                f"--resume: Ray Tune could not restore the sweep at {self._experiment_dir} (its "
+                "log above says why) and would start it over; nothing was started"
+            )
         for index, item in enumerate(self._pending):
             needs = item.get("needs")
             if needs is None or self._settled(needs):
@@ -127,6 +141,7 @@ class ReferenceOrder(Searcher):
         awaited again, and the constants file is the last word on which have finished."""
         with open(checkpoint_path, "rb") as file:
             state = pickle.load(file)
+        self._awaiting_restore = False
         self._items = state["items"]
         self._ready = {**state["ready"], **read_squash_constants(self._experiment_dir)}
         unclaimed = resumed_trials(self._experiment_dir)

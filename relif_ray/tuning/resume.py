@@ -1,0 +1,107 @@
+"""`--resume` that never restarts a sweep silently: the driver state a killed driver left is
+checked (and, where it was cut off, put back) before Ray Tune reads it.
+
+Ray Tune writes its driver state (the trial list `experiment_state-<run>.json`, the searcher
+snapshots `search_gen_state-<run>.json` and `searcher-state-<run>.pkl`) to a staging folder
+on the driver's node, then copies that folder to the experiment directory. On a local or NFS
+experiment directory the copy overwrites each file in place, so a driver killed during the
+copy leaves an empty or cut-off file there. Tune's resume then fails to read it, logs "Failed
+to restore the run state", and starts the sweep again from scratch with an empty parameter
+space (Ray 2.60 does not keep `param_space` in `tuner.pkl`): every trial it creates lacks the
+sweep's settings and fails, and finished trials would run twice. With `TUNE_GLOBAL_CHECKPOINT_S=0`
+(our kill tests) the copy runs on every loop step, so a kill lands in it now and then.
+
+`repair_driver_state` runs before `Tuner.restore`. It checks the newest file of each kind
+without loading it: JSON is parsed, a pickle is walked opcode by opcode to its STOP
+(`pickletools.genops`, which runs none of it). A cut-off file is replaced by the killed
+driver's own complete staging copy of the same file, which stays in Ray's temporary folder on
+this node (`<ray temp>/session_*/artifacts/*/<experiment name>/driver_artifacts/`). Without
+one, it stops with a one-line error instead of letting Tune start over. Any other failed
+restore is stopped by the searcher (`relif_ray.tuning.order.ReferenceOrder`), which refuses to
+hand out trials in a resumed run that did not restore it.
+"""
+
+from __future__ import annotations
+
+import json
+import pickletools
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import ray
+
+from relif_ray.errors import UserError
+from relif_ray.experiment import storage
+
+DRIVER_STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
+"""Tune's driver state in an experiment directory, one file per kind and driver run (the run's
+start time in the name; resume reads the newest of each kind)."""
+
+
+def is_complete(data: bytes) -> bool:
+    """Whether `data` is a whole JSON document or a whole pickle (checked, never loaded:
+    Tune's `search_gen_state-*.json` is a pickle despite its name)."""
+    if not data:
+        return False
+    if data[:1] in (b"{", b"["):
+        try:
+            json.loads(data)
+        except ValueError:
+            return False
+        return True
+    try:
+        return any(opcode.name == "STOP" for opcode, _, _ in pickletools.genops(data))
+    except ValueError:  # cut off inside an opcode or its argument
+        return False
+
+
+def newest_driver_state(experiment_dir: str) -> list[str]:
+    """The names of the newest file of each kind in `DRIVER_STATE_FILES` that the experiment
+    directory holds (the files a resume reads)."""
+    store, root = storage.filesystem(storage.location(experiment_dir))
+    infos = store.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    names = [Path(info.path).name for info in infos if info.type == pafs.FileType.File]
+    newest = []
+    for pattern in DRIVER_STATE_FILES:
+        matching = sorted(name for name in names if Path(name).match(pattern))
+        newest += matching[-1:]
+    return newest
+
+
+def ray_temp_root() -> Path:
+    """The folder of this node's Ray sessions (`/tmp/ray` unless RAY_TMPDIR or
+    `ray.init(_temp_dir=...)` says otherwise), from the connected driver's own session."""
+    return Path(ray._private.worker._global_node.get_session_dir_path()).parent
+
+
+def staging_copies(temp_root: Path, experiment_name: str, file_name: str) -> list[Path]:
+    """The copies of `file_name` in the driver staging folders of the Ray sessions under
+    `temp_root`, newest first (a killed driver's session is kept there after it ends)."""
+    pattern = f"session_*/artifacts/*/{experiment_name}/driver_artifacts/{file_name}"
+    copies = {path.resolve() for path in temp_root.glob(pattern)}
+    return sorted(copies, key=lambda path: path.stat().st_mtime, reverse=True)
+
+
+def repair_driver_state(experiment_dir: str, temp_root: Path | None = None) -> list[str]:
+    """Check the driver state that `--resume` reads and put back each file a killed driver cut
+    off from its complete staging copy under `temp_root` (default `ray_temp_root()`); return
+    the names put back. A cut-off file without a complete copy is a `UserError` (see the
+    module docstring)."""
+    place = storage.location(experiment_dir)
+    repaired = []
+    for name in newest_driver_state(experiment_dir):
+        store, path = storage.filesystem(storage.join(place, name))
+        with store.open_input_stream(path) as stream:
+            if is_complete(stream.read()):
+                continue
+        copies = staging_copies(temp_root or ray_temp_root(), Path(path).parent.name, name)
+        copy = next((copy for copy in copies if is_complete(copy.read_bytes())), None)
+        if copy is None:
+            raise UserError(
+                f"--resume: {storage.display(place)}/{name} is incomplete (the driver was killed "
+                "while Ray Tune wrote it) and this node keeps no complete copy; the sweep cannot "
+                "be resumed: run it again under a new --name"
+            )
+        storage.write_bytes_atomically(storage.join(place, name), copy.read_bytes())
+        repaired.append(name)
+    return repaired

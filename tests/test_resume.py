@@ -1,0 +1,89 @@
+"""`--resume` after a driver killed while Ray Tune wrote its state: the cut-off file is put
+back from the killed driver's staging copy, or the resume stops with one line; a restore that
+Tune gives up on never starts the sweep over (`relif_ray.tuning.resume`, `ReferenceOrder`)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import ray.cloudpickle as cloudpickle
+
+from relif_ray.errors import UserError
+from relif_ray.tuning.order import ReferenceOrder
+from relif_ray.tuning.resume import is_complete, newest_driver_state, repair_driver_state
+
+RUN = "2026-11-26_10-00-00"
+STATE = {"trial_data": [['{"trial_id": "a"}', "{}"]], "runner_data": {"x": [1.5, None]}}
+
+
+def documents() -> dict[str, bytes]:
+    """Tune's three kinds of driver state: a JSON trial list and two pickles."""
+    order = ReferenceOrder([{"config": {"label": "erm", "seed": 0}}], "/nowhere")
+    return {
+        f"experiment_state-{RUN}.json": json.dumps(STATE).encode(),
+        f"search_gen_state-{RUN}.json": cloudpickle.dumps({"counter": 2, "order": order}),
+        f"searcher-state-{RUN}.pkl": pickle.dumps({"items": [{"seed": 0}], "ready": {}}),
+    }
+
+
+@pytest.mark.parametrize("name", list(documents()))
+def test_a_whole_file_is_complete_and_every_cut_of_it_is_not(name):
+    data = documents()[name]
+    assert is_complete(data)
+    assert not any(is_complete(data[:cut]) for cut in range(len(data)))
+
+
+def experiment_with(tmp_path: Path, cut: str | None) -> Path:
+    """An experiment folder holding the driver state of an older and a newer run, the newer
+    file `cut` (if any) cut in half, beside a trial folder."""
+    experiment = tmp_path / "storage" / "sweep"
+    (experiment / "erm_seed0_a").mkdir(parents=True)
+    (experiment / "erm_seed0_a" / "result.json").write_text("{")  # a trial's file: not checked
+    (experiment / "experiment_state-2026-11-25_09-00-00.json").write_text("{")
+    for name, data in documents().items():
+        (experiment / name).write_bytes(data[: len(data) // 2] if name == cut else data)
+    return experiment
+
+
+def staging_copy(temp_root: Path, name: str, data: bytes, session: str = "session_1") -> Path:
+    path = temp_root / session / "artifacts" / "2026-11-26_10-00-00" / "sweep" / "driver_artifacts"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / name).write_bytes(data)
+    return path / name
+
+
+def test_a_resume_reads_the_newest_state_of_each_kind(tmp_path):
+    assert newest_driver_state(str(experiment_with(tmp_path, None))) == list(documents())
+    assert newest_driver_state(str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize("name", list(documents()))
+def test_a_cut_off_file_is_put_back_from_the_killed_drivers_staging_copy(tmp_path, name):
+    experiment, whole = experiment_with(tmp_path, name), documents()[name]
+    temp_root = tmp_path / "ray"
+    staging_copy(temp_root, name, whole[:-1], session="session_2")  # newer, itself cut off
+    staging_copy(temp_root, name, whole)
+    assert repair_driver_state(str(experiment), temp_root) == [name]
+    assert (experiment / name).read_bytes() == whole
+    assert not list(experiment.glob(".*partial"))
+    assert repair_driver_state(str(experiment), temp_root) == []  # nothing left to put back
+
+
+def test_a_cut_off_file_without_a_complete_copy_stops_the_resume(tmp_path):
+    name = f"experiment_state-{RUN}.json"
+    experiment, temp_root = experiment_with(tmp_path, name), tmp_path / "ray"
+    staging_copy(temp_root, name, documents()[name][:10])
+    with pytest.raises(UserError, match=f"--resume: .*/sweep/{name} is incomplete .* new --name"):
+        repair_driver_state(str(experiment), temp_root)
+
+
+def test_the_order_hands_out_nothing_in_a_resume_that_did_not_restore_it(tmp_path):
+    order = ReferenceOrder([{"config": {"label": "erm", "seed": 0}}], str(tmp_path))
+    resumed = pickle.loads(pickle.dumps(order))  # as a resume unpickles it from tuner.pkl
+    with pytest.raises(UserError, match="--resume: Ray Tune could not restore the sweep"):
+        resumed.suggest("t1")
+    order.set_search_properties("worst", "max", {"delta": 0.2})  # a new run starts
+    assert order.suggest("t1") == {"label": "erm", "seed": 0}
