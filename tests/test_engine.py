@@ -31,6 +31,24 @@ def test_same_seed_gives_identical_numbers(nyuv2_dir):
     assert first.evaluate("val").metrics == second.evaluate("val").metrics
 
 
+def test_no_step_reads_memory_it_never_wrote(nyuv2_dir, monkeypatch):
+    """The engine switches off torch's NaN fill of new tensors (`use_deterministic_cpu_kernels`):
+    with the fill on, a kernel reading unwritten memory would read NaN, with it off whatever
+    was there; ERM+ReLiF gives the same numbers both ways."""
+    import torch.utils.deterministic as deterministic
+
+    config = {**tiny_config(nyuv2_dir), "relif": {"enabled": True, "squash": "running"}}
+    results = []
+    for fill in (True, False):
+        run = TrainingRun(ExperimentConfig.from_dict(config))
+        assert deterministic.fill_uninitialized_memory is False  # the engine's setting
+        monkeypatch.setattr(deterministic, "fill_uninitialized_memory", fill)
+        assert torch.empty(4).isnan().all() or not fill  # the fill is really on
+        run.train_epoch()
+        results.append((run.trace, run.evaluate("val").metrics))
+    assert results[0] == results[1]
+
+
 def test_different_seeds_differ(nyuv2_dir):
     config = tiny_config(nyuv2_dir)
     other = TrainingRun(ExperimentConfig.from_dict({**config, "seed": 1}))
