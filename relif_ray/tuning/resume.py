@@ -68,10 +68,12 @@ def newest_driver_state(experiment_dir: str) -> list[str]:
     return newest
 
 
-def ray_temp_root() -> Path:
+def ray_temp_root() -> Path | None:
     """The folder of this node's Ray sessions (`/tmp/ray` unless RAY_TMPDIR or
-    `ray.init(_temp_dir=...)` says otherwise), from the connected driver's own session."""
-    return Path(ray._private.worker._global_node.get_session_dir_path()).parent
+    `ray.init(_temp_dir=...)` says otherwise), from the connected driver's own session; None
+    for a Ray Client driver (`ray://`), whose Tune runs, and stages, on the cluster's head."""
+    node = ray._private.worker._global_node
+    return Path(node.get_session_dir_path()).parent if node is not None else None
 
 
 def staging_copies(temp_root: Path, experiment_name: str, file_name: str) -> list[Path]:
@@ -94,7 +96,8 @@ def repair_driver_state(experiment_dir: str, temp_root: Path | None = None) -> l
         with store.open_input_stream(path) as stream:
             if is_complete(stream.read()):
                 continue
-        copies = staging_copies(temp_root or ray_temp_root(), Path(path).parent.name, name)
+        root = temp_root or ray_temp_root()
+        copies = staging_copies(root, Path(path).parent.name, name) if root else []
         copy = next((copy for copy in copies if is_complete(copy.read_bytes())), None)
         if copy is None:
             raise UserError(
