@@ -168,6 +168,25 @@ def test_a_resume_that_tune_cannot_restore_is_not_started_over(phased: Path, tmp
     assert not [path for path in copy.iterdir() if path.is_dir()]  # no trial was created
 
 
+def test_a_state_file_cut_by_a_killed_driver_is_put_back_and_the_sweep_resumes(
+    phased: Path, tmp_path, capsys
+) -> None:
+    """The experiment state cut in half, as a driver killed while Tune copied it leaves it:
+    `--resume` puts back the complete copy that this node's Ray session kept (the sweep ran on
+    the tests' Ray) and Tune resumes the finished sweep."""
+    from relif_ray.tuning.launch import run_sweep
+
+    copy = tmp_path / "phased"  # the same experiment name: the staging copy is found by it
+    shutil.copytree(phased, copy, ignore=shutil.ignore_patterns("checkpoint_*"))
+    state = next(copy.glob("experiment_state-*.json"))
+    whole = state.read_bytes()
+    state.write_bytes(whole[: len(whole) // 2])
+    run_sweep(None, name=copy.name, storage=str(tmp_path), resume=True, verbose=0)
+    assert f"--resume: {state.name} was cut off" in capsys.readouterr().out
+    assert state.read_bytes() == whole
+    assert set(trial_states(copy).values()) == {("TERMINATED", 0)}
+
+
 def _times(experiment: Path) -> dict[str, tuple[float, float]]:
     loaded = analysis.load(experiment)
     return {
