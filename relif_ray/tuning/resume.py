@@ -90,21 +90,22 @@ def repair_driver_state(experiment_dir: str, temp_root: Path | None = None) -> l
     the names put back. A cut-off file without a complete copy is a `UserError` (see the
     module docstring)."""
     place = storage.location(experiment_dir)
+    experiment_name = Path(storage.filesystem(place)[1]).name
     repaired = []
     for name in newest_driver_state(experiment_dir):
-        store, path = storage.filesystem(storage.join(place, name))
-        with store.open_input_stream(path) as stream:
+        state = storage.join(place, name)
+        with storage.open_input(state) as stream:
             if is_complete(stream.read()):
                 continue
         root = temp_root or ray_temp_root()
-        copies = staging_copies(root, Path(path).parent.name, name) if root else []
+        copies = staging_copies(root, experiment_name, name) if root else []
         copy = next((copy for copy in copies if is_complete(copy.read_bytes())), None)
         if copy is None:
             raise UserError(
-                f"--resume: {storage.display(place)}/{name} is incomplete (the driver was killed "
+                f"--resume: {storage.display(state)} is incomplete (the driver was killed "
                 "while Ray Tune wrote it) and this node keeps no complete copy; the sweep cannot "
                 "be resumed: run it again under a new --name"
             )
-        storage.write_bytes_atomically(storage.join(place, name), copy.read_bytes())
+        storage.write_bytes_atomically(state, copy.read_bytes())
         repaired.append(name)
     return repaired
