@@ -6,8 +6,9 @@
     python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy sizes (~10 min on 2 cores)
 
 Sections, most important first; each runs in a process of its own, with a deadline (its
-share of `--budget-s`, 420 s by default): a section that would start with less than it needs is
-recorded as "skipped: time budget", one that overruns is killed (its rows so far are kept).
+share of `--budget-s`, 420 s by default; a longer budget does not lengthen it, see `cap_scale`):
+a section that would start with less than it needs is recorded as "skipped: time budget", one
+that overruns is killed (its rows so far are kept).
 
 1. `cuda`: the CUDA-only tests (`tests/test_fast_path.py -k cuda`) and the pinned numbers of
    `tests/test_pinned_numbers.py` recomputed with every run on CUDA: max abs/rel drift per key.
@@ -119,9 +120,9 @@ class Section:
     title: str
     run: Callable[[Check], None]
     cap_s: float
-    """The most this section may take of a 420 s budget (scaled with --budget-s)."""
+    """The most this section may take of a 420 s budget (see `cap_scale`)."""
     min_s: float
-    """It is skipped when less than this is left (scaled likewise)."""
+    """It is skipped when less than this is left: seconds on the H100, whatever the budget."""
 
 
 @dataclass
@@ -133,8 +134,6 @@ class Check:
     dry_run: bool
     deadline: float
     """time.time() by which the section must be done."""
-    scale: float
-    """--budget-s / 420: every time estimate below is multiplied by this."""
     rows_file: Path
     group: str = ""
 
@@ -160,9 +159,9 @@ class Check:
         return self.deadline - time.time()
 
     def has_time(self, seconds: float) -> bool:
-        """Whether `seconds` (of a 420 s budget; always true in a dry run's toy sizes when
-        any time is left) still fit before the deadline."""
-        return self.left() > (0.0 if self.dry_run else seconds * self.scale)
+        """Whether `seconds` (what the next step takes on the H100, whatever the budget; in a
+        dry run's toy sizes, true while any time is left) still fit before the deadline."""
+        return self.left() > (0.0 if self.dry_run else seconds)
 
     def add(self, *rows: Row) -> None:
         with self.rows_file.open("a") as file:
@@ -635,7 +634,6 @@ def run_section(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         dry_run=args.dry_run,
         deadline=args.deadline,
-        scale=args.scale,
         rows_file=args.rows,
         group=section.name,
     )
@@ -731,6 +729,16 @@ def machine_info(dry_run: bool) -> dict:
     return info
 
 
+def cap_scale(budget_s: float, dry_run: bool) -> float:
+    """What every section's cap is multiplied by. On a GPU the caps are sized for a 420 s
+    budget on an H100: a shorter budget shrinks them in proportion, a longer one leaves them
+    as they are, so the time it adds goes to the sections after one that fills its cap (the
+    `methods` section takes further methods while its cap lasts) instead of to that one
+    section. A dry run's toy sections on the CPU have no estimates: their caps are the same
+    shares of whatever budget it has."""
+    return budget_s / BUDGET_S if dry_run else min(1.0, budget_s / BUDGET_S)
+
+
 def run_all(args: argparse.Namespace) -> int:
     """Every selected section in order, each in its own process, within the budget."""
     out = args.out.resolve()
@@ -739,7 +747,7 @@ def run_all(args: argparse.Namespace) -> int:
         print("gpu_check.py: error: no CUDA device (use --dry-run on a CPU)", file=sys.stderr)
         return 2
     report = Report(out, machine_info(args.dry_run), args.dry_run, args.budget_s)
-    scale = args.budget_s / BUDGET_S
+    scale = cap_scale(args.budget_s, args.dry_run)
     end = time.time() + args.budget_s
     log = (out / LOG_FILE).open("a")
     workdir = args.workdir.resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-"))
@@ -749,11 +757,11 @@ def run_all(args: argparse.Namespace) -> int:
             if args.only and section.name not in args.only:
                 continue
             start = time.time()
-            if end - start <= section.min_s * scale:
+            if end - start <= section.min_s:
                 report.add(section, OUT_OF_TIME, 0.0, [])
                 continue
             deadline = start + min(section.cap_s * scale, end - start)
-            status, rows = section_process(args, section, workdir, deadline, scale, log)
+            status, rows = section_process(args, section, workdir, deadline, log)
             report.add(section, status, time.time() - start, rows)
             print(f"{section.name}: {status} in {time.time() - start:.0f} s", flush=True)
     finally:
@@ -767,7 +775,7 @@ def run_all(args: argparse.Namespace) -> int:
 
 
 def section_process(
-    args: argparse.Namespace, section: Section, workdir: Path, deadline: float, scale: float, log
+    args: argparse.Namespace, section: Section, workdir: Path, deadline: float, log
 ) -> tuple[str, list[dict]]:
     """Run one section in its own process group; (status, rows)."""
     rows_file = workdir / f"{section.name}.rows.jsonl"
@@ -781,7 +789,7 @@ def section_process(
         "--rows",
         str(rows_file),
     ]
-    command += ["--deadline", repr(deadline), "--scale", repr(scale)]
+    command += ["--deadline", repr(deadline)]
     command += ["--dry-run"] if args.dry_run else []
     log.write(f"\n===== section {section.name} ({section.title}) =====\n")
     log.flush()
@@ -848,7 +856,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.section:
         return run_section(args)

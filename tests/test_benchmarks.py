@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -329,6 +330,20 @@ def test_gpu_check_out_of_budget_skips_every_section_and_still_reports(load, tmp
     ]
     markdown = (tmp_path / "gpu_check.md").read_text()
     assert "| realsize | skipped: time budget | 0.0 |" in markdown
+
+
+def test_gpu_check_time_needs_do_not_follow_the_budget(load, tmp_path) -> None:
+    """A step's time on the H100 is the same whatever the budget: a section starts a step only
+    when that time is left. The budget sets the caps: a shorter one shrinks them in proportion,
+    a longer one leaves them, so its extra time reaches the last sections."""
+    check = load("gpu_check")
+    assert check.cap_scale(210.0, dry_run=False) == 0.5
+    assert check.cap_scale(630.0, dry_run=False) == 1.0
+    assert check.cap_scale(1800.0, dry_run=True) == 1800.0 / check.BUDGET_S
+    gpu = check.Check(tmp_path, tmp_path, False, time.time() + 100.0, tmp_path / "rows")
+    assert gpu.has_time(90.0) and not gpu.has_time(110.0)
+    toy = check.Check(tmp_path, tmp_path, True, time.time() + 1.0, tmp_path / "rows")
+    assert toy.has_time(1e6)
 
 
 def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
