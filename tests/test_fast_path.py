@@ -118,6 +118,52 @@ def test_channels_last_gives_the_same_numbers(nyuv2_dir) -> None:
     np.testing.assert_allclose(result.scores["score"], expected.scores["score"], rtol=1e-4)
 
 
+def method_cases() -> list:
+    """Every registered method in each of its gradient sources (skipped where its extra is
+    not installed)."""
+    from relif_ray.methods import METHODS
+    from relif_ray.methods.registry import missing_requirements
+
+    return [
+        pytest.param(
+            name,
+            source,
+            id=f"{name}-{source}",
+            marks=[pytest.mark.skip(reason=f"needs {missing}")] if missing else [],
+        )
+        for name, cls in sorted(METHODS.items())
+        for missing in [", ".join(missing_requirements(cls))]
+        for source in cls.gradient_sources
+    ]
+
+
+@pytest.mark.parametrize(("method", "source"), method_cases())
+def test_every_method_leaves_gradients_in_the_layout_of_their_weights(
+    nyuv2_dir, method: str, source: str
+) -> None:
+    """With channels-last weights, every .grad a method writes keeps its weight's strides, as
+    autograd's own do: the fused optimiser (and Adam's moments, made like the weights) refuse
+    a gradient of another layout. The first GPU check found PCGrad and FairGrad writing
+    contiguous gradients into channels-last convolutions."""
+    values = tiny_config(nyuv2_dir, max_steps=1, channels_last=True)
+    values["relif"] = {**values["relif"], **RELIF}
+    values["method"] = {"name": method, "gradient_source": source}
+    run = TrainingRun(ExperimentConfig.from_dict(values))
+    layouts = {}
+    optimizer_step = run.optimizer.step
+
+    def step_recording_layouts(*args, **kwargs):
+        for name, param in run.model.named_parameters():
+            if param.grad is not None:
+                layouts[name] = param.grad.stride() == param.stride()
+        return optimizer_step(*args, **kwargs)
+
+    run.optimizer.step = step_recording_layouts
+    run.train_steps(1)
+    assert run.model.encoder[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert layouts and [name for name, same in layouts.items() if not same] == []
+
+
 def test_compile_traces_the_model_and_changes_no_number(
     nyuv2_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:

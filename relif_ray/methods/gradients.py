@@ -61,6 +61,14 @@ def _flat_layout(parameters: Sequence[nn.Parameter], num_rows: int) -> tuple[Ten
     return torch.zeros(num_rows, sum(sizes), dtype=first.dtype, device=first.device), sizes
 
 
+def grad_like(param: nn.Parameter, values: Tensor) -> Tensor:
+    """A new .grad for `param` holding `values`, in the parameter's own memory layout, as
+    autograd lays out the gradients it accumulates: a contiguous gradient of a channels-last
+    convolution would be refused by the fused optimiser on CUDA (its moments are made like
+    the weights)."""
+    return torch.empty_like(param).copy_(values)
+
+
 def per_task_gradients(losses: Sequence[Tensor], parameters: Sequence[nn.Parameter]) -> Tensor:
     """The K x P matrix whose row k is dL_k/d(parameters), flattened in parameter order.
 
@@ -117,7 +125,7 @@ def representation_gradients(
             if grad is None:
                 continue
             if param.grad is None:
-                param.grad = grad.clone(memory_format=torch.contiguous_format)
+                param.grad = grad_like(param, grad)
             else:
                 param.grad.add_(grad)
     return torch.stack(rows)
@@ -160,7 +168,7 @@ def add_to_grads(parameters: Sequence[nn.Parameter], vector: Tensor) -> None:
     for param, chunk in zip(parameters, chunks, strict=True):
         update = chunk.view_as(param)
         if param.grad is None:
-            param.grad = update.clone()
+            param.grad = grad_like(param, update)
         else:
             param.grad.add_(update)
 
