@@ -597,7 +597,9 @@ SECTIONS = (
         100,
         30,
     ),
-    Section("methods", "the other methods: images/s, memory, step time", methods_section, 80, 20),
+    # Each method's worker takes ~28 s on the H100 (process, CUDA and cuDNN start, 10 + 40
+    # steps; run 2): 4 paper methods and the step-time ratios before the further methods.
+    Section("methods", "the other methods: images/s, memory, step time", methods_section, 150, 20),
     Section("sweeps", "real sweeps: 1 and 2 trials per GPU; compile", packing_section, 200, 60),
     Section("repeatability", "same seed twice on one GPU", repeatability_section, 90, 20),
     Section(

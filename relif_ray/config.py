@@ -80,8 +80,10 @@ class TrainConfig:
     compile: run the model forward through `torch.compile` (first steps are slow while it
         compiles; checkpoints are unaffected).
     cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
-        fastest (a speed choice; the chosen kernels may differ between runs, so CUDA runs are
-        not bitwise repeatable with it). CPU runs always use deterministic algorithms.
+        fastest (a speed choice; the chosen kernels may differ between runs). CUDA runs are
+        not bitwise repeatable either way: some CUDA backward kernels add atomically in a
+        varying order (on an H100 the same seed differed by 2.4e-7 after 6 steps with this on
+        and off; docs/benchmarks.md, GPU run 2). CPU runs use deterministic algorithms.
     data_on_device: hold the train split on the training device: its tensors are copied there
         once per process (except `relif_ray.transfer.HOST_KEYS`), and each step's batch is
         gathered there from the epoch's permutation, itself copied there once per epoch, so a
