@@ -2,7 +2,7 @@
 
     benchmarks/gpu_check.sh OUT                       # on the lent GPU machine (see there)
     python benchmarks/gpu_check.py --out DIR          # where Ray etc. are installed
-    python benchmarks/gpu_check.py --out DIR --only sweeps realsize    # some sections only
+    python benchmarks/gpu_check.py --out DIR --only compile realsize    # some sections only
     python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy sizes (~10 min on 2 cores)
 
 Sections, most important first; each runs in a process of its own, with a deadline (its
@@ -17,15 +17,15 @@ that overruns is killed (its rows so far are kept).
    GPU) and of a plain fp32 PyTorch loop of the same model (targets: ERM >= 1.5x the plain
    loop; ERM + ReLiF step time <= 1.05x ERM's). The GPU is kept busy for a few seconds first,
    and every worker trains 10 untimed steps (cuDNN autotuning) before its timed ones.
-3. `methods`: the same for the paper's other methods, then any further registered method, then
-   the step-time ratios against ERM and TorchJD, while the section's time lasts.
+3. `methods`: the same for the paper's other methods, then the step-time ratios against ERM
+   and TorchJD, then any further registered method, while the section's time lasts.
 4. `sweeps`: two sweeps through the real `sweeps/nyuv2.py`, 2 ERM trials of 2 epochs each
    (`--set train.data_on_device=true`), with `--gpus-per-trial 1` and `0.5` (two trials share
-   the GPU): aggregate images/s and GPU utilisation (NVML, sampled in a thread); then ERM with
-   `train.compile` on, against off.
-5. `repeatability`: the same config and seed twice on one GPU (separate processes), with the
+   the GPU): aggregate images/s and GPU utilisation (NVML, sampled in a thread).
+5. `compile`: ERM with `train.compile` on, against off.
+6. `repeatability`: the same config and seed twice on one GPU (separate processes), with the
    documented cuDNN settings (`cudnn_benchmark` on, the default) and with it off: max |diff|.
-6. `realsize`: synthetic NYUv2 at 288x384 (`relif make-data`), ERM, ReLiF (and `relif-st`
+7. `realsize`: synthetic NYUv2 at 288x384 (`relif make-data`), ERM, ReLiF (and `relif-st`
    where that label exists) through the real sweep and `relif report`, in bf16, then fp32: the
    report's Bias@delta_p75, VR@delta_p75 and Worst.
 
@@ -342,7 +342,7 @@ def method_throughput(check: Check, context: Context, method: str) -> None:
         check.add(*memory_and_throughput_rows(context, (method,), plain_loop=False))
 
 
-# --- 4. sweeps: packing and compile ---------------------------------------------------------
+# --- 4. sweeps: packing; 5. compile ---------------------------------------------------------
 
 
 def sweep_data(check: Check) -> Path:
@@ -406,8 +406,6 @@ def packing_section(check: Check) -> None:
     if aggregate.get(0.5) and aggregate.get(1.0):
         ratio = aggregate[0.5] / aggregate[1.0]
         check.row("sweep aggregate images/s, 2 trials per GPU / 1", ratio, "x", "the rows above")
-    with check.step("training images/s, erm (compile)"):
-        compile_rows(check)
 
 
 def sweep_throughput(check: Check, gpus_per_trial: float, label: str) -> float | None:
@@ -463,9 +461,14 @@ def sweep_throughput(check: Check, gpus_per_trial: float, label: str) -> float |
     return images_per_s
 
 
-def compile_rows(check: Check) -> None:
+def compile_section(check: Check) -> None:
     """ERM with `train.compile` against the same worker without it (the resnet50 section's
     row when it ran)."""
+    with check.step("training images/s, erm (compile)"):
+        compile_rows(check)
+
+
+def compile_rows(check: Check) -> None:
     if not check.has_time(90):
         check.skip("training images/s, erm (compile)", OUT_OF_TIME)
         return
@@ -500,7 +503,7 @@ def earlier_row(check: Check, name: str) -> Row | None:
     return Row(**{key: value for key, value in found[-1].items() if key in fields})
 
 
-# --- 5. repeatability -----------------------------------------------------------------------
+# --- 6. repeatability -----------------------------------------------------------------------
 
 
 def repeatability_section(check: Check) -> None:
@@ -534,7 +537,7 @@ def repeat(check: Check, context: Context, root: Path, name: str, benchmark: boo
     check.row(name, worst, "max |diff|", detail, result=result)
 
 
-# --- 6. real-size synthetic NYUv2 through the sweep and the report -------------------------
+# --- 7. real-size synthetic NYUv2 through the sweep and the report -------------------------
 
 
 def realsize_section(check: Check) -> None:
@@ -600,7 +603,8 @@ SECTIONS = (
     # Each method's worker takes ~28 s on the H100 (process, CUDA and cuDNN start, 10 + 40
     # steps; run 2): 4 paper methods and the step-time ratios before the further methods.
     Section("methods", "the other methods: images/s, memory, step time", methods_section, 150, 20),
-    Section("sweeps", "real sweeps: 1 and 2 trials per GPU; compile", packing_section, 200, 60),
+    Section("sweeps", "real sweeps: 1 and 2 trials per GPU", packing_section, 160, 60),
+    Section("compile", "ERM with train.compile against without", compile_section, 120, 90),
     Section("repeatability", "same seed twice on one GPU", repeatability_section, 90, 20),
     Section(
         "realsize",
