@@ -3,7 +3,7 @@
     benchmarks/gpu_check.sh OUT                       # on the lent GPU machine (see there)
     python benchmarks/gpu_check.py --out DIR          # where Ray etc. are installed
     python benchmarks/gpu_check.py --out DIR --only compile realsize    # some sections only
-    python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy sizes (~10 min on 2 cores)
+    python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy sizes (~5 min on 2 cores)
 
 Sections, most important first; each runs in a process of its own, with a deadline (its
 share of `--budget-s`, 420 s by default; a longer budget does not lengthen it, see `cap_scale`):
@@ -314,8 +314,9 @@ def resnet50_section(check: Check) -> None:
 
 def methods_section(check: Check) -> None:
     """The paper's other methods, then the step-time ratios of every method to ERM and to
-    TorchJD, then the further methods' own rows while the section's time lasts (the first GPU
-    runs spent the whole section on further methods and never reached the ratios)."""
+    TorchJD (one process for all), then the further methods' own rows while the section's time
+    lasts: the ratios say more than one further method's images/s, and until run 2 they came
+    last and were never reached."""
     from relif_ray.sweep.labels import PAPER_LABELS
 
     context = check.context()

@@ -143,7 +143,7 @@ def test_every_method_leaves_gradients_in_the_layout_of_their_weights(
 ) -> None:
     """With channels-last weights, every .grad a method writes keeps its weight's strides, as
     autograd's own do: the fused optimiser (and Adam's moments, made like the weights) refuse
-    a gradient of another layout. The first GPU check found PCGrad and FairGrad writing
+    a gradient of another layout. GPU check run 2 (an H100) found PCGrad and FairGrad writing
     contiguous gradients into channels-last convolutions."""
     values = tiny_config(nyuv2_dir, max_steps=1, channels_last=True)
     values["relif"] = {**values["relif"], **RELIF}
