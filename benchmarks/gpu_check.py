@@ -399,7 +399,7 @@ def packing_section(check: Check) -> None:
     for gpus_per_trial in (1.0, 0.5):
         label = f"--gpus-per-trial {gpus_per_trial:g}"
         name = f"sweep aggregate images/s, {label}"
-        if not check.has_time(50):  # one sweep: ~45 s with Ray's start and shutdown
+        if not check.has_time(70):  # one sweep: 65-68 s with Ray's start and shutdown (run 2)
             check.skip(name, OUT_OF_TIME)
             continue
         with check.step(name):
