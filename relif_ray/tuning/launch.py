@@ -350,8 +350,8 @@ def run_sweep(
     cadence = CheckpointCadence(checkpoint_every, checkpoint_interval_s, rungs)
     callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name), cadence]
     if resume:
-        for name in repair_driver_state(experiment_dir):
-            print(f"--resume: {name} was cut off by the killed driver; put back its full copy")
+        for file_name in repair_driver_state(experiment_dir):
+            print(f"--resume: {file_name} was cut off by the killed driver; put back its full copy")
         tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
     else:
         assert space is not None, "a new sweep needs its space"

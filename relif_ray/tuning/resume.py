@@ -99,13 +99,13 @@ def repair_driver_state(experiment_dir: str, temp_root: Path | None = None) -> l
                 continue
         root = temp_root or ray_temp_root()
         copies = staging_copies(root, experiment_name, name) if root else []
-        copy = next((copy for copy in copies if is_complete(copy.read_bytes())), None)
-        if copy is None:
+        whole = next((data for data in map(Path.read_bytes, copies) if is_complete(data)), None)
+        if whole is None:
             raise UserError(
                 f"--resume: {storage.display(state)} is incomplete (the driver was killed "
                 "while Ray Tune wrote it) and this node keeps no complete copy; the sweep cannot "
                 "be resumed: run it again under a new --name"
             )
-        storage.write_bytes_atomically(state, copy.read_bytes())
+        storage.write_bytes_atomically(state, whole)
         repaired.append(name)
     return repaired
