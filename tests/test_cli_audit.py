@@ -131,3 +131,23 @@ def test_module_entry_point_end_to_end(tmp_path: Path) -> None:
     assert json.loads(done.stdout) == fixed_delta_audit(pd.read_parquet(path), 0.25).to_dict()
     bad = subprocess.run([*command[:-2], "2"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("relif: error: --delta")
+
+
+def test_a_command_imports_only_its_own_module(tmp_path: Path) -> None:
+    """`relif audit` reads a score file with pandas: it loads neither torch nor Ray nor the
+    other commands' modules (relif_ray.cli.console); `relif --help` still lists every command."""
+    path = write_scores(tmp_path)
+    probe = (
+        "import sys; from relif_ray.cli import main; "
+        f"status = main(['audit', {str(path)!r}, '--delta', '0.25', '--json']); "
+        "loaded = [m for m in ('torch', 'ray', 'analysis', 'relif_ray.cli.sweep') "
+        "if m in sys.modules]; print(status, loaded, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stderr.strip() == "0 []", done.stderr
+    usage = subprocess.run(
+        [sys.executable, "-m", "relif_ray.cli", "--help"], capture_output=True, text=True
+    )
+    assert usage.returncode == 0
+    for command in ("sweep", "make-data", "methods", "report", "audit", "export"):
+        assert f"\n    {command} " in usage.stdout, usage.stdout
