@@ -108,10 +108,19 @@ def sweep_folder(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[P
 @pytest.fixture(scope="session")
 def ray_session():
     """Local Ray with 2 CPUs and 2 logical GPUs (for fractional-GPU packing; trials still run
-    on the CPU), no dashboard, bound to 127.0.0.1, started once for all sweep tests."""
+    on the CPU), no dashboard, bound to 127.0.0.1, with the settings of the local Ray a sweep
+    starts, started once for all sweep tests."""
     import ray
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, ignore_reinit_error=True)
+    from relif_ray.tuning.launch import LOCAL_RAY_SYSTEM_CONFIG
+
+    ray.init(
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=False,
+        ignore_reinit_error=True,
+        _system_config=LOCAL_RAY_SYSTEM_CONFIG,
+    )
     yield ray
     ray.shutdown()
 

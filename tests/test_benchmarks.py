@@ -401,3 +401,35 @@ def test_gpu_bundle_slims_a_wheel_that_pip_still_installs(load, tmp_path) -> Non
     subprocess.run([*command, "--target", str(target), str(wheel)], check=True)
     assert (target / "ray" / "dashboard" / "agent.py").read_text() == "AGENT = 1\n"
     assert not (target / "ray" / "jars").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        ("ray::IDLE", "Ray worker without an actor"),
+        ("python /venv/ray/_private/workers/default_worker.py --node-ip-address=127.0.0.1",
+         "Ray worker without an actor"),
+        ("ray::ResourceTrainable.train", "Ray worker with an actor (trials)"),
+        ("ray::DashboardAgent", "Ray services"),
+        ("/venv/ray/core/src/ray/raylet/raylet --raylet_socket_name=/tmp/ray/x", "Ray services"),
+        (".venv/bin/python sweeps/nyuv2.py --storage /tmp/pytest-of-u/pytest-3", "driver nyuv2.py"),
+        ("/v/bin/python /v/bin/relif report exp --out r", "driver relif"),
+        (".venv/bin/python -m relif_ray.cli report exp --out r", "driver relif_ray.cli"),
+        (".venv/bin/python -m pytest -q", "pytest and its workers"),
+        ("/usr/bin/git status", "other"),
+    ],
+)  # fmt: skip
+def test_cpu_by_process_names_the_kind_of_each_process(load, command: str, kind: str) -> None:
+    assert load("cpu_by_process").process_kind(command) == kind
+
+
+def test_cpu_by_process_charges_a_grandchilds_cpu_time(load) -> None:
+    """The command's own process and the process it starts are both counted, with at least
+    the CPU time the grandchild burns, and the machine was at least that busy."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\n"
+    burn += "time.sleep(0.3)"  # outlive one more sample
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
+    kinds, wall, busy = load("cpu_by_process").measure([sys.executable, "-c", child], 0.05)
+    processes, cpu = kinds["other"]
+    assert processes >= 2 and cpu >= 1.0
+    assert busy >= 1.0 and wall >= 1.0

@@ -40,6 +40,23 @@ class DemoSweep:
     """Every address that the driver and the local Ray it started listened on while it ran."""
     output: str
     """What the driver printed (stdout, then stderr)."""
+    workers: dict[int, str]
+    """The Ray worker processes (Python, started by the raylet) seen while it ran: pid -> the
+    last command line seen."""
+
+
+def ray_workers(driver: psutil.Process) -> dict[int, str]:
+    """Ray's Python worker processes among the driver's descendants: idle (`ray::IDLE`), with
+    an actor (`ray::<class>...`) or still starting (`default_worker.py`)."""
+    workers = {}
+    for process in driver.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            argv = process.cmdline()
+            command = " ".join(argv).strip()
+            actor_or_idle = command.startswith("ray::") and "Agent" not in command
+            if actor_or_idle or argv[1:2] and argv[1].endswith("default_worker.py"):
+                workers[process.pid] = command
+    return workers
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +75,7 @@ def demo_sweep(nyuv2_dir, sweep_folder: Path) -> DemoSweep:
     ]
     env = {name: value for name, value in os.environ.items() if name != LOOPBACK_SWITCH}
     listening: set[str] = set()
+    workers: dict[int, str] = {}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         driver = subprocess.Popen(
             [sys.executable, *command], cwd=REPO, env=env, stdout=out, stderr=err, text=True
@@ -67,6 +85,7 @@ def demo_sweep(nyuv2_dir, sweep_folder: Path) -> DemoSweep:
             while driver.poll() is None:
                 with contextlib.suppress(psutil.Error):
                     listening |= set(listening_addresses(process))
+                    workers |= ray_workers(process)
                 time.sleep(0.5)
         finally:
             if driver.poll() is None:
@@ -76,7 +95,7 @@ def demo_sweep(nyuv2_dir, sweep_folder: Path) -> DemoSweep:
         stdout, stderr = out.read(), err.read()
     assert driver.returncode == 0, stderr[-3000:]
     assert f"experiment directory: {storage / 'tiny'}" in stdout
-    return DemoSweep(storage / "tiny", listening, stdout + stderr)
+    return DemoSweep(storage / "tiny", listening, stdout + stderr, workers)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +111,13 @@ def test_the_sweep_drivers_local_ray_stays_on_loopback(demo_sweep):
     for result in demo_sweep.experiment.glob("*/result.json"):
         records = [json.loads(line) for line in result.read_text().splitlines() if line]
         assert {record["node_ip"] for record in records} == {LOCALHOST}
+
+
+@pytest.mark.slow
+def test_the_local_ray_starts_one_worker_per_concurrent_trial(demo_sweep):
+    """Its 2 trials run at once, each in a worker of its own, and Ray starts no idle worker
+    beside them (it used to prestart one per CPU: `LOCAL_RAY_SYSTEM_CONFIG`)."""
+    assert len(demo_sweep.workers) == 2, demo_sweep.workers
 
 
 @pytest.mark.slow
