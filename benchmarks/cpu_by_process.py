@@ -13,7 +13,7 @@ bound, to compare kinds, not to add up to the second. The machine-wide busy time
 run is printed beside it. Ray renames a worker when it takes an actor (`ray::IDLE` becomes
 `ray::ReLiFTrainable...`), so a worker counts under the last name it had.
 
-Measured on the test suite and the demo: docs/benchmarks.md, "Where the suite's and the
+Measured on the test suite and the demo: docs/benchmarks.md, "Where the test suite's and the
 demo's time goes".
 """
 
