@@ -139,10 +139,10 @@ def measure(
 
     from relif_ray.sweep.labels import grid_variants
     from relif_ray.sweep.plan import Resources, param_space
-    from relif_ray.tuning.launch import LOCAL_RAY_SYSTEM_CONFIG, run_sweep
+    from relif_ray.tuning.launch import connect, run_sweep
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=slots, include_dashboard=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+    connect(Resources(num_cpus=slots))  # the local Ray a sweep starts
     try:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
