@@ -1,15 +1,20 @@
 """Restoring a trial's engine state when Tune names a checkpoint that is gone
-(`relif_ray.tuning.trainable.newest_complete_state`)."""
+(`relif_ray.tuning.trainable.surviving_checkpoint` and `newest_complete_state`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.fs
 import pytest
 import torch
+from ray import tune
+from ray.train._internal.session import _TrainingResult
 
 from relif_ray.errors import UserError
-from relif_ray.tuning.trainable import STATE_FILE, newest_complete_state
+from relif_ray.experiment import storage
+from relif_ray.tuning.trainable import STATE_FILE, newest_complete_state, surviving_checkpoint
+from tests.conftest import BUCKET
 
 
 def checkpoint(trial: Path, index: int, epoch: int | None) -> Path:
@@ -44,3 +49,53 @@ def test_a_trial_without_any_state_is_a_one_line_error(tmp_path):
     named = checkpoint(tmp_path, 0, epoch=None)
     with pytest.raises(UserError, match="checkpoint_000000/state.pt is missing"):
         newest_complete_state(named)
+
+
+def test_a_truncated_named_state_falls_back_to_a_complete_one_beside_it(tmp_path):
+    checkpoint(tmp_path, 0, epoch=1)
+    named = checkpoint(tmp_path, 1, epoch=None)
+    (named / STATE_FILE).write_bytes(b"PK\x03\x04 cut off")
+    assert newest_complete_state(named)["epoch"] == 1
+
+
+def restore_result(path: str, filesystem: pyarrow.fs.FileSystem) -> _TrainingResult:
+    """What Tune hands `Trainable.restore` on resume: the checkpoint its experiment state names."""
+    return _TrainingResult(tune.Checkpoint(path, filesystem=filesystem), {"training_iteration": 1})
+
+
+def test_a_checkpoint_deleted_whole_is_replaced_by_the_newest_beside_it(tmp_path):
+    """Tune's num_to_keep=1 removed checkpoint 1 whole before the killed driver's experiment
+    state said so; checkpoints 2 and 10 are there (index order, not name order of digits)."""
+    local = pyarrow.fs.LocalFileSystem()
+    for index in (2, 10):
+        checkpoint(tmp_path, index, epoch=index)
+    (tmp_path / "result.json").write_text("{}")
+    result = surviving_checkpoint(restore_result(str(tmp_path / "checkpoint_000001"), local))
+    assert result.checkpoint.path == str(tmp_path / "checkpoint_000010")
+    assert result.metrics == {"training_iteration": 1}
+
+
+def test_an_existing_or_unreplaceable_checkpoint_is_left_as_named(tmp_path):
+    local = pyarrow.fs.LocalFileSystem()
+    named = checkpoint(tmp_path / "kept", 0, epoch=None)  # exists, even if empty
+    checkpoint(tmp_path / "kept", 1, epoch=1)
+    assert surviving_checkpoint(restore_result(str(named), local)).checkpoint.path == str(named)
+    alone = str(tmp_path / "alone" / "checkpoint_000003")
+    (tmp_path / "alone").mkdir()
+    assert surviving_checkpoint(restore_result(alone, local)).checkpoint.path == alone
+    nowhere = str(tmp_path / "gone" / "checkpoint_000003")
+    assert surviving_checkpoint(restore_result(nowhere, local)).checkpoint.path == nowhere
+
+
+def test_a_deleted_checkpoint_on_object_storage_is_replaced_too(s3, tmp_path):
+    """The trial folder lives in a bucket (moto S3 on 127.0.0.1): listed by its own pyarrow
+    file system, as Tune stores it."""
+    filesystem, root = storage.filesystem(storage.location(f"s3://{BUCKET}/restore"))
+    for index in (4, 5):
+        folder = checkpoint(tmp_path, index, epoch=index)
+        filesystem.create_dir(f"{root}/trial/{folder.name}")
+        with filesystem.open_output_stream(f"{root}/trial/{folder.name}/{STATE_FILE}") as out:
+            out.write((folder / STATE_FILE).read_bytes())
+    result = surviving_checkpoint(restore_result(f"{root}/trial/checkpoint_000003", filesystem))
+    assert result.checkpoint.path == f"{root}/trial/checkpoint_000005"
+    assert result.checkpoint.filesystem is filesystem

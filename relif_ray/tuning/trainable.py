@@ -31,6 +31,7 @@ outputs, with status "stopped", at the checkpoints where it may be stopped
 from __future__ import annotations
 
 import math
+import posixpath
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.fs
 import torch
 from ray import tune
 
@@ -115,29 +117,62 @@ def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) ->
 
 
 def newest_complete_state(checkpoint_dir: Path) -> dict[str, Any]:
-    """The engine state in `checkpoint_dir`, or, where it has none, in the newest checkpoint
-    folder beside it that holds a loadable one.
+    """The engine state in `checkpoint_dir`, or, where it has none or a truncated one, in the
+    newest checkpoint folder beside it that holds a loadable one.
 
     Tune can resume a trial from a checkpoint that its `num_to_keep` has already deleted: it
     deletes the older checkpoint when it registers a new one and records that in the experiment
     state only afterwards, so a driver killed in between names the deleted folder on resume
     (ray-project/ray#27790; with `--keep-checkpoints 1` it happened in our kill tests). The
-    newer checkpoint is complete (the trial wrote it before Tune registered it), so the trial
+    deletion may have been cut off, leaving the folder without its state; where it finished,
+    `surviving_checkpoint` has already named the newest folder beside it instead. The newer
+    checkpoint is complete (the trial wrote it before Tune registered it), so the trial
     continues from there. A newer folder that a killed trial left half-written does not load
     and is passed over. Folders beside it exist where the experiment is on a file system
     (local, NFS); from object storage Tune fetches only the named checkpoint.
     """
     named = checkpoint_dir / STATE_FILE
-    if named.exists():
-        return torch.load(named, weights_only=True)
-    for state_file in sorted(
-        checkpoint_dir.parent.glob(f"checkpoint_*/{STATE_FILE}"), reverse=True
-    ):
+    beside = sorted(checkpoint_dir.parent.glob(f"checkpoint_*/{STATE_FILE}"), reverse=True)
+    for state_file in [named, *beside]:
+        if not state_file.exists():
+            continue
         try:
             return torch.load(state_file, weights_only=True)
         except (RuntimeError, EOFError):  # truncated: the trial died while writing it
             continue
     raise UserError(f"not restored: {named} is missing, and no checkpoint beside it has a state")
+
+
+def surviving_checkpoint(result: Any) -> Any:
+    """Tune's restore `result` (a `_TrainingResult`), pointed at the newest `checkpoint_*`
+    folder beside its checkpoint where that checkpoint no longer exists on its storage.
+
+    The driver-kill race of ray-project/ray#27790 (`newest_complete_state`) can leave the
+    experiment state naming a checkpoint folder that Tune deleted whole; `Trainable.restore`
+    would then error the trial ("does not exist on storage anymore") although a newer
+    checkpoint of it is there. The storage's own file system (`pyarrow.fs`) lists the trial's
+    folders, so local, NFS and object storage are treated alike. Where no folder is left,
+    `result` is returned as it is and Tune's error stands."""
+    checkpoint = getattr(result, "checkpoint", None)
+    if checkpoint is None:
+        return result
+    filesystem = checkpoint.filesystem
+    if filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
+        return result
+    trial_dir = posixpath.dirname(checkpoint.path.rstrip("/"))
+    folders = filesystem.get_file_info(pyarrow.fs.FileSelector(trial_dir, allow_not_found=True))
+    newest = max(
+        (
+            info.path
+            for info in folders
+            if info.type == pyarrow.fs.FileType.Directory
+            and posixpath.basename(info.path).startswith("checkpoint_")
+        ),
+        default=None,
+    )
+    if newest is not None:
+        result.checkpoint = tune.Checkpoint(newest, filesystem=filesystem)
+    return result
 
 
 class ReLiFTrainable(tune.Trainable):
@@ -208,6 +243,11 @@ class ReLiFTrainable(tune.Trainable):
         torch.save(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
         if self.run.finished or self.iteration in self.outputs_at:
             self._write_outputs(Path(checkpoint_dir))
+
+    def restore(self, checkpoint_path: Any) -> None:
+        """Tune's restore, from the newest surviving checkpoint where Tune names one that it
+        deleted (`surviving_checkpoint`)."""
+        super().restore(surviving_checkpoint(checkpoint_path))
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
         """Load the engine state of `checkpoint_dir`, else of the trial's newest complete
