@@ -7,6 +7,7 @@ itself is under test there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -38,6 +39,7 @@ from relif_ray.sweep.labels import (
     variant,
 )
 from relif_ray.sweep.plan import controller_variants
+from relif_ray.tuning.trainable import STATE_FILE
 from tests.conftest import tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses
 
@@ -692,6 +694,7 @@ def sweep_command(data: Path, storage: Path, address: str, *extra: str) -> list[
         "--backbone": "resnet18", "--batch-size": 12, "--lr": 1e-3, "--storage": storage,
         "--name": "killed", "--address": address, "--cpus-per-trial": 2,
         "--checkpoint-interval": 0,  # a checkpoint every epoch: the kill lands between them
+        "--keep-checkpoints": 1,
     }  # fmt: skip
     pairs = [str(item) for flag, value in flags.items() for item in (flag, value)]
     return [sys.executable, "sweeps/nyuv2.py", *pairs, *extra]
@@ -738,6 +741,12 @@ def mid_sweep(experiment: Path) -> tuple[set[str], set[str]]:
 
 @pytest.mark.slow
 def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_data, tmp_path):
+    """The driver is killed while the ReLiF trial runs after its ERM reference, and resumed.
+    The kill is also made to land in Tune's checkpoint race (ray-project/ray#27790): every
+    checkpoint folder of the interrupted trial moves up one index, as if Tune had deleted the
+    one its experiment state names and registered a newer one before the kill. The trial
+    restores from the newest of them (`surviving_checkpoint`) and ends with the numbers of an
+    uninterrupted run."""
     experiment = tmp_path / "killed"
     address = ray_session.get_runtime_context().gcs_address
     driver = subprocess.Popen(
@@ -762,6 +771,8 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
     results_before = {
         trial: next(experiment.glob(f"*_{trial}/result.json")).read_bytes() for trial in finished
     }
+    (trial_dir,) = [next(experiment.glob(f"*_{trial}")) for trial in interrupted]
+    restore_from = move_checkpoints_up_one(trial_dir)
 
     resumed = subprocess.run(
         sweep_command(small_data, tmp_path, address, "--resume"),
@@ -772,6 +783,8 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"from checkpoint: Checkpoint(filesystem=local, path={restore_from})" in resumed.stderr
+    assert "Error handling checkpoint" not in resumed.stderr
     assert list(statuses(experiment).values()) == ["TERMINATED"] * 2
     for trial, before in results_before.items():  # finished trials are not run again
         assert next(experiment.glob(f"*_{trial}/result.json")).read_bytes() == before
@@ -785,6 +798,20 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
         assert steps == list(range(EPOCHS_KILLED))
         assert read_trial_info(outputs)["restored_from_checkpoint"] == (trial in interrupted)
     _assert_matches_an_uninterrupted_run(loaded, interrupted.pop())
+
+
+def move_checkpoints_up_one(trial_dir: Path) -> Path:
+    """Rename checkpoint_{i} to checkpoint_{i+1}, highest first; the newest moved folder whose
+    state loads, from which the trial should restore."""
+    moved = []
+    for folder in sorted(trial_dir.glob("checkpoint_*"), reverse=True):
+        index = int(folder.name.removeprefix("checkpoint_"))
+        moved.append(folder.rename(trial_dir / f"checkpoint_{index + 1:06d}"))
+    for folder in moved:
+        with contextlib.suppress(RuntimeError, EOFError, FileNotFoundError):
+            torch.load(folder / STATE_FILE, weights_only=True)
+            return folder
+    raise AssertionError(f"no complete checkpoint in {trial_dir}")
 
 
 def _assert_matches_an_uninterrupted_run(loaded, trial: str) -> None:

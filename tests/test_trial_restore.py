@@ -63,28 +63,41 @@ def restore_result(path: str, filesystem: pyarrow.fs.FileSystem) -> _TrainingRes
     return _TrainingResult(tune.Checkpoint(path, filesystem=filesystem), {"training_iteration": 1})
 
 
-def test_a_checkpoint_deleted_whole_is_replaced_by_the_newest_beside_it(tmp_path):
+def test_a_checkpoint_deleted_whole_is_replaced_by_the_newest_with_a_state(tmp_path):
     """Tune's num_to_keep=1 removed checkpoint 1 whole before the killed driver's experiment
-    state said so; checkpoints 2 and 10 are there (index order, not name order of digits)."""
+    state said so; checkpoints 2 and 10 hold states, 11 none yet. The named folder is made
+    again, empty, for Tune's driver to delete when the trial's next checkpoint replaces it."""
     local = pyarrow.fs.LocalFileSystem()
-    for index in (2, 10):
-        checkpoint(tmp_path, index, epoch=index)
+    for index, epoch in ((2, 2), (10, 10), (11, None)):
+        checkpoint(tmp_path, index, epoch)
     (tmp_path / "result.json").write_text("{}")
-    result = surviving_checkpoint(restore_result(str(tmp_path / "checkpoint_000001"), local))
+    named = tmp_path / "checkpoint_000001"
+    result = surviving_checkpoint(restore_result(str(named), local))
     assert result.checkpoint.path == str(tmp_path / "checkpoint_000010")
     assert result.metrics == {"training_iteration": 1}
+    assert named.is_dir() and not list(named.iterdir())
 
 
-def test_an_existing_or_unreplaceable_checkpoint_is_left_as_named(tmp_path):
+def test_a_part_deleted_checkpoint_is_replaced_too(tmp_path):
+    named = checkpoint(tmp_path, 0, epoch=None)  # Tune's deletion cut off: the folder is left
+    checkpoint(tmp_path, 1, epoch=1)
+    result = surviving_checkpoint(restore_result(str(named), pyarrow.fs.LocalFileSystem()))
+    assert result.checkpoint.path == str(tmp_path / "checkpoint_000001")
+
+
+def test_a_checkpoint_with_a_state_or_nothing_beside_it_is_left_as_named(tmp_path):
     local = pyarrow.fs.LocalFileSystem()
-    named = checkpoint(tmp_path / "kept", 0, epoch=None)  # exists, even if empty
+    named = checkpoint(tmp_path / "kept", 0, epoch=0)
     checkpoint(tmp_path / "kept", 1, epoch=1)
     assert surviving_checkpoint(restore_result(str(named), local)).checkpoint.path == str(named)
-    alone = str(tmp_path / "alone" / "checkpoint_000003")
-    (tmp_path / "alone").mkdir()
-    assert surviving_checkpoint(restore_result(alone, local)).checkpoint.path == alone
-    nowhere = str(tmp_path / "gone" / "checkpoint_000003")
-    assert surviving_checkpoint(restore_result(nowhere, local)).checkpoint.path == nowhere
+    for trial in ("alone", "empty-beside", "gone"):
+        if trial != "gone":
+            (tmp_path / trial).mkdir()
+        if trial == "empty-beside":
+            checkpoint(tmp_path / trial, 4, epoch=None)
+        path = str(tmp_path / trial / "checkpoint_000003")
+        assert surviving_checkpoint(restore_result(path, local)).checkpoint.path == path
+        assert not Path(path).exists()  # Tune's own error stands; nothing is made
 
 
 def test_a_deleted_checkpoint_on_object_storage_is_replaced_too(s3, tmp_path):
@@ -93,7 +106,6 @@ def test_a_deleted_checkpoint_on_object_storage_is_replaced_too(s3, tmp_path):
     filesystem, root = storage.filesystem(storage.location(f"s3://{BUCKET}/restore"))
     for index in (4, 5):
         folder = checkpoint(tmp_path, index, epoch=index)
-        filesystem.create_dir(f"{root}/trial/{folder.name}")
         with filesystem.open_output_stream(f"{root}/trial/{folder.name}/{STATE_FILE}") as out:
             out.write((folder / STATE_FILE).read_bytes())
     result = surviving_checkpoint(restore_result(f"{root}/trial/checkpoint_000003", filesystem))

@@ -117,19 +117,15 @@ def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) ->
 
 
 def newest_complete_state(checkpoint_dir: Path) -> dict[str, Any]:
-    """The engine state in `checkpoint_dir`, or, where it has none or a truncated one, in the
-    newest checkpoint folder beside it that holds a loadable one.
+    """The engine state in `checkpoint_dir`, or, where it has none or one that does not load, in
+    the newest checkpoint folder beside it that holds a loadable one.
 
-    Tune can resume a trial from a checkpoint that its `num_to_keep` has already deleted: it
-    deletes the older checkpoint when it registers a new one and records that in the experiment
-    state only afterwards, so a driver killed in between names the deleted folder on resume
-    (ray-project/ray#27790; with `--keep-checkpoints 1` it happened in our kill tests). The
-    deletion may have been cut off, leaving the folder without its state; where it finished,
-    `surviving_checkpoint` has already named the newest folder beside it instead. The newer
-    checkpoint is complete (the trial wrote it before Tune registered it), so the trial
-    continues from there. A newer folder that a killed trial left half-written does not load
-    and is passed over. Folders beside it exist where the experiment is on a file system
-    (local, NFS); from object storage Tune fetches only the named checkpoint.
+    After a driver kill Tune can restore a trial from a checkpoint that it had deleted
+    (ray-project/ray#27790, `surviving_checkpoint`, which names the newest folder beside it that
+    has a state file instead). That newer folder can hold a state that a killed trial left
+    half-written; it does not load, and the newest complete one is taken. Folders beside it
+    exist where the experiment is on a file system (local, NFS); from object storage Tune
+    fetches only the named checkpoint.
     """
     named = checkpoint_dir / STATE_FILE
     beside = sorted(checkpoint_dir.parent.glob(f"checkpoint_*/{STATE_FILE}"), reverse=True)
@@ -145,32 +141,39 @@ def newest_complete_state(checkpoint_dir: Path) -> dict[str, Any]:
 
 def surviving_checkpoint(result: Any) -> Any:
     """Tune's restore `result` (a `_TrainingResult`), pointed at the newest `checkpoint_*`
-    folder beside its checkpoint where that checkpoint no longer exists on its storage.
+    folder beside its checkpoint that holds a state, where its own checkpoint holds none.
 
-    The driver-kill race of ray-project/ray#27790 (`newest_complete_state`) can leave the
-    experiment state naming a checkpoint folder that Tune deleted whole; `Trainable.restore`
-    would then error the trial ("does not exist on storage anymore") although a newer
-    checkpoint of it is there. The storage's own file system (`pyarrow.fs`) lists the trial's
-    folders, so local, NFS and object storage are treated alike. Where no folder is left,
-    `result` is returned as it is and Tune's error stands."""
+    The driver-kill race of ray-project/ray#27790 (`newest_complete_state`) leaves the
+    experiment state naming a checkpoint folder that Tune deleted, whole or in part;
+    `Trainable.restore` would error the trial on a missing folder ("does not exist on storage
+    anymore") and find no state in a part-deleted one, although a newer checkpoint of the trial
+    is there. The named folder is then made again, empty: Tune's driver still counts it as the
+    trial's checkpoint and deletes it when the trial's next checkpoint replaces it, which logs
+    a traceback where the folder is missing. The storage's own file system (`pyarrow.fs`)
+    lists the trial's folders, so local, NFS and object storage are treated alike. Where no
+    folder beside it holds a state, `result` is returned as it is and Tune's error stands."""
     checkpoint = getattr(result, "checkpoint", None)
     if checkpoint is None:
         return result
     filesystem = checkpoint.filesystem
-    if filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
+
+    def has_state(folder: str) -> bool:
+        state = filesystem.get_file_info(posixpath.join(folder, STATE_FILE))
+        return state.type == pyarrow.fs.FileType.File
+
+    if has_state(checkpoint.path):
         return result
     trial_dir = posixpath.dirname(checkpoint.path.rstrip("/"))
-    folders = filesystem.get_file_info(pyarrow.fs.FileSelector(trial_dir, allow_not_found=True))
-    newest = max(
-        (
-            info.path
-            for info in folders
-            if info.type == pyarrow.fs.FileType.Directory
-            and posixpath.basename(info.path).startswith("checkpoint_")
-        ),
-        default=None,
-    )
+    entries = filesystem.get_file_info(pyarrow.fs.FileSelector(trial_dir, allow_not_found=True))
+    folders = [
+        entry.path
+        for entry in entries
+        if entry.type == pyarrow.fs.FileType.Directory
+        and posixpath.basename(entry.path).startswith("checkpoint_")
+    ]
+    newest = max((folder for folder in folders if has_state(folder)), default=None)
     if newest is not None:
+        filesystem.create_dir(checkpoint.path)
         result.checkpoint = tune.Checkpoint(newest, filesystem=filesystem)
     return result
 
