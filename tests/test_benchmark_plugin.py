@@ -63,10 +63,12 @@ def test_make_data_finds_the_plugin(plugin_env: dict[str, str], tmp_path: Path) 
 
 HEAD = (
     "import ray, sys; "
-    "ray.init(num_cpus=2, include_dashboard=False); "
+    "ray.init(num_cpus=2, include_dashboard=False, "
+    "_system_config={'prestart_worker_first_driver': False}); "
     "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read()"
 )
-"""A local Ray head on 127.0.0.1 that lives until its stdin closes."""
+"""A local Ray head on 127.0.0.1 that lives until its stdin closes. It prestarts no idle
+workers for its own driver, which runs no task (2 processes of CPU for nothing on 2 cores)."""
 
 
 @pytest.fixture

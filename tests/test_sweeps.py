@@ -7,6 +7,7 @@ itself is under test there.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -352,7 +353,7 @@ def test_an_unreachable_cluster_address_is_reported_at_once():
 
 
 def test_storage_probe_reports_what_is_wrong(tmp_path):
-    from relif_ray.tuning.launch import storage_problem
+    from relif_ray.experiment.storage import storage_problem
 
     probe = tmp_path / "probe"
     assert storage_problem(str(probe), "token") == "the directory is not visible there"
@@ -360,6 +361,19 @@ def test_storage_probe_reports_what_is_wrong(tmp_path):
     assert "different directory" in storage_problem(str(probe), "token")
     probe.write_text("token")
     assert storage_problem(str(probe), "token") is None
+
+
+def test_the_storage_probe_task_imports_neither_torch_nor_ray_tune():
+    """The probe runs as a Ray task on every node of a cluster (`check_storage_visible`); Ray
+    imports the function's module in a fresh worker for it. Its module used to be the Tune
+    layer's launch module, which loads torch and Ray Tune: 3.5 s of CPU on each node."""
+    from relif_ray.experiment.storage import storage_problem
+
+    code = f"import sys, {storage_problem.__module__}; print(sorted(sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    modules = set(ast.literal_eval(loaded.stdout))
+    assert {"relif_ray.experiment.storage", "pyarrow"} <= modules
+    assert not {"torch", "ray", "ray.tune"} & modules
 
 
 @pytest.mark.parametrize(

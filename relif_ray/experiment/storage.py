@@ -15,6 +15,7 @@ Arrow's options in the URI itself: `s3://bucket/dir?endpoint_override=127.0.0.1:
 from __future__ import annotations
 
 import functools
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -155,3 +156,22 @@ def open_input(place: Location) -> pa.NativeFile:
     """A binary input stream (a context manager) for readers that take file objects."""
     store, path = filesystem(place)
     return store.open_input_file(path)
+
+
+def storage_problem(probe: str, token: str) -> str | None:
+    """Why the probe file that a sweep's driver wrote, holding `token`, is not usable on the
+    node that runs this (None if it is): a multi-node sweep needs its local `--storage` to be
+    one shared directory (`relif_ray.tuning.launch.check_storage_visible` runs this as a Ray
+    task on each node)."""
+    path = Path(probe)
+    if not path.exists():
+        return "the directory is not visible there"
+    if path.read_text() != token:
+        return "a different directory of the same name is there"
+    try:
+        check = path.with_name(path.name + f".{uuid.uuid4().hex}")
+        check.write_text(token)
+        check.unlink()
+    except OSError as exc:
+        return f"not writable there ({exc.strerror})"
+    return None
