@@ -39,7 +39,6 @@ import math
 
 import numpy as np
 import torch
-from scipy.optimize import least_squares
 from torch import Tensor
 
 from relif_ray.config import GradientSource
@@ -54,6 +53,10 @@ def fairgrad_weights(gramian: np.ndarray, alpha: float) -> np.ndarray:
     Ones when alpha == 0, and when all gradients are zero (no solution exists; the shared
     update G^T w is zero for any w).
     """
+    # deferred: scipy.optimize takes 0.2 s to import, paid by every process that loads the
+    # method registry (trial workers, drivers, `relif` commands) whether or not it runs FairGrad
+    from scipy.optimize import least_squares
+
     num_tasks = gramian.shape[0]
     scale = float(np.linalg.norm(gramian))
     if alpha == 0 or scale == 0.0:
