@@ -8,9 +8,11 @@ itself is under test there.
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
+import pickle
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -756,11 +758,10 @@ def mid_sweep(experiment: Path) -> tuple[set[str], set[str]]:
 @pytest.mark.slow
 def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_data, tmp_path):
     """The driver is killed while the ReLiF trial runs after its ERM reference, and resumed.
-    The kill is also made to land in Tune's checkpoint race (ray-project/ray#27790): every
-    checkpoint folder of the interrupted trial moves up one index, as if Tune had deleted the
-    one its experiment state names and registered a newer one before the kill. The trial
-    restores from the newest of them (`surviving_checkpoint`) and ends with the numbers of an
-    uninterrupted run."""
+    The kill is also made to land in Tune's checkpoint race (ray-project/ray#27790): the
+    checkpoint that the experiment state names for the interrupted trial is gone, a newer one
+    beside it (`lose_the_named_checkpoint`). The trial restores from that one
+    (`surviving_checkpoint`) and ends with the numbers of an uninterrupted run."""
     experiment = tmp_path / "killed"
     address = ray_session.get_runtime_context().gcs_address
     driver = subprocess.Popen(
@@ -785,8 +786,9 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
     results_before = {
         trial: next(experiment.glob(f"*_{trial}/result.json")).read_bytes() for trial in finished
     }
-    (trial_dir,) = [next(experiment.glob(f"*_{trial}")) for trial in interrupted]
-    restore_from = move_checkpoints_up_one(trial_dir)
+    (trial,) = interrupted
+    trial_dir = next(experiment.glob(f"*_{trial}"))
+    lose_the_named_checkpoint(trial_dir, named_checkpoint(experiment, trial))
 
     resumed = subprocess.run(
         sweep_command(small_data, tmp_path, address, "--resume"),
@@ -797,8 +799,9 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"from checkpoint: Checkpoint(filesystem=local, path={restore_from})" in resumed.stderr
-    assert "Error handling checkpoint" not in resumed.stderr
+    assert "Error handling checkpoint" not in resumed.stderr  # Tune's driver, in this output
+    # the empty stand-in for the named folder went with Tune's next deletion (num_to_keep 1)
+    assert len(list(trial_dir.glob("checkpoint_*"))) == 1
     assert list(statuses(experiment).values()) == ["TERMINATED"] * 2
     for trial, before in results_before.items():  # finished trials are not run again
         assert next(experiment.glob(f"*_{trial}/result.json")).read_bytes() == before
@@ -814,18 +817,35 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
     _assert_matches_an_uninterrupted_run(loaded, interrupted.pop())
 
 
-def move_checkpoints_up_one(trial_dir: Path) -> Path:
-    """Rename checkpoint_{i} to checkpoint_{i+1}, highest first; the newest moved folder whose
-    state loads, from which the trial should restore."""
-    moved = []
-    for folder in sorted(trial_dir.glob("checkpoint_*"), reverse=True):
-        index = int(folder.name.removeprefix("checkpoint_"))
-        moved.append(folder.rename(trial_dir / f"checkpoint_{index + 1:06d}"))
-    for folder in moved:
-        with contextlib.suppress(RuntimeError, EOFError, FileNotFoundError):
-            torch.load(folder / STATE_FILE, weights_only=True)
-            return folder
-    raise AssertionError(f"no complete checkpoint in {trial_dir}")
+def named_checkpoint(experiment: Path, trial: str) -> int:
+    """The index of the newest checkpoint folder that Tune's latest experiment state names for
+    `trial` (its pickled checkpoint manager holds the folder names as text)."""
+    for state, meta in trial_records(experiment):
+        if state["trial_id"] == trial:
+            blob = bytes.fromhex(meta["checkpoint_manager"]["value"])
+            return max(int(index) for index in re.findall(rb"checkpoint_(\d{6})", blob))
+    raise AssertionError(f"trial {trial} is not in the experiment state")
+
+
+def lose_the_named_checkpoint(trial_dir: Path, named: int) -> Path:
+    """Leave `trial_dir` as Tune's race does (ray-project/ray#27790): the named checkpoint gone
+    and a complete newer one beside it. Where the trial had written that newer one, the named
+    one is deleted; otherwise (or where the kill cut the newer one off) the named one becomes
+    the newer one, holding the same state. Returns the newer folder."""
+    folder, newer = (trial_dir / f"checkpoint_{index:06d}" for index in (named, named + 1))
+    if loads(newer / STATE_FILE):
+        shutil.rmtree(folder, ignore_errors=True)  # the race itself may have deleted it
+        return newer
+    shutil.rmtree(newer, ignore_errors=True)
+    return folder.rename(newer)
+
+
+def loads(state_file: Path) -> bool:
+    try:
+        torch.load(state_file, weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, FileNotFoundError):
+        return False
+    return True
 
 
 def _assert_matches_an_uninterrupted_run(loaded, trial: str) -> None:

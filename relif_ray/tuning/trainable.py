@@ -31,6 +31,7 @@ outputs, with status "stopped", at the checkpoints where it may be stopped
 from __future__ import annotations
 
 import math
+import pickle
 import posixpath
 import time
 from dataclasses import replace
@@ -134,7 +135,7 @@ def newest_complete_state(checkpoint_dir: Path) -> dict[str, Any]:
             continue
         try:
             return torch.load(state_file, weights_only=True)
-        except (RuntimeError, EOFError):  # truncated: the trial died while writing it
+        except (RuntimeError, EOFError, pickle.UnpicklingError):  # cut off mid-write
             continue
     raise UserError(f"not restored: {named} is missing, and no checkpoint beside it has a state")
 
