@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import pickle
 import re
 import shutil
 import signal
@@ -42,7 +41,7 @@ from relif_ray.sweep.labels import (
     variant,
 )
 from relif_ray.sweep.plan import controller_variants
-from relif_ray.tuning.trainable import STATE_FILE
+from relif_ray.tuning.trainable import STATE_FILE, readable_state
 from tests.conftest import tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses
 
@@ -827,25 +826,17 @@ def named_checkpoint(experiment: Path, trial: str) -> int:
     raise AssertionError(f"trial {trial} is not in the experiment state")
 
 
-def lose_the_named_checkpoint(trial_dir: Path, named: int) -> Path:
+def lose_the_named_checkpoint(trial_dir: Path, named: int) -> None:
     """Leave `trial_dir` as Tune's race does (ray-project/ray#27790): the named checkpoint gone
     and a complete newer one beside it. Where the trial had written that newer one, the named
     one is deleted; otherwise (or where the kill cut the newer one off) the named one becomes
-    the newer one, holding the same state. Returns the newer folder."""
+    the newer one, holding the same state."""
     folder, newer = (trial_dir / f"checkpoint_{index:06d}" for index in (named, named + 1))
-    if loads(newer / STATE_FILE):
+    if readable_state(newer / STATE_FILE) is not None:
         shutil.rmtree(folder, ignore_errors=True)  # the race itself may have deleted it
-        return newer
-    shutil.rmtree(newer, ignore_errors=True)
-    return folder.rename(newer)
-
-
-def loads(state_file: Path) -> bool:
-    try:
-        torch.load(state_file, weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, FileNotFoundError):
-        return False
-    return True
+    else:
+        shutil.rmtree(newer, ignore_errors=True)
+        folder.rename(newer)
 
 
 def _assert_matches_an_uninterrupted_run(loaded, trial: str) -> None:

@@ -130,14 +130,23 @@ def newest_complete_state(checkpoint_dir: Path) -> dict[str, Any]:
     """
     named = checkpoint_dir / STATE_FILE
     beside = sorted(checkpoint_dir.parent.glob(f"checkpoint_*/{STATE_FILE}"), reverse=True)
-    for state_file in [named, *beside]:
-        if not state_file.exists():
-            continue
-        try:
-            return torch.load(state_file, weights_only=True)
-        except (RuntimeError, EOFError, pickle.UnpicklingError):  # cut off mid-write
-            continue
+    for state_file in [named, *(other for other in beside if other != named)]:
+        state = readable_state(state_file)
+        if state is not None:
+            return state
     raise UserError(f"not restored: {named} is missing, and no checkpoint beside it has a state")
+
+
+def readable_state(state_file: Path) -> dict[str, Any] | None:
+    """The engine state saved in `state_file`; None where the file is missing or was cut off
+    mid-write (torch raises a zip error for a truncated file, a pickle error for one that is
+    not a zip at all)."""
+    if not state_file.exists():
+        return None
+    try:
+        return torch.load(state_file, weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError):
+        return None
 
 
 def surviving_checkpoint(result: Any) -> Any:
