@@ -377,6 +377,17 @@ def test_the_storage_probe_task_imports_neither_torch_nor_ray_tune():
     assert not {"torch", "ray", "ray.tune"} & modules
 
 
+def test_the_sweep_command_loads_no_library_that_only_some_trials_use():
+    """Every sweep driver and `relif` command loads the problem and method registries. SciPy
+    (0.4 s: the clinical AUROC's ranks, FairGrad's solver) and torchvision (1 s with
+    `torch._dynamo`: the ResNet of the dense problems) are imported where they are used."""
+    code = "import sys, relif_ray.cli.sweep; print(sorted(sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    modules = set(ast.literal_eval(loaded.stdout))
+    assert {"relif_ray.problems.mimic3", "relif_ray.methods.fairgrad", "torch"} <= modules
+    assert not {"scipy", "torchvision", "torch._dynamo"} & modules
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

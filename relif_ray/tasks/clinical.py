@@ -49,7 +49,6 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.stats import rankdata
 from torch import Tensor
 
 from relif_ray.tasks.base import (
@@ -97,6 +96,10 @@ def binary_auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     n_pos, n_neg = int(positives.sum()), int((~positives).sum())
     if n_pos == 0 or n_neg == 0:
         return float("nan")
+    # deferred: scipy.stats takes 0.4 s to import, paid by every process that loads the
+    # problem registry (sweep drivers, `relif` commands) whether or not it scores a stay
+    from scipy.stats import rankdata
+
     ranks = rankdata(scores)
     return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
