@@ -370,9 +370,7 @@ def test_the_storage_probe_task_imports_neither_torch_nor_ray_tune():
     layer's launch module, which loads torch and Ray Tune: 3.5 s of CPU on each node."""
     from relif_ray.experiment.storage import storage_problem
 
-    code = f"import sys, {storage_problem.__module__}; print(sorted(sys.modules))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    modules = set(ast.literal_eval(loaded.stdout))
+    modules = modules_loaded_by(storage_problem.__module__)
     assert {"relif_ray.experiment.storage", "pyarrow"} <= modules
     assert not {"torch", "ray", "ray.tune"} & modules
 
@@ -381,11 +379,17 @@ def test_the_sweep_command_loads_no_library_that_only_some_trials_use():
     """Every sweep driver and `relif` command loads the problem and method registries. SciPy
     (0.4 s: the clinical AUROC's ranks, FairGrad's solver) and torchvision (1 s with
     `torch._dynamo`: the ResNet of the dense problems) are imported where they are used."""
-    code = "import sys, relif_ray.cli.sweep; print(sorted(sys.modules))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    modules = set(ast.literal_eval(loaded.stdout))
+    modules = modules_loaded_by("relif_ray.cli.sweep")
     assert {"relif_ray.problems.mimic3", "relif_ray.methods.fairgrad", "torch"} <= modules
     assert not {"scipy", "torchvision", "torch._dynamo"} & modules
+
+
+def modules_loaded_by(module: str) -> set[str]:
+    """Every module that importing `module` loads, in a fresh interpreter."""
+    code = f"import sys, {module}; print(sorted(sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    return set(ast.literal_eval(loaded.stdout))
 
 
 @pytest.mark.parametrize(
