@@ -12,7 +12,7 @@ batch 64, clipping 1.0; 7 seeds on MIMIC-III and 3 on eICU; fixed audit threshol
 
 import sys
 
-from relif_ray.cli.sweep import CLINICAL, main
+from relif_ray.cli import sweep_main
 
 if __name__ == "__main__":
-    sys.exit(main(datasets=tuple(CLINICAL), controller_checks=False))
+    sys.exit(sweep_main(datasets=("mimic3", "eicu"), controller_checks=False))

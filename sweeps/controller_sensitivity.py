@@ -14,7 +14,7 @@ The same sweep as `relif sweep --controller-checks` (`relif_ray.cli.sweep`).
 
 import sys
 
-from relif_ray.cli.sweep import main
+from relif_ray.cli import sweep_main
 
 if __name__ == "__main__":
-    sys.exit(main(controller_checks=True))
+    sys.exit(sweep_main(controller_checks=True))

@@ -10,7 +10,7 @@ The same sweep as `relif sweep --dataset NAME` (`relif_ray.cli.sweep`).
 
 import sys
 
-from relif_ray.cli.sweep import main
+from relif_ray.cli import sweep_main
 
 if __name__ == "__main__":
-    sys.exit(main(controller_checks=False))
+    sys.exit(sweep_main(controller_checks=False))

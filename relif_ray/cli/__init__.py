@@ -3,10 +3,16 @@ imports `analysis`.
 
 `relif` (the console script, `relif_ray.cli.console`): sweep, make-data, methods, audit,
 report, export. The sweep entry points `sweeps/*.py` call the same front door as `relif sweep`
-(`relif_ray.cli.sweep`). User mistakes print one line and exit 2.
+(`relif_ray.cli.sweep`, through `sweep_main`). User mistakes print one line and exit 2, also
+those found while a command's module is imported (a plug-in that does not import: the
+registries import the plug-ins with the modules that use them).
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,3 +21,17 @@ def main(argv: list[str] | None = None) -> int:
     from relif_ray.cli.console import main as console_main
 
     return console_main(argv)
+
+
+def sweep_main(**options: Any) -> int:
+    """A sweep entry point (`sweeps/*.py`): `relif_ray.cli.sweep.main(**options)` on the
+    process's arguments, imported inside the one-line error handling."""
+    from relif_ray.cli.parsing import run_command
+
+    def command() -> int:
+        from relif_ray.cli.sweep import main as sweep
+
+        return sweep(**options)
+
+    return run_command(Path(sys.argv[0]).name, command)
+

@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from relif_ray.methods import MTLMethod, methods
-from relif_ray.methods.registry import MTL_EXTRA, missing_requirements, plugin_file
+from relif_ray.methods.registry import install_hint, missing_requirements, plugin_file
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 
 COLUMNS = ("name", "set", "kind", "+relif", "rep.", "options (default)", "citation")
@@ -62,8 +62,7 @@ def method_listing() -> list[str]:
             lines.append(f"{name}: plug-in {file}")
         if missing := missing_requirements(registered[name]):
             lines.append(
-                f"{name}: needs {', '.join(missing)}, not installed: "
-                f"pip install 'relif-ray[{MTL_EXTRA}]'"
+                f"{name}: needs {', '.join(missing)}, not installed: {install_hint(registered[name])}"
             )
     return lines
 

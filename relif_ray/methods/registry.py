@@ -9,10 +9,9 @@ itself the same way. Every class carries its description (`kind`, `citation`, `r
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
+import math
 import os
-import pkgutil
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
 from relif_ray.methods.base import MTLMethod
-from relif_ray.plugins import METHODS_PATH, extend_package_path
+from relif_ray.plugins import METHODS_PATH, import_plugins, plugin_name
 
 METHODS: dict[str, type[MTLMethod]] = {}
 
@@ -33,7 +32,9 @@ MTL_EXTRA = "mtl"
 
 
 def register(cls: type[MTLMethod]) -> type[MTLMethod]:
-    """Class decorator: make `cls` selectable by `cls.name` in configs and `--methods`."""
+    """Class decorator: make `cls` selectable by `cls.name` in configs and `--methods`; the
+    name must be a plain word (`relif_ray.plugins.plugin_name`)."""
+    plugin_name(getattr(cls, "name", None), "method", inspect.getfile(cls))
     existing = METHODS.get(cls.name)
     if existing is not None and existing is not cls:
         raise UserError(
@@ -51,15 +52,8 @@ def methods() -> dict[str, type[MTLMethod]]:
 
 @functools.cache
 def _import_plugins(path_value: str) -> None:
-    package = sys.modules[__package__]  # relif_ray.methods, imported before any of its modules
-    for directory in extend_package_path(package.__path__, path_value):
-        for module_info in pkgutil.iter_modules([directory]):
-            module = importlib.import_module(f"{package.__name__}.{module_info.name}")
-            if Path(module.__file__ or "").parent != Path(directory):
-                raise UserError(
-                    f"{METHODS_PATH}: {directory}/{module_info.name}.py has the name of a "
-                    "built-in method module; rename it"
-                )
+    """The plug-ins of `path_value` (the variable's value: a changed value imports again)."""
+    import_plugins(sys.modules[__package__], METHODS_PATH)  # the package is imported first
 
 
 def plugin_file(cls: type[MTLMethod]) -> Path | None:
@@ -72,6 +66,14 @@ def plugin_file(cls: type[MTLMethod]) -> Path | None:
 def missing_requirements(cls: type[MTLMethod]) -> list[str]:
     """The modules `cls` needs that are not installed."""
     return [module for module in cls.requires if find_spec(module) is None]
+
+
+def install_hint(cls: type[MTLMethod]) -> str:
+    """How to install what `cls` misses: our `mtl` extra for a built-in method; a plug-in's
+    own requirements are its author's to name."""
+    if (file := plugin_file(cls)) is not None:
+        return f"install them for the plug-in {file}"
+    return f"pip install 'relif-ray[{MTL_EXTRA}]'"
 
 
 def build_method(
@@ -100,9 +102,30 @@ def build_method(
     if missing := missing_requirements(cls):
         raise UserError(
             f"method.name: {name} needs {', '.join(missing)}, which are not installed: "
-            f"pip install 'relif-ray[{MTL_EXTRA}]'"
+            f"{install_hint(cls)}"
         )
+    for option, value in options.items():
+        check_option(f"method.options.{option}", value, accepted[option])
     try:
         return cls(task_names, seed=seed, gradient_source=gradient_source, **options)
     except TypeError as exc:
         raise UserError(f"method.options: invalid options for '{name}': {exc}") from None
+
+
+def check_option(field: str, value: Any, default: Any) -> None:
+    """An option value of the kind of its default: a whole number where the default is one, a
+    finite number where it is a float, true/false where it is a bool, text where it is text;
+    other defaults (None, lists) leave the check to the method, as do the value's range."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise UserError(f"{field}: expected true/false, got {value!r}")
+    elif isinstance(default, int):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(f"{field}: expected a whole number, got {value!r}")
+    elif isinstance(default, float):
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise UserError(f"{field}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise UserError(f"{field}: must be finite, got {value!r}")
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise UserError(f"{field}: expected text, got {value!r}")

@@ -22,6 +22,7 @@ import functools
 import importlib
 import os
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,11 +34,14 @@ from relif_ray.data.splits import Batch, Split, TensorSplit
 from relif_ray.directions import higher_is_better
 from relif_ray.errors import UserError
 from relif_ray.models.base import MultiTaskModel
-from relif_ray.plugins import PROBLEMS_PATH, extend_package_path
+from relif_ray.plugins import PROBLEMS_PATH, import_plugins, plugin_name
 from relif_ray.tasks.base import Task
 
 PATH_VARIABLE = PROBLEMS_PATH
 """Environment variable: extra directories searched for benchmark modules."""
+
+BUILT_IN_DIRECTORY = str(Path(__file__).resolve().parent)
+"""The directory of the built-in benchmark modules (this package)."""
 
 BENCHMARK_ATTRIBUTE = "BENCHMARK"
 """The module-level name a benchmark module defines."""
@@ -194,15 +198,21 @@ def benchmark(name: str, where: str = "data.dataset") -> Benchmark:
 
 @functools.cache
 def _discover(path_value: str) -> dict[str, Benchmark]:
-    extend_package_path(__path__, path_value)
+    """The built-in benchmark modules, then the plug-ins of `path_value` (the variable's
+    value: a changed value imports again; `relif_ray.plugins.import_plugins`)."""
+    package = sys.modules[__name__]
+    built_in = [
+        importlib.import_module(f"{__name__}.{module_info.name}")
+        for module_info in pkgutil.iter_modules([BUILT_IN_DIRECTORY])
+    ]
     found: dict[str, Benchmark] = {}
-    for module_info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
+    for module in [*built_in, *import_plugins(package, PATH_VARIABLE)]:
         described = getattr(module, BENCHMARK_ATTRIBUTE, None)
         if described is None:
             continue
         if not isinstance(described, Benchmark):
             raise UserError(f"{module.__file__}: {BENCHMARK_ATTRIBUTE} must be a Benchmark")
+        plugin_name(described.name, "benchmark", str(module.__file__))
         if described.name in found:
             raise UserError(f"{module.__file__}: a benchmark '{described.name}' already exists")
         found[described.name] = described
