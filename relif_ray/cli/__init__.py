@@ -34,4 +34,3 @@ def sweep_main(**options: Any) -> int:
         return sweep(**options)
 
     return run_command(Path(sys.argv[0]).name, command)
-

@@ -61,9 +61,8 @@ def method_listing() -> list[str]:
         if (file := plugin_file(registered[name])) is not None:
             lines.append(f"{name}: plug-in {file}")
         if missing := missing_requirements(registered[name]):
-            lines.append(
-                f"{name}: needs {', '.join(missing)}, not installed: {install_hint(registered[name])}"
-            )
+            hint = install_hint(registered[name])
+            lines.append(f"{name}: needs {', '.join(missing)}, not installed: {hint}")
     return lines
 
 
