@@ -3,7 +3,9 @@
 The config is a tree of dataclasses. `ExperimentConfig.from_dict` builds it from the nested
 dict that Ray Tune passes to a trial (and that trials store as `config.json`), rejecting
 unknown fields, wrong types and out-of-range values with a one-line `UserError` that names the
-dotted field, e.g. `config field train.lr: must be > 0, got -1.0`. `flat_config` and
+dotted field, e.g. `config field train.lr: must be > 0, got -1.0`. No float field takes NaN or
+infinity (YAML's `.nan`, `.inf`): each is refused where values are checked against their type
+hints (`_coerce`), before any range check could let one through. `flat_config` and
 `nested_config` turn it into flat dotted keys (`relif.enabled`, `seed`) and back: the form Ray
 Tune stores and shows as a trial's config, and the form of `--set section.field=value`.
 """
@@ -316,6 +318,8 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
         raise UserError(f"config field {name}: expected true/false, got {value!r}")
     if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool)):
         raise UserError(f"config field {name}: expected {hint.__name__}, got {value!r}")
+    if hint is float and not math.isfinite(value):
+        raise UserError(f"config field {name}: must be a finite number, got {value!r}")
     return value
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError, finite_number
@@ -16,7 +18,26 @@ EXIT_USER_ERROR = 2
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is a `UserError` (one line, exit 2) instead of usage + exit."""
+    """argparse, but a bad flag is a `UserError` (one line, exit 2) instead of usage + exit.
+
+    Two rules hold for every flag of every parser here, so no flag can forget them: a value
+    given as `type=float` must be a finite number (`finite_float`: NaN and infinity are never
+    a setting), and a text or path value may not be empty (`given_text`: `--seeds ''` or
+    `--storage ''` is a mistake, never "use the default" or "the current folder"). They are
+    argparse's own type conversions, registered for `float`, `Path` and no type.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("type", float, finite_float)
+        self.register("type", None, given_text)
+        self.register("type", Path, lambda text: Path(given_text(text)))
+
+    def add_subparsers(self, **kwargs: Any) -> argparse._SubParsersAction:
+        """Sub-commands; the strings after a sub-command's name are its parser's to check."""
+        action = super().add_subparsers(**kwargs)
+        action.type = str
+        return action
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UserError(message)
@@ -31,6 +52,21 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def finite_float(text: str) -> float:
+    """A flag's value as a finite float (argparse names the flag in the error)."""
+    try:
+        return finite_number(text, "value")
+    except UserError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def given_text(text: str) -> str:
+    """A flag's text value; an empty one is an error, not the flag's default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a value, got {text!r}")
+    return text
+
+
 def run_command(prog: str, command: Callable[[], int]) -> int:
     """Run a command line; a user mistake (`UserError`) is the one line `<prog>: error:
     <message>` on stderr and exit status 2, with no traceback."""
@@ -41,12 +77,18 @@ def run_command(prog: str, command: Callable[[], int]) -> int:
         return EXIT_USER_ERROR
 
 
+def comma_list(text: str, flag: str) -> list[str]:
+    """The items of a comma-separated list flag, stripped (empty ones skipped); a list without
+    any item is an error, never the flag's default."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise UserError(f"{flag}: expected a comma-separated list, got '{text}'")
+    return items
+
+
 def parse_floats(text: str, flag: str) -> list[float]:
     """Comma-separated finite numbers (at least one)."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        raise UserError(f"{flag}: expected comma-separated numbers, got '{text}'")
-    return [finite_number(part, f"{flag} value") for part in parts]
+    return [finite_number(part, f"{flag} value") for part in comma_list(text, flag)]
 
 
 AUDIT_FLAGS = {

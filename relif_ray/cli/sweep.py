@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from relif_ray.audit import check_delta
-from relif_ray.cli.parsing import OneLineParser, parse_floats, run_command
+from relif_ray.cli.parsing import OneLineParser, comma_list, parse_floats, run_command
 from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser, default_methods
 from relif_ray.errors import UserError
 from relif_ray.experiment.storage import local_path
@@ -192,7 +192,8 @@ def request_of(
 def grid_planner(args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int]) -> Planner:
     """Methods x seeds x (r*, eta), or with --search optuna the studies over (r*, eta)."""
     optuna = args.search == "optuna"
-    labels = parse_labels(args.methods or ("relif" if optuna else default_labels(args, defaults)))
+    default = "relif" if optuna else default_labels(args, defaults)
+    labels = parse_labels(default if args.methods is None else args.methods)
     r_stars, etas = controller_grid(args, defaults)
     if optuna:
         plan = optuna_plan(args, labels, seeds)
@@ -219,7 +220,7 @@ def selected_planner(
         raise UserError(
             "--select-from: conflicts with --search optuna (it runs the selected setting)"
         )
-    labels = parse_labels(args.methods or default_labels(args, defaults))
+    labels = parse_labels(default_labels(args, defaults) if args.methods is None else args.methods)
     chosen = select_settings(read_pareto(args.select_from), args.select_worst_tolerance)
     found = Selection(chosen, args.select_from, args.select_worst_tolerance)
     trials = selected_trials(labels, seeds, found.settings(), args.select_from)
@@ -275,7 +276,7 @@ def controller_grid(
 def parse_seeds(text: str) -> list[int]:
     """`7` -> seeds 0..6; `0,3,5` -> exactly those."""
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in comma_list(text, "--seeds")]
     except ValueError:
         raise UserError(
             f"--seeds: expected a count or a comma-separated list, got '{text}'"
@@ -300,9 +301,7 @@ def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, fl
 def parse_labels(text: str, flag: str = "--methods") -> list[str]:
     """Method labels, each checked against the method registry (with the plug-ins of
     `RELIF_METHODS_PATH`) and the ReLiF labels."""
-    labels = [label.strip() for label in text.split(",") if label.strip()]
-    if not labels:
-        raise UserError(f"{flag}: no method given")
+    labels = comma_list(text, flag)
     registered = methods()
     for label in labels:
         method, _ = split_label(label, flag)
@@ -388,7 +387,8 @@ def flag_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str = "") -> str:
-    name = args.name or f"{defaults.dataset}{suffix}{'-demo' if args.demo else ''}"
+    default = f"{defaults.dataset}{suffix}{'-demo' if args.demo else ''}"
+    name = default if args.name is None else args.name
     if "/" in name or name.startswith("."):
         raise UserError(f"--name: must be a plain folder name, got '{name}'")
     return name
@@ -396,13 +396,15 @@ def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix:
 
 def seeds_of(args: argparse.Namespace, defaults: DatasetDefaults) -> list[int]:
     default = defaults.demo_train["seeds"] if args.demo else defaults.seeds
-    return parse_seeds(args.seeds or str(default))
+    return parse_seeds(str(default) if args.seeds is None else args.seeds)
 
 
-def parse_callbacks(text: str) -> tuple[str, ...]:
+def parse_callbacks(text: str | None) -> tuple[str, ...]:
     """`--callbacks wandb,mlflow`: known names whose package is installed (Ray's integrations
-    import them only when a trial starts)."""
-    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    import them only when a trial starts); none without the flag."""
+    if text is None:
+        return ()
+    names = tuple(dict.fromkeys(comma_list(text, "--callbacks")))
     for name in names:
         if name not in LOGGER_CALLBACKS:
             raise UserError(

@@ -255,7 +255,6 @@ def add_tune_flags(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--max-concurrent-trials", type=int, help="at most this many trials at once")
     tune.add_argument(
         "--callbacks",
-        default="",
         help="Ray's logger integrations: wandb, mlflow or wandb,mlflow (TensorBoard and "
         "CSV/JSON are always written)",
     )
