@@ -47,7 +47,7 @@ from relif_ray.sweep.plan import (
     selected_trials,
     trial_space,
 )
-from relif_ray.sweep.preflight import resolve_pretrained
+from relif_ray.sweep.preflight import check_storage, resolve_pretrained
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import Selection, read_pareto, select_settings
 from relif_ray.tuning import run_sweep_request
@@ -156,10 +156,11 @@ def request_of(
     planner: Planner,
     selection: Selection | None,
 ) -> SweepRequest:
-    """The checked request: resources, name, then (unless resuming) the data, the base config
-    and the trials."""
+    """The checked request: resources, storage, name, then (unless resuming) the data, the base
+    config and the trials."""
     limits = resources(args)
     check_delta(args.delta, "--delta")
+    check_storage(args.storage)
     common: dict[str, Any] = {
         "defaults": defaults,
         "name": experiment_name(args, defaults, suffix),
@@ -355,7 +356,7 @@ def data_root(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
         return str(Path(args.data_dir).resolve())
     if not args.demo:
         raise UserError("--data-dir is required (or use --demo for synthetic data)")
-    results = local_path(args.storage)
+    results = local_path(args.storage, "--storage")
     if results is None:
         raise UserError("--demo writes its data next to the results: use a local --storage")
     return str(results / "data" / f"{defaults.dataset}-demo")

@@ -45,10 +45,12 @@ class ExportSummary:
 
 def export_experiment(experiment: str, destination: str | Path) -> ExportSummary:
     """Copy what analysis needs of `experiment` to the new local folder `destination`."""
-    root = storage.location(experiment)
+    root = storage.location(experiment, "EXP")
     if storage.file_type(root) != pafs.FileType.Directory:
         raise UserError(f"experiment directory not found: {storage.display(root)}")
-    target = Path(destination).resolve()
+    target = storage.check_writable(destination, "DEST")
+    if target is None:
+        raise UserError(f"DEST {destination}: export writes a new local folder, not a URI")
     if target.exists():
         raise UserError(f"DEST {destination}: already exists (export writes a new folder)")
     staging = target.with_name(target.name + ".partial")

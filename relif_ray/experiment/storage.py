@@ -1,5 +1,7 @@
 """Where experiment directories and score files live: a local path, `file://`, `s3://` or
-`gs://`, all read through `pyarrow.fs` (sweeps write to the same kinds of storage).
+`gs://` (`gcs://`), all read through `pyarrow.fs` (sweeps write to the same kinds of storage).
+Any other scheme (`ftp://`, `hdfs://`, ...) is refused in one line wherever a location is
+first read (`location`), so a sweep's `--storage` is refused before Ray starts.
 
 A location is a `Path` (local paths and `file://` URIs) or a URI string (object storage).
 This module is the one place that decides which: `location` (and `local_path`, for the code
@@ -15,6 +17,7 @@ Arrow's options in the URI itself: `s3://bucket/dir?endpoint_override=127.0.0.1:
 from __future__ import annotations
 
 import functools
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,24 +33,49 @@ from relif_ray.errors import UserError, first_line
 Location = str | Path
 """A local `Path`, or the URI of a location in object storage."""
 _BUCKET_SCHEMES = ("s3", "gs", "gcs")
+SUPPORTED = "a local path, file://, s3:// or gs://"
+"""The kinds of storage, as a message names them."""
 _LOCAL = pafs.LocalFileSystem()
 
 
-def location(text: str | Path) -> Location:
-    """A path or URI as given by a user: `file://` URIs and plain paths become `Path`s."""
+def location(text: str | Path, what: str = "") -> Location:
+    """A path or URI as given by a user: `file://` URIs and plain paths become `Path`s; a URI
+    of an unsupported scheme, or a bucket URI without a bucket, is a one-line error (`what`:
+    the flag or argument that gave it, named first)."""
     if isinstance(text, Path) or "://" not in text:
         return Path(text)
     parts = urlsplit(text)
     if parts.scheme == "file":
         return Path(url2pathname(parts.path))
+    given = f"{what} {text}" if what else text
+    if parts.scheme not in _BUCKET_SCHEMES:
+        raise UserError(f"{given}: unsupported storage '{parts.scheme}://' (use {SUPPORTED})")
+    if not parts.netloc:
+        raise UserError(f"{given}: no bucket named (expected {parts.scheme}://BUCKET/PATH)")
     return text
 
 
-def local_path(text: str | Path) -> Path | None:
+def local_path(text: str | Path, what: str = "") -> Path | None:
     """The absolute local directory of a plain path or `file://` URI; None for object storage
-    (s3://, gs://, ...), which has no local directory, no locks and no free-space checks."""
-    place = location(text)
+    (s3://, gs://), which has no local directory, no locks and no free-space checks."""
+    place = location(text, what)
     return place.resolve() if isinstance(place, Path) else None
+
+
+def check_writable(text: str | Path, what: str) -> Path | None:
+    """A local directory (a path or `file://` URI) must be one we can write into, or creatable
+    below its nearest existing parent; nothing is created. Object storage is left to its
+    store (its credentials are checked where it is first written). Returns the local path
+    (None for object storage); one-line errors name `what`."""
+    path = local_path(text, what)
+    if path is None:
+        return None
+    existing = next(parent for parent in (path, *path.parents) if parent.exists())
+    if not existing.is_dir():
+        raise UserError(f"{what} {text}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {text}: {existing} is not writable")
+    return path
 
 
 def resolved(text: str | Path) -> Location:
@@ -57,15 +85,14 @@ def resolved(text: str | Path) -> Location:
 
 def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem holding `place` and the path of `place` inside it."""
+    place = location(place)  # any other URI than a bucket's is refused there
     if isinstance(place, Path):
         return _LOCAL, str(place.absolute())
     parts = urlsplit(place)
     try:
-        if parts.scheme in _BUCKET_SCHEMES:
-            query = f"?{parts.query}" if parts.query else ""
-            store = _bucket_filesystem(f"{parts.scheme}://{parts.netloc}{query}")
-            return store, f"{parts.netloc}{parts.path}".rstrip("/")
-        return pafs.FileSystem.from_uri(place)
+        query = f"?{parts.query}" if parts.query else ""
+        store = _bucket_filesystem(f"{parts.scheme}://{parts.netloc}{query}")
+        return store, f"{parts.netloc}{parts.path}".rstrip("/")
     except (OSError, pa.ArrowException) as error:
         raise UserError(f"{display(place)}: cannot open: {first_line(error)}") from error
 

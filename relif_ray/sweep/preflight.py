@@ -11,13 +11,13 @@ the trial, so each rule keeps one home:
   refused where the data set has no squashed score (`check_squash_gradient`);
 - the data set: the benchmark's `check(root)` (every file present and readable, shapes and
   dtypes from file headers, small files parsed whole);
-- the storage: a local `--storage` must be creatable and writable; nothing is created here;
+- the storage: a supported kind, and a local `--storage` creatable and writable; nothing is
+  created here;
 - pretrained weights given as a file must exist (`resolve_pretrained`).
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -25,7 +25,7 @@ import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.experiment.storage import local_path
+from relif_ray.experiment.storage import check_writable
 from relif_ray.methods import build_method
 from relif_ray.problems import benchmark
 from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
@@ -85,17 +85,10 @@ def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
 
 
 def check_storage(storage: str) -> None:
-    """A local `--storage` (a path or `file://` URI) must be a directory we can write into, or
-    creatable below its nearest existing parent; object storage (s3://, gs://) is left to
-    Ray's storage layer."""
-    path = local_path(storage)
-    if path is None:
-        return
-    existing = next(parent for parent in (path, *path.parents) if parent.exists())
-    if not existing.is_dir():
-        raise UserError(f"--storage {storage}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"--storage {storage}: {existing} is not writable")
+    """`--storage`: a supported kind of storage; a local one a directory we can write into, or
+    creatable below its nearest existing parent (`relif_ray.experiment.storage.check_writable`);
+    object storage (s3://, gs://) is left to Ray's storage layer."""
+    check_writable(storage, "--storage")
 
 
 def resolve_pretrained(value: str) -> str:
