@@ -13,7 +13,8 @@ import ray.cloudpickle as cloudpickle
 
 from relif_ray.errors import UserError
 from relif_ray.tuning.order import ReferenceOrder
-from relif_ray.tuning.resume import is_complete, newest_driver_state, repair_driver_state
+from relif_ray.experiment.layout import newest_driver_state
+from relif_ray.tuning.resume import is_complete, repair_driver_state
 
 RUN = "2026-11-26_10-00-00"
 STATE = {"trial_data": [['{"trial_id": "a"}', "{}"]], "runner_data": {"x": [1.5, None]}}

@@ -4,6 +4,7 @@ Ray.
 
     <experiment>/<EXPERIMENT_FILES>          the experiment's own files, where present
     <experiment>/<LOCK_FILE>                 held while a sweep writes the experiment
+    <experiment>/<DRIVER_STATE_FILES>        Ray Tune's driver state, which --resume reads
     <experiment>/<trial folder>/<TRIAL_RECORDS>    Tune's records of the trial
     <experiment>/<trial folder>/checkpoint_<N>/    Tune's checkpoints; the final one holds
                                                    the trial's `outputs/`
@@ -16,6 +17,9 @@ root is in `EXPERIMENT_FILES`, which `relif export` copies.
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
+
+import pyarrow.fs as pafs
 
 from relif_ray.experiment import storage
 from relif_ray.experiment.outputs import OUTPUTS_DIR, TRIAL_FILE
@@ -37,6 +41,15 @@ LOCK_FILE = ".relif-sweep.lock"
 """The lock a sweep driver holds on its experiment (`relif_ray.experiment.lock`); not
 exported: a copy is never being written."""
 
+EXPERIMENT_STATE_FILES = "experiment_state-*.json"
+"""Tune's trial list, one per driver run (the run's start time in the name): an experiment
+directory holds a sweep that `--resume` can continue exactly when it has one."""
+DRIVER_STATE_FILES = (EXPERIMENT_STATE_FILES, "search_gen_state-*.json", "searcher-state-*.pkl")
+"""Tune's driver state in an experiment directory, one file per kind and driver run; resume
+reads the newest of each kind. `searcher-state-*` holds the snapshot of our own searcher
+(`relif_ray.tuning.order.ReferenceOrder.save`: JSON, whatever Tune's name says); the other two
+are Tune's own (the trial list in JSON, the search generator's state a pickle)."""
+
 PARAMS_FILE = "params.json"
 """Tune's config of a trial: a trial folder without outputs is a trial once it has this."""
 RESULT_FILE = "result.json"
@@ -57,6 +70,18 @@ def trial_folders(root: Location) -> dict[Location, set[str]]:
         if slash:
             folders.setdefault(folder, set()).add(rest)
     return {storage.join(root, name): folders[name] for name in sorted(folders)}
+
+
+def newest_driver_state(experiment: Location) -> list[str]:
+    """The names of the newest file of each kind in `DRIVER_STATE_FILES` that the experiment
+    directory holds (the files a resume reads); none for a directory that does not exist."""
+    store, root = storage.filesystem(storage.location(experiment))
+    infos = store.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    names = [PurePosixPath(info.path).name for info in infos if info.type == pafs.FileType.File]
+    newest = []
+    for pattern in DRIVER_STATE_FILES:
+        newest += sorted(name for name in names if PurePosixPath(name).match(pattern))[-1:]
+    return newest
 
 
 def final_outputs(trial_dir: Location, files: set[str]) -> Location | None:

@@ -13,19 +13,22 @@ the trial, so each rule keeps one home:
   dtypes from file headers, small files parsed whole);
 - the storage: a supported kind, and a local `--storage` creatable and writable; nothing is
   created here;
-- pretrained weights given as a file must exist (`resolve_pretrained`).
+- pretrained weights given as a file must exist (`resolve_pretrained`);
+- `--resume`: the experiment exists and holds a sweep to continue (`check_resumable`).
 """
 
 from __future__ import annotations
 
 import warnings
+from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.experiment.storage import check_writable
+from relif_ray.experiment.layout import EXPERIMENT_STATE_FILES, newest_driver_state
+from relif_ray.experiment.storage import check_writable, display, join, resolved
 from relif_ray.methods import build_method
 from relif_ray.problems import benchmark
 from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
@@ -89,6 +92,18 @@ def check_storage(storage: str) -> None:
     creatable below its nearest existing parent (`relif_ray.experiment.storage.check_writable`);
     object storage (s3://, gs://) is left to Ray's storage layer."""
     check_writable(storage, "--storage")
+
+
+def check_resumable(storage: str, name: str) -> None:
+    """`--resume`: the experiment `<storage>/<name>` must hold a sweep Ray Tune can continue
+    (its trial list, `relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), found before Ray
+    starts."""
+    check_storage(storage)
+    experiment = join(resolved(storage), name)
+    if not any(fnmatch(file, EXPERIMENT_STATE_FILES) for file in newest_driver_state(experiment)):
+        raise UserError(
+            f"--resume: no sweep to resume at {display(experiment)} (check --storage and --name)"
+        )
 
 
 def resolve_pretrained(value: str) -> str:

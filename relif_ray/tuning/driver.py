@@ -2,7 +2,8 @@
 
 `SweepRequest` (`relif_ray.sweep.request`) is everything a sweep is, decided and checked before
 Ray starts (the command line builds it: `relif_ray.cli.sweep`). `run` does what remains, in
-this order: the storage, a lent `--reference` and the data set are checked; the experiment's
+this order: the storage, a lent `--reference` and the data set are checked (for `--resume`:
+the storage and the experiment it continues); the experiment's
 lock is taken (`relif_ray.experiment.lock`: one sweep per experiment directory, also for
 `--resume`); a new sweep refuses to mix into an existing experiment (a demo replaces its own);
 the demo's data are written; then `relif_ray.tuning.launch.run_sweep` runs (or resumes) the
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.problems import DatasetDefaults, benchmark
-from relif_ray.sweep.preflight import check_data, check_storage, lent_constants
+from relif_ray.sweep.preflight import check_data, check_resumable, check_storage, lent_constants
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import record_selection
 from relif_ray.tuning import launch
@@ -25,7 +26,9 @@ from relif_ray.tuning import launch
 def run(request: SweepRequest) -> str:
     """Run (or resume) the sweep; return its experiment directory (a path or a URI). Raises
     `TrialsErrored` when trials errored (`relif_ray.sweep.exit_status`)."""
-    if not request.resume:
+    if request.resume:
+        check_resumable(request.storage, request.name)
+    else:
         check_inputs(request)
     with exclusive_experiment(request.storage, request.name):
         if not request.resume:

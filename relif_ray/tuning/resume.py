@@ -27,15 +27,11 @@ import json
 import pickletools
 from pathlib import Path
 
-import pyarrow.fs as pafs
 import ray
 
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
-
-DRIVER_STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
-"""Tune's driver state in an experiment directory, one file per kind and driver run (the run's
-start time in the name; resume reads the newest of each kind)."""
+from relif_ray.experiment.layout import newest_driver_state
 
 
 def is_complete(data: bytes) -> bool:
@@ -53,19 +49,6 @@ def is_complete(data: bytes) -> bool:
         return any(opcode.name == "STOP" for opcode, _, _ in pickletools.genops(data))
     except ValueError:  # cut off inside an opcode or its argument
         return False
-
-
-def newest_driver_state(experiment_dir: str) -> list[str]:
-    """The names of the newest file of each kind in `DRIVER_STATE_FILES` that the experiment
-    directory holds (the files a resume reads)."""
-    store, root = storage.filesystem(storage.location(experiment_dir))
-    infos = store.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    names = [Path(info.path).name for info in infos if info.type == pafs.FileType.File]
-    newest = []
-    for pattern in DRIVER_STATE_FILES:
-        matching = sorted(name for name in names if Path(name).match(pattern))
-        newest += matching[-1:]
-    return newest
 
 
 def ray_temp_root() -> Path | None:
