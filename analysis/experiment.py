@@ -13,8 +13,7 @@ only when asked for.
 
 from __future__ import annotations
 
-import io
-import json
+import warnings
 from functools import cached_property
 from pathlib import Path
 
@@ -37,10 +36,12 @@ from relif_ray.experiment.lock import running_sweep
 from relif_ray.experiment.outputs import (
     SCORES_FILE,
     TRACE_FILE,
+    TRIAL_FILE,
+    check_parquet_footers,
     read_representations,
     read_trial_info,
 )
-from relif_ray.experiment.storage import Location
+from relif_ray.experiment.storage import DamagedFile, Location
 from relif_ray.progress import progress
 from relif_ray.sweep.labels import SETTING_FIELDS, setting_values, variant_name
 from relif_ray.sweep.selection import SELECTION_FILE
@@ -145,12 +146,13 @@ def load(*paths: str | Path) -> Experiment:
                     problems.append(_problem(trial_dir, files, running))
                 continue
             try:
-                info = read_trial_info(final)
-                scores = storage.read_parquet(storage.join(final, SCORES_FILE))
-            except (OSError, ValueError):
-                if not running:
+                info, scores = _read_trial(final)
+                with storage.reading(storage.join(final, TRIAL_FILE)):  # what a row needs
+                    row = _trial_row(info, root, final)
+            except (OSError, DamagedFile) as error:
+                if not running and not isinstance(error, DamagedFile):
                     raise
-                problems.append(_problem(trial_dir, files, running))  # still being written
+                problems.append(_unreadable(trial_dir, files, running, error))
                 continue
             trial = info["trial_id"]
             if trial in outputs:
@@ -159,7 +161,7 @@ def load(*paths: str | Path) -> Experiment:
                     f"{storage.display(final)}"
                 )
             outputs[trial] = final
-            rows.append({**_trial_row(info, root, final), "selected": info["label"] in selected})
+            rows.append({**row, "selected": info["label"] in selected})
             tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
@@ -202,16 +204,52 @@ def _selected_labels(root: Location) -> set[str]:
     path = storage.join(root, SELECTION_FILE)
     if storage.file_type(path) != FileType.File:
         return set()
-    return set(pd.read_csv(io.StringIO(storage.read_text(path)))["label"])
+    table = storage.read_csv(path)
+    with storage.reading(path):
+        return set(table["label"])
+
+
+def _read_trial(final: Location) -> tuple[dict, pa.Table]:
+    """A finished trial's trial.json and scores, its other parquet files' footers checked
+    (`storage.DamagedFile` names a damaged one)."""
+    info = read_trial_info(final)
+    scores = storage.read_parquet(storage.join(final, SCORES_FILE))
+    check_parquet_footers(final)
+    return info, scores
+
+
+def _unreadable(
+    trial_dir: Location, files: set[str], running: bool, error: Exception
+) -> dict[str, str]:
+    """A trial whose outputs cannot be read: still being written while a sweep runs, else
+    damaged, which is said (`SkippedFile`) and listed."""
+    if running:
+        return _problem(trial_dir, files, running)
+    skip(f"trial {storage.display(trial_dir).rstrip('/').rpartition('/')[2]}", error)
+    return {"path": storage.display(trial_dir), "status": "damaged", "error": str(error)}
+
+
+class SkippedFile(UserWarning):
+    """A damaged file of an experiment that analysis left out (with the trial or the records
+    it belongs to), and why: one line (`relif report` prints each as a warning)."""
+
+
+def skip(what: str, damaged: Exception) -> None:
+    """Warn that `what` is left out because of the damaged file `damaged` names."""
+    warnings.warn(f"skipped {what}: {damaged}", SkippedFile, stacklevel=3)
 
 
 def _result_records(trial_dir: Location) -> list[dict]:
-    """The JSON lines of Tune's `result.json` in a trial folder ([] when it has none)."""
+    """The JSON lines of Tune's `result.json` in a trial folder ([] when it has none, or when
+    it is damaged: said with `SkippedFile`)."""
+    place = storage.join(trial_dir, RESULT_FILE)
     try:
-        text = storage.read_text(storage.join(trial_dir, RESULT_FILE))
+        return storage.read_json_lines(place)
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except DamagedFile as damaged:
+        skip(f"the per-epoch records of {storage.display(trial_dir)}", damaged)
+        return []
 
 
 def _numeric_order(rows: list[dict]) -> list[int]:

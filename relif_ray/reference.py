@@ -24,6 +24,7 @@ the sweep driver when a seed's ERM trial finishes and read by the waiting trials
 from __future__ import annotations
 
 import json
+import math
 
 import pyarrow.fs
 
@@ -79,8 +80,22 @@ def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str,
     place = storage.join(storage.location(experiment_dir), SQUASH_CONSTANTS_FILE)
     if storage.file_type(place) == pyarrow.fs.FileType.NotFound:
         return {}
-    record = json.loads(storage.read_text(place))
-    return {str(seed): dict(tasks) for seed, tasks in record["seeds"].items()}
+    record = storage.read_json(place)
+    with storage.reading(place):  # a record without seeds or [q10, q90] pairs is damaged
+        return {
+            str(seed): {str(task): _bounds(seed, task, bounds) for task, bounds in tasks.items()}
+            for seed, tasks in record["seeds"].items()
+        }
+
+
+def _bounds(seed: object, task: object, bounds: object) -> list[float]:
+    """[q10, q90] of one seed and task as the record holds it: two finite numbers, in order."""
+    values = list(bounds) if isinstance(bounds, list) else []
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    finite = numbers and all(math.isfinite(v) for v in values)
+    if len(values) != 2 or not finite or not values[0] <= values[1]:
+        raise ValueError(f"seed {seed}, task {task}: expected [q10, q90], got {bounds!r}")
+    return [float(value) for value in values]
 
 
 def write_squash_constants(

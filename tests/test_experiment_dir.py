@@ -55,10 +55,12 @@ def hold_lock(storage: Path, name: str) -> subprocess.Popen:
 
 @pytest.fixture
 def locked(tmp_path) -> Iterator[tuple[Path, subprocess.Popen]]:
-    """An experiment `exp` with one finished-looking file in it, locked by another process."""
+    """An experiment `exp` with Tune's trial list and one finished-looking file in it, locked
+    by another process."""
     experiment = tmp_path / "exp"
     (experiment / "ReLiFTrainable_00000").mkdir(parents=True)
     (experiment / "ReLiFTrainable_00000" / "params.json").write_text("{}")
+    (experiment / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
     holder = hold_lock(tmp_path, "exp")
     yield experiment, holder
     holder.kill()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from analysis import delta as delta_options
 from analysis.delta import DISTRIBUTIONS
-from analysis.experiment import load
+from analysis.experiment import SkippedFile, load
 from analysis.report import ReportOptions, write_report
 from analysis.results import SENSITIVITY_DELTAS, SPLITS
 from analysis.sections import running_note
@@ -16,6 +17,9 @@ from analysis.tables import CISettings
 from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import add_audit_flags, audit_settings, parse_floats
 from relif_ray.errors import UserError
+
+SHOW_WARNING = warnings.showwarning
+"""Python's own way to show a warning."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -125,11 +129,25 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    """Write the report; each damaged file it left out is one warning line on stderr
+    (`analysis.experiment.SkippedFile`), also when the report then fails."""
     options = options_from_args(args)
-    experiment = load(*args.experiments)
-    report = write_report(experiment, args.out, options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SkippedFile)
+        warnings.showwarning = show_skipped
+        experiment = load(*args.experiments)
+        report = write_report(experiment, args.out, options)
     note = running_note(experiment)
     if note:
         print(f"relif: note: {note}", file=sys.stderr)
     print(report)
     return 0
+
+
+def show_skipped(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """`warnings.showwarning` of `relif report`: a skipped file is the one line
+    `relif: warning: <what was skipped>: <file>: damaged file (<why>)`."""
+    if issubclass(category, SkippedFile):
+        print(f"relif: warning: {message}", file=sys.stderr)
+    else:
+        SHOW_WARNING(message, category, filename, lineno, file, line)

@@ -14,7 +14,10 @@ everything that reads an experiment directory reads the copy unchanged:
 
 (`relif_ray.experiment.layout` says where these lie.) The source may be a local path or a
 storage URI (file://, s3://, gs://: read through `relif_ray.experiment.storage`); DEST
-is a new local folder, written under a temporary name and renamed when complete.
+is a new local folder, written under a temporary name and renamed when complete. Every file
+copied is read back as what it is (`relif_ray.experiment.layout.check_file`): a damaged one
+stops the export with one line naming it, and nothing is left behind, so a copy that exists
+reads like its source.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from relif_ray.experiment import storage
 from relif_ray.experiment.layout import (
     EXPERIMENT_FILES,
     TRIAL_RECORDS,
+    check_file,
     final_outputs_relative,
     trial_folders,
 )
@@ -83,10 +87,18 @@ def export_experiment(experiment: str, destination: str | Path) -> ExportSummary
 
 
 def _copy(source: storage.Location, dest: Path) -> None:
+    """Copy one file and read the copy as what it is (`check_file`): a damaged file is a
+    one-line error naming the source, and the export stops (its staging folder is removed)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     store, path = storage.filesystem(source)
     with store.open_input_stream(path) as stream, dest.open("wb") as out:
         shutil.copyfileobj(stream, out)
+    try:
+        check_file(dest)
+    except storage.DamagedFile as damaged:
+        raise UserError(
+            f"{storage.DamagedFile(source, damaged.reason)}; nothing was exported"
+        ) from None
 
 
 def _size(root: storage.Location) -> int:

@@ -44,11 +44,13 @@ exported: a copy is never being written."""
 EXPERIMENT_STATE_FILES = "experiment_state-*.json"
 """Tune's trial list, one per driver run (the run's start time in the name): an experiment
 directory holds a sweep that `--resume` can continue exactly when it has one."""
-DRIVER_STATE_FILES = (EXPERIMENT_STATE_FILES, "search_gen_state-*.json", "searcher-state-*.pkl")
-"""Tune's driver state in an experiment directory, one file per kind and driver run; resume
-reads the newest of each kind. `searcher-state-*` holds the snapshot of our own searcher
-(`relif_ray.tuning.order.ReferenceOrder.save`: JSON, whatever Tune's name says); the other two
-are Tune's own (the trial list in JSON, the search generator's state a pickle)."""
+SEARCHER_STATE_FILES = "searcher-state-*.pkl"
+"""The snapshot of our own searcher, one per driver run (`relif_ray.tuning.order.
+ReferenceOrder.save`): JSON, whatever the name Tune gives it says; never unpickled."""
+DRIVER_STATE_FILES = (EXPERIMENT_STATE_FILES, "search_gen_state-*.json", SEARCHER_STATE_FILES)
+"""Ray Tune's driver state in an experiment directory, one file per kind and driver run;
+resume reads the newest of each kind. Besides our searcher's snapshot, they are Tune's own:
+the trial list (JSON) and the search generator's state (a pickle, which Tune loads)."""
 
 PARAMS_FILE = "params.json"
 """Tune's config of a trial: a trial folder without outputs is a trial once it has this."""
@@ -82,6 +84,23 @@ def newest_driver_state(experiment: Location) -> list[str]:
     for pattern in DRIVER_STATE_FILES:
         newest += sorted(name for name in names if PurePosixPath(name).match(pattern))[-1:]
     return newest
+
+
+def check_file(place: Location) -> None:
+    """Read a file of an experiment as its name says it is (Tune's `RESULT_FILE`: JSON lines;
+    .json, .csv; .parquet: its footer, where a cut-off file fails; anything else: UTF-8 text);
+    `storage.DamagedFile` naming it if it is not (`relif export` checks what it copies)."""
+    name = PurePosixPath(storage.display(place)).name
+    if name == RESULT_FILE:
+        storage.read_json_lines(place)
+    elif name.endswith(".json"):
+        storage.read_json(place)
+    elif name.endswith(".csv"):
+        storage.read_csv(place)
+    elif name.endswith(".parquet"):
+        storage.read_parquet(place, columns=[])
+    else:
+        storage.read_text(place)
 
 
 def final_outputs(trial_dir: Location, files: set[str]) -> Location | None:

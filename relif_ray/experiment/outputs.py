@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
 SCORES_FILE = "scores.parquet"
+REPRESENTATIONS_FILE = "representations.parquet"
 TRACE_FILE = "trace.parquet"
+TRIAL_KEYS = ("trial_id", "label", "method", "relif", "seed", "steps", "config", "metrics")
+"""What every trial.json holds (analysis reads them; more keys are descriptive)."""
 
 
 def write_trial_outputs(
@@ -58,7 +61,7 @@ def write_trial_outputs(
     scores[["split", "task", "example_id", "score", "valid"]].to_parquet(
         staging / SCORES_FILE, index=False
     )
-    pq.write_table(_representation_table(splits), staging / "representations.parquet")
+    pq.write_table(_representation_table(splits), staging / REPRESENTATIONS_FILE)
     pd.DataFrame(trace).to_parquet(staging / TRACE_FILE, index=False)
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
@@ -83,14 +86,30 @@ def _representation_table(splits: dict[str, EvalResult]) -> pa.Table:
 
 
 def read_trial_info(outputs: Location) -> dict[str, Any]:
-    """trial.json of an outputs folder (a local path or a URI, `relif_ray.experiment.storage`)."""
-    return json.loads(storage.read_text(storage.join(outputs, TRIAL_FILE)))
+    """trial.json of an outputs folder (a local path or a URI, `relif_ray.experiment.storage`);
+    `storage.DamagedFile` if it is not a JSON object with `TRIAL_KEYS`."""
+    place = storage.join(outputs, TRIAL_FILE)
+    info = storage.read_json(place)
+    with storage.reading(place):
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+        if missing := [key for key in TRIAL_KEYS if key not in info]:
+            raise ValueError(f"no {', '.join(missing)}")
+    return info
+
+
+def check_parquet_footers(outputs: Location) -> None:
+    """The parquet files of an outputs folder that analysis reads on demand (the trace, the
+    representations) end in a whole footer (`storage.DamagedFile` otherwise): a cut-off copy
+    is found when the experiment is loaded, not in the middle of a report."""
+    for name in (TRACE_FILE, REPRESENTATIONS_FILE):
+        storage.read_parquet(storage.join(outputs, name), columns=[])
 
 
 def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(example_ids, (N, D) float32 matrix) of one split."""
     table = storage.read_parquet(
-        storage.join(outputs, "representations.parquet"), filters=[("split", "=", split)]
+        storage.join(outputs, REPRESENTATIONS_FILE), filters=[("split", "=", split)]
     )
     column = table.column("embedding").combine_chunks()
     width = column.type.list_size

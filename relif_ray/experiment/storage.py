@@ -17,10 +17,14 @@ Arrow's options in the URI itself: `s3://bucket/dir?endpoint_override=127.0.0.1:
 from __future__ import annotations
 
 import functools
+import io
+import json
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 from urllib.request import url2pathname
 
@@ -29,6 +33,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from relif_ray.errors import UserError, first_line
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Location = str | Path
 """A local `Path`, or the URI of a location in object storage."""
@@ -147,16 +154,77 @@ def list_files(place: Location) -> list[str]:
     return sorted(info.path[len(prefix) :] for info in infos if info.type == pafs.FileType.File)
 
 
-def read_text(place: Location) -> str:
+class DamagedFile(UserError):
+    """A file that exists but cannot be read as what it should be (cut off, empty, not its
+    format, missing what it must hold): `path` (as shown) and `reason`, one line."""
+
+    def __init__(self, place: Location, reason: str) -> None:
+        self.path, self.reason = display(place), reason
+        super().__init__(f"{self.path}: damaged file ({reason})")
+
+
+@contextmanager
+def reading(place: Location) -> Iterator[None]:
+    """Where a file's content is parsed and checked: what a parser raises for bad content (a
+    `ValueError`, which JSON, CSV, Arrow and text decoding errors are, a `KeyError` or
+    `TypeError` of a missing or wrong entry) becomes `DamagedFile` naming the file. Every
+    file of an experiment directory is read through here (`read_text`, `read_json`,
+    `read_json_lines`, `read_csv`, `read_parquet`; `relif_ray.experiment.layout.check_file`
+    reads a file by its name)."""
+    try:
+        yield
+    except DamagedFile:
+        raise
+    except KeyError as error:
+        raise DamagedFile(place, f"no entry {error}") from None
+    except (ValueError, TypeError, pa.ArrowException) as error:
+        raise DamagedFile(place, first_line(error, type(error).__name__)) from None
+
+
+def read_bytes(place: Location) -> bytes:
     store, path = filesystem(place)
     with store.open_input_stream(path) as stream:
-        return stream.read().decode()
+        return stream.read()
+
+
+def read_text(place: Location) -> str:
+    """A UTF-8 text file."""
+    data = read_bytes(place)
+    with reading(place):
+        return data.decode()
+
+
+def read_json(place: Location) -> Any:
+    """A JSON document."""
+    data = read_bytes(place)
+    with reading(place):
+        return json.loads(data)
+
+
+def read_json_lines(place: Location) -> list[dict[str, Any]]:
+    """One JSON object per non-empty line (Tune's `result.json`)."""
+    text = read_text(place)
+    with reading(place):
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        if not all(isinstance(record, dict) for record in records):
+            raise ValueError("a line is not a JSON object")
+        return records
+
+
+def read_csv(place: Location) -> pd.DataFrame:
+    """A CSV file with a header row, as pandas reads it."""
+    import pandas as pd  # deferred: the storage probe's Ray task imports this module
+
+    data = read_bytes(place)
+    with reading(place):
+        return pd.read_csv(io.BytesIO(data))
 
 
 def read_parquet(place: Location, **options: Any) -> pa.Table:
     """A parquet file as an arrow table (`options`: those of `pyarrow.parquet.read_table`)."""
     store, path = filesystem(place)
-    return pq.read_table(path, filesystem=store, **options)
+    with reading(place):
+        return pq.read_table(path, filesystem=store, **options)
 
 
 def write_text(place: Location, text: str) -> None:

@@ -27,8 +27,20 @@ import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.experiment.layout import EXPERIMENT_STATE_FILES, newest_driver_state
-from relif_ray.experiment.storage import check_writable, display, join, resolved
+from relif_ray.experiment.layout import (
+    EXPERIMENT_STATE_FILES,
+    SEARCHER_STATE_FILES,
+    newest_driver_state,
+)
+from relif_ray.experiment.storage import (
+    DamagedFile,
+    check_writable,
+    display,
+    join,
+    location,
+    read_bytes,
+    resolved,
+)
 from relif_ray.methods import build_method
 from relif_ray.problems import benchmark
 from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
@@ -81,7 +93,11 @@ def check_data(dataset: str, root: str) -> None:
 def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
     """The same-seed ERM squash constants an experiment lends through `--reference` (seed ->
     task -> [q10, q90]); a one-line error when it has none."""
-    constants = read_squash_constants(reference)
+    location(reference, "--reference")
+    try:
+        constants = read_squash_constants(reference)
+    except DamagedFile as error:
+        raise UserError(f"--reference {reference}: {error}") from None
     if not constants:
         raise UserError(f"--reference {reference}: no {SQUASH_CONSTANTS_FILE} there")
     return constants
@@ -96,14 +112,25 @@ def check_storage(storage: str) -> None:
 
 def check_resumable(storage: str, name: str) -> None:
     """`--resume`: the experiment `<storage>/<name>` must hold a sweep Ray Tune can continue
-    (its trial list, `relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), found before Ray
-    starts."""
+    (its trial list, `relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), our searcher's
+    snapshot must be the JSON we write (a pickle is refused, never loaded; a cut-off one is
+    left to `relif_ray.tuning.resume`) and its squash constants readable: all found before
+    Ray starts."""
     check_storage(storage)
     experiment = join(resolved(storage), name)
-    if not any(fnmatch(file, EXPERIMENT_STATE_FILES) for file in newest_driver_state(experiment)):
+    newest = newest_driver_state(experiment)
+    if not any(fnmatch(file, EXPERIMENT_STATE_FILES) for file in newest):
         raise UserError(
             f"--resume: no sweep to resume at {display(experiment)} (check --storage and --name)"
         )
+    for file in (file for file in newest if fnmatch(file, SEARCHER_STATE_FILES)):
+        data = read_bytes(join(experiment, file)).lstrip()
+        if data and not data.startswith(b"{"):
+            raise UserError(
+                f"--resume: {display(join(experiment, file))} is not the JSON snapshot of a "
+                "sweep's trial order (a pickle is never loaded); the sweep cannot be resumed"
+            )
+    read_squash_constants(experiment)
 
 
 def resolve_pretrained(value: str) -> str:

@@ -7,7 +7,6 @@ Bias lower is better, Worst higher is better (the paper's utility-fairness trade
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,13 +93,15 @@ PARETO_COLUMNS = (
 Pareto set on validation: the study, then values each trial reports to Tune under the same
 names (`relif_ray.tuning.launch.write_pareto`); the sweep writes `val_hypervolume` after them
 (`pareto_front`). `--select-from` reads them."""
+PARETO_NUMBERS = ("seed", "r_star", "eta", "val_bias", "val_worst", "val_macro")
+"""The columns of `PARETO_COLUMNS` that hold numbers."""
 _TOLERANCE_SLACK = 1e-12
 """Float slack of the tolerance edge: Worst exactly `tolerance` below the best is within it."""
 
 
 def read_pareto(experiment: str) -> pd.DataFrame:
     """The `pareto.csv` of the experiment directory (a path or storage URI), columns checked."""
-    root = storage.location(experiment)
+    root = storage.location(experiment, "--select-from")
     if storage.file_type(root) != FileType.Directory:
         raise UserError(f"--select-from: experiment directory not found: {experiment}")
     path = storage.join(root, PARETO_FILE)
@@ -109,10 +110,16 @@ def read_pareto(experiment: str) -> pd.DataFrame:
             f"--select-from: no {PARETO_FILE} in {storage.display(root)} "
             "(it is written by a finished --search optuna sweep)"
         )
-    table = pd.read_csv(io.StringIO(storage.read_text(path)))
-    missing = [column for column in PARETO_COLUMNS if column not in table.columns]
-    if missing:
-        raise UserError(f"{storage.display(path)}: missing column(s) {', '.join(missing)}")
+    try:
+        table = storage.read_csv(path)
+        with storage.reading(path):  # a missing column, or text in a number column
+            missing = [column for column in PARETO_COLUMNS if column not in table.columns]
+            if missing:
+                raise ValueError(f"missing column(s) {', '.join(missing)}")
+            for column in PARETO_NUMBERS:
+                table[column] = pd.to_numeric(table[column])
+    except storage.DamagedFile as error:
+        raise UserError(f"--select-from: {error}") from None
     return table
 
 

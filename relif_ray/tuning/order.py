@@ -16,8 +16,9 @@ that order:
   config, and fail at set-up without training: they count as errored, never silently skipped.
 
 Optuna studies (one per ReLiF label and seed) draw only for seeds whose reference is ready.
-Tune snapshots the searcher beside its experiment state, so `--resume` continues across the
-phase boundary; the restored order is rebuilt from the trials Tune resumes (`restore`). When
+Tune snapshots the searcher beside its experiment state (`save`: JSON, with the studies' own
+JSON state; never a pickle), so `--resume` continues across the phase boundary; the restored
+order is rebuilt from the trials Tune resumes (`restore`). When
 Tune fails to restore a run, it starts it over without its parameter space
 (`relif_ray.tuning.resume`): the order then refuses to hand out trials, with a one-line error.
 """
@@ -25,7 +26,7 @@ Tune fails to restore a run, it starts it over without its parameter space
 from __future__ import annotations
 
 import json
-import pickle
+from pathlib import Path
 from typing import Any
 
 from ray.train._internal.storage import get_fs_and_path
@@ -33,7 +34,11 @@ from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoi
 from ray.tune.search import Searcher
 
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 from relif_ray.reference import read_squash_constants, write_squash_constants
+
+SNAPSHOT_FORMAT = "relif-ray trial order 1"
+"""What a snapshot of `ReferenceOrder` says it is (its "format"): JSON, never a pickle."""
 
 
 class ReferenceOrder(Searcher):
@@ -120,16 +125,18 @@ class ReferenceOrder(Searcher):
         return config
 
     def save(self, checkpoint_path: str) -> None:
-        """Tune's experiment-state snapshot of the order and of the Optuna studies (a file
-        this sweep writes and reads itself; Tune renames it into place)."""
+        """Tune's experiment-state snapshot of the order and of the Optuna studies, as JSON (a
+        file this sweep writes and reads itself; Tune renames it into place, under its own
+        name `searcher-state-*.pkl`, but never unpickles it: `restore`)."""
         state = {
+            "format": SNAPSHOT_FORMAT,
             "items": self._items,
             "ready": self._ready,
             "failed": self._failed,
-            "studies": self._studies.__dict__ if self._studies is not None else None,
+            "studies": self._studies.state() if self._studies is not None else None,
         }
-        with open(checkpoint_path, "wb") as file:
-            pickle.dump(state, file)
+        with open(checkpoint_path, "w") as file:
+            json.dump(state, file)
 
     def restore(self, checkpoint_path: str) -> None:
         """The snapshot, reconciled with the trials Tune resumes. Tune copies its experiment
@@ -138,13 +145,17 @@ class ReferenceOrder(Searcher):
         trial list it resumes: items handed out since would be handed out again, or items
         handed out but never recorded would be lost. So an item is pending exactly when Tune
         resumes no trial of it (`resumed_trials`), a resumed reference that has not finished is
-        awaited again, and the constants file is the last word on which have finished."""
-        with open(checkpoint_path, "rb") as file:
-            state = pickle.load(file)
-        self._awaiting_restore = False
+        awaited again, the constants file is the last word on which have finished, and a study
+        forgets the running trials Tune does not resume. A file that is not this JSON
+        snapshot (a pickle included, which is never loaded) is a one-line `UserError`."""
+        state = read_snapshot(checkpoint_path)
         self._items = state["items"]
         self._ready = {**state["ready"], **read_squash_constants(self._experiment_dir)}
         unclaimed = resumed_trials(self._experiment_dir)
+        if self._studies is not None and state["studies"] is not None:
+            with storage.reading(Path(checkpoint_path)):
+                self._studies.load_state(state["studies"])
+            self._studies.keep_trials(set(unclaimed))
         self._pending, self._providers = [], {}
         for item in self._items:
             trial_id = next((t for t, config in unclaimed.items() if _is_of(item, config)), None)
@@ -158,8 +169,22 @@ class ReferenceOrder(Searcher):
                     self._providers[trial_id] = int(seed)
         awaited = {str(seed) for seed in self._providers.values()}
         self._failed = {seed: why for seed, why in state["failed"].items() if seed not in awaited}
-        if self._studies is not None and state["studies"] is not None:
-            self._studies.__dict__.update(state["studies"])
+        self._awaiting_restore = False
+
+
+def read_snapshot(path: str) -> dict[str, Any]:
+    """A `ReferenceOrder` snapshot (`ReferenceOrder.save`), checked: a file that is not one is
+    a `UserError` naming it; nothing in it is executed."""
+    with open(path, "rb") as file:
+        data = file.read()
+    with storage.reading(Path(path)):
+        state = json.loads(data)
+        if not isinstance(state, dict) or state.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(f"not a {SNAPSHOT_FORMAT} snapshot")
+        for key, kind in (("items", list), ("ready", dict), ("failed", dict)):
+            if not isinstance(state[key], kind):
+                raise ValueError(f"{key}: expected a JSON {kind.__name__}")
+    return state
 
 
 def resumed_trials(experiment_dir: str) -> dict[str, dict[str, Any]]:
