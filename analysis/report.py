@@ -70,16 +70,17 @@ class ReportOptions:
 def write_report(
     experiment: Experiment, out_dir: str | Path, options: ReportOptions | None = None
 ) -> Path:
-    """Write the report folder (see module doc); return report.md's path."""
+    """Write the report folder (see module doc); return report.md's path. The folder is made
+    once the audit has run, so a report stopped by a bad input leaves none behind."""
     options = options or ReportOptions()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     parts = ["# relif-ray report\n", sources(experiment)]
     if experiment.trials.empty:
         parts.append("No finished trials: nothing to audit.\n")
     else:
         parts += _audited_sections(experiment, out, options)
     parts.append(problems(experiment))
+    out.mkdir(parents=True, exist_ok=True)
     report = out / "report.md"
     report.write_text("\n".join(parts))
     return report
@@ -102,6 +103,7 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
             f"--drift-baseline: no method {baseline!r} (methods: {', '.join(results.variants)})"
         )
     tables = _tables(results, experiment, options, baseline)
+    out.mkdir(parents=True, exist_ok=True)
     for table in tables:
         if isinstance(table, Table):
             table.write(out / "tables")

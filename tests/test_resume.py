@@ -12,8 +12,8 @@ import pytest
 import ray.cloudpickle as cloudpickle
 
 from relif_ray.errors import UserError
-from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.experiment.layout import newest_driver_state
+from relif_ray.tuning.order import SNAPSHOT_FORMAT, ReferenceOrder
 from relif_ray.tuning.resume import is_complete, repair_driver_state
 
 RUN = "2026-11-26_10-00-00"
@@ -21,12 +21,14 @@ STATE = {"trial_data": [['{"trial_id": "a"}', "{}"]], "runner_data": {"x": [1.5,
 
 
 def documents() -> dict[str, bytes]:
-    """Tune's three kinds of driver state: a JSON trial list and two pickles."""
+    """The three kinds of driver state: Tune's JSON trial list and pickled search generator,
+    and our trial order's JSON snapshot (in the file Tune names `searcher-state-*.pkl`)."""
     order = ReferenceOrder([{"config": {"label": "erm", "seed": 0}}], "/nowhere")
+    snapshot = {"format": SNAPSHOT_FORMAT, "items": [{"seed": 0}], "ready": {}, "failed": {}}
     return {
         f"experiment_state-{RUN}.json": json.dumps(STATE).encode(),
         f"search_gen_state-{RUN}.json": cloudpickle.dumps({"counter": 2, "order": order}),
-        f"searcher-state-{RUN}.pkl": pickle.dumps({"items": [{"seed": 0}], "ready": {}}),
+        f"searcher-state-{RUN}.pkl": json.dumps({**snapshot, "studies": None}).encode(),
     }
 
 
@@ -88,3 +90,47 @@ def test_the_order_hands_out_nothing_in_a_resume_that_did_not_restore_it(tmp_pat
         resumed.suggest("t1")
     order.set_search_properties("worst", "max", {"delta": 0.2})  # a new run starts
     assert order.suggest("t1") == {"label": "erm", "seed": 0}
+
+
+class Payload:
+    """What a planted pickle would run when it is loaded: write a file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "unpickled"))
+
+
+def test_a_planted_pickle_is_never_loaded_as_the_trial_orders_snapshot(tmp_path):
+    """Our own driver state is JSON: a pickle put in its place (by anyone who can write the
+    storage) is refused in one line, and nothing in it runs."""
+    marker = tmp_path / "ran"
+    planted = tmp_path / f"searcher-state-{RUN}.pkl"
+    planted.write_bytes(
+        pickle.dumps({"items": [], "ready": {}, "failed": {}, "x": Payload(marker)})
+    )
+    order = ReferenceOrder([], str(tmp_path))
+    with pytest.raises(UserError, match=f"{planted}: damaged file .not a JSON snapshot; a pickle is never loaded"):
+        order.restore(str(planted))
+    assert not marker.exists()
+    with pytest.raises(UserError, match="--resume: Ray Tune could not restore"):
+        order.suggest("t1")  # and a resume that went on regardless hands out nothing
+
+
+def test_a_planted_pickle_stops_the_resume_before_ray(tmp_path, nyuv2_dir, capsys, no_sweep):
+    from relif_ray.cli.sweep import main
+
+    marker, experiment = tmp_path / "ran", tmp_path / "results" / "sweep"
+    experiment.mkdir(parents=True)
+    (experiment / f"experiment_state-{RUN}.json").write_text(json.dumps(STATE))
+    planted = experiment / f"searcher-state-{RUN}.pkl"
+    planted.write_bytes(pickle.dumps(Payload(marker)))
+    argv = ["--data-dir", str(nyuv2_dir), "--resume", "--name", "sweep"]
+    assert main([*argv, "--storage", str(tmp_path / "results")], datasets=("nyuv2",)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(
+        f"--resume: {planted} is not the JSON snapshot of a sweep's trial order (a pickle is "
+        "never loaded); the sweep cannot be resumed"
+    ), err
+    assert not marker.exists()

@@ -145,7 +145,9 @@ def test_select_from_mistakes_are_one_line_errors(flags, fragment, search_dir, c
 def test_read_pareto_names_a_missing_column(search_dir):
     table = pd.read_csv(search_dir / "pareto.csv").drop(columns=["val_worst"])
     table.to_csv(search_dir / "pareto.csv", index=False)
-    with pytest.raises(UserError, match=r"--select-from: .*pareto.csv: damaged file \(missing column.s. val_worst"):
+    with pytest.raises(
+        UserError, match=r"--select-from: .*pareto.csv: damaged file \(missing column.s. val_worst"
+    ):
         read_pareto(str(search_dir))
 
 

@@ -325,24 +325,43 @@ def test_study_groups_give_each_label_and_seed_its_budget_in_range():
     assert replay[0] == suggestions[0]  # seeded samplers: the same plan suggests the same
 
 
-def test_study_groups_survive_a_save_and_restore(tmp_path):
-    """What Tune does to the searcher when a killed Optuna sweep is resumed."""
+def test_study_groups_resume_from_json_and_draw_what_an_uninterrupted_run_draws(tmp_path):
+    """What Tune does to the searcher when a killed Optuna sweep is resumed: the snapshot is
+    plain JSON (each study's trials), the studies are rebuilt from it, and every later
+    suggestion is the one the sweep would have made without the interruption."""
     from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.search import StudyGroups
 
-    plan = OptunaPlan(["relif"], [0, 1], 2, (0.1, 0.4), (1e-4, 1e-2))
-    searcher = StudyGroups(plan)
-    first = searcher.suggest("t0")
-    searcher.on_trial_complete("t0", {"val_bias": 0.1, "worst": 0.5})
-    searcher.save(str(tmp_path / "state.pkl"))
-    restored = StudyGroups(OptunaPlan(["other"], [9], 5, (0.2, 0.3), (1e-3, 2e-3)))
-    restored.restore(str(tmp_path / "state.pkl"))
-    studies = {study["name"]: study for study in restored._studies}
-    trials = studies[first["study"]]["searcher"]._ot_study.trials
-    assert [trial.values for trial in trials] == [[0.1, 0.5]]
-    later = [restored.suggest(f"t{i}") for i in range(1, 4)]
-    assert sorted(s["study"] for s in later) == ["relif/seed0", "relif/seed1", "relif/seed1"]
-    assert restored.suggest("t4") == "FINISHED"
+    plan = OptunaPlan(["relif"], [0, 1], 6, (0.1, 0.4), (1e-4, 1e-2))
+
+    def suggestions(cut: int | None) -> list[dict]:
+        searcher, made = StudyGroups(plan), []
+        for i in range(12):
+            if i == cut:
+                searcher.save(str(tmp_path / "state.pkl"))
+                searcher = StudyGroups(OptunaPlan(["other"], [9], 5, (0.2, 0.3), (1e-3, 2e-3)))
+                searcher.restore(str(tmp_path / "state.pkl"))
+            made.append(searcher.suggest(f"t{i}"))
+            r_star = made[-1]["relif.r_star"]
+            outcome = {"val_bias": abs(r_star - 0.25), "worst": 1 - r_star} if i % 4 else None
+            searcher.on_trial_complete(f"t{i}", outcome, error=outcome is None)
+        assert searcher.suggest("t12") == "FINISHED"
+        return made
+
+    uninterrupted = suggestions(None)
+    assert suggestions(7) == uninterrupted and suggestions(1) == uninterrupted
+    state = json.loads((tmp_path / "state.pkl").read_text())  # the snapshot made before t1
+    assert state["trials"]["relif/seed0"] == [
+        {
+            "trial_id": "t0",
+            "params": {
+                "r_star": uninterrupted[0]["relif.r_star"],
+                "eta": uninterrupted[0]["relif.eta"],
+            },
+            "state": "fail",
+        }
+    ]
+    assert len({(s["relif.r_star"], s["relif.eta"]) for s in uninterrupted}) == 12
 
 
 def test_an_unreachable_cluster_address_is_reported_at_once():

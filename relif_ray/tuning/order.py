@@ -178,6 +178,8 @@ def read_snapshot(path: str) -> dict[str, Any]:
     with open(path, "rb") as file:
         data = file.read()
     with storage.reading(Path(path)):
+        if not data.lstrip().startswith(b"{"):
+            raise ValueError("not a JSON snapshot; a pickle is never loaded")
         state = json.loads(data)
         if not isinstance(state, dict) or state.get("format") != SNAPSHOT_FORMAT:
             raise ValueError(f"not a {SNAPSHOT_FORMAT} snapshot")
