@@ -16,7 +16,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from relif_ray.directions import tune_mode
+from relif_ray.directions import higher_is_better, tune_mode
 from relif_ray.sweep.labels import variant
 from relif_ray.sweep.plan import OptunaPlan
 from relif_ray.sweep.trial_config import trial_overrides
@@ -113,7 +113,7 @@ class StudyGroups(Searcher):
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per study
             study = optuna.create_study(
-                directions=["minimize" if m == "min" else "maximize" for m in OBJECTIVES.values()],
+                directions=["maximize" if higher_is_better(m) else "minimize" for m in OBJECTIVES],
                 pruner=optuna.pruners.NopPruner(),
                 study_name=name,
             )
