@@ -60,21 +60,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from rows import Row, machine
-from run import (
-    PLAIN_LOOP,
-    Context,
-    UtilisationSampler,
-    data_root,
-    memory_and_throughput_rows,
-    methods_rows,
-    plain_loop_rows,
-    relif_rows,
-    run_worker,
-    trial_config,
-    variants,
-    warm_up_gpu,
-)
+from memory_rows import PLAIN_LOOP, memory_and_throughput_rows, plain_loop_rows
+from methods_rows import methods_rows
+from relif_rows import relif_rows
+from rows import Context, Row, machine
+from utilisation import UtilisationSampler, warm_up_gpu
+from workers import data_root, run_worker, trial_config, variants
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH_SIZE = 8

@@ -69,7 +69,7 @@ def test_relif_regularizer_stays_within_its_aten_call_and_kernel_budgets(load) -
     for name in ("NYUv2", "clinical"):
         assert calls[name] <= op_count.LIMIT[name] < 0.65 * op_count.BEFORE[name], calls
         assert kernels[name] <= op_count.KERNEL_LIMIT[name] < op_count.KERNELS_BEFORE[name]
-    rows = load("run").relif_op_count_rows(None)
+    rows = load("relif_op_count_rows").relif_op_count_rows(None)
     assert [(row.value, row.result) for row in rows] == [
         (calls["NYUv2"], "pass"),
         (kernels["NYUv2"], "pass"),
@@ -113,10 +113,10 @@ def test_run_prints_rows_with_target_and_result(load, capsys) -> None:
 
 
 def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> None:
-    run = load("run")
-    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    monkeypatch.setattr(run, "SWEEP_EFFICIENCY_MODULE", "no_such_benchmark_module")
-    (absent,) = run.sweep_rows(context)
+    sweep = load("sweep_rows")
+    context = sweep.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    monkeypatch.setattr(sweep, "SWEEP_EFFICIENCY_MODULE", "no_such_benchmark_module")
+    (absent,) = sweep.sweep_rows(context)
     assert (absent.value, absent.result) == (None, "not available")
     (tmp_path / "fake_sweep_efficiency.py").write_text(
         "TARGET = 0.97\n"
@@ -126,19 +126,20 @@ def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> 
         "            'idle_end_s': 5.0}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(run, "SWEEP_EFFICIENCY_MODULE", "fake_sweep_efficiency")
-    (present,) = run.sweep_rows(context)
+    monkeypatch.setattr(sweep, "SWEEP_EFFICIENCY_MODULE", "fake_sweep_efficiency")
+    (present,) = sweep.sweep_rows(context)
     assert (present.value, present.target, present.result) == (0.85, ">= 0.97", "FAIL")
     assert "8 trials of 8.0 s on 2 slots" in present.detail
     assert "6.0 before the first trial" in present.detail and "5.0 after the last" in present.detail
 
 
 def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path) -> None:
-    run = load("run")
-    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    config = run.trial_config(context, run.data_root(context, gpu=False), "relif", gpu=False)
+    workers = load("workers")
+    context = workers.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    root = workers.data_root(context, gpu=False)
+    config = workers.trial_config(context, root, "relif", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
-    result = run.run_worker(config, warmup=1, steps=2)
+    result = workers.run_worker(config, warmup=1, steps=2)
     assert result["steps"] == 2 and result["images_per_s"] > 0
     assert 0 < result["rss_imports_mb"] <= result["peak_rss_mb"]
     assert result["cuda_peak_mb"] is None
@@ -147,9 +148,9 @@ def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path)
 def test_trial_worker_times_whole_chunks_of_steps(load, tmp_path) -> None:
     """Steps run in chunks (a device sync between chunks only); the last chunk is cut short."""
     worker = load("trial_worker")
-    run = load("run")
-    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    config = run.trial_config(context, run.data_root(context, gpu=False), "erm", gpu=False)
+    workers = load("workers")
+    context = workers.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    config = workers.trial_config(context, workers.data_root(context, gpu=False), "erm", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
     training = worker.TrainingRun(worker.ExperimentConfig.from_dict(config))
     chunks = worker.timed_chunks(training, steps=5, seconds=None, chunk=2)
@@ -172,8 +173,9 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
 
     monkeypatch.setattr(methods, "measure", tiny)
     monkeypatch.setitem(sys.modules, "methods_step_time", methods)
-    run = load("run")
-    rows = run.methods_rows(run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path))
+    section = load("methods_rows")
+    context = section.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    rows = section.methods_rows(context)
     by_name = {row.name: row for row in rows}
     for name in ("gradnorm", "pcgrad"):
         timed = by_name[f"{name}-representation / ERM step time"]
