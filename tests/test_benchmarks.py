@@ -284,26 +284,26 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_
 
 
 def test_gpu_check_drift_names_the_largest_difference_and_its_place(load) -> None:
-    check = load("gpu_check")
+    common = load("gpu_common")
     nan = float("nan")
     pinned = {"trace": [{"a": 1.0, "b": nan}, {"a": -2.0, "b": 0.0}], "n": 4}
     computed = {"trace": [{"a": 1.5, "b": nan}, {"a": -2.0, "b": 0.25}], "n": 4}
-    assert {path: (diff, rel) for path, diff, rel in check.drift(pinned, computed)} == {
+    assert {path: (diff, rel) for path, diff, rel in common.drift(pinned, computed)} == {
         "/trace[0]/a": (0.5, 0.5),
         "/trace[0]/b": (0.0, 0.0),  # NaN against NaN: no drift
         "/trace[1]/a": (0.0, 0.0),
         "/trace[1]/b": (0.25, 0.25),  # relative to a pinned 0: the absolute difference
         "/n": (0.0, 0.0),
     }
-    assert list(check.drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
+    assert list(common.drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
     with pytest.raises(ValueError, match=r"^/trace: 1 entries, 2 pinned$"):
-        list(check.drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
+        list(common.drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
     with pytest.raises(ValueError, match=r"keys \['m'\] differ"):
-        list(check.drift({"m": 1.0}, {}))
+        list(common.drift({"m": 1.0}, {}))
 
 
 def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
-    check = load("gpu_check")
+    cuda = load("gpu_cuda")
     junit = tmp_path / "report.xml"
     junit.write_text(
         '<testsuites><testsuite name="pytest">'
@@ -313,13 +313,13 @@ def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
         '<testcase name="test_gpu"><skipped message="needs a CUDA device"/></testcase>'
         "</testsuite></testsuites>"
     )
-    rows = check.pytest_case_rows(junit)
+    rows = cuda.pytest_case_rows(junit)
     assert [(row.name, row.result, row.detail) for row in rows] == [
         ("test test_ok", "pass", "0.5 s"),
         ("test test_bad", "FAIL", "assert 1 == 2"),
         ("test test_gpu", "skipped", "needs a CUDA device"),
     ]
-    assert [row.result for row in check.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
+    assert [row.result for row in cuda.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
 
 
 def test_gpu_check_out_of_budget_skips_every_section_and_still_reports(load, tmp_path) -> None:
@@ -342,9 +342,10 @@ def test_gpu_check_time_needs_do_not_follow_the_budget(load, tmp_path) -> None:
     assert check.cap_scale(210.0, dry_run=False) == 0.5
     assert check.cap_scale(630.0, dry_run=False) == 1.0
     assert check.cap_scale(1800.0, dry_run=True) == 1800.0 / check.BUDGET_S
-    gpu = check.Check(tmp_path, tmp_path, False, time.time() + 100.0, tmp_path / "rows")
+    common = load("gpu_common")
+    gpu = common.Check(tmp_path, tmp_path, False, time.time() + 100.0, tmp_path / "rows")
     assert gpu.has_time(90.0) and not gpu.has_time(110.0)
-    toy = check.Check(tmp_path, tmp_path, True, time.time() + 1.0, tmp_path / "rows")
+    toy = common.Check(tmp_path, tmp_path, True, time.time() + 1.0, tmp_path / "rows")
     assert toy.has_time(1e6)
 
 
@@ -360,7 +361,7 @@ def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
     rows = {row["name"]: row for row in payload["rows"]}
     name = "same seed twice, cudnn_benchmark on (default)"
     assert (rows[name]["value"], rows[name]["result"]) == (0.0, "identical")
-    assert rows["same seed twice, cudnn_benchmark off"]["result"] == check.NEEDS_CUDA
+    assert rows["same seed twice, cudnn_benchmark off"]["result"] == load("gpu_common").NEEDS_CUDA
     markdown = (tmp_path / "gpu_check.md").read_text()
     assert f"| {name} | 0 max \\|diff\\| | - | identical |" in markdown
 
