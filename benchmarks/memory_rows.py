@@ -1,6 +1,7 @@
 """The `memory` section of `run.py`: one trial worker process per variant: its peak memory (RSS
 on the CPU, torch.cuda.max_memory_allocated on CUDA) and, with the GPU rows, its training
-images/s and GPU utilisation, and the plain fp32 loop's with ERM's speed-up over it."""
+images/s and GPU utilisation; then the same of the plain fp32 loop, and ERM's speed-up over
+it."""
 
 from __future__ import annotations
 
