@@ -12,8 +12,9 @@
 - one home each for the squash formula and the other audit interfaces (`relif_ray.squash`),
   whether lambda adapts (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels`
   and the controller) and the first / last line of an error (`relif_ray.errors`);
-- no module of `relif_ray/` and `analysis/` has more than `MAX_MODULE_LINES` lines, and no
-  function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with a reason.
+- no module of `relif_ray/`, `analysis/` and `benchmarks/` has more than `MAX_MODULE_LINES`
+  lines, and no function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with
+  a reason.
 
 Every import counts, also one inside a function (deferred for start-up time: it still runs
 when the function is called); only imports under `if TYPE_CHECKING:` never run and are not
@@ -31,6 +32,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("relif_ray", "analysis")
+LENGTH_RULED = (*PACKAGES, "benchmarks")
+"""The folders whose modules and functions the length limits hold (the benchmark scripts too)."""
 RAY_LAYER = "relif_ray.tuning"
 CLI_PACKAGE = "relif_ray.cli"
 STORAGE_MODULE = "relif_ray/experiment/storage.py"
@@ -220,12 +223,12 @@ def test_the_import_reader_sees_cycles_and_deferred_imports_but_not_type_checkin
     assert set(find_cycle(graph)) == {"toy.b", "toy.c", "toy.d"}
 
 
-def source_files() -> dict[str, str]:
-    """Path relative to the repository -> source, for every .py file of `PACKAGES`."""
+def source_files(folders: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    """Path relative to the repository -> source, for every .py file of `folders`."""
     return {
         str(path.relative_to(REPO)): path.read_text()
-        for package in PACKAGES
-        for path in sorted((REPO / package).rglob("*.py"))
+        for folder in folders
+        for path in sorted((REPO / folder).rglob("*.py"))
     }
 
 
@@ -234,8 +237,9 @@ def files_matching(pattern: str) -> set[str]:
 
 
 def test_no_module_is_longer_than_the_limit():
-    lengths = {name: len(text.splitlines()) for name, text in source_files().items()}
+    lengths = {name: len(text.splitlines()) for name, text in source_files(LENGTH_RULED).items()}
     assert max(lengths.values()) > MAX_MODULE_LINES / 2  # the check sees real modules
+    assert "benchmarks/gpu_check.py" in lengths and "benchmarks/run.py" in lengths
     assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
 
 
@@ -252,7 +256,7 @@ def long_functions(files: dict[str, str]) -> dict[str, int]:
 
 
 def test_long_functions_are_listed_with_a_reason():
-    found = long_functions(source_files())
+    found = long_functions(source_files(LENGTH_RULED))
     assert set(found) == set(LONG_FUNCTIONS), (
         f"functions over {MAX_FUNCTION_LINES} lines: {found}; split them or list them (with a "
         "reason) in LONG_FUNCTIONS, and drop entries that are short again"
