@@ -111,7 +111,8 @@ def test_a_planted_pickle_is_never_loaded_as_the_trial_orders_snapshot(tmp_path)
         pickle.dumps({"items": [], "ready": {}, "failed": {}, "x": Payload(marker)})
     )
     order = ReferenceOrder([], str(tmp_path))
-    with pytest.raises(UserError, match=f"{planted}: damaged file .not a JSON snapshot; a pickle is never loaded"):
+    reason = "not a JSON snapshot; a pickle is never loaded"
+    with pytest.raises(UserError, match=f"{planted}: damaged file .{reason}"):
         order.restore(str(planted))
     assert not marker.exists()
     with pytest.raises(UserError, match="--resume: Ray Tune could not restore"):
