@@ -270,7 +270,10 @@ def _problem(trial_dir: Location, files: set[str], running: bool) -> dict[str, s
     last error), else "errored" (Tune's error.txt) or "incomplete" (its sweep was stopped)."""
     error = ""
     if ERROR_FILE in files:
-        error = last_line(storage.read_text(storage.join(trial_dir, ERROR_FILE)))
+        try:
+            error = last_line(storage.read_text(storage.join(trial_dir, ERROR_FILE)))
+        except DamagedFile as damaged:
+            skip(f"the error message of {storage.display(trial_dir)}", damaged)
     status = "running" if running else "errored" if ERROR_FILE in files else "incomplete"
     return {"path": storage.display(trial_dir), "status": status, "error": error}
 

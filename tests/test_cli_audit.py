@@ -105,7 +105,7 @@ def test_missing_columns_and_unreadable_files(tmp_path: Path, capsys) -> None:
     broken.write_bytes(b"not a parquet file")
     for path, message in (
         (no_score, "missing column 'score'"),
-        (broken, "cannot read"),
+        (broken, "damaged file (Could not open Parquet input source"),
         (tmp_path / "absent.csv", "no such file"),
         (tmp_path / "scores.txt", ".parquet or .csv"),
     ):

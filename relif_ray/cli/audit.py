@@ -53,12 +53,11 @@ def read_scores(path: str) -> pd.DataFrame:
         raise UserError(f"{path}: expected a .parquet or .csv file")
     if storage.file_type(place) != FileType.File:
         raise UserError(f"{path}: no such file")
-    try:
+    try:  # a file that is not what its name says: `storage.DamagedFile`, naming it
         if suffix.lower() == ".parquet":
             return storage.read_parquet(place).to_pandas()
-        with storage.open_input(place) as stream:
-            return pd.read_csv(stream)
-    except Exception as error:  # any reader failure (pyarrow, parser, decoding) = unreadable
+        return storage.read_csv(place)
+    except OSError as error:
         raise UserError(f"{path}: cannot read: {first_line(error)}") from error
 
 
