@@ -37,7 +37,6 @@ from relif_ray.experiment.outputs import (
     SCORES_FILE,
     TRACE_FILE,
     TRIAL_FILE,
-    check_parquet_footers,
     read_representations,
     read_trial_info,
 )
@@ -65,7 +64,8 @@ class Experiment:
     traces: trial, step, loss_<task>, weight_<task>, and ReLiF's lambda, r, r_ema, tau, kappa,
         loss_lip where enabled (read on first access).
     problems: trial folders without outputs: path, status ("errored", "running" while a sweep
-        still writes the experiment, or "incomplete"), error.
+        still writes the experiment, "incomplete", or "damaged": its trial.json or scores
+        cannot be read, and a `SkippedFile` warning says which), error.
     outputs: trial id -> its outputs folder (a `Path`, or a URI in object storage).
     paths: the experiment directories as loaded.
     """
@@ -86,8 +86,15 @@ class Experiment:
 
     @cached_property
     def traces(self) -> pd.DataFrame:
-        trials = list(self.outputs)
-        tables = [storage.read_parquet(storage.join(self.outputs[t], TRACE_FILE)) for t in trials]
+        """Every trial's per-step trace; a damaged one is left out (said with `SkippedFile`)."""
+        trials, tables = [], []
+        for trial, outputs in self.outputs.items():
+            try:
+                tables.append(storage.read_parquet(storage.join(outputs, TRACE_FILE)))
+            except DamagedFile as damaged:
+                skip(f"the trace of trial {trial}", damaged)
+                continue
+            trials.append(trial)
         return _stacked_frame(tables, trials, ["trial", "step"])
 
     @cached_property
@@ -210,11 +217,11 @@ def _selected_labels(root: Location) -> set[str]:
 
 
 def _read_trial(final: Location) -> tuple[dict, pa.Table]:
-    """A finished trial's trial.json and scores, its other parquet files' footers checked
-    (`storage.DamagedFile` names a damaged one)."""
+    """A finished trial's trial.json and scores (`storage.DamagedFile` names a damaged one).
+    Its trace and representations are read when asked for: a damaged one is a one-line error
+    then (`Experiment.traces` leaves it out with a warning)."""
     info = read_trial_info(final)
     scores = storage.read_parquet(storage.join(final, SCORES_FILE))
-    check_parquet_footers(final)
     return info, scores
 
 

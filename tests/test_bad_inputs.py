@@ -332,7 +332,7 @@ def cut(path: Path) -> Path:
     return path
 
 
-TRIAL_FILES = [
+OUTPUT_FILES = [
     "checkpoint_000000/outputs/trial.json",
     "checkpoint_000000/outputs/scores.parquet",
     "checkpoint_000000/outputs/trace.parquet",
@@ -343,39 +343,57 @@ RELIF_TRIAL = RELIF_TRIALS[0]
 REPORT = ["--no-figures", "--n-boot", "0", "--pool-size", "16", "--pairs", "64"]
 
 
-def test_the_report_skips_each_trial_with_a_damaged_file_and_says_so(experiment, tmp_path, capsys):
-    """One damaged file in each of four ReLiF trials: four warnings, four damaged trials
-    listed, and the report of the others."""
-    damaged = [
-        cut(experiment / trial / name)
-        for trial, name in zip(RELIF_TRIALS, TRIAL_FILES, strict=True)
-    ]
+def test_the_report_skips_each_trial_whose_record_or_scores_are_damaged(
+    experiment, tmp_path, capsys
+):
+    """The files read when an experiment is loaded: one warning per trial left out, each
+    listed as damaged, and the report of the others."""
+    damaged = [cut(experiment / RELIF_TRIALS[0] / OUTPUT_FILES[0])]
+    damaged.append(cut(experiment / RELIF_TRIALS[1] / OUTPUT_FILES[1]))
     out = tmp_path / "report"
     assert relif(["report", str(experiment), "--out", str(out), *REPORT]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == len(damaged), err
     report = (out / "report.md").read_text()
-    for line, trial, path in zip(err, RELIF_TRIALS, damaged, strict=True):
+    for line, trial, path in zip(err, RELIF_TRIALS[:2], damaged, strict=True):
         assert line.startswith(f"relif: warning: skipped trial {trial}: {path}: damaged file (")
         assert f"- damaged: `{experiment / trial}` {path}: damaged file (" in report
-    assert "| ReLiF |" not in report  # no ReLiF trial was left to report
+    assert "| ReLiF |" in report  # from the two ReLiF trials left
 
 
-def test_damaged_per_epoch_records_are_skipped_with_a_warning(experiment):
+@pytest.mark.parametrize(
+    "trial, name", [(RELIF_TRIAL, OUTPUT_FILES[2]), ("ReLiFTrainable_00000", OUTPUT_FILES[3])]
+)
+def test_a_damaged_trace_or_representation_stops_the_report_that_reads_it(
+    trial, name, experiment, tmp_path, capsys
+):
+    """The controller table reads the ReLiF trials' traces, the calibration of delta_ref the
+    ERM trials' representations, when the report needs them."""
+    damaged = cut(experiment / trial / name)
+    status = relif(["report", str(experiment), "--out", str(tmp_path / "report"), *REPORT])
+    one_line(status, capsys, f"relif: error: {damaged}: damaged file (")
+    assert not (tmp_path / "report").exists()
+
+
+def test_damaged_per_epoch_records_and_traces_are_skipped_with_a_warning(experiment):
     import analysis
     from analysis.experiment import SkippedFile
 
-    damaged = cut(experiment / RELIF_TRIAL / "result.json")
+    records = cut(experiment / RELIF_TRIAL / "result.json")
+    trace = cut(experiment / RELIF_TRIALS[1] / OUTPUT_FILES[2])
     loaded = analysis.load(experiment)
-    with pytest.warns(SkippedFile, match=f"records of .*{RELIF_TRIAL}: {damaged}: damaged file"):
+    with pytest.warns(SkippedFile, match=f"records of .*{RELIF_TRIAL}: {records}: damaged file"):
         epochs = loaded.epochs
+    with pytest.warns(SkippedFile, match=f"trace of trial exp_00005: {trace}: damaged file"):
+        traces = loaded.traces
     assert sorted(set(epochs["trial"])) == sorted(set(loaded.trials["trial"]) - {"exp_00004"})
+    assert sorted(set(traces["trial"])) == sorted(set(loaded.trials["trial"]) - {"exp_00005"})
 
 
 @pytest.mark.parametrize(
     "name",
     [
-        *(f"{RELIF_TRIAL}/{name}" for name in TRIAL_FILES),
+        *(f"{RELIF_TRIAL}/{name}" for name in OUTPUT_FILES),
         f"{RELIF_TRIAL}/result.json",
         f"{RELIF_TRIAL}/params.json",
         SQUASH_CONSTANTS_FILE,

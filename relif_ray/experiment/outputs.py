@@ -98,14 +98,6 @@ def read_trial_info(outputs: Location) -> dict[str, Any]:
     return info
 
 
-def check_parquet_footers(outputs: Location) -> None:
-    """The parquet files of an outputs folder that analysis reads on demand (the trace, the
-    representations) end in a whole footer (`storage.DamagedFile` otherwise): a cut-off copy
-    is found when the experiment is loaded, not in the middle of a report."""
-    for name in (TRACE_FILE, REPRESENTATIONS_FILE):
-        storage.read_parquet(storage.join(outputs, name), columns=[])
-
-
 def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(example_ids, (N, D) float32 matrix) of one split."""
     table = storage.read_parquet(
