@@ -9,9 +9,9 @@ exactly like the built-in ones. The sweep passes the variables on to its Ray wor
 
 Both registries import their plug-ins through `import_plugins`, the one place that turns a
 plug-in that cannot be used into a one-line `UserError` naming the variable and the file: a
-listed directory that does not exist, a module that does not import (a syntax error, a
-missing dependency, anything its top level raises) and a module named like a built-in one
-(which would be silently hidden by it). What a plug-in registers is checked by its registry
+listed directory that does not exist or cannot be read, a module that does not import (a syntax
+error, a missing dependency, anything its top level raises) and a module named like a built-in
+one (which would be silently hidden by it). What a plug-in registers is checked by its registry
 (`plugin_name`: a name that is a plain word, usable in labels, trial names and folders).
 """
 
@@ -55,6 +55,8 @@ def import_plugins(package: ModuleType, variable: str) -> list[ModuleType]:
     for directory in plugin_directories(os.environ.get(variable, "")):
         if not Path(directory).is_dir():
             raise UserError(f"{variable}: {directory} is not a directory")
+        if not os.access(directory, os.R_OK | os.X_OK):
+            raise UserError(f"{variable}: {directory} is not readable")
         if directory not in package.__path__:
             package.__path__.append(directory)
         for module_info in pkgutil.iter_modules([directory]):

@@ -122,6 +122,20 @@ def test_a_plugin_name_that_cannot_be_a_label_or_folder_is_refused(
     one_line(sweep(flags), capsys, f"{folder / 'slashed.py'}: method name 'my/method' must be")
 
 
+def test_a_plugin_method_that_cannot_be_built_is_one_line_before_ray(
+    tmp_path, flags, monkeypatch, capsys, no_sweep
+):
+    source = SLASHED_METHOD.replace("my/method", "fragile") + (
+        "\n    def __init__(self, task_names, seed=0, gradient_source='parameters'):\n"
+        "        raise RuntimeError('needs two GPUs')\n"
+    )
+    folder = plugin_folder(tmp_path, "fragile", source)
+    monkeypatch.setenv(METHODS_PATH, str(folder))
+    status = sweep([*flags[:3], "fragile", *flags[4:]])
+    one_line(status, capsys, f"method.name: fragile (plug-in {folder / 'fragile.py'}) cannot be")
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_plugin_benchmark_named_like_a_built_in_module_is_refused(tmp_path, monkeypatch, capsys):
     folder = plugin_folder(tmp_path, "nyuv2", "BENCHMARK = None\n")
     monkeypatch.setenv(PROBLEMS_PATH, str(folder))
@@ -430,10 +444,25 @@ def test_a_damaged_reference_and_pareto_file_stop_the_sweep_before_ray(
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("damage", ["squash constants", "trial list"], ids=lambda case: case)
 def test_a_damaged_file_of_a_resumed_experiment_stops_the_resume_before_ray(
-    experiment, flags, capsys, no_sweep
+    damage, experiment, flags, capsys, no_sweep
 ):
-    (experiment / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({}))
-    cut(experiment / SQUASH_CONSTANTS_FILE)
+    """Tune's trial list (a whole JSON file that is not one; a cut-off one is put back once Ray
+    is up, `relif_ray.tuning.resume`) and the squash constants are read before Ray starts."""
+    state = experiment / "experiment_state-2026-01-01_00-00-00.json"
+    state.write_text(json.dumps({"trial_data": []}))
+    if damage == "squash constants":
+        damaged = cut(experiment / SQUASH_CONSTANTS_FILE)
+        fragment = f"{damaged}: damaged file ("
+    else:
+        state.write_text(json.dumps({"trials": []}))
+        fragment = f"{state}: damaged file (no entry 'trial_data')"
     status = sweep([*flags[:-1], str(experiment.parent), "--resume", "--name", "exp"])
-    one_line(status, capsys, f"{experiment / SQUASH_CONSTANTS_FILE}: damaged file (")
+    one_line(status, capsys, fragment)
+
+
+def test_an_empty_config_file_is_an_error_not_the_defaults(tmp_path, flags, capsys, no_sweep):
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    status = sweep([*flags, "--config", str(tmp_path / "empty.yaml")])
+    one_line(status, capsys, f"--config {tmp_path / 'empty.yaml'}: no config fields in it")

@@ -16,8 +16,11 @@ root is in `EXPERIMENT_FILES`, which `relif export` copies.
 
 from __future__ import annotations
 
+import json
 import re
+from fnmatch import fnmatch
 from pathlib import PurePosixPath
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -84,6 +87,23 @@ def newest_driver_state(experiment: Location) -> list[str]:
     for pattern in DRIVER_STATE_FILES:
         newest += sorted(name for name in names if PurePosixPath(name).match(pattern))[-1:]
     return newest
+
+
+def tune_trials(experiment: Location) -> dict[str, dict[str, Any]]:
+    """trial id -> Tune config of every trial in the experiment's newest
+    `EXPERIMENT_STATE_FILES` (Tune's trial list, which `--resume` continues: its "trial_data"
+    holds each trial's state as a JSON text); none without one. `storage.DamagedFile` if the
+    file is not such a list."""
+    newest = [
+        name for name in newest_driver_state(experiment) if fnmatch(name, EXPERIMENT_STATE_FILES)
+    ]
+    if not newest:
+        return {}
+    place = storage.join(storage.location(experiment), newest[0])
+    state = storage.read_json(place)
+    with storage.reading(place):
+        trials = [json.loads(trial) for trial, _ in state["trial_data"]]
+        return {str(trial["trial_id"]): dict(trial["config"]) for trial in trials}
 
 
 def check_file(place: Location) -> None:

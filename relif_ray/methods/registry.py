@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 from relif_ray.methods.base import MTLMethod
 from relif_ray.plugins import METHODS_PATH, import_plugins, plugin_name
 
@@ -110,6 +110,15 @@ def build_method(
         return cls(task_names, seed=seed, gradient_source=gradient_source, **options)
     except TypeError as exc:
         raise UserError(f"method.options: invalid options for '{name}': {exc}") from None
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plug-in's own failure, said in one line
+        if plugin_file(cls) is None:
+            raise  # a built-in method's failure is ours to fix: its traceback
+        raise UserError(
+            f"method.name: {name} (plug-in {plugin_file(cls)}) cannot be built: "
+            f"{type(exc).__name__}: {first_line(exc)}"
+        ) from None
 
 
 def check_option(field: str, value: Any, default: Any) -> None:

@@ -68,7 +68,7 @@ def read_config_file(path: str) -> dict[str, Any]:
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise UserError(f"--config {path}: not valid YAML{where}") from None
     if content is None:
-        return {}
+        raise UserError(f"--config {path}: no config fields in it (an empty file)")
     if not isinstance(content, dict):
         raise UserError(f"--config {path}: expected a mapping of config fields")
     overrides = {}

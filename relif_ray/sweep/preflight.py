@@ -19,6 +19,7 @@ the trial, so each rule keeps one home:
 
 from __future__ import annotations
 
+import json
 import warnings
 from fnmatch import fnmatch
 from pathlib import Path
@@ -31,6 +32,7 @@ from relif_ray.experiment.layout import (
     EXPERIMENT_STATE_FILES,
     SEARCHER_STATE_FILES,
     newest_driver_state,
+    tune_trials,
 )
 from relif_ray.experiment.storage import (
     DamagedFile,
@@ -123,14 +125,26 @@ def check_resumable(storage: str, name: str) -> None:
         raise UserError(
             f"--resume: no sweep to resume at {display(experiment)} (check --storage and --name)"
         )
-    for file in (file for file in newest if fnmatch(file, SEARCHER_STATE_FILES)):
+    for file in newest:
         data = read_bytes(join(experiment, file)).lstrip()
-        if data and not data.startswith(b"{"):
+        if fnmatch(file, SEARCHER_STATE_FILES) and data and not data.startswith(b"{"):
             raise UserError(
                 f"--resume: {display(join(experiment, file))} is not the JSON snapshot of a "
                 "sweep's trial order (a pickle is never loaded); the sweep cannot be resumed"
             )
+        if fnmatch(file, EXPERIMENT_STATE_FILES) and is_json(data):
+            tune_trials(experiment)  # a whole file that is not Tune's trial list is damaged
     read_squash_constants(experiment)
+
+
+def is_json(data: bytes) -> bool:
+    """Whether `data` is a whole JSON document (a file cut off by a killed driver is not; it is
+    put back, or refused, once Ray is up: `relif_ray.tuning.resume`)."""
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
 
 
 def resolve_pretrained(value: str) -> str:

@@ -29,12 +29,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ray.train._internal.storage import get_fs_and_path
-from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
 from ray.tune.search import Searcher
 
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
+from relif_ray.experiment.layout import tune_trials
 from relif_ray.reference import read_squash_constants, write_squash_constants
 
 SNAPSHOT_FORMAT = "relif-ray trial order 1"
@@ -191,16 +190,9 @@ def read_snapshot(path: str) -> dict[str, Any]:
 
 def resumed_trials(experiment_dir: str) -> dict[str, dict[str, Any]]:
     """trial id -> Tune config of every trial in the experiment state that `--resume`
-    continues: the newest `experiment_state-*.json` of the experiment directory, found and read
-    as Tune's own resume finds and reads it."""
-    filesystem, path = get_fs_and_path(experiment_dir)
-    newest = _find_newest_experiment_checkpoint(path, fs=filesystem)
-    if newest is None:
-        return {}
-    with filesystem.open_input_stream(newest) as stream:
-        state = json.loads(stream.readall())
-    trials = [json.loads(trial_state) for trial_state, _ in state["trial_data"]]
-    return {trial["trial_id"]: trial["config"] for trial in trials}
+    continues: the newest `experiment_state-*.json` of the experiment directory, the one
+    Tune's own resume reads (`relif_ray.experiment.layout.tune_trials`)."""
+    return tune_trials(experiment_dir)
 
 
 def _is_of(item: dict[str, Any], config: dict[str, Any]) -> bool:
