@@ -256,7 +256,7 @@ def base_config(
         ("flags", flag_fields(args)),
     ]
     demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
-    config = compose_config(defaults, layers, root, use_gpu, demo)
+    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path)
     config["model"]["pretrained"] = resolve_pretrained(config["model"]["pretrained"])
     return config
 

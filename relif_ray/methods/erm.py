@@ -15,6 +15,7 @@ class ERM(MTLMethod):
 
     name = "erm"
     citation = "equal-weight sum of the task losses (paper Eq. mtl_loss)"
+    capturable = True
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
