@@ -2,7 +2,7 @@
 
 `ReLiFRegularizer(config, task_names)` is an `nn.Module` holding the scale buffers tau/kappa,
 the running squash quantiles and the violation-rate controller (`ViolationController`, paper
-Eq. ema_violation and lambda_update). Call it once per training step with every task's
+Eqs. 11 and 12). Call it once per training step with every task's
 per-example audit score p_k in [0, 1] (paper section 3; e.g. a sigmoid probability) and valid
 mask, and the shared representation the scores come from; it returns lambda_t * L_lip (paper
 Algorithm 2) to add to the task loss, and detached statistics (`STAT_KEYS`: lambda, r, r_ema,
