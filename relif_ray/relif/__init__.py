@@ -18,7 +18,8 @@ warmup are the paper's for its 19,800-step NYUv2 run; `scale_to_budget(steps)` g
 and warmup that move lambda as far in a run of `steps` steps. Its state travels in
 `regularizer.state_dict()` (checkpoint it with the model). Audit the trained model under one
 held-fixed delta with `relif_ray.audit.fixed_delta_audit` on the table
-`relif_ray.audit.scores_frame` builds. Complete examples in under 60 lines:
+`relif_ray.audit.scores_frame` builds. Complete examples, audited against the same loop
+without ReLiF:
 docs/examples/own_loop.py, and with PCGrad docs/examples/own_loop_pcgrad.py.
 """
 
