@@ -32,22 +32,26 @@ SHOWN = {"pareto.png": "pareto.png", "controller.png": "controller_relif.png"}
 
 
 def machine() -> str:
-    """'2 cores of an AMD EPYC 7B13': this process's CPUs and the processor's model name."""
+    """'2 cores of an Intel Xeon Processor': this process's CPUs and the processor's model
+    name (without trademark signs)."""
     names = [
         line.split(":", 1)[1].strip()
         for line in Path("/proc/cpuinfo").read_text().splitlines()
         if line.startswith("model name")
     ]
     model = names[0] if names else platform.processor() or platform.machine()
+    model = " ".join(model.replace("(R)", "").replace("(TM)", "").split())
     return f"{len(os.sched_getaffinity(0))} cores of an {model}"
 
 
 def commit() -> str:
-    """The short commit of the working tree, marked when it has uncommitted changes."""
+    """The short commit of the code, marked when a file other than Markdown or this folder's
+    differs from it (text does not change the demo's numbers)."""
     git = ["git", "-C", str(REPO)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     changed = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
-    dirty = [line for line in changed.stdout.splitlines() if "docs/figures/" not in line]
+    paths = [line[3:] for line in changed.stdout.splitlines()]
+    dirty = [path for path in paths if not (path.endswith(".md") or "docs/figures/" in path)]
     return head.stdout.strip() + (" with uncommitted changes" if dirty else "")
 
 
