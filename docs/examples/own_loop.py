@@ -6,7 +6,7 @@ Two clinical tasks, the paper's eICU pair, share an MLP trunk: in-hospital morta
 score p(x): its sigmoid probability) and the length of stay in 4 bins (audit score: its max
 softmax). Both scores are probabilities, so nothing is squashed; a score that is not one (NYUv2's
 depth feature norm) would be squashed with the plain run's validation q10/q90, given to
-`ReLiFConfig(squash_constants=...)` and to `relif_ray.reference.squash` for the audit. Outcomes
+`ReLiFConfig(squash_constants=...)` and to `relif_ray.squash.squash` for the audit. Outcomes
 are drawn from each stay's risk, as real outcomes are, so the predicted probabilities do not
 saturate at 0 or 1.
 
