@@ -225,7 +225,7 @@ class ReLiFConfig:
     eta: float = 1e-3
 
     def controller_adapts(self) -> bool:
-        """Whether lambda follows the multiplicative update of Eq. (eq:lambda_update), so that
+        """Whether lambda follows the multiplicative update of the paper's Eq. 12, so that
         r* and eta matter: ReLiF on, the adaptive controller, and the Lipschitz branch on
         (without it lambda stays 0, so "ReLiF w/o Lip" does not adapt)."""
         return self.enabled and self.controller == "adaptive" and self.lipschitz_branch

@@ -22,7 +22,7 @@ from typing import Any
 from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import OneLineParser, parse_floats, run_command
 from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser, default_methods
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, install_hint
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
@@ -411,7 +411,7 @@ def parse_callbacks(text: str) -> tuple[str, ...]:
         if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
             raise UserError(
                 f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
-                f"(pip install 'relif-ray[{name}]')"
+                f"({install_hint(name)})"
             )
     return names
 
