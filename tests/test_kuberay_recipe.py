@@ -59,7 +59,7 @@ def test_every_flag_of_the_entrypoint_is_one_of_the_sweeps():
         for option in action.option_strings
     }
     flags = [word for word in argv if word.startswith("--")]
-    assert len(flags) >= 10 and set(flags) <= known, set(flags) - known
+    assert len(flags) >= 8 and set(flags) <= known, set(flags) - known
 
 
 def test_the_entrypoint_passes_the_sweeps_own_checks(tmp_path):
