@@ -11,12 +11,14 @@ rate a device tensor that the schedule fills in place, so schedules keep working
 step's trace row stacked into one device vector. BatchNorm's running statistics, ReLiF's
 buffers and the method's buffers are updated in place inside the graph.
 
-Before capture `CAPTURE_WARMUP_STEPS` steps run eagerly on a side stream (cuDNN picks its
-algorithms, the caching allocator settles, lazily made constants are made); they are real
-training steps, so a graphed run trains the same steps as an eager one. Each step afterwards
-copies its rows into the static index and replays. The per-step trace is written into a
-device buffer that the engine reads once per `train_steps` call. Loading a checkpoint replaces
-the optimiser's state tensors, which the graph refers to: the graph is dropped and made again.
+A capture that fails (an operation a graph cannot hold) is reported in one line and the trial
+goes on with eager steps. Before capture `CAPTURE_WARMUP_STEPS` steps run eagerly on a side
+stream (cuDNN picks its algorithms, the caching allocator settles, lazily made constants are
+made); they are real training steps, so a graphed run trains the same steps as an eager one.
+Each step afterwards copies its rows into the static index and replays. The per-step trace is
+written into a device buffer that the engine reads once per `train_steps` call. Loading a
+checkpoint replaces the optimiser's state tensors, which the graph refers to: the graph is
+dropped and made again.
 
 A method is captured only if it declares itself capturable (`MTLMethod.capturable`): its step
 reads nothing from the host, keeps every state it changes in tensors updated in place, has no
@@ -33,6 +35,7 @@ import torch
 from torch import Tensor
 
 from relif_ray.data.splits import TensorSplit
+from relif_ray.errors import first_line
 
 if TYPE_CHECKING:
     from relif_ray.engine import TrainingRun
@@ -90,10 +93,24 @@ class GraphedStep:
             self.warm += 1
             self._record(self._eager())
             return
-        if self.graph is None:
-            self._capture()
+        if self.graph is None and not self._captured():
+            self._record(self._body())
+            return
         self.graph.replay()
         self._record(self.row)
+
+    def _captured(self) -> bool:
+        """Capture the step; where an operation cannot be captured, say so in one line and
+        train eagerly from here on. A failed capture ran none of the step's kernels (they are
+        only recorded), so the step is then run eagerly with the same numbers."""
+        try:
+            self._capture()
+        except RuntimeError as error:
+            self.graph, self.capture = None, False
+            reason = first_line(error)
+            print(f"train.cuda_graph auto: eager steps: the capture failed ({reason})", flush=True)
+            return False
+        return True
 
     def _eager(self) -> Tensor:
         if not self.capture:
