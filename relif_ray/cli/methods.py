@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from relif_ray.methods import MTLMethod, methods
-from relif_ray.methods.registry import install_hint, missing_requirements, plugin_file
+from relif_ray.methods.registry import missing_requirements, plugin_file, requirement_hint
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 
 COLUMNS = ("name", "set", "kind", "+relif", "rep.", "options (default)", "citation")
@@ -61,7 +61,7 @@ def method_listing() -> list[str]:
         if (file := plugin_file(registered[name])) is not None:
             lines.append(f"{name}: plug-in {file}")
         if missing := missing_requirements(registered[name]):
-            hint = install_hint(registered[name])
+            hint = requirement_hint(registered[name])
             lines.append(f"{name}: needs {', '.join(missing)}, not installed: {hint}")
     return lines
 

@@ -22,7 +22,7 @@ from typing import Any
 from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import OneLineParser, comma_list, parse_floats, run_command
 from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser, default_methods
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, install_hint
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
@@ -258,7 +258,7 @@ def base_config(
         ("flags", flag_fields(args)),
     ]
     demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
-    config = compose_config(defaults, layers, root, use_gpu, demo)
+    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path)
     config["model"]["pretrained"] = resolve_pretrained(config["model"]["pretrained"])
     return config
 
@@ -414,7 +414,7 @@ def parse_callbacks(text: str | None) -> tuple[str, ...]:
         if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
             raise UserError(
                 f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
-                f"(pip install 'relif-ray[{name}]')"
+                f"({install_hint(name)})"
             )
     return names
 

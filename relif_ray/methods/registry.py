@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError, first_line
+from relif_ray.errors import UserError, first_line, install_hint
 from relif_ray.methods.base import MTLMethod
 from relif_ray.plugins import METHODS_PATH, import_plugins, plugin_name
 
@@ -68,12 +68,12 @@ def missing_requirements(cls: type[MTLMethod]) -> list[str]:
     return [module for module in cls.requires if find_spec(module) is None]
 
 
-def install_hint(cls: type[MTLMethod]) -> str:
+def requirement_hint(cls: type[MTLMethod]) -> str:
     """How to install what `cls` misses: our `mtl` extra for a built-in method; a plug-in's
     own requirements are its author's to name."""
     if (file := plugin_file(cls)) is not None:
         return f"install them for the plug-in {file}"
-    return f"pip install 'relif-ray[{MTL_EXTRA}]'"
+    return install_hint(MTL_EXTRA)
 
 
 def build_method(
@@ -102,7 +102,7 @@ def build_method(
     if missing := missing_requirements(cls):
         raise UserError(
             f"method.name: {name} needs {', '.join(missing)}, which are not installed: "
-            f"{install_hint(cls)}"
+            f"{requirement_hint(cls)}"
         )
     for option, value in options.items():
         check_option(f"method.options.{option}", value, accepted[option])
