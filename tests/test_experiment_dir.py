@@ -60,7 +60,7 @@ def locked(tmp_path) -> Iterator[tuple[Path, subprocess.Popen]]:
     experiment = tmp_path / "exp"
     (experiment / "ReLiFTrainable_00000").mkdir(parents=True)
     (experiment / "ReLiFTrainable_00000" / "params.json").write_text("{}")
-    (experiment / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
+    (experiment / "experiment_state-2026-01-01_00-00-00.json").write_text('{"trial_data": []}')
     holder = hold_lock(tmp_path, "exp")
     yield experiment, holder
     holder.kill()

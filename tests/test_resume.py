@@ -17,7 +17,10 @@ from relif_ray.tuning.order import SNAPSHOT_FORMAT, ReferenceOrder
 from relif_ray.tuning.resume import is_complete, repair_driver_state
 
 RUN = "2026-11-26_10-00-00"
-STATE = {"trial_data": [['{"trial_id": "a"}', "{}"]], "runner_data": {"x": [1.5, None]}}
+STATE = {
+    "trial_data": [['{"trial_id": "a", "config": {"seed": 0}}', "{}"]],
+    "runner_data": {"x": [1.5, None]},
+}
 
 
 def documents() -> dict[str, bytes]:
