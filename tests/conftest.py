@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -212,3 +213,23 @@ def no_sweep(monkeypatch):
         raise AssertionError("the flags were accepted and a sweep would start")
 
     monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", refuse)
+
+
+@pytest.fixture
+def isolated_registry(monkeypatch):
+    """Plug-ins imported by a test register into a copy of the method registry, and their
+    folders join copies of the method and benchmark packages' paths, all restored afterwards;
+    their modules are forgotten, so the next test's folder is imported afresh and no plug-in
+    of one test is seen by another."""
+    import relif_ray.methods as methods_package
+    import relif_ray.problems as problems_package
+    from relif_ray.methods import registry
+
+    monkeypatch.setattr(registry, "METHODS", dict(registry.METHODS))
+    for package in (methods_package, problems_package):
+        monkeypatch.setattr(package, "__path__", list(package.__path__))
+    before = set(sys.modules)
+    yield registry
+    for name in set(sys.modules) - before:
+        if name.startswith((f"{methods_package.__name__}.", f"{problems_package.__name__}.")):
+            del sys.modules[name]

@@ -91,7 +91,7 @@ def plugin_folder(tmp_path: Path, module: str, source: str) -> Path:
 @pytest.mark.parametrize("variable", [METHODS_PATH, PROBLEMS_PATH])
 @pytest.mark.parametrize("case", list(BROKEN_PLUGINS))
 def test_a_plugin_that_does_not_import_is_one_line_for_every_command(
-    variable, case, tmp_path, flags, monkeypatch, capsys, no_sweep
+    variable, case, tmp_path, flags, monkeypatch, capsys, no_sweep, isolated_registry
 ):
     """The command that lists the registry (`relif methods`, `relif make-data`) and a sweep
     that does not name the plug-in all stop at it."""
@@ -108,14 +108,14 @@ def test_a_plugin_that_does_not_import_is_one_line_for_every_command(
 
 @pytest.mark.parametrize("variable", [METHODS_PATH, PROBLEMS_PATH])
 def test_a_plugin_directory_that_does_not_exist_is_refused(
-    variable, tmp_path, flags, monkeypatch, capsys, no_sweep
+    variable, tmp_path, flags, monkeypatch, capsys, no_sweep, isolated_registry
 ):
     monkeypatch.setenv(variable, str(tmp_path / "nowhere"))
     one_line(sweep(flags), capsys, f"{variable}: {tmp_path / 'nowhere'} is not a directory")
 
 
 def test_a_plugin_name_that_cannot_be_a_label_or_folder_is_refused(
-    tmp_path, flags, monkeypatch, capsys, no_sweep
+    tmp_path, flags, monkeypatch, capsys, no_sweep, isolated_registry
 ):
     folder = plugin_folder(tmp_path, "slashed", SLASHED_METHOD)
     monkeypatch.setenv(METHODS_PATH, str(folder))
@@ -123,7 +123,7 @@ def test_a_plugin_name_that_cannot_be_a_label_or_folder_is_refused(
 
 
 def test_a_plugin_method_that_cannot_be_built_is_one_line_before_ray(
-    tmp_path, flags, monkeypatch, capsys, no_sweep
+    tmp_path, flags, monkeypatch, capsys, no_sweep, isolated_registry
 ):
     source = SLASHED_METHOD.replace("my/method", "fragile") + (
         "\n    def __init__(self, task_names, seed=0, gradient_source='parameters'):\n"
@@ -136,7 +136,9 @@ def test_a_plugin_method_that_cannot_be_built_is_one_line_before_ray(
     assert not (tmp_path / "results").exists()
 
 
-def test_a_plugin_benchmark_named_like_a_built_in_module_is_refused(tmp_path, monkeypatch, capsys):
+def test_a_plugin_benchmark_named_like_a_built_in_module_is_refused(
+    tmp_path, monkeypatch, capsys, isolated_registry
+):
     folder = plugin_folder(tmp_path, "nyuv2", "BENCHMARK = None\n")
     monkeypatch.setenv(PROBLEMS_PATH, str(folder))
     status = relif(["make-data", "--help"])
@@ -162,7 +164,9 @@ def test_a_broken_plugin_is_one_line_from_a_sweep_script(tmp_path):
     )
 
 
-def test_a_plugins_missing_requirement_is_not_answered_with_our_extra(tmp_path, monkeypatch):
+def test_a_plugins_missing_requirement_is_not_answered_with_our_extra(
+    tmp_path, monkeypatch, isolated_registry
+):
     source = SLASHED_METHOD.replace("my/method", "needy") + '    requires = ("nosuch_xyz",)\n'
     folder = plugin_folder(tmp_path, "needy", source)
     monkeypatch.setenv(METHODS_PATH, str(folder))

@@ -15,7 +15,6 @@ import pytest
 import torch
 from torch import Tensor
 
-import relif_ray.methods as methods_package
 from relif_ray import cli
 from relif_ray.cli.methods import COLUMNS, method_listing
 from relif_ray.cli.sweep import NYUV2
@@ -177,20 +176,6 @@ def test_after_step_gives_the_losses_of_the_same_batch_after_the_update(two_imag
 
 
 # --- plug-ins ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def isolated_registry(monkeypatch):
-    """Plug-ins imported by a test register into a copy of the registry and a copy of the
-    package path, both restored afterwards; their modules are forgotten, so the next test's
-    folder is imported afresh."""
-    monkeypatch.setattr(registry, "METHODS", dict(registry.METHODS))
-    monkeypatch.setattr(methods_package, "__path__", list(methods_package.__path__))
-    before = set(sys.modules)
-    yield registry
-    for name in set(sys.modules) - before:
-        if name.startswith(f"{methods_package.__name__}."):
-            del sys.modules[name]
 
 
 def plugin_folder(tmp_path: Path, name: str, source: str) -> Path:
