@@ -31,7 +31,7 @@ from typing import Any
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.splits import Batch, Split, TensorSplit
 from relif_ray.errors import UserError
-from relif_ray.models.base import MultiTaskModel
+from relif_ray.models.base import HARD_SHARING, MultiTaskModel
 from relif_ray.plugins import PROBLEMS_PATH, extend_package_path
 from relif_ray.tasks.base import Task
 
@@ -56,7 +56,22 @@ class Problem:
         return [task.name for task in self.tasks]
 
     def build_model(self, config: ModelConfig) -> MultiTaskModel:
-        return self.model_factory(config)
+        return checked_model(self.model_factory, config)
+
+
+def checked_model(
+    factory: Callable[[ModelConfig], MultiTaskModel], config: ModelConfig
+) -> MultiTaskModel:
+    """The model `factory` builds for `config`; a one-line error where it is not of the
+    architecture `config` asks for (a plug-in benchmark's model knows only its own)."""
+    model = factory(config)
+    built = getattr(model, "architecture", HARD_SHARING)
+    if built != config.architecture:
+        raise UserError(
+            f"config field model.architecture: this benchmark's model ({type(model).__name__}) "
+            f"is {built}, not {config.architecture}"
+        )
+    return model
 
 
 @dataclass(frozen=True)
