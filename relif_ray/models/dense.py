@@ -76,25 +76,24 @@ def resnet_stages(encoder: nn.Sequential) -> list[nn.Module]:
     return [encoder[:4], *encoder[4:]]
 
 
-def stage_input_shapes(name: str, image_shape: tuple[int, int, int]) -> list[tuple[int, ...]]:
-    """The (C, H, W) that each of the five stages of `resnet_encoder(name)` reads for an image
-    of `image_shape`: the stem and layer2 halve the size (the stem twice: conv1 and maxpool,
-    each floor((h - 1) / 2) + 1), layer3 and layer4 keep it (output stride 8)."""
-    expansion = 4 if name in BOTTLENECK_RESNETS else 1
+def stage_shapes(encoder: nn.Sequential, image_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The (C, H, W) of an image of `image_shape` and of the outputs of the five stages of a
+    `resnet_encoder`: each stage's channels are those of its last BatchNorm, and the stem and
+    layer2 halve the size (the stem twice: conv1 and maxpool, each floor((h - 1) / 2) + 1),
+    layer3 and layer4 keep it (output stride 8)."""
 
     def halved(size: int) -> int:
         return (size - 1) // 2 + 1
 
-    channels, height, width = image_shape
-    after_stem = (halved(halved(height)), halved(halved(width)))
-    after_layer2 = (halved(after_stem[0]), halved(after_stem[1]))
-    return [
-        (channels, height, width),
-        (64, *after_stem),
-        (64 * expansion, *after_stem),
-        (128 * expansion, *after_layer2),
-        (256 * expansion, *after_layer2),
+    channels = [
+        [m for m in stage.modules() if isinstance(m, nn.BatchNorm2d)][-1].num_features
+        for stage in resnet_stages(encoder)
     ]
+    _, height, width = image_shape
+    quarter = (halved(halved(height)), halved(halved(width)))
+    eighth = (halved(quarter[0]), halved(quarter[1]))
+    sizes = [quarter, quarter, eighth, eighth, eighth]
+    return [tuple(image_shape)] + [(c, *size) for c, size in zip(channels, sizes, strict=True)]
 
 
 def load_backbone_weights(net: nn.Module, name: str, pretrained: str) -> None:

@@ -31,7 +31,7 @@ from relif_ray.models.dense import (
     last_convolution,
     resnet_encoder,
     resnet_stages,
-    stage_input_shapes,
+    stage_shapes,
 )
 
 
@@ -61,11 +61,16 @@ class ResNetExperts:
 
     def __init__(self, backbone: str, pretrained: str, image_shape: tuple[int, int, int]) -> None:
         self.backbone, self.pretrained = backbone, pretrained
-        shapes = stage_input_shapes(backbone, image_shape)
-        self.level_inputs = [math.prod(shape) for shape in shapes]
+        with torch.device("meta"):  # the layout only: no memory, no initialisation
+            self.layout = resnet_encoder(backbone)[0]
+        shapes = stage_shapes(self.layout, image_shape)
+        self.level_inputs = [math.prod(shape) for shape in shapes[:-1]]
+        """Features a gate of each of PLE's levels reads (the first: the image's)."""
         self.gate_size = self.level_inputs[0]
-        self.out_features = 2 * shapes[-1][0]
-        """Channels of an expert's output (layer4 doubles layer3's)."""
+        self.out_features = shapes[-1][0]
+        """Channels of an expert's output."""
+        self.widths = [shape[0] for shape in shapes[2:]]
+        """Channels of layer1..layer4's outputs (MTAN's attention widths)."""
 
     def encoder(self) -> nn.Module:
         return resnet_encoder(self.backbone, self.pretrained)[0]

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from relif_ray.models.base import TaskInputs, TaskTrunk
 from relif_ray.models.clinical import Stays
-from relif_ray.models.dense import BOTTLENECK_RESNETS, last_convolution, resnet_stages
+from relif_ray.models.dense import last_convolution, resnet_stages
 from relif_ray.models.experts import ResNetExperts
 
 LEVELS = 4
@@ -43,14 +43,14 @@ def attention_layer(in_channels: int, middle: int, out_channels: int) -> nn.Sequ
     )
 
 
-def residual_block(in_channels: int, planes: int, bottleneck: bool) -> nn.Module:
-    """The backbone's own residual block from `in_channels` to its output width for `planes`,
-    with a conv1x1-BN projection shortcut."""
-    from torchvision.models.resnet import BasicBlock, Bottleneck, conv1x1  # deferred
-
-    block = Bottleneck if bottleneck else BasicBlock
+def residual_block(block: type[nn.Module], in_channels: int, planes: int) -> nn.Module:
+    """The backbone's own residual block class (torchvision's BasicBlock or Bottleneck) from
+    `in_channels` to its output width for `planes`, with a conv1x1-BN projection shortcut."""
     out_channels = planes * block.expansion
-    shortcut = nn.Sequential(conv1x1(in_channels, out_channels), nn.BatchNorm2d(out_channels))
+    shortcut = nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=False),
+        nn.BatchNorm2d(out_channels),
+    )
     return block(in_channels, planes, downsample=shortcut)
 
 
@@ -59,10 +59,9 @@ class MTAN(TaskTrunk):
 
     def __init__(self, family: ResNetExperts, tasks: list[str]) -> None:
         super().__init__()
-        bottleneck = family.backbone in BOTTLENECK_RESNETS
-        expansion = 4 if bottleneck else 1
-        widths = [64 * expansion * 2**level for level in range(LEVELS)]
         stages = resnet_stages(family.encoder())
+        block = type(stages[1][-1])
+        expansion, widths = block.expansion, family.widths
         self.stem = stages[0]
         self.shared_layers = nn.ModuleList(
             nn.ModuleList([layer[:-1], layer[-1]]) for layer in stages[1:]
@@ -77,7 +76,7 @@ class MTAN(TaskTrunk):
                 )
             )
         self.block_attention = nn.ModuleList(
-            residual_block(widths[level], widths[level + 1] // expansion, bottleneck)
+            residual_block(block, widths[level], widths[level + 1] // expansion)
             for level in range(LEVELS - 1)
         )
         self.downsample = nn.MaxPool2d(kernel_size=2, stride=2)
