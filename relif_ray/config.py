@@ -19,6 +19,10 @@ from typing import Any, Literal
 
 from relif_ray.errors import UserError
 
+HARD_SHARING = "hps"
+"""Hard parameter sharing (one shared encoder, one head per task): the default
+`model.architecture` (`relif_ray.models.architectures` lists the others)."""
+
 
 @dataclass
 class DataConfig:
@@ -55,7 +59,7 @@ class ModelConfig:
     backbone: str = "resnet50"
     pretrained: str = "none"
     head_channels: int = 128
-    architecture: str = "hps"
+    architecture: str = HARD_SHARING
     architecture_options: dict[str, Any] = field(default_factory=dict)
     head: Literal["simple", "aspp"] = "simple"
     hidden_size: int = 256

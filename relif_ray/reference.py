@@ -8,9 +8,10 @@ appendix A (audit scores):
 
 where q10 and q90 are the 10th and 90th percentiles (numpy's linear interpolation, in
 float64) of that task's valid VALIDATION raw scores of the ERM trial with the SAME seed and
-data set: plain ERM (method `erm`, ReLiF off) is the reference. One squash serves three
-places, because "the same scalar score is used to form both the fixed-audit gaps and the
-training-time surrogate gaps" (paper section 3, appendix A.3):
+data set (and architecture, `reference_key`): plain ERM (method `erm`, ReLiF off) is the
+reference. One squash serves three places, because "the same scalar score is used to form
+both the fixed-audit gaps and the training-time surrogate gaps" (paper section 3, appendix
+A.3):
 
 - the fixed-delta audit at analysis time (`analysis.audit_scores`; val and test scores of a
   seed alike, with that seed's validation quantiles);
@@ -34,10 +35,11 @@ fair?": a cut in Bias should not be an artefact of the clip):
   interpolation: a score tied with reference values counts them; F = 0 below the smallest,
   1 from the largest on), in float64 (`empirical_cdf`).
 
-The constants travel in the experiment directory as `squash_constants.json` (seed -> task ->
-[q10, q90]), written by the sweep driver when a seed's ERM trial finishes and read by the
-waiting trials, by `--reference` sweeps and by the audit (`read_squash_constants`,
-`write_squash_constants`).
+The constants travel in the experiment directory as `squash_constants.json` (reference key ->
+task -> [q10, q90]; the key is the seed, `<architecture>:<seed>` for an architecture other than
+hard sharing: `reference_key`), written by the sweep driver when a seed's ERM trial finishes
+and read by the waiting trials, by `--reference` sweeps and by the audit
+(`read_squash_constants`, `write_squash_constants`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import pyarrow.fs
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import HARD_SHARING, ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.storage import Location
@@ -65,8 +67,9 @@ SQUASH_FORMULA = "clip((s - q10)/(q90 - q10 + 1e-6), 0, 1)"
 ECDF_FORMULA = "#{same-seed ERM validation scores <= s} / n"
 """`empirical_cdf` as reports print it."""
 SQUASH_CONSTANTS_FILE = "squash_constants.json"
-"""In the experiment directory: seed -> task -> [q10, q90] of that seed's ERM reference run,
-the squash constants of same-seed ReLiF training and of the audit (written by the driver)."""
+"""In the experiment directory: reference key (`reference_key`) -> task -> [q10, q90] of that
+seed's ERM reference run, the squash constants of same-seed ReLiF training and of the audit
+(written by the driver)."""
 
 ScoreValues = TypeVar("ScoreValues", np.ndarray, "Tensor")
 
@@ -152,6 +155,20 @@ def squash_bounds(
     return [float(v) for v in mapping.constants(raw_scores)]
 
 
+def reference_key(seed: int, architecture: str = HARD_SHARING) -> str:
+    """Which reference a trial has, as `SQUASH_CONSTANTS_FILE` and the sweep's order file it:
+    its seed, and for an architecture other than hard sharing `<architecture>:<seed>`. Each
+    architecture's ERM trial is the reference of its own trials: the squashed scores are norms
+    of the model's own decoder feature maps (a sweep over architectures runs one ERM trial per
+    architecture and seed)."""
+    return str(seed) if architecture == HARD_SHARING else f"{architecture}:{seed}"
+
+
+def config_reference_key(config: ExperimentConfig) -> str:
+    """`reference_key` of a trial's config."""
+    return reference_key(config.seed, config.model.architecture)
+
+
 def is_plain_erm(method: str, relif_enabled: bool) -> bool:
     """Plain ERM: method `erm` with ReLiF off, the only trial that can be a reference."""
     return method == "erm" and not relif_enabled
@@ -181,8 +198,9 @@ def waits_for_reference(config: ExperimentConfig) -> bool:
 
 
 def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str, list[float]]]:
-    """seed (as text) -> task -> [q10, q90] from the experiment's `SQUASH_CONSTANTS_FILE`
-    (local, file://, s3://, ...: `relif_ray.experiment.storage`); empty when there is none
+    """reference key (`reference_key`) -> task -> [q10, q90] from the experiment's
+    `SQUASH_CONSTANTS_FILE` (local, file://, s3://, ...: `relif_ray.experiment.storage`);
+    empty when there is none
     (yet)."""
     place = storage.join(storage.location(experiment_dir), SQUASH_CONSTANTS_FILE)
     if storage.file_type(place) == pyarrow.fs.FileType.NotFound:

@@ -1,9 +1,9 @@
 """The command line: every argument parser of the library, and the only library package that
 imports `analysis`.
 
-`relif` (the console script, `relif_ray.cli.console`): sweep, make-data, methods, audit,
-report, export. The sweep entry points `sweeps/*.py` call the same front door as `relif sweep`
-(`relif_ray.cli.sweep`). User mistakes print one line and exit 2.
+`relif` (the console script, `relif_ray.cli.console`): sweep, make-data, methods,
+architectures, audit, report, export. The sweep entry points `sweeps/*.py` call the same front
+door as `relif sweep` (`relif_ray.cli.sweep`). User mistakes print one line and exit 2.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from relif_ray.config import ModelConfig
+from relif_ray.config import HARD_SHARING, ModelConfig
 from relif_ray.errors import UserError
-from relif_ray.models.base import HARD_SHARING, MultiTaskModel, TaskTrunk
+from relif_ray.models.base import MultiTaskModel, TaskTrunk
 from relif_ray.models.cgc import CGC
 from relif_ray.models.clinical import ClinicalArchitectureModel, ClinicalMTLModel, HeadSpec
 from relif_ray.models.cross_stitch import CrossStitch

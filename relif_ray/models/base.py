@@ -27,12 +27,10 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+from relif_ray.config import HARD_SHARING
 from relif_ray.data.splits import Batch
 from relif_ray.errors import UserError
 from relif_ray.tasks.base import ModelOutput
-
-HARD_SHARING = "hps"
-"""Hard parameter sharing (one shared encoder, one head per task): the default architecture."""
 
 
 class MultiTaskModel(nn.Module, ABC):

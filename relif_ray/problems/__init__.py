@@ -28,10 +28,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from relif_ray.config import DataConfig, ModelConfig
+from relif_ray.config import HARD_SHARING, DataConfig, ModelConfig
 from relif_ray.data.splits import Batch, Split, TensorSplit
 from relif_ray.errors import UserError
-from relif_ray.models.base import HARD_SHARING, MultiTaskModel
+from relif_ray.models.base import MultiTaskModel
 from relif_ray.plugins import PROBLEMS_PATH, extend_package_path
 from relif_ray.tasks.base import Task
 
