@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from relif_ray.cli.parsing import OneLineParser, parse_floats, run_command
-from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser, default_methods
+from relif_ray.cli.sweep_flags import (
+    CHECKS_SUFFIX,
+    build_parser,
+    default_methods,
+    parse_architectures,
+)
 from relif_ray.errors import UserError
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import methods
@@ -28,7 +33,13 @@ from relif_ray.problems import DatasetDefaults, benchmarks
 from relif_ray.sweep import driver
 from relif_ray.sweep.compose import compose_config, demo_budget
 from relif_ray.sweep.driver import SweepRequest
-from relif_ray.sweep.labels import RELIF_LABELS, grid_variants, split_label, uses_controller
+from relif_ray.sweep.labels import (
+    RELIF_LABELS,
+    grid_variants,
+    split_label,
+    uses_controller,
+    with_architectures,
+)
 from relif_ray.sweep.outcome import (
     EXIT_TRIALS_ERRORED,
     TrialsErrored,
@@ -128,12 +139,13 @@ def sweep_request(
     args = parser.parse_args(argv)
     seeds = seeds_of(args, defaults)
     selection = None
+    architectures = parse_architectures(args, checks)
     if checks:
         planner = checks_planner(args, defaults, seeds)
     elif args.select_from and not args.resume:
         planner, selection = selected_planner(args, defaults, seeds)
     else:
-        planner = grid_planner(args, defaults, seeds)
+        planner = grid_planner(args, defaults, seeds, architectures)
     return request_of(args, defaults, CHECKS_SUFFIX if checks else "", planner, selection)
 
 
@@ -188,8 +200,11 @@ def request_of(
     )
 
 
-def grid_planner(args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int]) -> Planner:
-    """Methods x seeds x (r*, eta), or with --search optuna the studies over (r*, eta)."""
+def grid_planner(
+    args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int], architectures: list[str]
+) -> Planner:
+    """Methods x seeds x (r*, eta) (x architectures), or with --search optuna the studies over
+    (r*, eta)."""
     optuna = args.search == "optuna"
     labels = parse_labels(args.methods or ("relif" if optuna else default_labels(args, defaults)))
     r_stars, etas = controller_grid(args, defaults)
@@ -197,6 +212,8 @@ def grid_planner(args: argparse.Namespace, defaults: DatasetDefaults, seeds: lis
         plan = optuna_plan(args, labels, seeds)
         return lambda base: (plan.space(base, args.delta), plan)
     variants = grid_variants(labels, r_stars, etas)
+    if architectures:
+        variants = with_architectures(variants, architectures)
     return lambda base: (param_space(base, variants, seeds, args.delta), None)
 
 

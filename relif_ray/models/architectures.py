@@ -141,17 +141,21 @@ ARCHITECTURES: dict[str, Architecture] = {
 """Architecture name -> its description, in the order `relif architectures` lists them."""
 
 
+def known_architecture(name: str, where: str = "config field model.architecture") -> Architecture:
+    """The architecture called `name`; a one-line error naming `where` and the choices."""
+    if name not in ARCHITECTURES:
+        raise UserError(
+            f"{where}: unknown architecture '{name}' (choices: {', '.join(ARCHITECTURES)})"
+        )
+    return ARCHITECTURES[name]
+
+
 def architecture_options(config: ModelConfig, encoder: str) -> dict[str, Any]:
     """The options of `config.architecture` (its defaults, overridden by
     `config.architecture_options`), after checking that it exists, applies to `encoder`
     (RESNET or LSTM) and that every option is known and in range; one-line errors."""
     name = config.architecture
-    if name not in ARCHITECTURES:
-        raise UserError(
-            f"config field model.architecture: unknown architecture '{name}' "
-            f"(choices: {', '.join(ARCHITECTURES)})"
-        )
-    described = ARCHITECTURES[name]
+    described = known_architecture(name)
     if encoder not in described.encoders:
         here = [arch for arch, spec in ARCHITECTURES.items() if encoder in spec.encoders]
         raise UserError(
