@@ -155,6 +155,9 @@ class Benchmark:
     model: the model factory of `load`'s problems, for the driver to build each trial's model
         on PyTorch's meta device (no memory) and so check its config before any trial starts;
         None: the trials find model config problems.
+    delta_m_metrics: the native metrics (`<task>_<metric>`) Delta-M% averages, where the
+        literature's tables average a set of their own (NYUv2: LibMTL's nine, without our depth
+        RMSE); empty: every native metric (`analysis.mtl_metrics`).
     """
 
     load: Callable[[str], Problem]
@@ -164,6 +167,7 @@ class Benchmark:
     report_metrics: tuple[ReportMetric, ...] = ()
     check: Callable[[str], None] | None = None
     model: Callable[[ModelConfig], MultiTaskModel] | None = None
+    delta_m_metrics: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
