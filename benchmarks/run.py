@@ -23,6 +23,9 @@ sides alike; the CPU rows use one torch thread. Rows:
 - analysis: load and audit 1,000 generated trials (target <= 10 s; `analysis_load.py`; --quick
   times 100 trials and judges the linear extrapolation to 1,000);
 - sweep efficiency on local Ray (target >= 0.97; `sweep_efficiency.py`, when present);
+- architectures: each NYUv2 architecture's step time over LibMTL 1.1.5's same architecture on
+  the same model and batch (target <= 1.0; `architectures_step_time.py`) and its peak memory
+  per trial (one `trial_worker.py` process each);
 - peak memory per trial: one process per variant (ERM + ReLiF and every registered method;
   `trial_worker.py`): peak RSS on CPU, torch.cuda.max_memory_allocated on CUDA, and its ratio
   to ERM's;
@@ -256,6 +259,61 @@ def methods_rows(ctx: Context, rounds: int | None = None, cosine_steps: int = 20
                 "info",
                 f"mean over {len(values)} steps on one batch; first {values[0]:.4f}, "
                 f"min {min(values):.4f}",
+            )
+        )
+    return rows
+
+
+# --- architectures vs LibMTL, and their memory ----------------------------------------------
+
+
+def architecture_rows(
+    ctx: Context, names: tuple[str, ...] | None = None, rounds: int | None = None
+) -> list[Row]:
+    """Each NYUv2 architecture's step time over LibMTL 1.1.5's same architecture on the same
+    model and batch (`architectures_step_time.py`, target <= 1.0), and its peak memory per
+    trial (one `trial_worker.py` process each, ERM; on CUDA the GPU rows' setting)."""
+    import architectures_step_time as module
+
+    if ctx.cuda:
+        size = {key: GPU_SIZE[key] for key in ("batch_size", "height", "width", "backbone")}
+        description, timings = module.measure(
+            "cuda", ctx.quick, rounds, architectures=names, **size
+        )
+    else:
+        description, timings = module.measure("cpu", ctx.quick, rounds, architectures=names)
+    rows = []
+    for name, timing in timings.items():
+        median, lower, upper = timing.ratio
+        rows.append(
+            Row(
+                "architectures",
+                f"{name} / LibMTL {module.LIBMTL_NAMES[name]} step time",
+                median,
+                "x",
+                f"<= {module.TARGET}",
+                timing.verdict,
+                f"[{lower:.2f}, {upper:.2f}]; {timing.ms_per_step:.1f} against "
+                f"{timing.libmtl_ms_per_step:.1f} ms/step; {description}",
+            )
+        )
+    root = data_root(ctx, ctx.gpu_rows)
+    for name in timings:
+        config = trial_config(ctx, root, "erm", ctx.gpu_rows)
+        options = module.QUICK_OPTIONS.get(name, {}) if ctx.quick else {}
+        config["model"].update(architecture=name, architecture_options=options)
+        result = timed_worker(ctx, config)
+        peak = "cuda_peak_mb" if ctx.cuda else "peak_rss_mb"
+        where = "torch.cuda.max_memory_allocated" if ctx.cuda else "peak RSS, one process"
+        rows.append(
+            Row(
+                "memory",
+                f"peak {'GPU memory' if ctx.cuda else 'RSS'} per trial, architecture {name}",
+                result[peak],
+                "MiB",
+                "-",
+                "info",
+                f"{setting_text(config, root)}, ERM, {where}",
             )
         )
     return rows
@@ -701,6 +759,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "analysis": analysis_rows,
     "sweep": sweep_rows,
     "memory": memory_and_throughput_rows,
+    "architectures": architecture_rows,
     "packing": packing_rows,
     "fidelity": fidelity_rows,
 }

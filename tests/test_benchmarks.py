@@ -433,3 +433,17 @@ def test_cpu_by_process_charges_a_grandchilds_cpu_time(load) -> None:
     processes, cpu = kinds["other"]
     assert processes >= 2 and cpu >= 1.0
     assert busy >= 1.0 and wall >= 1.0
+
+
+def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_path) -> None:
+    """`run.py`'s architectures section for one architecture at tiny size: its step time over
+    LibMTL's same architecture (target <= 1.0) and its peak memory per trial, from its own
+    worker process (no timing is asserted)."""
+    load("architectures_step_time")
+    run = load("run")
+    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    rows = run.architecture_rows(context, names=("mmoe",), rounds=1)
+    timed, memory = rows
+    assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1.0"
+    assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}
+    assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100
