@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import io
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -350,3 +351,40 @@ def test_a_benchmark_whose_model_has_no_architectures_refuses_another(nyuv2_tiny
     plain = Problem(problem.name, problem.tasks, problem.splits, dense.DenseMTLModel)
     with pytest.raises(UserError, match="this benchmark's model .DenseMTLModel. is hps, not mtan"):
         plain.build_model(ModelConfig(backbone="resnet18", architecture="mtan"))
+
+
+def test_relif_architectures_lists_the_registry_with_its_options(capsys):
+    """Every architecture once, with the encoders it applies to, its options and defaults as
+    `--set model.architecture_options.NAME=VALUE` reads them back, LibMTL's class."""
+    from relif_ray import cli
+    from relif_ray.cli.architectures import COLUMNS
+    from relif_ray.sweep.overrides import yaml_scalar
+
+    assert cli.main(["architectures"]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table]
+    assert rows[0] == list(COLUMNS)
+    listed = {row[0]: row for row in rows[1:]}
+    assert list(listed) == list(ARCHITECTURES)
+    for name, (_, encoders, options, representation, libmtl, reference) in listed.items():
+        described = ARCHITECTURES[name]
+        assert encoders.split(", ") == list(described.encoders)
+        pairs = dict(item.split("=") for item in options.split(", ")) if options != "-" else {}
+        assert {key: yaml_scalar(value) for key, value in pairs.items()} == described.options
+        assert (representation == "yes") == (name == "hps")
+        assert (libmtl, reference) == (described.libmtl, described.reference)
+
+
+def test_the_readme_architecture_table_is_the_registry():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Architectures\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| `")]
+    applies = {"NYUv2": "resnet", "clinical": "lstm"}
+    listed = {
+        re.findall(r"`(\w+)`", name)[0]: (tuple(applies[a] for a in where.strip().split(", ")),
+                                          shared.strip(), reference.strip())
+        for name, where, shared, reference in rows
+    }  # fmt: skip
+    assert listed == {
+        name: (arch.encoders, arch.shared, arch.reference) for name, arch in ARCHITECTURES.items()
+    }

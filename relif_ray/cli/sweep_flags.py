@@ -129,12 +129,7 @@ def add_grid_flags(
         f"{default_methods()}; demo: {defaults.demo_train['methods']}; with --search optuna: "
         "relif); `relif methods` lists every method, e.g. --methods erm,upgrad,upgrad+relif",
     )
-    grid.add_argument(
-        "--architectures",
-        metavar="NAMES",
-        help="comma-separated model.architecture values to cross with the grid, e.g. "
-        "hps,mtan (default: the config's one, hps unless set); `relif architectures` lists them",
-    )
+    add_architectures_flag(grid)
     grid.add_argument(
         "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"
     )
@@ -181,6 +176,16 @@ def add_grid_flags(
             help="run the paper's controller checks instead of a grid (their flags: "
             "--controller-checks --help)",
         )
+
+
+def add_architectures_flag(grid: argparse._ArgumentGroup) -> None:
+    """`--architectures`: an axis of the grid (`parse_architectures`)."""
+    grid.add_argument(
+        "--architectures",
+        metavar="NAMES",
+        help="comma-separated model.architecture values to cross with the grid, e.g. "
+        "hps,mtan (default: the config's one, hps unless set); `relif architectures` lists them",
+    )
 
 
 def add_check_flags(
@@ -324,7 +329,7 @@ def add_launch_flags(
 def parse_architectures(args: argparse.Namespace, checks: bool) -> list[str]:
     """`--architectures`: distinct registered names ([] without the flag); a grid's axis only
     (the controller checks, `--select-from` and Optuna's studies run one architecture)."""
-    if not args.architectures:
+    if not getattr(args, "architectures", None):  # the controller checks have no such flag
         return []
     if checks or args.select_from or args.search == "optuna":
         raise UserError(
