@@ -26,9 +26,6 @@ Where we differ on purpose (docs/architectures.md), the tests below state it:
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -43,8 +40,8 @@ from relif_ray.models.architectures import (
 )
 from relif_ray.models.clinical import HeadSpec, Stays
 from relif_ray.models.dense import TASK_CHANNELS
+from tests.test_method_references import load_libmtl_reference
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TOLERANCE = {"rtol": 1e-9, "atol": 1e-9}
 """How far our forward outputs may be from LibMTL's, both in float64 (rounding of another
 summation order)."""
@@ -63,12 +60,8 @@ EXPERTS_ON_LSTM = [name for name, arch in ARCHITECTURES.items() if LSTM in arch.
 
 @pytest.fixture(scope="module")
 def libmtl():
-    spec = importlib.util.spec_from_file_location(
-        "libmtl_reference", BENCHMARKS / "libmtl_reference.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/libmtl_reference.py, as the DWA and RLW comparisons load it."""
+    return load_libmtl_reference()
 
 
 def identity_decoders(tasks) -> dict[str, nn.Module]:
