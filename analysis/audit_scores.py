@@ -2,10 +2,10 @@
 
 Trials store RAW audit scores. Scores that are not probabilities (NYUv2 depth and normal) are
 squashed here, identically for every method, with the validation quantiles of the same-seed
-ERM reference (the squash and its reference: `relif_ray.reference`). Both the val and the
-test scores of a seed are squashed with those validation quantiles. Every other task
+ERM reference (the squash: `relif_ray.squash`; the reference: `relif_ray.reference`). Both the
+val and the test scores of a seed are squashed with those validation quantiles. Every other task
 (segmentation's max softmax, the clinical probabilities) passes through unchanged. Another
-audit interface of `relif_ray.reference.AUDIT_INTERFACES` (the wider q1/q99 squash, the ERM
+audit interface of `relif_ray.squash.AUDIT_INTERFACES` (the wider q1/q99 squash, the ERM
 empirical CDF) maps the same raw scores with the same reference's validation scores instead
 (`audit_scores(experiment, interface)`).
 
@@ -26,15 +26,10 @@ from analysis.experiment import Experiment
 from relif_ray.config import HARD_SHARING
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
+from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.problems import benchmark
-from relif_ray.reference import (
-    PAPER_INTERFACE,
-    SQUASH_CONSTANTS_FILE,
-    audit_interface,
-    is_plain_erm,
-    read_squash_constants,
-    reference_key,
-)
+from relif_ray.reference import is_plain_erm, read_squash_constants, reference_key
+from relif_ray.squash import PAPER_INTERFACE, audit_interface
 
 
 def squashed_tasks(dataset: str) -> frozenset[str]:
@@ -121,7 +116,7 @@ def interface_constants(
     experiment: Experiment, interface: str = PAPER_INTERFACE
 ) -> list[tuple[str, str, str, np.ndarray]]:
     """(trial, squashed task, reference, constants) for every trial with squashed tasks: the
-    interface's constants (`relif_ray.reference.AuditInterface.constants`) of the valid
+    interface's constants (`relif_ray.squash.AuditInterface.constants`) of the valid
     validation raw scores of its reference, the same-seed ERM trial, or the paper's q10/q90 of
     the experiment's `SQUASH_CONSTANTS_FILE`, which only the paper's interface can use."""
     mapping = audit_interface(interface)
@@ -171,7 +166,7 @@ def squash_quantiles(experiment: Experiment) -> pd.DataFrame:
 
 
 def audit_scores(experiment: Experiment, interface: str = PAPER_INTERFACE) -> pd.DataFrame:
-    """Every trial's scores on the audit interface `interface` (`relif_ray.reference.
+    """Every trial's scores on the audit interface `interface` (`relif_ray.squash.
     AUDIT_INTERFACES`; default the paper's squash), all splits: `score` mapped where the task
     needs it, the stored value kept as `raw_score`."""
     mapping = audit_interface(interface)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.experiment_audit import ExperimentAudit
-from relif_ray.audit import conformal_delta, delta_from_quantile
+from relif_ray.audit import check_delta, conformal_delta, delta_from_quantile
 from relif_ray.errors import UserError, finite_number
 from relif_ray.problems import benchmark
 
@@ -120,9 +120,7 @@ def default_specs(datasets: list[str], labels: list[str]) -> list[DeltaSpec]:
 def resolve(spec: DeltaSpec, audit: ExperimentAudit, distribution: str = "distances") -> DeltaRef:
     """The number behind one delta option, calibrated where it says so."""
     if spec.kind == "fixed":
-        value = finite_number(spec.text, spec.flag)
-        if not 0.0 <= value <= 1.0:
-            raise UserError(f"{spec.flag}: must be in [0, 1]")
+        value = check_delta(finite_number(spec.text, spec.flag), spec.flag)
         return DeltaRef(
             value,
             f"{value:g}",

@@ -30,7 +30,7 @@ from analysis.audit_scores import audit_scores, categorical
 from analysis.experiment import Experiment
 from relif_ray.audit import AuditGaps, AuditSettings, PairKey, bias_curve, sample_pairs
 from relif_ray.errors import UserError
-from relif_ray.reference import PAPER_INTERFACE
+from relif_ray.squash import PAPER_INTERFACE
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class TrialSample:
 
 class ExperimentAudit:
     """Audits of all finished trials of an experiment under one set of settings, on one audit
-    interface (`relif_ray.reference.AUDIT_INTERFACES`; default the paper's squash)."""
+    interface (`relif_ray.squash.AUDIT_INTERFACES`; default the paper's squash)."""
 
     def __init__(
         self,

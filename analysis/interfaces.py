@@ -1,11 +1,11 @@
 """The report's "Audit-interface sensitivity" table: is a method's cut in Bias an artefact of
 the clip?
 
-The paper asks "is fairness truly fair?". Its squash (appendix A; `relif_ray.reference`) clips
+The paper asks "is fairness truly fair?". Its squash (appendix A; `relif_ray.squash`) clips
 a depth/normal score above the same-seed ERM trial's validation q90 to 1, so a method that
 pushes those scores past q90 (the main table's Saturated flag) has smaller audit gaps partly
 because the clip flattens them. This table re-audits the SAME saved raw scores under each
-interface of `relif_ray.reference.AUDIT_INTERFACES`, all built from the same-seed ERM trial's
+interface of `relif_ray.squash.AUDIT_INTERFACES`, all built from the same-seed ERM trial's
 validation scores: (a) the paper's squash (q10/q90), (b) the wider band q1/q99, (c) the ERM
 empirical CDF (a rank map, no clip inside ERM's range). Same delta VALUE (the primary
 delta_ref of the main table), same split, pools and pairs; nothing is retrained
@@ -31,7 +31,8 @@ from analysis.audit_scores import squash_quantiles, squashed_tasks
 from analysis.render import Column, Table, display_text, summarize
 from analysis.results import Results
 from analysis.tables import CISettings, Skipped
-from relif_ray.reference import AUDIT_INTERFACES, PAPER_INTERFACE, SQUASH_CONSTANTS_FILE
+from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
+from relif_ray.squash import AUDIT_INTERFACES, PAPER_INTERFACE
 
 TITLE = "Audit-interface sensitivity"
 LETTERS = dict(zip(AUDIT_INTERFACES, "abcdefgh", strict=False))

@@ -23,7 +23,7 @@ from analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, AuditSettings, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
-from relif_ray.reference import PAPER_INTERFACE, audit_interface
+from relif_ray.squash import PAPER_INTERFACE, audit_interface
 
 SATURATION_FLAG = 0.2
 """A method is flagged when, on a squashed task, its share of audit scores clipped at 0 or at
@@ -61,7 +61,7 @@ class Results:
 
     @property
     def interface(self) -> str:
-        """The audit interface of every number here (`relif_ray.reference.AUDIT_INTERFACES`)."""
+        """The audit interface of every number here (`relif_ray.squash.AUDIT_INTERFACES`)."""
         return self.audit.interface
 
     def under(self, interface: str) -> Results:
@@ -124,7 +124,7 @@ def audit(
     "M:ALPHA" (split-conformal); None: the data set's default (see `analysis.delta`).
     split: default test where the trials have it, else val (`report_split`).
     interface: how squashed (non-probability) scores are mapped into [0, 1], a name of
-    `relif_ray.reference.AUDIT_INTERFACES`: "q10-q90" (the paper's squash), "q1-q99" or "ecdf"
+    `relif_ray.squash.AUDIT_INTERFACES`: "q10-q90" (the paper's squash), "q1-q99" or "ecdf"
     (the same-seed ERM empirical CDF); a delta calibrated on "gaps" is calibrated on it too.
     """
     audit_interface(interface)

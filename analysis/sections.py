@@ -17,8 +17,8 @@ from analysis.results import Results
 from analysis.tables import CISettings, Skipped
 from relif_ray.audit import AuditSettings
 from relif_ray.experiment import storage
-from relif_ray.reference import SQUASH_FORMULA
 from relif_ray.relif.controller import PAPER_NYUV2_STEPS
+from relif_ray.squash import SQUASH_FORMULA
 
 CONTROLLER_FIELDS = (
     "r_star",

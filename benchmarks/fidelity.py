@@ -18,7 +18,7 @@ with the ERM trial of the same seed, per seed and as the mean over seeds:
 
 - Bias@delta_p75 ratio (label / ERM) under the audit interfaces (a) q10-q90 (the paper's
   squash), (b) q1-q99 and (c) ecdf, the same-seed ERM empirical CDF
-  (`relif_ray.reference.AUDIT_INTERFACES`; the report's Audit-interface sensitivity table);
+  (`relif_ray.squash.AUDIT_INTERFACES`; the report's Audit-interface sensitivity table);
 - clipped shares: the label's share of depth and normal audit scores clipped at 0 and at 1
   by (a), each against ERM's (about 0.1 by construction); the row's value is the largest of
   the four mean shares minus ERM's mean share (per seed: the largest difference that seed);
@@ -51,8 +51,8 @@ from timing import verdict
 from analysis.interfaces import interface_name
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.problems.nyuv2 import DEFAULTS as NYUV2
-from relif_ray.reference import AUDIT_INTERFACES
 from relif_ray.relif.controller import scale_to_budget
+from relif_ray.squash import AUDIT_INTERFACES
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = "erm"

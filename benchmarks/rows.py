@@ -1,6 +1,7 @@
 """The rows every benchmark reports and how they are printed: one `Row` per figure with its
 target and result, a table or JSON with the machine they come from (`benchmarks/run.py` and
-the benchmarks that run on their own, e.g. `benchmarks/fidelity.py`)."""
+the benchmarks that run on their own, e.g. `benchmarks/fidelity.py`); and what each row set of
+`run.py` is given (`Context`), with the sizes of its GPU rows."""
 
 from __future__ import annotations
 
@@ -25,6 +26,36 @@ class Row:
     detail: str = ""
     per_seed: dict[int, float] | None = None
     """Seed -> value, for rows that aggregate seeds (the fidelity rows)."""
+
+
+GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
+GPU_FAST_PATH = {"precision": "bf16", "channels_last": True, "data_on_device": True}
+"""The `train` fields of the GPU rows: docs/benchmarks.md's fast path."""
+TOY_SIZE = (32, 40)
+"""Image size of the GPU rows in a dry run on the CPU (`gpu_check.py --dry-run`)."""
+
+
+@dataclass
+class Context:
+    """What every row set of `run.py` is given: a row set is `Callable[[Context], list[Row]]`."""
+
+    quick: bool
+    device: torch.device
+    workdir: Path
+    compile: bool = False
+    dry_run: bool = False
+    """Run the GPU rows' code at toy size on this (CPU) device: `gpu_check.py --dry-run`."""
+    compile_backend: str | None = None
+    """torch.compile backend of `compile` (None: inductor; dry runs use "eager")."""
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def gpu_rows(self) -> bool:
+        """Whether the GPU rows run: on CUDA, or at toy size in a dry run."""
+        return self.cuda or self.dry_run
 
 
 def machine(device: torch.device) -> dict[str, object]:

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.errors import UserError
-from relif_ray.reference import squash as squash  # re-exported; its home is relif_ray.reference
-from relif_ray.reference import squash_bounds as squash_bounds
+from relif_ray.squash import squash as squash  # re-exported; its home is relif_ray.squash
+from relif_ray.squash import squash_bounds as squash_bounds
 
 PairKey = str
 """A task pair "a|b" with a < b."""
@@ -109,10 +109,17 @@ def resolve_delta(delta: Delta, keys: Sequence[PairKey]) -> dict[PairKey, float]
         values = {key: given[key] for key in keys}
     else:
         values = dict.fromkeys(keys, delta)
-    for key, value in values.items():
-        if not (_is_number(value) and 0.0 <= value <= 1.0):
-            raise UserError(f"delta for {key}: must be a number in [0, 1], got {value!r}")
-    return {key: float(value) for key, value in values.items()}
+    return {key: check_delta(value, f"delta for {key}") for key, value in values.items()}
+
+
+def check_delta(value: object, name: str = "delta") -> float:
+    """`value` as a tolerance delta, or a one-line `UserError` naming `name` (a flag, a config
+    field): a number in [0, 1], since audit scores and so their gaps lie in [0, 1]. The one
+    check of every delta the audit, a sweep's `--delta` and the report's options take."""
+    if not (_is_number(value) and 0.0 <= value <= 1.0):
+        shown = f"{float(value):g}" if _is_number(value) else repr(value)
+        raise UserError(f"{name}: must be in [0, 1], got {shown}")
+    return float(value)
 
 
 def _mapping_key(key: tuple[str, str] | str) -> PairKey:
@@ -286,8 +293,10 @@ def bias_curve(gaps: AuditGaps, deltas: Sequence[float] | np.ndarray) -> pd.Data
     Bias(delta) = (sum of gaps above delta - delta * their count) / S.
     """
     grid = np.asarray(deltas, dtype=np.float64)
-    if grid.ndim != 1 or not np.all((grid >= 0) & (grid <= 1)):
+    if grid.ndim != 1:
         raise UserError("deltas: must be a list of numbers in [0, 1]")
+    for value in grid:
+        check_delta(float(value), "deltas")
     bias = np.zeros_like(grid)
     vr = np.zeros_like(grid)
     for values in gaps.gaps.values():

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,13 +35,40 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
-from relif_ray.experiment.outputs import EvalResult
 from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
+from relif_ray.squash import squash_bounds
 from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
 from relif_ray.transfer import move_batch, move_tensor, resident_split
+
+
+@dataclass
+class EvalResult:
+    """Utility metrics, per-example raw audit scores and shared representations of one split
+    (`TrainingRun.evaluate`); a finished trial writes them to its outputs
+    (`relif_ray.experiment.outputs`).
+
+    metrics: flat dict, e.g. seg_miou, depth_rmse, seg_score (normalized), worst, macro.
+    scores: one row per (task, example): task, example_id, score (raw p_k), valid.
+    representations: (N, D) float32, row i belongs to example_ids[i].
+    """
+
+    metrics: dict[str, float]
+    scores: pd.DataFrame
+    representations: np.ndarray
+    example_ids: np.ndarray
+
+    def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
+        """task -> [q10, q90] of its valid raw scores here: on an ERM reference run's
+        validation split, the squash constants of its seed (`relif_ray.squash`,
+        `relif_ray.reference`)."""
+        valid = self.scores[self.scores["valid"].astype(bool)]
+        return {
+            task: squash_bounds(valid.loc[valid["task"] == task, "score"].to_numpy())
+            for task in tasks
+        }
 
 
 def resolve_device(name: str) -> torch.device:

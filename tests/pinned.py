@@ -7,8 +7,12 @@ matches the pins only up to a drift that we measure instead of guess: `--measure
 the pinned trials on this machine under other CPU kernel sets (`KERNEL_SETS`: ATen's
 `ATEN_CPU_CAPABILITY`, oneDNN's `ONEDNN_MAX_CPU_ISA`, MKL's `MKL_CBWR`, each in a subprocess)
 and records, per pinned trial and stage (each trace step, and the evaluation), the largest
-relative drift from the pins in `pinned_drift.json`. A stage's tolerance is `MARGIN` times
-that drift, and at least `MARGIN` float32 ulps: the drift grows about tenfold per training
+relative drift from the pins in `pinned_drift.json`, as this machine's record beside those of
+the other machines that measured it (the pins come from one machine, and a real CPU's own
+kernels differ from every set that machine can emulate: an Intel Xeon with AMX drifts 37
+times more at PCGrad's first step than any set emulated on the AMD EPYC that wrote the pins).
+A stage's tolerance is `MARGIN` times the largest drift over the machines, and at least
+`MARGIN` float32 ulps: the drift grows about tenfold per training
 step (Adam's first steps amplify last-bit differences), so the early steps stay tight enough to
 catch a 1% loss weight or a skipped step, which the evaluation alone could not tell from drift.
 
@@ -48,6 +52,7 @@ MARGIN = 10.0
 """Tolerance = MARGIN x the largest drift measured across kernel sets (per trial and stage)."""
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 KERNEL_SETS: dict[str, dict[str, str]] = {
+    "as-is": {},
     "aten-default": {"ATEN_CPU_CAPABILITY": "default"},
     "aten-avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
     "onednn-avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
@@ -69,14 +74,16 @@ KERNEL_SETS: dict[str, dict[str, str]] = {
 }
 """Environment settings that make this machine compute like another CPU: ATen's vectorised
 kernels, oneDNN's convolutions, MKL's matrix products and NumPy's (synthetic data) each at a
-lower instruction set. Each set runs in a fresh subprocess that writes its own data."""
+lower instruction set; "as-is" is the machine's own kernels (no drift on the machine that wrote
+the pins). Each set runs in a fresh subprocess that writes its own data."""
 
 
 def _trial(base: dict, label: str) -> tuple[dict, Any]:
     """Trace, validation metrics and summed audit scores of one short trial of `label`, and
     its validation result (an `EvalResult`)."""
     from relif_ray.engine import TrainingRun
-    from relif_ray.sweep.labels import experiment_config, sweep_constants, trial_overrides, variant
+    from relif_ray.sweep.labels import variant
+    from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
 
     trial = {**sweep_constants(base, 0.2), **trial_overrides(variant(label), 0)}
     run = TrainingRun(experiment_config(trial))
@@ -259,10 +266,8 @@ def compute_with_kernels(env: dict[str, str], workdir: Path, keys: list[str] | N
 
 
 def measure_drift(workdir: Path) -> dict:
-    """The pins' drift under every kernel set of `KERNEL_SETS`, the largest per trial and
-    stage, and where it was measured."""
-    import torch
-
+    """The pins' drift under every kernel set of `KERNEL_SETS` on this machine, the largest per
+    trial and stage, and which machine measured it."""
     per_set = {}
     for name, env in KERNEL_SETS.items():
         print(f"computing the pins with {name} kernels ({env})", flush=True)
@@ -278,19 +283,49 @@ def measure_drift(workdir: Path) -> dict:
         }
         for key in KEYS
     }
-    return {
-        "machine": f"{platform.machine()} {_cpu_name()}, best ATen kernels "
-        f"{torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}",
-        "kernel_sets": KERNEL_SETS,
-        "drift": largest,
-        "drift_per_kernel_set": per_set,
-    }
+    return {"drift": largest, "drift_per_kernel_set": per_set}
+
+
+def record_drift(measured: dict, machine: str, recorded: dict | None = None) -> dict:
+    """The drift file with `measured` (`measure_drift`) as `machine`'s record, beside the other
+    machines' (a real CPU's own kernels differ from every set one machine can emulate), and
+    the largest drift per trial and stage over all machines, which the tolerances use."""
+    machines = dict((recorded or {}).get("machines", {}))
+    machines[machine] = measured
+    largest: dict[str, dict[str, float]] = {}
+    for record in machines.values():
+        for key, stages in record["drift"].items():
+            known = largest.setdefault(key, {})
+            for stage, value in stages.items():
+                known[stage] = max(value, known.get(stage, 0.0))
+    return {"kernel_sets": KERNEL_SETS, "machines": machines, "drift": largest}
+
+
+def machine_name() -> str:
+    """This machine as the drift file names it: CPU, best ATen kernels, AMX, torch."""
+    import torch
+
+    amx = " with AMX" if "amx_tile" in _cpu_flags() else ""
+    return (
+        f"{platform.machine()} {_cpu_name()}{amx}, best ATen kernels "
+        f"{torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}"
+    )
+
+
+def _cpuinfo_lines() -> list[str]:
+    cpuinfo = Path("/proc/cpuinfo")
+    return cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+
+
+def _cpu_flags() -> set[str]:
+    flags = [line.split(":", 1)[1] for line in _cpuinfo_lines() if line.startswith("flags")]
+    return set(flags[0].split()) if flags else set()
 
 
 def _cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    names = [
+        line.split(":", 1)[1].strip() for line in _cpuinfo_lines() if line.startswith("model name")
+    ]
     return names[0] if names else platform.processor() or "unknown CPU"
 
 
@@ -305,10 +340,13 @@ def main(argv: list[str]) -> None:
     if argv not in (["--write"], ["--measure-drift"]):
         sys.exit(USAGE)
     with tempfile.TemporaryDirectory() as workdir:
+        recorded = json.loads(DRIFT.read_text()) if DRIFT.exists() else None
         if argv == ["--write"]:
             PINS.write_text(json.dumps(compute(Path(workdir)), indent=1, sort_keys=True) + "\n")
             print(f"wrote {PINS}")
-        DRIFT.write_text(json.dumps(measure_drift(Path(workdir)), indent=1, sort_keys=True) + "\n")
+            recorded = None  # new pins: the other machines' drift no longer applies
+        record = record_drift(measure_drift(Path(workdir)), machine_name(), recorded)
+        DRIFT.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {DRIFT}")
 
 

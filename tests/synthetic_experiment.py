@@ -24,9 +24,11 @@ import pandas as pd
 import torch
 
 from relif_ray.config import ExperimentConfig, ReLiFConfig
-from relif_ray.experiment.outputs import EvalResult, write_trial_outputs
+from relif_ray.engine import EvalResult
+from relif_ray.experiment.outputs import write_trial_outputs
 from relif_ray.relif.controller import ViolationController
-from relif_ray.sweep.labels import apply_overrides, uses_controller, variant
+from relif_ray.sweep.labels import uses_controller, variant
+from relif_ray.sweep.trial_config import apply_overrides
 
 TASKS = {
     "nyuv2": ("seg", "depth", "normal"),

@@ -1,19 +1,24 @@
 """The house rules of the source tree, read with `ast` and as text (nothing is imported):
 
-- the module-level imports of `relif_ray/` and `analysis/` form no cycle, nor do the
-  benchmark scripts' imports of each other;
-- only the Ray layer (`relif_ray.tuning`) imports Ray at module level;
+- the imports of `relif_ray/` and `analysis/` form no cycle, nor do the benchmark scripts'
+  imports of each other;
+- only the Ray layer (`relif_ray.tuning`) imports Ray, and outside it only the command line
+  imports the Ray layer (so `relif_ray.sweep` and the rest never reach Ray);
+- the audit, ReLiF and the squash (`relif_ray.audit`, `relif_ray.relif`, `relif_ray.squash`)
+  reach no storage: no experiment code, no pyarrow, not the reference's file I/O;
 - only the command-line package (`relif_ray.cli`) imports `analysis`, and only it parses
   arguments (imports `argparse`);
 - only `relif_ray.experiment.storage` decides whether a location is local (the `"://"` test);
-- one home each for the squash formula and the other audit interfaces (`relif_ray.reference`),
+- one home each for the squash formula and the other audit interfaces (`relif_ray.squash`),
   whether lambda adapts (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels`
   and the controller) and the first / last line of an error (`relif_ray.errors`);
-- no module of `relif_ray/` and `analysis/` has more than `MAX_MODULE_LINES` lines, and no
-  function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with a reason.
+- no module of `relif_ray/`, `analysis/` and `benchmarks/` has more than `MAX_MODULE_LINES`
+  lines, and no function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with
+  a reason.
 
-Imports inside functions (deferred for start-up time) and under `if TYPE_CHECKING:` do not
-run when a module is imported, so they are not edges of the library's graph.
+Every import counts, also one inside a function (deferred for start-up time: it still runs
+when the function is called); only imports under `if TYPE_CHECKING:` never run and are not
+edges of the library's graph.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("relif_ray", "analysis")
+LENGTH_RULED = (*PACKAGES, "benchmarks")
+"""The folders whose modules and functions the length limits hold (the benchmark scripts too)."""
 RAY_LAYER = "relif_ray.tuning"
 CLI_PACKAGE = "relif_ray.cli"
 STORAGE_MODULE = "relif_ray/experiment/storage.py"
@@ -58,30 +65,26 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _executed_statements(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The statements that run on import: module and class bodies, both branches of `if`
-    (except an `if TYPE_CHECKING:` body), `try` and `with` blocks; not function bodies."""
-    result = []
-    for node in body:
-        result.append(node)
-        if isinstance(node, ast.If):
-            inner = node.orelse if _is_type_checking(node.test) else node.body + node.orelse
-            result += _executed_statements(inner)
-        elif isinstance(node, ast.Try):
-            blocks = node.body + node.orelse + node.finalbody
-            blocks += [stmt for handler in node.handlers for stmt in handler.body]
-            result += _executed_statements(blocks)
-        elif isinstance(node, ast.With | ast.ClassDef):
-            result += _executed_statements(node.body)
-    return result
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of every node inside an `if TYPE_CHECKING:` body (its `else` runs)."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            inside |= {id(child) for statement in node.body for child in ast.walk(statement)}
+    return inside
 
 
-def module_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Dotted names `name` imports at module level: `from p import m` names the submodule
-    `p.m` where `m` is one of `known`, else `p`; relative imports are resolved."""
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Dotted names `name` imports anywhere (module level and inside functions, not under
+    `if TYPE_CHECKING:`): `from p import m` names the submodule `p.m` where `m` is one of
+    `known`, else `p`; relative imports are resolved."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    skipped = _type_checking_only(tree)
     imported = set()
-    for node in _executed_statements(ast.parse(path.read_text()).body):
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -96,9 +99,9 @@ def module_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
 
 
 def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
-    """Module -> every name it imports at module level (inside and outside `packages`)."""
+    """Module -> every name it imports (inside and outside `packages`)."""
     modules = find_modules(root, packages)
-    return {name: module_level_imports(name, path, set(modules)) for name, path in modules.items()}
+    return {name: imports_of(name, path, set(modules)) for name, path in modules.items()}
 
 
 def internal_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -128,9 +131,20 @@ def graph() -> dict[str, set[str]]:
     return import_graph(REPO, PACKAGES)
 
 
-def test_the_module_level_import_graph_is_acyclic(graph):
+def test_the_import_graph_is_acyclic(graph):
     assert len(graph) > 40 and "relif_ray.engine" in graph["relif_ray.tuning.trainable"]
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every name `start` imports, directly or through the library's own modules."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
 
 
 def test_only_the_ray_layer_imports_ray(graph):
@@ -139,6 +153,31 @@ def test_only_the_ray_layer_imports_ray(graph):
     assert {name for name in importers if name.startswith("relif_ray")} <= {
         name for name in graph if _in_ray_layer(name)
     }, f"Ray imported outside {RAY_LAYER}: {sorted(n for n in importers if not _in_ray_layer(n))}"
+    entering = {
+        name
+        for name, targets in graph.items()
+        if not (_in_ray_layer(name) or _in_cli(name)) and any(map(_in_ray_layer, targets))
+    }
+    assert entering == set(), f"only the command line may import the Ray layer: {entering}"
+    assert "relif_ray.tuning" in graph["relif_ray.cli.sweep"]
+
+
+STORAGE_FREE = ("relif_ray.audit", "relif_ray.relif", "relif_ray.squash")
+"""The math that own training loops use: plain torch/numpy, no storage."""
+
+
+def _is_storage(name: str) -> bool:
+    return _top(name) == "pyarrow" or name.startswith(
+        ("relif_ray.experiment", "relif_ray.reference", RAY_LAYER)
+    )
+
+
+def test_the_audit_relif_and_the_squash_reach_no_storage(graph):
+    starts = [name for name in graph if name.startswith(STORAGE_FREE)]
+    assert len(starts) >= 6, starts  # audit, squash and the relif package's modules
+    reached = {name: sorted(filter(_is_storage, reachable(graph, name))) for name in starts}
+    assert {name: found for name, found in reached.items() if found} == {}
+    assert any(map(_is_storage, reachable(graph, "relif_ray.reference")))  # the check sees
 
 
 def _in_cli(name: str) -> bool:
@@ -155,9 +194,9 @@ def test_only_the_command_line_package_imports_analysis(graph):
     assert all(_in_cli(name) for name in importers), sorted(importers)
 
 
-def test_the_import_reader_sees_cycles_and_skips_deferred_imports(tmp_path):
-    """The reader itself: a cycle through a relative import is found, while an import inside a
-    function or under TYPE_CHECKING is not an edge."""
+def test_the_import_reader_sees_cycles_and_deferred_imports_but_not_type_checking_ones(tmp_path):
+    """The reader itself: a cycle through a relative import is found, an import inside a
+    function is an edge (it runs when the function does), one under TYPE_CHECKING is not."""
     package = tmp_path / "toy"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -165,27 +204,31 @@ def test_the_import_reader_sees_cycles_and_skips_deferred_imports(tmp_path):
     (package / "b.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from toy.c import C\n"
-        "def later():\n    import toy.c\n"
+        "def later():\n    import toy.d\n"
         "try:\n    import toy.a\nexcept ImportError:\n    pass\n"
     )
     (package / "c.py").write_text("import toy.b\nimport ray.tune\n")
+    (package / "d.py").write_text("def later():\n    from toy import c\n")
     graph = import_graph(tmp_path, ("toy",))
     assert internal_graph(graph) == {
         "toy": set(),
         "toy.a": {"toy.b"},
-        "toy.b": {"toy.a"},
+        "toy.b": {"toy.a", "toy.d"},
         "toy.c": {"toy.b"},
+        "toy.d": {"toy.c"},
     }
-    assert set(find_cycle(graph)) == {"toy.a", "toy.b"}
-    assert "ray.tune" in graph["toy.c"]
+    assert find_cycle(graph)
+    assert reachable(graph, "toy.d") >= {"toy.a", "toy.b", "toy.c", "ray.tune"}
+    del graph["toy.a"]
+    assert set(find_cycle(graph)) == {"toy.b", "toy.c", "toy.d"}
 
 
-def source_files() -> dict[str, str]:
-    """Path relative to the repository -> source, for every .py file of `PACKAGES`."""
+def source_files(folders: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    """Path relative to the repository -> source, for every .py file of `folders`."""
     return {
         str(path.relative_to(REPO)): path.read_text()
-        for package in PACKAGES
-        for path in sorted((REPO / package).rglob("*.py"))
+        for folder in folders
+        for path in sorted((REPO / folder).rglob("*.py"))
     }
 
 
@@ -194,8 +237,9 @@ def files_matching(pattern: str) -> set[str]:
 
 
 def test_no_module_is_longer_than_the_limit():
-    lengths = {name: len(text.splitlines()) for name, text in source_files().items()}
+    lengths = {name: len(text.splitlines()) for name, text in source_files(LENGTH_RULED).items()}
     assert max(lengths.values()) > MAX_MODULE_LINES / 2  # the check sees real modules
+    assert "benchmarks/gpu_check.py" in lengths and "benchmarks/run.py" in lengths
     assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
 
 
@@ -212,7 +256,7 @@ def long_functions(files: dict[str, str]) -> dict[str, int]:
 
 
 def test_long_functions_are_listed_with_a_reason():
-    found = long_functions(source_files())
+    found = long_functions(source_files(LENGTH_RULED))
     assert set(found) == set(LONG_FUNCTIONS), (
         f"functions over {MAX_FUNCTION_LINES} lines: {found}; split them or list them (with a "
         "reason) in LONG_FUNCTIONS, and drop entries that are short again"
@@ -245,13 +289,13 @@ def test_only_the_storage_module_tells_local_from_object_storage():
 
 
 def test_the_squash_formula_is_written_once():
-    assert files_matching(r"q90 - q10") == {"relif_ray/reference.py"}
+    assert files_matching(r"q90 - q10") == {"relif_ray/squash.py"}
 
 
 def test_the_audit_interfaces_have_one_home():
-    """The squash family and the rank map (`relif_ray.reference.AUDIT_INTERFACES`) are
+    """The squash family and the rank map (`relif_ray.squash.AUDIT_INTERFACES`) are
     defined in one module; the analysis applies them, the report names them from there."""
-    home = {"relif_ray/reference.py"}
+    home = {"relif_ray/squash.py"}
     assert files_matching(r"def (squash|empirical_cdf)\(") == home
     assert files_matching(r"side=\"right\"\) / ") == home
     assert files_matching(r"\(0\.01, 0\.99\)|\(0\.1, 0\.9\)") == home
@@ -262,6 +306,32 @@ def test_one_rule_says_whether_lambda_adapts():
         "relif_ray/sweep/labels.py",
         "relif_ray/relif/controller.py",
     }
+
+
+def test_the_experiment_files_are_named_in_the_layout_module():
+    """`pareto.csv`, `selection.csv`, `squash_constants.json` and the lock file are named once,
+    in `relif_ray.experiment.layout`, where `relif export` takes its list from."""
+    for name in ("pareto.csv", "selection.csv", "squash_constants.json", ".relif-sweep.lock"):
+        literal = re.escape(f'"{name}"')
+        assert files_matching(literal) == {"relif_ray/experiment/layout.py"}, name
+
+
+def test_the_controller_statistics_are_named_by_relif():
+    """The trace's and the results' ReLiF statistics (`relif_ray.relif.STAT_KEYS`) are spelled
+    out only in the ReLiF package (the controller's buffers have the same names)."""
+    for key in ("r_ema", "loss_lip", "clipped"):
+        found = {name for name in files_matching(f'"{key}"') if name.startswith("relif_ray/")}
+        assert found and all(name.startswith("relif_ray/relif/") for name in found), (key, found)
+
+
+def test_directions_and_the_delta_range_have_one_home():
+    """Which way a summary number is better (`relif_ray.directions`) and the delta range check
+    (`relif_ray.audit.check_delta`)."""
+    modes = {name for name in files_matching(r"\"(max|min)\"") if name.startswith("relif_ray/")}
+    torchjd_option = "relif_ray/methods/torchjd_weightings.py"  # AlignedMTL's scale_mode "min"
+    assert modes == {"relif_ray/directions.py", torchjd_option}
+    assert files_matching(r"must be in \[0, 1\]") == {"relif_ray/audit.py"}
+    assert files_matching(r"def check_delta\(") == {"relif_ray/audit.py"}
 
 
 def test_the_first_and_last_line_of_an_error_have_one_home():

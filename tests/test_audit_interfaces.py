@@ -1,4 +1,4 @@
-"""The audit interfaces of `relif_ray.reference` (the paper's q10/q90 squash, the wider q1/q99
+"""The audit interfaces of `relif_ray.squash` (the paper's q10/q90 squash, the wider q1/q99
 squash, the ERM empirical CDF), `analysis.audit`'s `interface` and the report's
 "Audit-interface sensitivity" table.
 

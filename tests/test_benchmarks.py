@@ -69,7 +69,7 @@ def test_relif_regularizer_stays_within_its_aten_call_and_kernel_budgets(load) -
     for name in ("NYUv2", "clinical"):
         assert calls[name] <= op_count.LIMIT[name] < 0.65 * op_count.BEFORE[name], calls
         assert kernels[name] <= op_count.KERNEL_LIMIT[name] < op_count.KERNELS_BEFORE[name]
-    rows = load("run").relif_op_count_rows(None)
+    rows = load("relif_op_count_rows").relif_op_count_rows(None)
     assert [(row.value, row.result) for row in rows] == [
         (calls["NYUv2"], "pass"),
         (kernels["NYUv2"], "pass"),
@@ -113,10 +113,10 @@ def test_run_prints_rows_with_target_and_result(load, capsys) -> None:
 
 
 def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> None:
-    run = load("run")
-    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    monkeypatch.setattr(run, "SWEEP_EFFICIENCY_MODULE", "no_such_benchmark_module")
-    (absent,) = run.sweep_rows(context)
+    sweep = load("sweep_rows")
+    context = sweep.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    monkeypatch.setattr(sweep, "SWEEP_EFFICIENCY_MODULE", "no_such_benchmark_module")
+    (absent,) = sweep.sweep_rows(context)
     assert (absent.value, absent.result) == (None, "not available")
     (tmp_path / "fake_sweep_efficiency.py").write_text(
         "TARGET = 0.97\n"
@@ -126,19 +126,20 @@ def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> 
         "            'idle_end_s': 5.0}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(run, "SWEEP_EFFICIENCY_MODULE", "fake_sweep_efficiency")
-    (present,) = run.sweep_rows(context)
+    monkeypatch.setattr(sweep, "SWEEP_EFFICIENCY_MODULE", "fake_sweep_efficiency")
+    (present,) = sweep.sweep_rows(context)
     assert (present.value, present.target, present.result) == (0.85, ">= 0.97", "FAIL")
     assert "8 trials of 8.0 s on 2 slots" in present.detail
     assert "6.0 before the first trial" in present.detail and "5.0 after the last" in present.detail
 
 
 def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path) -> None:
-    run = load("run")
-    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    config = run.trial_config(context, run.data_root(context, gpu=False), "relif", gpu=False)
+    workers = load("workers")
+    context = workers.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    root = workers.data_root(context, gpu=False)
+    config = workers.trial_config(context, root, "relif", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
-    result = run.run_worker(config, warmup=1, steps=2)
+    result = workers.run_worker(config, warmup=1, steps=2)
     assert result["steps"] == 2 and result["images_per_s"] > 0
     assert 0 < result["rss_imports_mb"] <= result["peak_rss_mb"]
     assert result["cuda_peak_mb"] is None
@@ -147,9 +148,9 @@ def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path)
 def test_trial_worker_times_whole_chunks_of_steps(load, tmp_path) -> None:
     """Steps run in chunks (a device sync between chunks only); the last chunk is cut short."""
     worker = load("trial_worker")
-    run = load("run")
-    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    config = run.trial_config(context, run.data_root(context, gpu=False), "erm", gpu=False)
+    workers = load("workers")
+    context = workers.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    config = workers.trial_config(context, workers.data_root(context, gpu=False), "erm", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
     training = worker.TrainingRun(worker.ExperimentConfig.from_dict(config))
     chunks = worker.timed_chunks(training, steps=5, seconds=None, chunk=2)
@@ -172,8 +173,9 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
 
     monkeypatch.setattr(methods, "measure", tiny)
     monkeypatch.setitem(sys.modules, "methods_step_time", methods)
-    run = load("run")
-    rows = run.methods_rows(run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path))
+    section = load("methods_rows")
+    context = section.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    rows = section.methods_rows(context)
     by_name = {row.name: row for row in rows}
     for name in ("gradnorm", "pcgrad"):
         timed = by_name[f"{name}-representation / ERM step time"]
@@ -282,26 +284,26 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_
 
 
 def test_gpu_check_drift_names_the_largest_difference_and_its_place(load) -> None:
-    check = load("gpu_check")
+    common = load("gpu_common")
     nan = float("nan")
     pinned = {"trace": [{"a": 1.0, "b": nan}, {"a": -2.0, "b": 0.0}], "n": 4}
     computed = {"trace": [{"a": 1.5, "b": nan}, {"a": -2.0, "b": 0.25}], "n": 4}
-    assert {path: (diff, rel) for path, diff, rel in check.drift(pinned, computed)} == {
+    assert {path: (diff, rel) for path, diff, rel in common.drift(pinned, computed)} == {
         "/trace[0]/a": (0.5, 0.5),
         "/trace[0]/b": (0.0, 0.0),  # NaN against NaN: no drift
         "/trace[1]/a": (0.0, 0.0),
         "/trace[1]/b": (0.25, 0.25),  # relative to a pinned 0: the absolute difference
         "/n": (0.0, 0.0),
     }
-    assert list(check.drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
+    assert list(common.drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
     with pytest.raises(ValueError, match=r"^/trace: 1 entries, 2 pinned$"):
-        list(check.drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
+        list(common.drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
     with pytest.raises(ValueError, match=r"keys \['m'\] differ"):
-        list(check.drift({"m": 1.0}, {}))
+        list(common.drift({"m": 1.0}, {}))
 
 
 def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
-    check = load("gpu_check")
+    cuda = load("gpu_cuda")
     junit = tmp_path / "report.xml"
     junit.write_text(
         '<testsuites><testsuite name="pytest">'
@@ -311,13 +313,13 @@ def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
         '<testcase name="test_gpu"><skipped message="needs a CUDA device"/></testcase>'
         "</testsuite></testsuites>"
     )
-    rows = check.pytest_case_rows(junit)
+    rows = cuda.pytest_case_rows(junit)
     assert [(row.name, row.result, row.detail) for row in rows] == [
         ("test test_ok", "pass", "0.5 s"),
         ("test test_bad", "FAIL", "assert 1 == 2"),
         ("test test_gpu", "skipped", "needs a CUDA device"),
     ]
-    assert [row.result for row in check.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
+    assert [row.result for row in cuda.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
 
 
 def test_gpu_check_out_of_budget_skips_every_section_and_still_reports(load, tmp_path) -> None:
@@ -340,9 +342,10 @@ def test_gpu_check_time_needs_do_not_follow_the_budget(load, tmp_path) -> None:
     assert check.cap_scale(210.0, dry_run=False) == 0.5
     assert check.cap_scale(630.0, dry_run=False) == 1.0
     assert check.cap_scale(1800.0, dry_run=True) == 1800.0 / check.BUDGET_S
-    gpu = check.Check(tmp_path, tmp_path, False, time.time() + 100.0, tmp_path / "rows")
+    common = load("gpu_common")
+    gpu = common.Check(tmp_path, tmp_path, False, time.time() + 100.0, tmp_path / "rows")
     assert gpu.has_time(90.0) and not gpu.has_time(110.0)
-    toy = check.Check(tmp_path, tmp_path, True, time.time() + 1.0, tmp_path / "rows")
+    toy = common.Check(tmp_path, tmp_path, True, time.time() + 1.0, tmp_path / "rows")
     assert toy.has_time(1e6)
 
 
@@ -358,7 +361,7 @@ def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
     rows = {row["name"]: row for row in payload["rows"]}
     name = "same seed twice, cudnn_benchmark on (default)"
     assert (rows[name]["value"], rows[name]["result"]) == (0.0, "identical")
-    assert rows["same seed twice, cudnn_benchmark off"]["result"] == check.NEEDS_CUDA
+    assert rows["same seed twice, cudnn_benchmark off"]["result"] == load("gpu_common").NEEDS_CUDA
     markdown = (tmp_path / "gpu_check.md").read_text()
     assert f"| {name} | 0 max \\|diff\\| | - | identical |" in markdown
 
@@ -436,13 +439,13 @@ def test_cpu_by_process_charges_a_grandchilds_cpu_time(load) -> None:
 
 
 def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_path) -> None:
-    """`run.py`'s architectures section for one architecture at tiny size: its step time over
-    LibMTL's same architecture (target <= 1.0) and its peak memory per trial, from its own
-    worker process (no timing is asserted)."""
+    """`run.py`'s architectures section (`architecture_rows.py`) for one architecture at tiny
+    size: its step time over LibMTL's same architecture (target <= 1.0) and its peak memory
+    per trial, from its own worker process (no timing is asserted)."""
     load("architectures_step_time")
-    run = load("run")
-    context = run.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    rows = run.architecture_rows(context, names=("mmoe",), rounds=1)
+    section, rows_module = load("architecture_rows"), load("rows")
+    context = rows_module.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    rows = section.architecture_rows(context, names=("mmoe",), rounds=1)
     timed, memory = rows
     assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1.0"
     assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}

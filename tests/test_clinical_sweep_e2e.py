@@ -1,8 +1,8 @@
 """End to end: sweeps/clinical.py on synthetic MIMIC-III and eICU -> analysis -> relif report.
 
 MIMIC-III runs the paper's selection path: an Optuna search over (r*, eta), then the grid of
-erm and relif at the setting chosen on validation (`--select-from`), which the other MIMIC-III
-tests read too; eICU runs a plain grid at its default seeds."""
+erm and relif at the setting chosen on validation per seed (`--select-from`, two seeds), which
+the other MIMIC-III tests read too; eICU runs a plain grid at its default seeds."""
 
 from __future__ import annotations
 
@@ -47,21 +47,21 @@ def sweep(dataset: str, data_dir: Path, storage: Path, name: str, *flags: str) -
 
 @pytest.fixture(scope="module")
 def mimic3_search(sweep_folder: Path) -> tuple[Path, Path]:
-    """(data, storage) after an Optuna search of 2 samples of relif, seed 0."""
-    # seed 0 with 24 patients: both mortality classes occur in val and test
+    """(data, storage) after an Optuna search of relif, one sample per seed 0 and 1."""
+    # data seed 0 with 24 patients: both mortality classes occur in val and test
     data = write_synthetic_mimic3(sweep_folder / "m3" / "data", patients=24, seed=0)
     storage = sweep_folder / "m3-results"
-    sweep("mimic3", data, storage, "search", "--seeds", "1", "--search", "optuna",
-          "--num-samples", "2")  # fmt: skip
+    sweep("mimic3", data, storage, "search", "--seeds", "2", "--search", "optuna",
+          "--num-samples", "1")  # fmt: skip
     return data, storage
 
 
 @pytest.fixture(scope="module")
 def mimic3_experiment(mimic3_search: tuple[Path, Path]) -> tuple[Path, str]:
-    """erm and relif, seed 0, relif at the (r*, eta) selected from the search."""
+    """erm and relif, seeds 0 and 1, relif at the (r*, eta) selected for each seed."""
     data, storage = mimic3_search
     return sweep(
-        "mimic3", data, storage, "mimic3", "--seeds", "1", "--methods", "erm,relif",
+        "mimic3", data, storage, "mimic3", "--seeds", "2", "--methods", "erm,relif",
         "--select-from", str(storage / "search"),
     )  # fmt: skip
 
@@ -94,7 +94,8 @@ def test_mimic3_sweep_of_erm_and_relif(mimic3_experiment: tuple[Path, str]) -> N
     assert "delta_ref = 0.275" in stdout
     loaded = analysis.load(experiment)
     trials = loaded.trials
-    assert sorted(trials["label"]) == ["erm", "relif"] and set(trials["seed"]) == {0}
+    assert sorted(trials["label"]) == ["erm", "erm", "relif", "relif"]
+    assert set(trials["seed"]) == {0, 1}
     for split in ("val", "test"):
         for metric in ("worst", "macro", "mortality_auprc", "length_of_stay_kappa"):
             assert all(math.isfinite(v) for v in trials[f"{split}_{metric}"]), (split, metric)
@@ -108,18 +109,43 @@ def test_mimic3_sweep_of_erm_and_relif(mimic3_experiment: tuple[Path, str]) -> N
 @pytest.mark.slow
 def test_search_then_select_from_runs_the_selected_setting(mimic3_search, mimic3_experiment):
     _, storage = mimic3_search
-    expected = select_settings(read_pareto(str(storage / "search")), 0.02).iloc[0]
+    expected = select_settings(read_pareto(str(storage / "search")), 0.02)
+    assert list(expected["seed"]) == [0, 1]
     experiment, stdout = mimic3_experiment
-    line = f"relif seed 0: r*={expected.r_star:g} eta={expected.eta:g}"
-    assert line in stdout
-    trials = analysis.load(experiment).trials.set_index("label")
-    relif = trials.loc["relif", "config"]["relif"]
-    assert (relif["r_star"], relif["eta"]) == (expected.r_star, expected.eta)
-    assert trials.loc["erm", "seed"] == 0 and not trials.loc["erm", "relif"]
-    assert trials.loc["relif", "selected"] and not trials.loc["erm", "selected"]
+    trials = analysis.load(experiment).trials
+    for chosen in expected.itertuples():
+        assert f"relif seed {chosen.seed}: r*={chosen.r_star:g} eta={chosen.eta:g}" in stdout
+        relif = trials[(trials["label"] == "relif") & (trials["seed"] == chosen.seed)]
+        settings = relif["config"].iloc[0]["relif"]
+        assert (settings["r_star"], settings["eta"]) == (chosen.r_star, chosen.eta)
+    assert trials.loc[trials["label"] == "relif", "selected"].all()
+    assert not trials.loc[trials["label"] == "erm", "selected"].any()
+    assert not trials.loc[trials["label"] == "erm", "relif"].any()
     recorded = pd.read_csv(experiment / "selection.csv")
-    assert list(recorded["trial_id"]) == [expected.trial_id]
-    assert recorded.loc[0, "source"] == str(storage / "search")
+    assert list(recorded["trial_id"]) == list(expected["trial_id"])
+    assert (recorded["source"] == str(storage / "search")).all()
+
+
+@pytest.mark.slow
+def test_an_exported_selection_sweep_reports_the_same_tables(mimic3_experiment, tmp_path):
+    """`relif export` copies every experiment-level file analysis reads: the report of the
+    copy merges the per-seed selected settings into one ReLiF row, as the original's does."""
+    from relif_ray.cli import main
+
+    experiment, _ = mimic3_experiment
+    chosen = pd.read_csv(experiment / "selection.csv")
+    assert chosen[["r_star", "eta"]].drop_duplicates().shape[0] == 2  # the seeds differ
+    copy = tmp_path / "exported"
+    assert main(["export", str(experiment), str(copy)]) == 0
+    tables = {}
+    for name, source in (("original", experiment), ("export", copy)):
+        assert main(["report", str(source), "--out", str(tmp_path / name), "--no-figures"]) == 0
+        folder = tmp_path / name / "tables"
+        tables[name] = {path.name: path.read_text() for path in sorted(folder.glob("*.csv"))}
+    assert "relif" in tables["original"]["utility.csv"]
+    utility = pd.read_csv(tmp_path / "original" / "tables" / "utility.csv")
+    assert list(utility["label"]).count("relif") == 1
+    assert tables["export"] == tables["original"]
 
 
 @pytest.mark.slow

@@ -160,7 +160,8 @@ def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
     trial's one CPU thread (float reductions depend on the thread count)."""
     from relif_ray.cli.sweep import base_config, build_parser
     from relif_ray.engine import TrainingRun
-    from relif_ray.sweep.labels import experiment_config, sweep_constants, trial_overrides, variant
+    from relif_ray.sweep.labels import variant
+    from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
 
     args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x"))
     base = base_config(args, NYUV2, str(data))

@@ -355,7 +355,7 @@ def test_a_user_error_ends_an_optuna_trial_without_stopping_the_study(
     trial that hit a user error must carry them (NaN), or Tune would stop the whole run."""
     from ray.tune import ExperimentAnalysis
 
-    from relif_ray.sweep.outcome import TrialsErrored
+    from relif_ray.sweep.exit_status import TrialsErrored
     from relif_ray.sweep.plan import OptunaPlan
     from relif_ray.tuning.launch import run_sweep
 

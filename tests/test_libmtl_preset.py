@@ -13,7 +13,7 @@ import torch
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import build_lr_scheduler
-from relif_ray.sweep.labels import sweep_constants
+from relif_ray.sweep.trial_config import sweep_constants
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = REPO / "configs" / "nyuv2-libmtl.yaml"

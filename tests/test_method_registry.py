@@ -50,7 +50,7 @@ def one_line_error(call, match: str) -> str:
 def test_every_method_describes_itself(name: str):
     cls = METHODS[name]
     assert cls.kind in (LOSS_WEIGHTING, GRADIENT_AGGREGATION)
-    assert cls.reference
+    assert cls.citation
     assert set(cls.gradient_sources) <= {"parameters", "representation"}
     assert "parameters" in cls.gradient_sources
     # the described defaults are the options the method takes
@@ -119,7 +119,7 @@ class Recorder(MTLMethod):
     """ERM that records what the engine's hooks give it."""
 
     name = "recorder"
-    reference = "test double"
+    citation = "test double"
 
     def __init__(self, task_names, seed=0, gradient_source="parameters") -> None:
         super().__init__(task_names, seed=seed, gradient_source=gradient_source)
@@ -301,8 +301,8 @@ def test_relif_methods_lists_every_method_and_the_plugins(example_plugin, capsys
         "Liu et al., NeurIPS 2021",
     ]  # fmt: skip
     assert rows["pcgrad"][1:5] == ["paper", "gradient aggregation", "yes", "yes"]
-    reference = "Chennupati et al., CVPR Workshops 2019"
-    assert rows["gls"] == ["gls", "plug-in", "loss weighting", "yes", "-", "-", reference]
+    citation = "Chennupati et al., CVPR Workshops 2019"
+    assert rows["gls"] == ["gls", "plug-in", "loss weighting", "yes", "-", "-", citation]
     assert {name for name, row in rows.items() if row[4] == "yes"} == {
         name for name, cls in registry.METHODS.items() if "representation" in cls.gradient_sources
     }

@@ -20,17 +20,16 @@ import pytest
 import analysis
 from analysis.audit_scores import is_erm, squash_quantiles
 from relif_ray.config import ExperimentConfig, ReLiFConfig
-from relif_ray.reference import is_plain_erm, is_reference, squash_bounds, waits_for_reference
+from relif_ray.reference import is_plain_erm, is_reference, waits_for_reference
+from relif_ray.squash import squash_bounds
 from relif_ray.sweep.labels import (
-    experiment_config,
     identifying_settings,
     setting_values,
-    sweep_constants,
     trial_name,
-    trial_overrides,
     variant,
     variant_name,
 )
+from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
 from tests.synthetic_experiment import write_synthetic_experiment
 
 STATIC_LAMBDAS = (0.03, 0.3, 1.0)

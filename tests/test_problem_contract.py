@@ -18,7 +18,7 @@ import torch
 
 from relif_ray.config import ExperimentConfig
 from relif_ray.problems import Benchmark, Problem, benchmarks
-from relif_ray.sweep.labels import apply_overrides
+from relif_ray.sweep.trial_config import apply_overrides
 
 BATCH = 4
 

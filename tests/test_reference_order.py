@@ -13,10 +13,11 @@ import pytest
 import analysis
 from analysis.audit_scores import squash_quantiles
 from relif_ray.errors import UserError
+from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.experiment.outputs import read_trial_info
-from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
+from relif_ray.reference import read_squash_constants
+from relif_ray.sweep.exit_status import TrialsErrored
 from relif_ray.sweep.labels import variant
-from relif_ray.sweep.outcome import TrialsErrored
 from relif_ray.sweep.plan import SweepSpace, param_space, trial_order
 from tests.test_sweeps import base_config, trial_states
 

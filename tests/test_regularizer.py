@@ -10,8 +10,8 @@ import torch
 
 from relif_ray.config import ReLiFConfig
 from relif_ray.errors import UserError
-from relif_ray.reference import squash
 from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer, squash_with_gradient
+from relif_ray.squash import squash
 from tests.host_sync import no_host_sync
 
 TASKS = ["a", "b"]

@@ -12,9 +12,9 @@ import pytest
 
 from relif_ray.cli.sweep import CLINICAL, main
 from relif_ray.errors import UserError
-from relif_ray.sweep.labels import experiment_config
 from relif_ray.sweep.plan import selected_trials, trial_order, trial_space
 from relif_ray.sweep.selection import PARETO_COLUMNS, read_pareto, select_settings
+from relif_ray.sweep.trial_config import experiment_config
 
 
 def front(*points: tuple) -> pd.DataFrame:

@@ -20,7 +20,7 @@ class GeometricLoss(MTLMethod):
     """One backward of the geometric mean of the task losses (+ the ReLiF term, unweighted)."""
 
     name = "gls"
-    reference = "Chennupati et al., CVPR Workshops 2019"
+    citation = "Chennupati et al., CVPR Workshops 2019"
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pandas as pd
 from pyarrow.fs import FileType
 
-from relif_ray.audit import AuditResult, fixed_delta_audit, validate_scores
+from relif_ray.audit import AuditResult, check_delta, fixed_delta_audit, validate_scores
 from relif_ray.cli.parsing import add_audit_flags, audit_settings
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment import storage
@@ -74,8 +74,7 @@ def select_split(scores: pd.DataFrame, split: str | None, path: str) -> pd.DataF
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    if not 0.0 <= args.delta <= 1.0:
-        raise UserError(f"--delta: must be in [0, 1], got {args.delta}")
+    check_delta(args.delta, "--delta")
     settings = audit_settings(args)
     scores = select_split(read_scores(args.scores), args.split, args.scores)
     validate_scores(scores, source=args.scores)

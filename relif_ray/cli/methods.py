@@ -4,7 +4,7 @@ One row per registered method (`relif_ray.methods.methods()`, so the plug-ins of
 `RELIF_METHODS_PATH` too): its name, which set it belongs to (the paper's methods, the
 default `--methods`; the added built-in ones; plug-ins), its kind, whether `+relif` and the
 representation-gradient mode apply, its options with their defaults (as `--set
-method.options.NAME=VALUE` takes them) and its reference. Everything is read from the
+method.options.NAME=VALUE` takes them) and its citation. Everything is read from the
 method classes' descriptions (`relif_ray.methods.base.MTLMethod`), so the listing cannot
 drift from what a sweep accepts.
 """
@@ -18,7 +18,7 @@ from relif_ray.methods import MTLMethod, methods
 from relif_ray.methods.registry import MTL_EXTRA, missing_requirements, plugin_file
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 
-COLUMNS = ("name", "set", "kind", "+relif", "rep.", "options (default)", "reference")
+COLUMNS = ("name", "set", "kind", "+relif", "rep.", "options (default)", "citation")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "methods",
         help="list the MTL methods a sweep can name (built-in and RELIF_METHODS_PATH plug-ins)",
         description="List every MTL method: name, set, kind, whether +relif and the "
-        "representation-gradient mode apply, options with defaults, reference.",
+        "representation-gradient mode apply, options with defaults, citation.",
     )
     parser.set_defaults(handler=list_methods)
 
@@ -84,7 +84,7 @@ def method_row(name: str, cls: type[MTLMethod]) -> tuple[str, ...]:
     which = "plug-in" if plugin_file(cls) else "paper" if name in PAPER_LABELS else "added"
     options = ", ".join(f"{key}={yaml_text(value)}" for key, value in cls.option_defaults().items())
     representation = "yes" if "representation" in cls.gradient_sources else "-"
-    return (name, which, cls.kind, "yes", representation, options or "-", cls.reference)
+    return (name, which, cls.kind, "yes", representation, options or "-", cls.citation)
 
 
 def yaml_text(value: Any) -> str:

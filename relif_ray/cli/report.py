@@ -13,6 +13,7 @@ from analysis.report import ReportOptions, write_report
 from analysis.results import SENSITIVITY_DELTAS, SPLITS
 from analysis.sections import running_note
 from analysis.tables import CISettings
+from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import add_audit_flags, audit_settings, parse_floats
 from relif_ray.errors import UserError
 
@@ -109,10 +110,8 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
     if not 0.0 < args.ci_level < 1.0:
         raise UserError(f"--ci-level: must be in (0, 1), got {args.ci_level}")
     sensitivity = parse_floats(args.sensitivity_deltas, "--sensitivity-deltas")
-    if not all(0.0 <= value <= 1.0 for value in sensitivity):
-        raise UserError(
-            f"--sensitivity-deltas: need numbers in [0, 1], got '{args.sensitivity_deltas}'"
-        )
+    for value in sensitivity:
+        check_delta(value, "--sensitivity-deltas")
     return ReportOptions(
         deltas=args.deltas or [],
         distribution=args.reference_distribution,

@@ -4,7 +4,7 @@
 so --dataset is read first), checks them and builds the `SweepRequest`: the base config
 (`relif_ray.sweep.compose`), the trials (`relif_ray.sweep.plan`: a grid, Optuna studies, the
 (r*, eta) selected from a search, or the paper's controller checks) and how to run them. The
-driver (`relif_ray.sweep.driver`) runs it. Everything is checked before Ray starts, every trial
+driver (`relif_ray.tuning.driver`) runs it. Everything is checked before Ray starts, every trial
 config included; user mistakes exit with status 2 and one line `<program>: error: <what is
 wrong>`; trials that errored exit 1 with their summary and the command that retries them.
 """
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import OneLineParser, parse_floats, run_command
 from relif_ray.cli.sweep_flags import (
     CHECKS_SUFFIX,
@@ -30,21 +31,19 @@ from relif_ray.errors import UserError
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
-from relif_ray.sweep import driver
 from relif_ray.sweep.compose import compose_config, demo_budget
-from relif_ray.sweep.driver import SweepRequest
+from relif_ray.sweep.exit_status import (
+    EXIT_TRIALS_ERRORED,
+    TrialsErrored,
+    retry_command,
+    summary_lines,
+)
 from relif_ray.sweep.labels import (
     RELIF_LABELS,
     grid_variants,
     split_label,
     uses_controller,
     with_architectures,
-)
-from relif_ray.sweep.outcome import (
-    EXIT_TRIALS_ERRORED,
-    TrialsErrored,
-    retry_command,
-    summary_lines,
 )
 from relif_ray.sweep.overrides import parse_set, read_config_file
 from relif_ray.sweep.plan import (
@@ -60,7 +59,9 @@ from relif_ray.sweep.plan import (
     trial_space,
 )
 from relif_ray.sweep.preflight import resolve_pretrained
+from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import Selection, read_pareto, select_settings
+from relif_ray.tuning import run_sweep_request
 
 DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
 """Every registered benchmark's defaults (`relif_ray.problems`): the choices of --dataset."""
@@ -113,14 +114,14 @@ def run(
     datasets: tuple[str, ...] | None = None,
     controller_checks: bool | None = None,
 ) -> str:
-    """Parse and check `argv`, then run the sweep (`relif_ray.sweep.driver.run`); return its
+    """Parse and check `argv`, then run the sweep (`relif_ray.tuning.run_sweep_request`); return its
     experiment directory. Arguments as for `main`."""
     request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks)
     if request.selection is not None:
         print("\n".join(request.selection.lines()))
     if not request.resume:
         print(plan_summary(request.space, request.search, request.resources), flush=True)
-    return driver.run(request)
+    return run_sweep_request(request)
 
 
 def sweep_request(
@@ -170,7 +171,7 @@ def request_of(
     """The checked request: resources, name, then (unless resuming) the data, the base config
     and the trials."""
     limits = resources(args)
-    check_delta(args.delta)
+    check_delta(args.delta, "--delta")
     common: dict[str, Any] = {
         "defaults": defaults,
         "name": experiment_name(args, defaults, suffix),
@@ -344,41 +345,17 @@ def controller_label(text: str) -> str:
 
 
 def resources(args: argparse.Namespace) -> Resources:
-    """The validated `Resources` of the flags (checked again against the cluster once Ray is
-    up)."""
-    gpus_per_trial = args.gpus_per_trial
-    if gpus_per_trial is None:
-        gpus_per_trial = 1.0 if args.num_gpus > 0 else 0.0
-    if args.num_gpus < 0 or gpus_per_trial < 0:
-        raise UserError("--num-gpus and --gpus-per-trial must be >= 0")
-    if not args.cpus_per_trial > 0:
-        raise UserError(f"--cpus-per-trial: must be > 0, got {args.cpus_per_trial:g}")
-    if gpus_per_trial > 1 and not float(gpus_per_trial).is_integer():
-        raise UserError(
-            f"--gpus-per-trial {gpus_per_trial:g}: above 1 it must be a whole number of GPUs"
-        )
-    if gpus_per_trial > 0 and args.num_gpus == 0:
-        raise UserError(
-            f"--gpus-per-trial {gpus_per_trial:g}: trials ask for GPUs but --num-gpus is 0"
-        )
-    if args.num_gpus > 0 and gpus_per_trial == 0:
-        raise UserError(
-            f"--num-gpus {args.num_gpus:g} with --gpus-per-trial 0: no trial "
-            "would use a GPU (drop --num-gpus for a CPU sweep)"
-        )
-    if gpus_per_trial > args.num_gpus:
-        raise UserError(
-            f"--gpus-per-trial {gpus_per_trial:g} exceeds --num-gpus {args.num_gpus:g}: "
-            "no trial could ever start"
-        )
-    if args.num_cpus is not None and args.num_cpus <= 0:
-        raise UserError(f"--num-cpus: must be > 0, got {args.num_cpus}")
+    """The validated `Resources` of the flags (its rules: `Resources`; checked again against
+    the cluster once Ray is up), after the other run flags."""
     if args.max_failures < 0 or args.keep_checkpoints < 1:
         raise UserError("--max-failures must be >= 0 and --keep-checkpoints >= 1")
     if not 0 <= args.checkpoint_interval < math.inf:
         raise UserError(
             f"--checkpoint-interval: must be >= 0 seconds, got {args.checkpoint_interval:g}"
         )
+    gpus_per_trial = args.gpus_per_trial
+    if gpus_per_trial is None:
+        gpus_per_trial = 1.0 if args.num_gpus > 0 else 0.0
     return Resources(
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=gpus_per_trial,
@@ -425,11 +402,6 @@ def flag_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.steps is not None and args.epochs is None:
         fields["train.epochs"] = None
     return fields
-
-
-def check_delta(delta: float) -> None:
-    if not 0.0 <= delta <= 1.0:
-        raise UserError(f"--delta: must be in [0, 1], got {delta:g}")
 
 
 def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str = "") -> str:

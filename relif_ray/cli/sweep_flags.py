@@ -13,7 +13,6 @@ from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser
 from relif_ray.errors import UserError
 from relif_ray.models.architectures import known_architecture
 from relif_ray.problems import DatasetDefaults
-from relif_ray.sweep.driver import CHECKPOINT_INTERVAL_S
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 from relif_ray.sweep.plan import (
     CONTROLLER_ETAS,
@@ -21,6 +20,7 @@ from relif_ray.sweep.plan import (
     SCHEDULER_METRICS,
     STATIC_LAMBDAS,
 )
+from relif_ray.sweep.request import CHECKPOINT_INTERVAL_S
 
 CHECKS_SUFFIX = "-controller"
 """What the controller checks' sweep appends to the data set's name for its experiment."""

@@ -27,12 +27,12 @@ import pyarrow.fs as pafs
 
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
-from relif_ray.experiment.layout import TRIAL_RECORDS, final_outputs_relative, trial_folders
-from relif_ray.reference import SQUASH_CONSTANTS_FILE
-
-EXPERIMENT_FILES = ("pareto.csv", SQUASH_CONSTANTS_FILE)
-"""Experiment-level files analysis reads: the Optuna Pareto sets and the same-seed ERM squash
-constants (which the audit needs where a sweep borrowed them with --reference)."""
+from relif_ray.experiment.layout import (
+    EXPERIMENT_FILES,
+    TRIAL_RECORDS,
+    final_outputs_relative,
+    trial_folders,
+)
 
 
 @dataclass(frozen=True)

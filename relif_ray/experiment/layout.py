@@ -1,10 +1,16 @@
-"""Where a trial's files lie in an experiment directory, for every reader of one (analysis,
-`relif export`); plain pyarrow.fs through `relif_ray.experiment.storage`, no Ray.
+"""Where the files of an experiment directory lie, for every writer and reader of one (the
+sweep, analysis, `relif export`); plain pyarrow.fs through `relif_ray.experiment.storage`, no
+Ray.
 
-A sweep writes one folder per trial into the experiment directory. Next to Ray Tune's
-checkpoints (`checkpoint_<N>/`) a trial folder holds Tune's records of the trial
-(`TRIAL_RECORDS`); the outputs of a finished trial (`relif_ray.experiment.outputs`) are in the
-`outputs/` folder of its final checkpoint.
+    <experiment>/<EXPERIMENT_FILES>          the experiment's own files, where present
+    <experiment>/<LOCK_FILE>                 held while a sweep writes the experiment
+    <experiment>/<trial folder>/<TRIAL_RECORDS>    Tune's records of the trial
+    <experiment>/<trial folder>/checkpoint_<N>/    Tune's checkpoints; the final one holds
+                                                   the trial's `outputs/`
+                                                   (`relif_ray.experiment.outputs`)
+
+This module is the one home of these names: a file that analysis reads at the experiment's
+root is in `EXPERIMENT_FILES`, which `relif export` copies.
 """
 
 from __future__ import annotations
@@ -14,6 +20,22 @@ import re
 from relif_ray.experiment import storage
 from relif_ray.experiment.outputs import OUTPUTS_DIR, TRIAL_FILE
 from relif_ray.experiment.storage import Location
+
+PARETO_FILE = "pareto.csv"
+"""The Pareto set of every Optuna study of a `--search optuna` sweep on validation
+(`relif_ray.sweep.selection.PARETO_COLUMNS`), written when the sweep ends; read by
+`--select-from`."""
+SELECTION_FILE = "selection.csv"
+"""The (r*, eta) a `--select-from` sweep chose per label and seed from a search's
+`PARETO_FILE`; analysis merges the chosen settings of a label into one row."""
+SQUASH_CONSTANTS_FILE = "squash_constants.json"
+"""seed -> task -> [q10, q90] of that seed's ERM reference run: the squash constants of
+same-seed ReLiF training and of the audit (`relif_ray.reference`), written by the driver."""
+EXPERIMENT_FILES = (PARETO_FILE, SELECTION_FILE, SQUASH_CONSTANTS_FILE)
+"""The experiment-level files analysis reads, and `relif export` copies, where present."""
+LOCK_FILE = ".relif-sweep.lock"
+"""The lock a sweep driver holds on its experiment (`relif_ray.experiment.lock`); not
+exported: a copy is never being written."""
 
 PARAMS_FILE = "params.json"
 """Tune's config of a trial: a trial folder without outputs is a trial once it has this."""

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relif_ray.errors import UserError
+from relif_ray.experiment.layout import LOCK_FILE
 from relif_ray.experiment.storage import local_path
-
-LOCK_FILE = ".relif-sweep.lock"
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -30,36 +29,14 @@ import pyarrow.parquet as pq
 
 from relif_ray.experiment import storage
 from relif_ray.experiment.storage import Location
-from relif_ray.reference import squash_bounds
+
+if TYPE_CHECKING:
+    from relif_ray.engine import EvalResult
 
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
 SCORES_FILE = "scores.parquet"
 TRACE_FILE = "trace.parquet"
-
-
-@dataclass
-class EvalResult:
-    """Utility metrics, per-example raw audit scores and shared representations of one split.
-
-    metrics: flat dict, e.g. seg_miou, depth_rmse, seg_score (normalized), worst, macro.
-    scores: one row per (task, example): task, example_id, score (raw p_k), valid.
-    representations: (N, D) float32, row i belongs to example_ids[i].
-    """
-
-    metrics: dict[str, float]
-    scores: pd.DataFrame
-    representations: np.ndarray
-    example_ids: np.ndarray
-
-    def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
-        """task -> [q10, q90] of its valid raw scores here: on an ERM reference run's
-        validation split, the squash constants of its seed (`relif_ray.reference`)."""
-        valid = self.scores[self.scores["valid"].astype(bool)]
-        return {
-            task: squash_bounds(valid.loc[valid["task"] == task, "score"].to_numpy())
-            for task in tasks
-        }
 
 
 def write_trial_outputs(

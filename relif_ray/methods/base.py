@@ -22,9 +22,9 @@ per-epoch loss averages).
 
 Description (class attributes, listed by the registry): `kind` (LOSS_WEIGHTING: one backward
 of a weighted sum of the task losses; GRADIENT_AGGREGATION: per-task gradients on the shared
-parameters, at most K backward passes), `reference` (the paper), `requires` (modules of the
-`mtl` install extra the method needs) and the options: the keyword arguments of `__init__`
-after the base ones, with their defaults (`option_defaults`).
+parameters, at most K backward passes), `citation` (the paper that defines it), `requires`
+(modules of the `mtl` install extra the method needs) and the options: the keyword arguments
+of `__init__` after the base ones, with their defaults (`option_defaults`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class MTLMethod(nn.Module):
 
     name: ClassVar[str]
     kind: ClassVar[MethodKind] = LOSS_WEIGHTING
-    reference: ClassVar[str] = ""
+    citation: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()
     gradient_sources: ClassVar[tuple[GradientSource, ...]] = ("parameters",)
 

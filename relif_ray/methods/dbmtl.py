@@ -56,7 +56,7 @@ class DBMTL(MTLMethod):
 
     name = "dbmtl"
     kind = GRADIENT_AGGREGATION
-    reference = "Lin et al., arXiv:2308.12029, 2023"
+    citation = "Lin et al., arXiv:2308.12029, 2023"
 
     def __init__(
         self,

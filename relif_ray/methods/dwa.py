@@ -47,7 +47,7 @@ class DWA(MTLMethod):
     """Dynamic Weight Average of the task losses by their per-epoch rate of descent."""
 
     name = "dwa"
-    reference = "Liu, Johns & Davison, CVPR 2019"
+    citation = "Liu, Johns & Davison, CVPR 2019"
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ class ERM(MTLMethod):
     """L_MTL = sum_k L_k; the ReLiF term, if any, is simply added."""
 
     name = "erm"
-    reference = "equal-weight sum of the task losses (paper Eq. mtl_loss)"
+    citation = "equal-weight sum of the task losses (paper Eq. mtl_loss)"
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None

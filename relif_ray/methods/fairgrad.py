@@ -79,7 +79,7 @@ class FairGrad(GradientAggregator):
     """alpha-fair task weights on the shared gradients; see the module docstring."""
 
     name = "fairgrad"
-    reference = "Ban & Ji, ICML 2024"
+    citation = "Ban & Ji, ICML 2024"
 
     def __init__(
         self,

@@ -68,7 +68,7 @@ class FAMO(MTLMethod):
     """Loss weights from softmax logits that favour the slowest-improving log loss."""
 
     name = "famo"
-    reference = "Liu et al., NeurIPS 2023"
+    citation = "Liu et al., NeurIPS 2023"
 
     def __init__(
         self,

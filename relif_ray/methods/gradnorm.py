@@ -73,7 +73,7 @@ class GradNorm(MTLMethod):
     """Gradient normalisation of the task weights; see the module docstring."""
 
     name = "gradnorm"
-    reference = "Chen et al., ICML 2018"
+    citation = "Chen et al., ICML 2018"
     gradient_sources = ("parameters", "representation")
 
     def __init__(

@@ -66,7 +66,7 @@ class PCGrad(GradientAggregator):
     """Projecting conflicting gradients on the shared parameters, in a seeded random order."""
 
     name = "pcgrad"
-    reference = "Yu et al., NeurIPS 2020"
+    citation = "Yu et al., NeurIPS 2020"
     gradient_sources = ("parameters", "representation")
 
     def __init__(

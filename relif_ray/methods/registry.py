@@ -2,7 +2,7 @@
 
 The built-in modules are imported with the package; `methods()` also imports the modules in
 the directories of `RELIF_METHODS_PATH` (`relif_ray.plugins`), so a plug-in method registers
-itself the same way. Every class carries its description (`kind`, `reference`, `requires`,
+itself the same way. Every class carries its description (`kind`, `citation`, `requires`,
 `gradient_sources`, `option_defaults()`), which `build_method` checks options against.
 """
 
@@ -13,6 +13,7 @@ import importlib
 import inspect
 import os
 import pkgutil
+import sys
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,7 @@ def methods() -> dict[str, type[MTLMethod]]:
 
 @functools.cache
 def _import_plugins(path_value: str) -> None:
-    import relif_ray.methods as package
-
+    package = sys.modules[__package__]  # relif_ray.methods, imported before any of its modules
     for directory in extend_package_path(package.__path__, path_value):
         for module_info in pkgutil.iter_modules([directory]):
             module = importlib.import_module(f"{package.__name__}.{module_info.name}")

@@ -32,7 +32,7 @@ class RLW(MTLMethod):
     """Random task weights softmax(z), z ~ N(0, I), drawn every step from a seeded generator."""
 
     name = "rlw"
-    reference = "Lin et al., TMLR 2022"
+    citation = "Lin et al., TMLR 2022"
 
     def __init__(
         self, task_names: list[str], seed: int = 0, gradient_source: GradientSource = "parameters"

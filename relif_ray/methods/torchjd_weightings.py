@@ -12,7 +12,7 @@ passes, +1 for the ReLiF term). TorchJD's own `mtl_backward` + `jac_to_grad` giv
 parameter gradients (tested for every line below).
 
 A new Gramian weighting is one `torchjd_method(...)` line: its config name, the TorchJD class,
-the reference, its options with their defaults (the keyword arguments of the TorchJD class,
+its citation, its options with their defaults (the keyword arguments of the TorchJD class,
 settable as `method.options`), the modules it needs and the gradient sources it offers. Our
 conventions on the options:
 
@@ -191,7 +191,7 @@ class TorchJDJacobianWeighting(TorchJDWeighting):
 def torchjd_method(
     name: str,
     torchjd_class: str,
-    reference: str,
+    citation: str,
     defaults: dict[str, Any],
     requires: tuple[str, ...] = ("torchjd",),
     gradient_sources: tuple[GradientSource, ...] = ("parameters",),
@@ -203,14 +203,14 @@ def torchjd_method(
     attributes = {
         "name": name,
         "torchjd_class": torchjd_class,
-        "reference": reference,
+        "citation": citation,
         "defaults": defaults,
         "requires": requires,
         "gradient_sources": gradient_sources,
         "projector": projector,
         "non_conflicting": non_conflicting,
         "__module__": __name__,
-        "__doc__": f"TorchJD's {torchjd_class} ({reference}); see the module docstring.",
+        "__doc__": f"TorchJD's {torchjd_class} ({citation}); see the module docstring.",
     }
     return register(type(f"TorchJD_{name}", (adapter,), attributes))
 

@@ -38,7 +38,7 @@ class Uncertainty(MTLMethod):
     """Homoscedastic-uncertainty task weighting with learned log-variances."""
 
     name = "uncertainty"
-    reference = "Kendall, Gal & Cipolla, CVPR 2018"
+    citation = "Kendall, Gal & Cipolla, CVPR 2018"
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ from typing import Any
 
 from relif_ray.config import HARD_SHARING, DataConfig, ModelConfig
 from relif_ray.data.splits import Batch, Split, TensorSplit
+from relif_ray.directions import higher_is_better
 from relif_ray.errors import UserError
 from relif_ray.models.base import MultiTaskModel
 from relif_ray.plugins import PROBLEMS_PATH, extend_package_path
@@ -185,10 +186,10 @@ class Benchmark:
     @cached_property
     def metric_directions(self) -> dict[str, bool]:
         """`<task>_<metric>` -> higher is better, as each task's metrics declare it; the
-        normalized scores (`<task>_score`, worst, macro) are higher-is-better by definition."""
-        directions = {"worst": True, "macro": True}
+        normalized scores (`<task>_score`), worst and macro as `relif_ray.directions` says."""
+        directions = {name: higher_is_better(name) for name in ("worst", "macro")}
         for task in self.tasks():
-            directions[f"{task.name}_score"] = True
+            directions[f"{task.name}_score"] = higher_is_better("score")
             for metric, higher in task.new_metrics().higher_is_better.items():
                 directions[f"{task.name}_{metric}"] = higher
         return directions

@@ -6,7 +6,7 @@ Eq. ema_violation and lambda_update). Call it once per training step with every 
 per-example audit score p_k in [0, 1] (paper section 3; e.g. a sigmoid probability) and valid
 mask, and the shared representation the scores come from; it returns lambda_t * L_lip (paper
 Algorithm 2) to add to the task loss, and detached statistics (`STAT_KEYS`: lambda, r, r_ema,
-tau, kappa, loss_lip):
+tau, kappa, loss_lip, clipped):
 
     regularizer = ReLiFRegularizer(ReLiFConfig(r_star=0.24, eta=1e-3), ["seg", "depth"])
     loss_lip, stats = regularizer({"seg": (p_seg, valid_seg), "depth": (p_depth, valid_depth)},
@@ -24,6 +24,13 @@ docs/examples/own_loop.py, and with PCGrad docs/examples/own_loop_pcgrad.py.
 
 from relif_ray.config import ReLiFConfig
 from relif_ray.relif.controller import ViolationController, scale_to_budget
-from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer
+from relif_ray.relif.regularizer import CONTROLLER_KEYS, STAT_KEYS, ReLiFRegularizer
 
-__all__ = ["STAT_KEYS", "ReLiFConfig", "ReLiFRegularizer", "ViolationController", "scale_to_budget"]
+__all__ = [
+    "CONTROLLER_KEYS",
+    "STAT_KEYS",
+    "ReLiFConfig",
+    "ReLiFRegularizer",
+    "ViolationController",
+    "scale_to_budget",
+]

@@ -3,7 +3,7 @@
 Per step, given every task's per-example audit score and the shared representation:
 
 1. Scores that are not probabilities (NYUv2 depth/normal: unbounded feature norms) are squashed
-   into [0, 1] with the audit's own squash (`relif_ray.reference.squash`, appendix A.3). With
+   into [0, 1] with the audit's own squash (`relif_ray.squash.squash`, appendix A.3). With
    `squash="erm"` (the paper's: "the same scalar score is used to form
    both the fixed-audit gaps and the training-time surrogate gaps", section 3) q10/q90 are the
    fixed same-seed ERM validation quantiles of `squash_constants`, exactly the audit's. With
@@ -44,7 +44,6 @@ from torch import Tensor, nn
 
 from relif_ray.config import ReLiFConfig, SquashGradient
 from relif_ray.errors import UserError
-from relif_ray.reference import SQUASH_EPS, SQUASH_QUANTILES, squash
 from relif_ray.relif.controller import ViolationController
 from relif_ray.relif.surrogate import (
     PrototypePairs,
@@ -55,8 +54,15 @@ from relif_ray.relif.surrogate import (
     masked_quantiles,
     prototype_pairs,
 )
+from relif_ray.squash import SQUASH_EPS, SQUASH_QUANTILES, squash
 
 STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip", "clipped")
+"""The statistics of one step, in this order: lambda_t, the batch violation rate r_t, its EMA
+r~_t, the scale buffers tau_t and kappa_t, L_lip, and the share of squashed prototype scores
+clipped. The one home of these names: a trial's trace and its per-epoch results use them."""
+CONTROLLER_KEYS = ("lambda", "r_ema")
+"""The controller's own state among `STAT_KEYS` (lambda_t and r~_t, paper Eqs. 11-12): what a
+sweep's progress table shows."""
 
 TaskScores = dict[str, tuple[Tensor, Tensor]]
 

@@ -20,7 +20,7 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.problems import DatasetDefaults
 from relif_ray.relif.controller import scale_to_budget
-from relif_ray.sweep.labels import apply_overrides
+from relif_ray.sweep.trial_config import apply_overrides
 
 
 @dataclass(frozen=True)

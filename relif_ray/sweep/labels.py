@@ -1,18 +1,12 @@
-"""The vocabulary of a sweep: method labels, variants and the trial config (no Ray import).
+"""The vocabulary of a sweep: method labels, variants and what identifies a trial's setting
+(no Ray import).
 
 A variant is a label at one setting: {"label": str, "overrides": {dotted ExperimentConfig
 field: value}} in a sweep, one row of the tables in analysis. What identifies its setting
 beside the label is decided once, by `identifying_settings` (r* and eta where lambda adapts,
 lambda0 where it is static): trial names, the values a trial reports to Tune, analysis's row
-names and the controller table all follow it. A trial's
-Tune config is the resolved config that runs, as flat dotted keys (`relif.enabled`, `seed`,
-`method.name`, ... every ExperimentConfig field, see `relif_ray.config.flat_config`) plus
-"label" and the sweep's "delta" (+ "study" for Optuna trials, + "experiment_dir" where the
-squash constants live, + "reference_error" when a trial's ERM reference errored, + the
-test-only "fault_injection_step"), so Tune's tools (ExperimentAnalysis, W&B, MLflow) show what
-ran. It is the sweep's constants (`sweep_constants`: the shared base config, flat, and delta)
-merged with the trial's own part (`trial_overrides`: label, seed and the variant's overrides);
-`experiment_config` builds the trial's ExperimentConfig from it.
+names and the controller table all follow it. A trial's Tune config and the ExperimentConfig
+it stands for: `relif_ray.sweep.trial_config` (its functions are re-exported here).
 
 Labels:
 - a registered method name (`erm`, `pcgrad`, ...): that method, ReLiF off;
@@ -31,19 +25,16 @@ other labels (including `relif-static` and `relif-nolip`, which ignore them) are
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from relif_ray.config import (
-    HARD_SHARING,
-    ExperimentConfig,
-    ReLiFConfig,
-    flat_config,
-    nested_config,
-)
+from relif_ray.config import HARD_SHARING, ReLiFConfig
 from relif_ray.errors import UserError
+from relif_ray.sweep.trial_config import apply_overrides as apply_overrides
+from relif_ray.sweep.trial_config import experiment_config
+from relif_ray.sweep.trial_config import sweep_constants as sweep_constants
+from relif_ray.sweep.trial_config import trial_overrides as trial_overrides
 
 RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif": {},
@@ -90,36 +81,6 @@ DISPLAY_NAMES: dict[str, str] = {
 }
 """Method and ReLiF label -> the name tables and figures show (the paper's spelling; the added
 methods as their papers spell them). A plug-in method is shown by its registry name."""
-
-
-def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of the config dict `values` with dotted fields set, e.g. `relif.r_star`."""
-    result = copy.deepcopy(values)
-    for dotted, value in overrides.items():
-        section, _, field = dotted.rpartition(".")
-        target = result
-        for key in filter(None, section.split(".")):
-            target = target.setdefault(key, {})
-        target[field] = value
-    return result
-
-
-def sweep_constants(base: dict[str, Any], delta: float) -> dict[str, Any]:
-    """The part of the Tune config every trial of a sweep shares: the base ExperimentConfig,
-    completed with the defaults of the fields it leaves out, as flat dotted keys, and the live
-    audit's delta."""
-    return {**flat_config(ExperimentConfig.from_dict(base).to_dict()), "delta": float(delta)}
-
-
-def trial_overrides(item: dict[str, Any], seed: int) -> dict[str, Any]:
-    """A trial's own part of its Tune config: label, seed and the variant's overrides."""
-    return {"label": item["label"], "seed": int(seed), **item["overrides"]}
-
-
-def experiment_config(tune_config: dict[str, Any]) -> ExperimentConfig:
-    """The validated ExperimentConfig of one trial's (flat) Tune config: the one place a
-    trial's config is built."""
-    return ExperimentConfig.from_dict(nested_config(tune_config))
 
 
 def split_label(label: str, flag: str = "--methods") -> tuple[str, str | None]:

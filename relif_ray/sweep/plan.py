@@ -6,7 +6,7 @@ The resources a sweep may use and each trial asks for (`Resources`), the grid of
 (`controller_variants`), and the order Tune gets the trials in (`trial_order`: same-seed ERM
 reference trials before the ReLiF trials that train on their squash constants).
 `relif_ray.tuning` turns these into a Ray Tune run; a trial's Tune config is described in
-`relif_ray.sweep.labels`.
+`relif_ray.sweep.trial_config`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relif_ray.config import HARD_SHARING
+from relif_ray.directions import tune_mode
 from relif_ray.errors import UserError
 from relif_ray.reference import (
     config_reference_key,
@@ -23,16 +24,9 @@ from relif_ray.reference import (
     reference_key,
     waits_for_reference,
 )
-from relif_ray.sweep.labels import (
-    experiment_config,
-    grid_variants,
-    sweep_constants,
-    trial_overrides,
-    unique_variants,
-    uses_controller,
-    variant,
-)
+from relif_ray.sweep.labels import grid_variants, unique_variants, uses_controller, variant
 from relif_ray.sweep.preflight import check_trial_configs
+from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
 
 # The defaults of the paper's controller checks (appendix "Controller sensitivity"): eta at
 # one r*, r* from 0.16 to 0.28 in steps of 0.02 at one eta, and the static-lambda grid.
@@ -43,7 +37,8 @@ STATIC_LAMBDAS = "0.01,0.03,0.1,0.3,1.0"
 
 @dataclass(frozen=True)
 class Resources:
-    """What the sweep may use and what each trial asks for.
+    """What the sweep may use and what each trial asks for; its rules are checked when it is
+    built, with one-line errors that name the sweep's flags (`--num-gpus`, ...).
 
     num_gpus: GPUs the sweep may use in total; with gpus_per_trial it caps concurrency at
         floor(num_gpus / gpus_per_trial) (8 and 0.5 -> 16 trials at once).
@@ -58,6 +53,41 @@ class Resources:
     num_cpus: int | None = None
     address: str | None = None
 
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--cpus-per-trial", self.cpus_per_trial),
+            ("--gpus-per-trial", self.gpus_per_trial),
+            ("--num-gpus", self.num_gpus),
+        ):
+            if not math.isfinite(value) or value < 0:
+                raise UserError(f"{flag}: must be a finite number >= 0, got {value:g}")
+        if self.cpus_per_trial == 0:
+            raise UserError("--cpus-per-trial: must be > 0, got 0")
+        if self.num_cpus is not None and self.num_cpus <= 0:
+            raise UserError(f"--num-cpus: must be > 0, got {self.num_cpus}")
+        self._check_gpus()
+
+    def _check_gpus(self) -> None:
+        per_trial, total = self.gpus_per_trial, self.num_gpus
+        if per_trial > 1 and not float(per_trial).is_integer():
+            raise UserError(
+                f"--gpus-per-trial {per_trial:g}: above 1 it must be a whole number of GPUs"
+            )
+        if per_trial > 0 and total == 0:
+            raise UserError(
+                f"--gpus-per-trial {per_trial:g}: trials ask for GPUs but --num-gpus is 0"
+            )
+        if total > 0 and per_trial == 0:
+            raise UserError(
+                f"--num-gpus {total:g} with --gpus-per-trial 0: no trial would use a GPU "
+                "(drop --num-gpus for a CPU sweep)"
+            )
+        if per_trial > total:
+            raise UserError(
+                f"--gpus-per-trial {per_trial:g} exceeds --num-gpus {total:g}: "
+                "no trial could ever start"
+            )
+
     @property
     def max_concurrent_trials(self) -> int | None:
         if self.gpus_per_trial <= 0:
@@ -71,13 +101,13 @@ class SweepSpace:
     as flat dotted keys and delta) and `trials`, each trial's own part of its config (label,
     seed, the variant's overrides) in the order the searcher hands them out (empty for Optuna,
     whose studies suggest them). Merged, they are the resolved config that runs
-    (`relif_ray.sweep.labels`)."""
+    (`relif_ray.sweep.trial_config`)."""
 
     constants: dict[str, Any]
     trials: list[dict[str, Any]] = field(default_factory=list)
 
 
-SCHEDULER_METRICS: dict[str, str] = {"worst": "max", "macro": "max", "val_bias": "min"}
+SCHEDULER_METRICS = {name: tune_mode(name) for name in ("worst", "macro", "val_bias")}
 """What `--scheduler asha` may rank trials by, with its mode: validation Worst or Macro
 (higher is better) or the live validation Bias (lower is better)."""
 
@@ -109,9 +139,9 @@ class TuneOptions:
 
 def trial_space(base: dict[str, Any], trials: list[dict[str, Any]], delta: float) -> SweepSpace:
     """The sweep of an explicit list of trials (each its own part of the config,
-    `relif_ray.sweep.labels.trial_overrides`). Every distinct setting's config is built once before
-    Ray starts, then its method and model (`relif_ray.sweep.preflight`), so no trial fails on a bad
-    value or option."""
+    `relif_ray.sweep.trial_config.trial_overrides`). Every distinct setting's config is built
+    once before Ray starts, then its method and model (`relif_ray.sweep.preflight`), so no
+    trial fails on a bad value or option."""
     constants = sweep_constants(base, delta)
     settings = {
         repr(sorted((key, value) for key, value in trial.items() if key != "seed")): trial

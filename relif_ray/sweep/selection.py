@@ -18,6 +18,7 @@ from pyarrow.fs import FileType
 
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
+from relif_ray.experiment.layout import PARETO_FILE, SELECTION_FILE
 
 
 def non_dominated(bias: np.ndarray, worst: np.ndarray) -> np.ndarray:
@@ -78,7 +79,6 @@ def pareto_front(rows: pd.DataFrame) -> pd.DataFrame:
     return front.sort_values(["study", "val_bias"]).reset_index(drop=True)
 
 
-PARETO_FILE = "pareto.csv"
 PARETO_COLUMNS = (
     "study",
     "label",
@@ -90,12 +90,10 @@ PARETO_COLUMNS = (
     "val_worst",
     "val_macro",
 )
-"""The columns `--select-from` reads from `<experiment>/pareto.csv` of an Optuna sweep (each
-study's Pareto set on validation); the sweep writes `val_hypervolume` after them
-(`pareto_front`)."""
-
-SELECTION_FILE = "selection.csv"
-"""`<experiment>/selection.csv` of a `--select-from` sweep: the rows `select_settings` chose."""
+"""The columns of `<experiment>/pareto.csv` (`PARETO_FILE`) of an Optuna sweep, each study's
+Pareto set on validation: the study, then values each trial reports to Tune under the same
+names (`relif_ray.tuning.launch.write_pareto`); the sweep writes `val_hypervolume` after them
+(`pareto_front`). `--select-from` reads them."""
 _TOLERANCE_SLACK = 1e-12
 """Float slack of the tolerance edge: Worst exactly `tolerance` below the best is within it."""
 

@@ -82,7 +82,7 @@ class Task(ABC):
 
     score_is_probability: whether the raw audit score already lies in [0, 1]; a task whose
     score does not (NYUv2 depth/normal feature norms) is squashed by the audit's shared
-    `relif_ray.reference.squash`, in training (ReLiF) and at analysis time alike.
+    `relif_ray.squash.squash`, in training (ReLiF) and at analysis time alike.
     """
 
     name: str

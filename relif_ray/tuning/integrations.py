@@ -21,8 +21,8 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
 from relif_ray.reference import is_reference
-from relif_ray.sweep.labels import experiment_config
 from relif_ray.sweep.plan import SCHEDULER_METRICS, TuneOptions
+from relif_ray.sweep.trial_config import experiment_config
 
 ASHA_OPEN_ENDED_EPOCHS = 10_000
 """ASHA's max_t when the budget is steps only (the epochs are not known before data loads)."""

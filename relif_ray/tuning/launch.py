@@ -22,6 +22,7 @@ from ray.tune.result import SHOULD_CHECKPOINT, TRAINING_ITERATION
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError, first_line
+from relif_ray.experiment.layout import PARETO_FILE
 from relif_ray.experiment.storage import (
     join,
     local_path,
@@ -32,6 +33,7 @@ from relif_ray.experiment.storage import (
 )
 from relif_ray.plugins import worker_env
 from relif_ray.reference import write_squash_constants
+from relif_ray.relif import CONTROLLER_KEYS
 from relif_ray.sweep.labels import trial_name
 from relif_ray.sweep.plan import (
     OptunaPlan,
@@ -42,7 +44,8 @@ from relif_ray.sweep.plan import (
     trial_order,
 )
 from relif_ray.sweep.preflight import lent_constants
-from relif_ray.sweep.selection import PARETO_FILE, pareto_front
+from relif_ray.sweep.selection import PARETO_COLUMNS, pareto_front
+from relif_ray.tuning.errored_trials import raise_if_errored
 from relif_ray.tuning.integrations import (
     asha_rung_epochs,
     logger_callbacks,
@@ -50,7 +53,6 @@ from relif_ray.tuning.integrations import (
     scheduler_constants,
 )
 from relif_ray.tuning.order import ReferenceOrder
-from relif_ray.tuning.outcome import raise_if_errored
 from relif_ray.tuning.resume import repair_driver_state
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.trainable import ReLiFTrainable
@@ -65,32 +67,21 @@ PROGRESS_METRICS = {
     "worst": "Worst",
     "macro": "Macro",
     "val_bias": "val Bias",
-    "lambda": "lambda",
-    "r_ema": "r_ema",
+    **{key: key for key in CONTROLLER_KEYS},
 }
 
 
 def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
-    """`<experiment>/pareto.csv`: the Pareto set of every Optuna study of the sweep."""
+    """`<experiment>/pareto.csv`: the Pareto set of every Optuna study of the sweep, in the
+    columns `PARETO_COLUMNS` (after the study, each a value its trials report)."""
     rows = []
     for result in results:
         study = (result.config or {}).get("study")
         metrics = result.metrics or {}
         if study is None or result.error is not None or "val_bias" not in metrics:
             continue
-        rows.append(
-            {
-                "study": study,
-                "label": metrics["label"],
-                "seed": metrics["seed"],
-                "trial_id": metrics["trial_id"],
-                "r_star": metrics["r_star"],
-                "eta": metrics["eta"],
-                "val_bias": metrics["val_bias"],
-                "val_worst": metrics["worst"],
-                "val_macro": metrics["macro"],
-            }
-        )
+        reported = {column: metrics[column] for column in PARETO_COLUMNS if column != "study"}
+        rows.append({"study": study, **reported})
     if not rows:
         return None
     table = pd.DataFrame(rows).dropna(subset=["val_bias", "val_worst"])
@@ -123,7 +114,7 @@ def connect(resources: Resources) -> None:
     """Start local Ray or join the cluster at `resources.address` (unless already connected); its
     workers get the driver's plug-in paths (`relif_ray.plugins.worker_env`). Local Ray
     binds to 127.0.0.1 when the driver called `relif_ray.tuning.keep_local_ray_on_loopback` before
-    importing Ray, as `relif_ray.sweep.driver` does."""
+    importing Ray, as `relif_ray.tuning.run_sweep_request` does."""
     if ray.is_initialized():
         return
     runtime_env = {"env_vars": env} if (env := worker_env()) else None

@@ -7,10 +7,12 @@ import zlib
 
 from ray.tune.search import Searcher
 
-from relif_ray.sweep.labels import trial_overrides, variant
+from relif_ray.directions import tune_mode
+from relif_ray.sweep.labels import variant
 from relif_ray.sweep.plan import OptunaPlan
+from relif_ray.sweep.trial_config import trial_overrides
 
-OBJECTIVES = {"val_bias": "min", "worst": "max"}
+OBJECTIVES = {name: tune_mode(name) for name in ("val_bias", "worst")}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
 
 

@@ -5,7 +5,7 @@ and a live fixed-delta audit. Checkpoints hold the engine state (model, optimise
 ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the trial's
 outputs for val and test (see `relif_ray.experiment.outputs`), so the experiment directory in
 storage is all that analysis needs. A trial's Tune config is described in
-`relif_ray.sweep.labels`.
+`relif_ray.sweep.trial_config`.
 
 Same-seed ERM squash constants (`relif_ray.reference`): a trial that waits for its seed's
 reference reads q10/q90 of its seed from the experiment's `squash_constants.json` at set-up
@@ -15,17 +15,17 @@ reports its validation q10/q90 with its last result, from which the driver write
 
 Live validation Bias (`val_bias`, the progress table and the Optuna objective): the audit of
 `relif_ray.audit.fixed_delta_audit` at the sweep's `delta` on the trial's own validation
-scores. Scores that are not probabilities are squashed (`relif_ray.reference.squash`) with the
+scores. Scores that are not probabilities are squashed (`relif_ray.squash.squash`) with the
 trial's ERM constants where it has them, else with the quantiles of the SAME trial's
 validation scores (an ERM or baseline trial). It is a
 progress and search signal only: the official fixed-delta numbers are computed at analysis
 time with same-seed ERM quantiles and the reference delta (`analysis`).
 
-Each epoch's result also carries the ReLiF controller's state at the epoch's last step (lambda,
-r_ema, tau, kappa, loss_lip; NaN without ReLiF), so TensorBoard, W&B, MLflow and the progress
-table follow the controller live. A trial stopped early by the scheduler (ASHA) writes its
-outputs, with status "stopped", at the checkpoints where it may be stopped
-(`outputs_at_iterations` of its config).
+Each epoch's result also carries the ReLiF statistics at the epoch's last step
+(`relif_ray.relif.STAT_KEYS`: lambda, r_ema, tau, kappa, loss_lip, ...; NaN without ReLiF),
+so TensorBoard, W&B, MLflow and the progress table follow the controller live. A trial
+stopped early by the scheduler (ASHA) writes its outputs, with status "stopped", at the
+checkpoints where it may be stopped (`outputs_at_iterations` of its config).
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ from relif_ray.reference import (
     squash_bounds,
     waits_for_reference,
 )
-from relif_ray.sweep.labels import experiment_config, setting_values
+from relif_ray.relif import STAT_KEYS
+from relif_ray.sweep.labels import setting_values
+from relif_ray.sweep.trial_config import experiment_config
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
@@ -93,14 +95,11 @@ def live_validation_audit(
     return fixed_delta_audit(frame, delta)
 
 
-LIVE_CONTROLLER_KEYS = ("lambda", "r_ema", "tau", "kappa", "loss_lip")
-"""The ReLiF statistics each epoch's result carries (their values at the epoch's last step)."""
-
-
 def live_controller_state(trace: list[dict[str, float]]) -> dict[str, float]:
-    """The controller statistics of the last trace row (NaN where the trial has none)."""
+    """The ReLiF statistics (`STAT_KEYS`) of the last trace row: what each epoch's result
+    carries (NaN where the trial has none)."""
     last = trace[-1] if trace else {}
-    return {key: float(last.get(key, math.nan)) for key in LIVE_CONTROLLER_KEYS}
+    return {key: float(last.get(key, math.nan)) for key in STAT_KEYS}
 
 
 def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) -> ExperimentConfig:

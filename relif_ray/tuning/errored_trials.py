@@ -5,7 +5,7 @@ from __future__ import annotations
 from ray import tune
 
 from relif_ray.errors import last_line
-from relif_ray.sweep.outcome import ErroredTrial, TrialsErrored
+from relif_ray.sweep.exit_status import ErroredTrial, TrialsErrored
 
 
 def errored_trials(results: tune.ResultGrid) -> list[ErroredTrial]:

@@ -1,0 +1,52 @@
+"""A sweep as the command line decided it: everything checked before Ray starts (no Ray
+import). `relif_ray.tuning.driver` runs it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relif_ray.problems import DatasetDefaults
+from relif_ray.sweep.plan import OptunaPlan, Resources, SweepSpace, TuneOptions
+from relif_ray.sweep.selection import Selection
+
+CHECKPOINT_INTERVAL_S = 10.0
+"""--checkpoint-interval's default: at most one checkpoint per trial in 10 s, as Tune snapshots
+the experiment state at most every 10 s on its own."""
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """One sweep, checked.
+
+    space: the trials (None: `resume` continues the experiment as it was planned);
+    search: the Optuna studies of `space` (None: a grid or an explicit trial list);
+    data_root: the data set's folder; `demo`: a --demo sweep, whose data are written there
+        when `writes_demo_data` and which replaces its own earlier experiment;
+    reference: an experiment lending its same-seed ERM squash constants (`--reference`);
+    selection: the (r*, eta) chosen per seed from a search (`--select-from`), recorded in the
+        experiment as `selection.csv`;
+    checkpoint_every: epochs between checkpoints (0: only the final one);
+    checkpoint_interval_s: and at least this many seconds between two checkpoints of a trial
+        (`relif_ray.tuning.launch.CheckpointCadence`).
+    """
+
+    defaults: DatasetDefaults
+    name: str
+    storage: str
+    resources: Resources
+    space: SweepSpace | None = None
+    search: OptunaPlan | None = None
+    options: TuneOptions | None = None
+    data_root: str | None = None
+    demo: bool = False
+    writes_demo_data: bool = False
+    reference: str | None = None
+    selection: Selection | None = None
+    max_failures: int = 2
+    keep_checkpoints: int = 2
+    checkpoint_every: int = 1
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
+
+    @property
+    def resume(self) -> bool:
+        return self.space is None
