@@ -10,7 +10,7 @@ share of `--budget-s`, 420 s by default; a longer budget does not lengthen it, s
 a section that would start with less than it needs is recorded as "skipped: time budget", one
 that overruns is killed (its rows so far are kept).
 
-1. `cuda`: the CUDA-only tests (`tests/test_fast_path.py -k cuda`) and the pinned numbers of
+1. `cuda`: the CUDA-only tests (`pytest -m cuda tests/`) and the pinned numbers of
    `tests/test_pinned_numbers.py` recomputed with every run on CUDA: max abs/rel drift per key.
 2. `resnet50`: ResNet-50 at 288x384, batch 8: training images/s, GPU utilisation while timed
    and peak GPU memory of ERM and ERM + ReLiF (bf16, channels-last, the train split on the
@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 
 import torch
+from gpu_breakdown import breakdown_section
 from gpu_common import LOG_FILE, OUT_OF_TIME, REPO, Check, Section
 from gpu_compile import compile_section
 from gpu_cuda import cuda_section
@@ -76,6 +77,8 @@ KILL_GRACE_S = 30.0
 
 SECTIONS = (
     Section("cuda", "CUDA-only tests and pinned numbers on CUDA", cuda_section, 90, 20),
+    # Real-size data (about a minute to write), a Ray start and 3 epochs of ResNet-50.
+    Section("breakdown", "where a real-size trial's time goes", breakdown_section, 120, 60),
     Section(
         "resnet50",
         "ResNet-50 288x384 batch 8: ERM, ERM+ReLiF, plain fp32 loop",

@@ -214,8 +214,14 @@ def drift(pinned: object, computed: object, path: str = "") -> Iterator[tuple[st
 
 def sweep_data(check: Check) -> Path:
     """Synthetic NYUv2 at the check's size, written once by `relif make-data`."""
-    size = check.size
-    root = check.workdir / f"sweep-data-{size.height}x{size.width}"  # not workers.data_root's
+    return written_data(check, check.size)
+
+
+def written_data(check: Check, size: object) -> Path:
+    """Synthetic NYUv2 of `size.train` / `size.val` images at `size.height` x `size.width`,
+    written once per check by `relif make-data` (seed 0) and shared by its sections."""
+    name = f"data-{size.train}-{size.val}-{size.height}x{size.width}"
+    root = check.workdir / name  # not workers.data_root's
     if not root.exists():
         command = [sys.executable, "-m", "relif_ray.cli", "make-data", "nyuv2", "--out", str(root)]
         command += ["--train", str(size.train), "--val", str(size.val), "--seed", "0"]

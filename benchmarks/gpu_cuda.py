@@ -1,5 +1,5 @@
-"""The `cuda` section of the GPU check: the CUDA-only tests (`tests/test_fast_path.py -k cuda`,
-one row per test case) and the pinned numbers recomputed with every run on CUDA (max abs/rel
+"""The `cuda` section of the GPU check: the CUDA-only tests (`pytest -m cuda tests/`, one row per
+test case) and the pinned numbers recomputed with every run on CUDA (max abs/rel
 drift per key)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rows import Row
 def cuda_section(check: Check) -> None:
     junit = check.workdir / "cuda_tests.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    command += ["tests/test_fast_path.py", "-k", "cuda", f"--junitxml={junit}"]
+    command += ["-m", "cuda", "tests/", f"--junitxml={junit}"]
     run_command(check, command)
     check.add(*pytest_case_rows(junit))
     if not check.has_time(20):

@@ -23,6 +23,11 @@ sides alike; the CPU rows use one torch thread. Rows:
 - analysis: load and audit 1,000 generated trials (target <= 10 s; `analysis_load.py`; --quick
   times 100 trials and judges the linear extrapolation to 1,000);
 - sweep efficiency on local Ray (target >= 0.97; `sweep_efficiency.py`, when present);
+- trial breakdown: where one real trial's time goes per epoch (training steps, validation,
+  live audit, checkpoint, Tune's bookkeeping) at the demo's size (and a larger one without
+  --quick) on the CPU, the paper's NYUv2 size on a GPU; the validation pass of the device
+  path against the host path it replaced (target <= 1.0x); the train share (target on a GPU
+  >= 0.8, on the CPU above the host path's; `trial_breakdown.py`);
 - architectures: each NYUv2 architecture's step time over LibMTL 1.1.5's same architecture on
   the same model and batch (target <= 1.0; `architectures_step_time.py`) and its peak memory
   per trial (one `trial_worker.py` process each);
@@ -40,7 +45,7 @@ sides alike; the CPU rows use one torch thread. Rows:
 Run from the repository root with relif_ray importable (`pip install -e .`, or PYTHONPATH=.).
 This file is the table of sections and the command line; each section's rows are built by a
 module of its own (`relif_rows.py`, `relif_op_count_rows.py`, `methods_rows.py`,
-`audit_rows.py`, `analysis_rows.py`, `sweep_rows.py`, `memory_rows.py`,
+`audit_rows.py`, `analysis_rows.py`, `sweep_rows.py`, `breakdown_rows.py`, `memory_rows.py`,
 `architecture_rows.py`, `packing_rows.py`, `fidelity_rows.py`; the trial workers in
 `workers.py`, what a row set is given in `rows.py`). The modules that measure are imported
 inside their sections, so a section runs without the others' dependencies (TorchJD for the
@@ -58,6 +63,7 @@ import torch
 from analysis_rows import analysis_rows
 from architecture_rows import architecture_rows
 from audit_rows import audit_rows
+from breakdown_rows import breakdown_rows
 from fidelity_rows import fidelity_rows
 from memory_rows import memory_and_throughput_rows
 from methods_rows import methods_rows
@@ -74,6 +80,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "audit": audit_rows,
     "analysis": analysis_rows,
     "sweep": sweep_rows,
+    "breakdown": breakdown_rows,
     "memory": memory_and_throughput_rows,
     "architectures": architecture_rows,
     "packing": packing_rows,

@@ -100,13 +100,14 @@ class TrainConfig:
         not bitwise repeatable either way: some CUDA backward kernels add atomically in a
         varying order (on an H100 the same seed differed by 2.4e-7 after 6 steps with this on
         and off; docs/benchmarks.md, GPU run 2). CPU runs use deterministic algorithms.
-    data_on_device: hold the train split on the training device: its tensors are copied there
-        once per process (except `relif_ray.transfer.HOST_KEYS`), and each step's batch is
-        gathered there from the epoch's permutation, itself copied there once per epoch, so a
-        step does no host gathering, pinning or copying. The same batches in the same order,
-        so the same numbers, as without it (on a CPU it changes nothing). It costs device
-        memory for the whole train split: NYUv2's 795 images at 288x384 (image, depth and
-        normals in float32, labels in int8) take about 2.5 GB. Splits of tensors only
+    data_on_device: hold every split on the training device: its tensors are copied there
+        once per process (except `relif_ray.transfer.HOST_KEYS`); each training step's batch
+        is gathered there from the epoch's permutation, itself copied there once per epoch,
+        and each evaluation batch from a range of indices made there, so neither does host
+        gathering, pinning or copying. The same batches in the same order, so the same
+        numbers, as without it (on a CPU it changes nothing). It costs device memory for the
+        whole data set: NYUv2's 795 train and 654 val images at 288x384 (image, depth and
+        normals in float32, labels in int8) take about 4.6 GB. Splits of tensors only
         (NYUv2); the clinical data sets' variable-length stays are refused.
     scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
         setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times

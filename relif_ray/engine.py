@@ -10,10 +10,11 @@ the end of each complete epoch and is part of the state too.
 Fast path (the `train` fields precision, channels_last, compile, cudnn_benchmark,
 data_on_device; see `TrainConfig`): the model forward may run under bf16 autocast, in
 channels-last layout and through `torch.compile`; everything after the forward (task losses,
-audit scores, ReLiF, metrics) sees fp32 outputs; the train split may live on the GPU. On
-CUDA the optimiser is torch's fused one. The engine and the ReLiF regularizer read no device
-value on the host during a step: the trace keeps detached device tensors and converts them
-once per `train_steps` call.
+audit scores, ReLiF, metrics) sees fp32 outputs; the splits may live on the GPU. On CUDA the
+optimiser is torch's fused one. The engine and the ReLiF regularizer read no device value on
+the host during a step: the trace keeps detached device tensors and converts them once per
+`train_steps` call. Evaluation reads none inside its loop either (`relif_ray.evaluation`): a
+split's results are copied to the host once.
 
 Method hooks: after the optimizer step the engine calls `method.after_step` (with a function
 that re-evaluates the step's batch, used by FAMO), and after the last step of every full epoch
@@ -24,10 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
@@ -35,40 +33,14 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
+from relif_ray.evaluation import EvalResult as EvalResult
+from relif_ray.evaluation import SplitCollector
 from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
-from relif_ray.squash import squash_bounds
-from relif_ray.tasks.base import Batch, ModelOutput, worst_and_macro
+from relif_ray.tasks.base import Batch, ModelOutput
 from relif_ray.transfer import move_batch, move_tensor, resident_split
-
-
-@dataclass
-class EvalResult:
-    """Utility metrics, per-example raw audit scores and shared representations of one split
-    (`TrainingRun.evaluate`); a finished trial writes them to its outputs
-    (`relif_ray.experiment.outputs`).
-
-    metrics: flat dict, e.g. seg_miou, depth_rmse, seg_score (normalized), worst, macro.
-    scores: one row per (task, example): task, example_id, score (raw p_k), valid.
-    representations: (N, D) float32, row i belongs to example_ids[i].
-    """
-
-    metrics: dict[str, float]
-    scores: pd.DataFrame
-    representations: np.ndarray
-    example_ids: np.ndarray
-
-    def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
-        """task -> [q10, q90] of its valid raw scores here: on an ERM reference run's
-        validation split, the squash constants of its seed (`relif_ray.squash`,
-        `relif_ray.reference`)."""
-        valid = self.scores[self.scores["valid"].astype(bool)]
-        return {
-            task: squash_bounds(valid.loc[valid["task"] == task, "score"].to_numpy())
-            for task in tasks
-        }
 
 
 def resolve_device(name: str) -> torch.device:
@@ -190,7 +162,7 @@ class TrainingRun:
         ]
         self.regularizer = self._build_regularizer(task_names)
         self.optimizer = self._build_optimizer()
-        self.train_split = self._train_split()
+        self.train_split = self.split("train")
         self.steps_per_epoch = self._steps_per_epoch(len(self.train_split))
         self.total_steps = step_budget(
             config.train.epochs, config.train.max_steps, self.steps_per_epoch
@@ -202,14 +174,15 @@ class TrainingRun:
         self._pending: list[dict[str, Tensor]] = []
         self._order: tuple[int, Tensor] | None = None
 
-    def _train_split(self) -> Split:
-        """The train split, held on the device with `train.data_on_device`."""
-        split = self.problem.splits["train"]
+    def split(self, name: str) -> Split:
+        """The problem's split `name`, held on the device with `train.data_on_device` (every
+        split under the same rule: copied once per process, `resident_split`)."""
+        split = self.problem.splits[name]
         if not self.config.train.data_on_device:
             return split
         if not isinstance(split, TensorSplit):
             raise UserError(
-                f"config field train.data_on_device: the {self.problem.name} train split "
+                f"config field train.data_on_device: the {self.problem.name} {name} split "
                 f"({type(split).__name__}) cannot be held on the device; set it to false"
             )
         return resident_split(split, self.device)
@@ -364,46 +337,23 @@ class TrainingRun:
 
     @torch.inference_mode()
     def evaluate(self, split_name: str = "val") -> EvalResult:
-        """Native metrics, normalized scores, Worst/Macro, raw audit scores, representations."""
-        split = self.problem.splits[split_name]
+        """Native metrics, normalized scores, Worst/Macro, raw audit scores, representations
+        of one split: computed on the device and copied to the host once
+        (`relif_ray.evaluation`)."""
+        return self.collect(split_name).result()
+
+    @torch.inference_mode()
+    def collect(self, split_name: str) -> SplitCollector:
+        """The evaluation loop over one split: every batch's results stay on the device."""
+        split = self.split(split_name)
         self.model.eval()
-        accumulators = {task.name: task.new_metrics() for task in self.tasks}
-        score_parts: list[pd.DataFrame] = []
-        representations: list[np.ndarray] = []
-        example_ids: list[np.ndarray] = []
-        for index in _batch_indices(len(split), self.config.train.eval_batch_size):
+        collector = SplitCollector(self.tasks)
+        size = self.config.train.eval_batch_size
+        for start in range(0, len(split), size):
+            index = torch.arange(start, min(start + size, len(split)), device=_device_of(split))
             batch = self._to_device(split.batch(index))
-            output = self._forward(batch)
-            ids = batch["example_id"].cpu().numpy()
-            example_ids.append(ids)
-            representations.append(output.representation.float().cpu().numpy())
-            for task in self.tasks:
-                accumulators[task.name].update(output.predictions[task.name], batch[task.name])
-                score, valid = task.audit_score(output, batch)
-                score_parts.append(
-                    pd.DataFrame(
-                        {
-                            "task": task.name,
-                            "example_id": ids,
-                            "score": score.float().cpu().numpy(),
-                            "valid": valid.cpu().numpy(),
-                        }
-                    )
-                )
-        metrics: dict[str, float] = {}
-        normalized: dict[str, float] = {}
-        for task in self.tasks:
-            native = accumulators[task.name].compute()
-            metrics.update({f"{task.name}_{key}": value for key, value in native.items()})
-            normalized[task.name] = task.normalized_score(native)
-            metrics[f"{task.name}_score"] = normalized[task.name]
-        metrics["worst"], metrics["macro"] = worst_and_macro(normalized)
-        return EvalResult(
-            metrics=metrics,
-            scores=pd.concat(score_parts, ignore_index=True),
-            representations=np.concatenate(representations),
-            example_ids=np.concatenate(example_ids),
-        )
+            collector.add(batch, self._forward(batch))
+        return collector
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, optimiser, learning-rate schedule,
@@ -441,6 +391,8 @@ class TrainingRun:
         self._pending.clear()
 
 
-def _batch_indices(n: int, size: int):
-    for start in range(0, n, size):
-        yield torch.arange(start, min(start + size, n))
+def _device_of(split: Split) -> torch.device:
+    """Where a split's batches are gathered: the device of a resident `TensorSplit`."""
+    if isinstance(split, TensorSplit):
+        return split.tensors["example_id"].device
+    return torch.device("cpu")

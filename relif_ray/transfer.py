@@ -1,5 +1,5 @@
-"""Host-to-device transfer of batches, asynchronous where the device is a GPU, and the train
-split held on the device (`train.data_on_device`)."""
+"""Host-to-device transfer of batches, asynchronous where the device is a GPU, and the splits
+held on the device (`train.data_on_device`)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,11 @@ def move_tensor(value: Tensor, device: torch.device) -> Tensor:
     return pinned.to(device, non_blocking=True)
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=3)
 def resident_split(split: TensorSplit, device: torch.device) -> TensorSplit:
     """`split` with its tensors (but `HOST_KEYS`) on `device`, copied once per process: the
     trials a Ray worker runs one after another on the same data share the copy (the problem,
-    and so the split, is cached per process too). The last one stays until another replaces
-    it; it takes device memory for the whole split (`TrainConfig.data_on_device`)."""
+    and so the split, is cached per process too). The last three (a data set's train, val and
+    test splits) stay until others replace them; each takes device memory for the whole split
+    (`TrainConfig.data_on_device`)."""
     return split.to(device, keep_on_host=HOST_KEYS)

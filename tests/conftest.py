@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -71,6 +71,13 @@ TINY_DATA = {"train": 24, "val": 12, "height": 32, "width": 40}
 TINY_ERM_SQUASH = {"depth": [4.8131, 4.9289], "normal": [3.9598, 4.0494]}
 """q10/q90 (rounded) of the validation depth/normal scores of the ERM run of `tiny_config` on
 the tiny data (seed 0, 2 epochs): the paper's squash constants for ReLiF runs in tests."""
+
+
+def needs_cuda(test: Callable) -> Callable:
+    """A CUDA-only test: marked `cuda` (the GPU check runs `pytest -m cuda`), skipped without
+    a CUDA device."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    return pytest.mark.cuda(skip(test))
 
 
 def tiny_config(root: str | Path, **train: object) -> dict:

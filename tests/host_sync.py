@@ -16,9 +16,10 @@ class HostSyncGuard(TorchDispatchMode):
 
     On CUDA these block the CPU until the GPU catches up: reading a value (`.item()`,
     `bool()`, `float()`: aten._local_scalar_dense), data-dependent shapes (nonzero,
-    masked_select, boolean-mask indexing) and tensors built from Python data inside the step
-    (aten.lift_fresh: a host-to-device copy). `.cpu()`, `.numpy()` and `.tolist()` do not
-    dispatch on a CPU tensor, so they are patched separately (see `no_host_sync`).
+    masked_select, boolean-mask indexing, bincount, which reads its largest index) and tensors
+    built from Python data inside the step (aten.lift_fresh: a host-to-device copy). `.cpu()`,
+    `.numpy()` and `.tolist()` do not dispatch on a CPU tensor, so they are patched separately
+    (see `no_host_sync`).
 
     `host_tensors` live on the host on CUDA too (e.g. sequence lengths, transfer.HOST_KEYS):
     operations whose tensor arguments are all such tensors, and their results, are host work
@@ -30,6 +31,7 @@ class HostSyncGuard(TorchDispatchMode):
 
     FORBIDDEN = (
         torch.ops.aten._local_scalar_dense.default,
+        torch.ops.aten.bincount.default,
         torch.ops.aten.nonzero.default,
         torch.ops.aten.masked_select.default,
         torch.ops.aten.lift_fresh.default,

@@ -450,3 +450,42 @@ def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_
     assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1.0"
     assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}
     assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100
+
+
+def test_trial_breakdown_attributes_each_epochs_span_to_its_parts(load, tmp_path) -> None:
+    """Two epochs: the second followed by the final save. The Trainable's reported parts,
+    the save between two steps and the rest (the span less the parts) add up to the span;
+    the final epoch ends with the final save; the before share swaps in the host evaluation
+    and a checkpoint after every epoch."""
+    breakdown = load("trial_breakdown")
+    trial, timing = tmp_path / "trial", tmp_path / "timing"
+    trial.mkdir(), timing.mkdir()
+    results = [
+        {"time_train_s": 3.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5},
+        {"time_train_s": 4.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5},
+    ]
+    (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in results))
+    records = [  # phase, seconds, end (wall clock)
+        ("setup", 2.0, 12.0), ("step", 4.5, 16.5), ("save", 2.0, 19.0),
+        ("step", 5.5, 25.0), ("save", 3.0, 28.5),
+    ]  # fmt: skip
+    (timing / "1.jsonl").write_text(
+        "".join(json.dumps({"phase": p, "seconds": s, "end": e}) + "\n" for p, s, e in records)
+    )
+    first, second = breakdown.epoch_parts(trial, timing)
+    assert first["span"] == pytest.approx(19.5 - 12.0)  # to the next step's start
+    assert first["checkpoint"] == pytest.approx(2.0)
+    assert first["rest"] == pytest.approx(7.5 - 3.0 - 1.0 - 0.5 - 2.0)
+    assert second["span"] == pytest.approx(28.5 - 19.5)  # to the final save's end
+    assert second["checkpoint"] == pytest.approx(3.0)
+    assert second["train_share"] == pytest.approx(4.0 / 9.0)
+    measured = {
+        "epochs": [first, second],
+        "evaluate_host_s": 2.0,
+        "checkpoint_write_s": 2.5,
+    }
+    totals = breakdown.summary(measured)
+    assert totals["train_share"] == pytest.approx(3.5 / 8.25)
+    without = 8.25 - 1.0 - 2.5  # train, audit and rest per epoch
+    assert totals["train_share_before"] == pytest.approx(3.5 / (without + 2.0 + 2.5))
+    assert totals["checkpoint_share_every_epoch"] == pytest.approx(2.5 / (without + 1.0 + 2.5))

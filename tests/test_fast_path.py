@@ -20,7 +20,7 @@ from relif_ray.errors import UserError
 from relif_ray.problems import Problem, TensorSplit, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.transfer import move_batch, resident_split
-from tests.conftest import tiny_config
+from tests.conftest import needs_cuda, tiny_config
 from tests.host_sync import no_host_sync
 
 RELIF = {"enabled": True, "warmup_steps": 0}
@@ -396,9 +396,6 @@ def test_host_keys_stay_on_the_host() -> None:
     batch = {"input": torch.rand(2, 5, 3), "lengths": torch.tensor([5, 2])}
     moved = move_batch(batch, torch.device("meta"))
     assert moved["input"].is_meta and moved["lengths"].device.type == "cpu"
-
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @needs_cuda

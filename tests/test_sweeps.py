@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import re
 import shutil
@@ -79,23 +80,30 @@ def trial_states(experiment: Path) -> dict[str, tuple[str, int]]:
 # --- without Ray -------------------------------------------------------------------------
 
 
-def _checkpointed_epochs(cadence, seconds_per_epoch: float, epochs: int, monkeypatch) -> list:
-    """The epochs after which `cadence` asks Tune for a checkpoint, epochs taking this long."""
+def _checkpointed_epochs(
+    cadence, seconds_per_epoch: float, epochs: int, monkeypatch, checkpoint_s: float = math.nan
+) -> list:
+    """The epochs after which `cadence` asks Tune for a checkpoint, epochs taking this long
+    and each checkpoint `checkpoint_s` (reported with the next result, as the Trainable does;
+    NaN before the first)."""
     from types import SimpleNamespace
 
     import relif_ray.tuning.launch as launch
+    from relif_ray.tuning.trainable import CHECKPOINT_SECONDS
 
     clock = [100.0]
     monkeypatch.setattr(launch.time, "monotonic", lambda: clock[0])
     trial = SimpleNamespace(trial_id="t", last_result={})
     cadence.on_trial_start(0, [], trial)
-    asked = []
+    asked, last_save = [], math.nan
     for epoch in range(1, epochs + 1):
         clock[0] += seconds_per_epoch
-        result = {"training_iteration": epoch}
+        result = {"training_iteration": epoch, CHECKPOINT_SECONDS: last_save}
         cadence.on_trial_result(0, [], trial, result)
         if result.get("should_checkpoint"):
             asked.append(epoch)
+            clock[0] += checkpoint_s if math.isfinite(checkpoint_s) else 0.0
+            last_save = checkpoint_s
     return asked
 
 
@@ -118,6 +126,29 @@ def test_checkpoints_follow_epochs_at_most_once_per_interval(
 
     cadence = CheckpointCadence(every, interval, rungs)
     assert _checkpointed_epochs(cadence, seconds, 8, monkeypatch) == expected
+
+
+@pytest.mark.parametrize(
+    ("epoch_s", "checkpoint_s", "expected"),
+    [
+        (3.0, 1.5, [4, 14, 24, 34]),  # 1.5-s checkpoints at least 30 s apart
+        (3.0, 0.1, [4, 8, 12, 16, 20, 24, 28, 32, 36, 40]),  # cheap ones: the 10-s floor
+        (60.0, 1.5, list(range(1, 41))),  # long epochs: every epoch
+    ],
+)
+def test_checkpoints_take_at_most_their_share_of_a_trials_time(
+    epoch_s, checkpoint_s, expected, monkeypatch
+):
+    """After a checkpoint of c seconds the next waits c / CHECKPOINT_SHARE seconds, so the
+    trial spends at most that share of its time on them (here 5%)."""
+    from relif_ray.tuning.launch import CHECKPOINT_SHARE, CheckpointCadence
+
+    cadence = CheckpointCadence(1, 10.0)
+    asked = _checkpointed_epochs(cadence, epoch_s, 40, monkeypatch, checkpoint_s)
+    assert asked == expected
+    spent = len(asked) * checkpoint_s
+    assert spent <= CHECKPOINT_SHARE * (40 * epoch_s + spent)
+    assert CHECKPOINT_SHARE == 0.05
 
 
 def test_controller_labels_are_crossed_with_the_controller_grid_and_others_are_not():
@@ -622,6 +653,9 @@ def test_live_val_bias_is_the_audit_of_the_trials_val_scores(grid_sweep):
         result = last_result(outputs)
         assert result["val_bias"] == pytest.approx(expected.bias, abs=1e-12)
         assert result["worst"] == loaded.trials.set_index("trial").loc[trial, "val_worst"]
+        parts = [result[f"time_{part}_s"] for part in ("train", "evaluate", "audit")]
+        assert all(seconds > 0 for seconds in parts)  # where the epoch's time went
+        assert sum(parts) <= result["time_this_iter_s"]
 
 
 @pytest.mark.slow

@@ -60,12 +60,28 @@ class ModelOutput:
     auxiliary_loss: Tensor | None = None
 
 
+def accumulate(total: Tensor | None, value: Tensor) -> Tensor:
+    """`total + value`; `value` itself for a split's first batch, so every running sum starts
+    on the device of the values it adds up (no host-to-device copy of a zero)."""
+    return value if total is None else total + value
+
+
+def count_bins(index: Tensor, bins: int) -> Tensor:
+    """How often each of 0..bins-1 occurs in `index` (int64, on its device): what
+    `torch.bincount(index, minlength=bins)` gives for indices below `bins`, without its host
+    synchronisation on CUDA, where it reads max(index) on the host to size its output."""
+    counts = torch.zeros(bins, dtype=torch.int64, device=index.device)
+    return counts.index_add_(0, index.flatten(), torch.ones_like(index.flatten()))
+
+
 class MetricAccumulator(ABC):
     """Accumulates a task's native metrics over a whole split, batch by batch.
 
-    `higher_is_better` declares each metric's direction, by the name `compute` gives it (as
-    torchmetrics' `Metric.higher_is_better`, one per metric here): tables mark the best value
-    with it.
+    `update` keeps its sums and counts on the device of the predictions and never reads a
+    device value on the host (the evaluation loop, `relif_ray.evaluation`); `compute` copies
+    them to the host once. `higher_is_better` declares each metric's direction, by the name
+    `compute` gives it (as torchmetrics' `Metric.higher_is_better`, one per metric here):
+    tables mark the best value with it.
     """
 
     higher_is_better: ClassVar[Mapping[str, bool]]

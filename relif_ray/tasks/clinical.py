@@ -139,17 +139,26 @@ def linear_weighted_kappa(true_bins: np.ndarray, predicted_bins: np.ndarray) -> 
 
 
 class _Collector:
-    """Keeps detached numpy copies of batch values for a whole-split computation."""
+    """Every batch's values of a whole-split computation, kept where they are (on the device)
+    as flat tensors with the mask of the entries that count, and copied to the host once:
+    `get` selects the counted entries there, so no mask is applied on the device."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {}
+        self.parts: dict[str, list[Tensor]] = {}
 
-    def add(self, **values: Tensor) -> None:
-        for key, value in values.items():
-            self.parts.setdefault(key, []).append(value.detach().cpu().double().numpy())
+    def add(self, keep: Tensor, **values: Tensor) -> None:
+        """`values` of one batch (each of `keep`'s shape, or with one more trailing dimension)
+        and `keep`, which of their entries count."""
+        for key, value in {**values, "keep": keep}.items():
+            flat = value.detach().reshape(keep.numel(), -1).squeeze(-1)
+            self.parts.setdefault(key, []).append(flat)
 
     def get(self, key: str) -> np.ndarray:
-        return np.concatenate(self.parts.get(key, [np.zeros((0,))]))
+        """The counted entries of `key` over the split, in float64."""
+        if key not in self.parts:
+            return np.zeros((0,))
+        keep = torch.cat(self.parts["keep"]).cpu().numpy().astype(bool)
+        return torch.cat(self.parts[key]).cpu().double().numpy()[keep]
 
 
 class BinaryMetrics(MetricAccumulator):
@@ -162,7 +171,7 @@ class BinaryMetrics(MetricAccumulator):
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         labelled = target[..., 0] > 0.5
-        self.collected.add(logits=prediction[labelled], labels=target[..., 1][labelled])
+        self.collected.add(labelled, logits=prediction, labels=target[..., 1])
 
     def compute(self) -> dict[str, float]:
         logits, labels = self.collected.get("logits"), self.collected.get("labels")
@@ -178,7 +187,8 @@ class PhenotypeMetrics(MetricAccumulator):
         self.collected = _Collector()
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
-        self.collected.add(logits=prediction, labels=target)
+        every_stay = torch.ones_like(prediction[:, 0], dtype=torch.bool)
+        self.collected.add(every_stay, logits=prediction, labels=target)
 
     def compute(self) -> dict[str, float]:
         logits, labels = self.collected.get("logits"), self.collected.get("labels")
@@ -199,9 +209,8 @@ class LengthOfStayMetrics(MetricAccumulator):
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         labelled = target[..., 0] > 0.5
-        self.collected.add(
-            predicted_bins=prediction[labelled].argmax(dim=-1), hours=target[..., 1][labelled]
-        )
+        predicted_bins = prediction.argmax(dim=-1)
+        self.collected.add(labelled, predicted_bins=predicted_bins, hours=target[..., 1])
 
     def compute(self) -> dict[str, float]:
         predicted = self.collected.get("predicted_bins").astype(np.int64)

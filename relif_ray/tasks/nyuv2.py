@@ -26,6 +26,8 @@ from relif_ray.tasks.base import (
     MetricAccumulator,
     ModelOutput,
     Task,
+    accumulate,
+    count_bins,
     masked_mean,
     masked_mean_per_example,
 )
@@ -104,25 +106,27 @@ class SegmentationMetrics(MetricAccumulator):
     """mIoU and pixel accuracy from one confusion matrix accumulated over the split.
 
     Classes with an empty union (absent from predictions and targets) are skipped in the mean,
-    where LibMTL's code would return NaN.
+    where LibMTL's code would return NaN. Ignored pixels (label -1) are counted in one extra
+    bin that the matrix leaves out, so no pixel is selected on the host.
     """
 
     higher_is_better: ClassVar[Mapping[str, bool]] = {"miou": True, "pixel_acc": True}
 
     def __init__(self) -> None:
-        self.confusion = torch.zeros(NUM_CLASSES, NUM_CLASSES, dtype=torch.int64)
+        self.confusion: Tensor | None = None
+        """(true class, predicted class) -> pixels, int64, on the predictions' device."""
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
-        predicted = prediction.argmax(dim=1).flatten().cpu()
-        target = target.flatten().cpu().long()
-        keep = target >= 0
-        index = target[keep] * NUM_CLASSES + predicted[keep]
-        self.confusion += torch.bincount(index, minlength=NUM_CLASSES**2).view(
-            NUM_CLASSES, NUM_CLASSES
-        )
+        predicted = prediction.argmax(dim=1).flatten()
+        target = target.flatten().long()
+        ignored = NUM_CLASSES**2
+        index = torch.where(target >= 0, target * NUM_CLASSES + predicted, ignored)
+        counts = count_bins(index, ignored + 1)[:ignored].view(NUM_CLASSES, NUM_CLASSES)
+        self.confusion = accumulate(self.confusion, counts)
 
     def compute(self) -> dict[str, float]:
-        confusion = self.confusion.double()
+        empty = torch.zeros(NUM_CLASSES, NUM_CLASSES)
+        confusion = empty if self.confusion is None else self.confusion.cpu().double()
         true_positive = confusion.diag()
         union = confusion.sum(0) + confusion.sum(1) - true_positive
         present = union > 0
@@ -135,7 +139,8 @@ class SegmentationMetrics(MetricAccumulator):
 
 
 class DepthMetrics(MetricAccumulator):
-    """Absolute error, relative error |p-g|/g and RMSE pooled over all valid pixels."""
+    """Absolute error, relative error |p-g|/g and RMSE pooled over all valid pixels (float64
+    sums of the float32 errors; invalid pixels add zeros)."""
 
     higher_is_better: ClassVar[Mapping[str, bool]] = {
         "abs_err": False,
@@ -144,24 +149,25 @@ class DepthMetrics(MetricAccumulator):
     }
 
     def __init__(self) -> None:
-        self.sums = torch.zeros(3, dtype=torch.float64)
-        self.count = 0
+        self.sums: Tensor | None = None
+        """Sums of |error|, |error| / ground truth and error^2 over valid pixels, float64."""
+        self.count: Tensor | None = None
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         valid = target > 0
-        error = (prediction - target)[valid].double().cpu()
-        ground = target[valid].double().cpu()
-        self.sums += torch.stack(
-            [error.abs().sum(), (error.abs() / ground).sum(), error.pow(2).sum()]
-        )
-        self.count += int(valid.sum())
+        error = (prediction - target).double().abs()
+        ground = torch.where(valid, target.double(), 1.0)
+        terms = torch.stack([error, error / ground, error.pow(2)])
+        self.sums = accumulate(self.sums, torch.where(valid, terms, 0.0).flatten(1).sum(1))
+        self.count = accumulate(self.count, valid.sum())
 
     def compute(self) -> dict[str, float]:
         """NaN errors (hence a NaN normalized score) when the split has no valid pixel, like
         an undefined mIoU: no prediction was checked, so there is no error to report."""
-        if self.count == 0:
+        count = 0 if self.count is None else int(self.count)
+        if count == 0:
             return dict.fromkeys(("abs_err", "rel_err", "rmse"), math.nan)
-        abs_err, rel_err, sq_err = (self.sums / self.count).tolist()
+        abs_err, rel_err, sq_err = (self.sums.cpu() / count).tolist()
         return {"abs_err": abs_err, "rel_err": rel_err, "rmse": math.sqrt(sq_err)}
 
 
@@ -170,7 +176,8 @@ class NormalMetrics(MetricAccumulator):
 
     Mean and the fractions strictly below 11.25/22.5/30 degrees are exact; the median comes
     from a histogram with `ANGLE_BINS_PER_DEGREE` bins per degree (exact to 0.01 degree), so a
-    whole split never has to be held in memory.
+    whole split never has to be held in memory. Invalid pixels go to one extra bin and add
+    zeros to the sums.
     """
 
     THRESHOLDS = (11.25, 22.5, 30.0)
@@ -180,35 +187,41 @@ class NormalMetrics(MetricAccumulator):
         **{f"within_{threshold:g}": True for threshold in THRESHOLDS},
     }
 
+    BINS = 180 * ANGLE_BINS_PER_DEGREE + 1
+
     def __init__(self) -> None:
-        self.histogram = torch.zeros(180 * ANGLE_BINS_PER_DEGREE + 1, dtype=torch.int64)
-        self.angle_sum = 0.0
-        self.below = torch.zeros(len(self.THRESHOLDS), dtype=torch.int64)
-        self.count = 0
+        self.histogram: Tensor | None = None
+        self.angle_sum: Tensor | None = None
+        self.below: Tensor | None = None
+        """Valid pixels strictly below each of `THRESHOLDS`."""
+        self.count: Tensor | None = None
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         valid = target.abs().sum(dim=1) > 0
-        cosine = (F.normalize(prediction, dim=1) * target).sum(dim=1)[valid]
-        angle = torch.rad2deg(torch.acos(cosine.double().clamp(-1.0, 1.0))).cpu()
-        self.angle_sum += float(angle.sum())
-        self.count += int(angle.numel())
-        self.below += torch.stack([(angle < t).sum() for t in self.THRESHOLDS])
-        bins = (angle * ANGLE_BINS_PER_DEGREE).floor().long().clamp_max(self.histogram.numel() - 1)
-        self.histogram += torch.bincount(bins, minlength=self.histogram.numel())
+        cosine = (F.normalize(prediction, dim=1) * target).sum(dim=1)
+        angle = torch.rad2deg(torch.acos(cosine.double().clamp(-1.0, 1.0)))
+        index = (angle * ANGLE_BINS_PER_DEGREE).floor().long().clamp(0, self.BINS - 1)
+        counts = count_bins(torch.where(valid, index, self.BINS), self.BINS + 1)[: self.BINS]
+        below = torch.stack([((angle < limit) & valid).sum() for limit in self.THRESHOLDS])
+        self.histogram = accumulate(self.histogram, counts)
+        self.angle_sum = accumulate(self.angle_sum, torch.where(valid, angle, 0.0).sum())
+        self.below = accumulate(self.below, below)
+        self.count = accumulate(self.count, valid.sum())
 
     def compute(self) -> dict[str, float]:
         """NaN for every metric when the split has no valid pixel (see `DepthMetrics`)."""
-        if self.count == 0:
+        count = 0 if self.count is None else int(self.count)
+        if count == 0:
             names = ["angle_mean", "angle_median", *(f"within_{t:g}" for t in self.THRESHOLDS)]
             return dict.fromkeys(names, math.nan)
-        cumulative = self.histogram.cumsum(0)
+        cumulative = self.histogram.cpu().cumsum(0)
         # Like numpy: the mean of the lower and upper middle values (equal for odd counts).
-        middle = torch.tensor([(self.count + 1) // 2, self.count // 2 + 1])
+        middle = torch.tensor([(count + 1) // 2, count // 2 + 1])
         median_bins = torch.searchsorted(cumulative, middle).double() + 0.5
         result = {
-            "angle_mean": self.angle_sum / self.count,
+            "angle_mean": float(self.angle_sum) / count,
             "angle_median": float(median_bins.mean()) / ANGLE_BINS_PER_DEGREE,
         }
         for threshold, below in zip(self.THRESHOLDS, self.below.tolist(), strict=True):
-            result[f"within_{threshold:g}"] = below / self.count
+            result[f"within_{threshold:g}"] = below / count
         return result

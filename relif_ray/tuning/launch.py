@@ -55,7 +55,7 @@ from relif_ray.tuning.integrations import (
 from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.resume import repair_driver_state
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
-from relif_ray.tuning.trainable import ReLiFTrainable
+from relif_ray.tuning.trainable import CHECKPOINT_SECONDS, ReLiFTrainable
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
 
 PROGRESS_PARAMETERS = {"seed": "seed"}
@@ -194,17 +194,28 @@ def check_storage_visible(storage_path: str) -> None:
         probe.unlink(missing_ok=True)
 
 
+CHECKPOINT_SHARE = 0.05
+"""The most of a trial's time its checkpoints may take: a checkpoint that took c seconds
+(written and persisted, `relif_ray.tuning.trainable.CHECKPOINT_SECONDS`) is followed by the
+next no sooner than c / CHECKPOINT_SHARE seconds later."""
+
+
 class CheckpointCadence(tune.Callback):
     """Which epochs end with a checkpoint (Tune's own `checkpoint_frequency` is 0): every
     `every` epochs (0: none), but no sooner than `min_interval_s` after the trial's previous
-    checkpoint or (re)start; always at the epochs in `always` (the ASHA rungs, where a trial
-    writes its outputs); the final checkpoint is Tune's `checkpoint_at_end`.
+    checkpoint or (re)start, and no sooner than its last checkpoint's seconds divided by
+    `CHECKPOINT_SHARE`; always at the epochs in `always` (the ASHA rungs, where a trial writes
+    its outputs); the final checkpoint is Tune's `checkpoint_at_end`.
 
     Why a floor in seconds: with `--keep-checkpoints N`, every N-th checkpoint of a trial makes
     Tune snapshot the experiment state at once (so the state never names a deleted
     checkpoint), so epochs of a second (short synthetic data) with a checkpoint each would
-    snapshot several times a second and write a checkpoint per second; resume is exact from any
-    checkpoint, so a later one loses at most `min_interval_s` plus an epoch of work.
+    snapshot several times a second and write a checkpoint per second. Why one that follows the
+    checkpoint's own cost: the trial waits while Tune saves and persists it, so a ResNet-50
+    with Adam's moments (hundreds of MB) written after every few-second GPU epoch would cost
+    the trial a large share of its time; so it pays at most `CHECKPOINT_SHARE` of it. Resume
+    is exact from any checkpoint, so a later one loses at most that interval plus an epoch of
+    work.
     """
 
     def __init__(self, every: int, min_interval_s: float, always: Iterable[int] = ()) -> None:
@@ -222,9 +233,14 @@ class CheckpointCadence(tune.Callback):
         epoch, now = self._epoch(result), time.monotonic()
         last_epoch, last_time = self._last.get(trial.trial_id, (0, now - self.min_interval_s))
         due = self.every > 0 and epoch - last_epoch >= self.every
-        if epoch in self.always or (due and now - last_time >= self.min_interval_s):
+        if epoch in self.always or (due and now - last_time >= self.interval_s(result)):
             result[SHOULD_CHECKPOINT] = True
             self._last[trial.trial_id] = (epoch, now)
+
+    def interval_s(self, result: dict) -> float:
+        """The least seconds between two checkpoints of the trial that reported `result`."""
+        cost = float(result.get(CHECKPOINT_SECONDS, math.nan))
+        return max(self.min_interval_s, cost / CHECKPOINT_SHARE if math.isfinite(cost) else 0.0)
 
     @staticmethod
     def _epoch(result: dict | None) -> int:

@@ -30,10 +30,12 @@ checkpoints where it may be stopped (`outputs_at_iterations` of its config).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 import posixpath
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,24 @@ from relif_ray.sweep.trial_config import experiment_config
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
+CHECKPOINT_SECONDS = "time_checkpoint_s"
+"""Result key: the seconds of the trial's last checkpoint (written and persisted; NaN before
+the first), which the checkpoint cadence reads."""
+
+
+class PhaseTimer:
+    """Seconds of the parts of one epoch, as result keys `time_<part>_s`: training steps,
+    validation and the live audit. Each part ends by reading its results on the host (the
+    trace, the metrics, the Bias), so on a GPU its seconds include the device's work."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, part: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.seconds[f"time_{part}_s"] = time.perf_counter() - start
 
 
 class InjectedFault(RuntimeError):
@@ -210,6 +230,7 @@ class ReLiFTrainable(tune.Trainable):
         self.squashed_tasks = [t.name for t in self.run.tasks if not t.score_is_probability]
         self.is_reference = is_reference(run_config)
         self.last_eval = None
+        self.checkpoint_seconds = math.nan
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         self.setup(new_config)
@@ -217,13 +238,17 @@ class ReLiFTrainable(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         self._inject_fault()
-        self.run.train_epoch()
-        self.last_eval = self.run.evaluate("val")
+        timer = PhaseTimer()
+        with timer("train"):
+            self.run.train_epoch()
+        with timer("evaluate"):
+            self.last_eval = self.run.evaluate("val")
         relif = self.run.config.relif
         constants = relif.squash_constants if relif.enabled else None
-        audit = live_validation_audit(
-            self.last_eval.scores, self.probability_tasks, self.delta, constants
-        )
+        with timer("audit"):
+            audit = live_validation_audit(
+                self.last_eval.scores, self.probability_tasks, self.delta, constants
+            )
         metrics = {f"val_{key}": value for key, value in self.last_eval.metrics.items()}
         if self.is_reference and self.run.finished:
             metrics["squash_constants"] = self.last_eval.squash_constants(self.squashed_tasks)
@@ -237,6 +262,8 @@ class ReLiFTrainable(tune.Trainable):
             "val_bias": audit.bias if audit else math.nan,
             "val_vr": audit.vr if audit else math.nan,
             **live_controller_state(self.run.trace),
+            **timer.seconds,
+            CHECKPOINT_SECONDS: self.checkpoint_seconds,
             "epoch": self.run.epoch,
             "train_step": self.run.step,
             "done": self.run.finished,
@@ -252,6 +279,16 @@ class ReLiFTrainable(tune.Trainable):
         if self.run.step <= step < end:
             self.run.train_steps(step - self.run.step)
             raise InjectedFault(f"fault injected at training step {step}")
+
+    def save(self, checkpoint_dir: str | None = None) -> Any:
+        """Tune's save (`save_checkpoint`, then the checkpoint persisted to storage), timed:
+        the next result reports its seconds (`CHECKPOINT_SECONDS`), which the checkpoint
+        cadence keeps to a small share of the trial's time
+        (`relif_ray.tuning.launch.CheckpointCadence`)."""
+        start = time.perf_counter()
+        result = super().save(checkpoint_dir)
+        self.checkpoint_seconds = time.perf_counter() - start
+        return result
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         torch.save(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
