@@ -9,12 +9,14 @@ library's audit (`relif_ray.audit`) to every finished trial, with one set of aud
 - `distances()`: for the same sampled VALIDATION pairs, the cosine-induced distances
   (1 - cos(f(x), f(y))) / 2 of the trial's own L2-normalised shared representations. Their
   mean per task pair is the method-induced threshold delta_m,ab of
-  `relif_ray.audit.induced_thresholds` (a drift diagnostic, never the audit).
+  `relif_ray.audit.induced_thresholds` (a drift diagnostic, never the audit); those of a
+  reference label, pooled, are the distribution delta_ref is read from (`analysis.delta`).
 
 The pools and pairs depend only on each task's valid example ids and the seeds, so trials with
 the same valid examples share one sample: it is drawn once, by `relif_ray.audit.sample_pairs`,
 and reused (this is what makes 1,000 trials audit in about a second). The results equal
-`relif_ray.audit.audit_gaps` / `induced_thresholds` called on each trial (tested).
+`relif_ray.audit.audit_gaps` / `pair_distances` / `induced_thresholds` called on each trial
+(tested).
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ import pandas as pd
 
 from analysis.audit_scores import audit_scores, categorical
 from analysis.experiment import Experiment
-from relif_ray.audit import AuditGaps, AuditSettings, PairKey, bias_curve, sample_pairs
+from relif_ray.audit import (
+    AuditGaps,
+    AuditSettings,
+    PairKey,
+    bias_curve,
+    cosine_distances,
+    sample_pairs,
+    unit_rows,
+)
 from relif_ray.errors import UserError
 from relif_ray.squash import PAPER_INTERFACE
 
@@ -127,11 +137,9 @@ class ExperimentAudit:
                 raise UserError(
                     f"trial {trial}: no validation representation for example_id {missing}"
                 )
-            unit = np.asarray(matrix, dtype=np.float64)[positions]
-            norms = np.linalg.norm(unit, axis=1, keepdims=True)
-            unit = unit / np.where(norms > 0, norms, 1.0)
+            unit = unit_rows(np.asarray(matrix, dtype=np.float64)[positions])
             self._distances[trial] = {
-                key: _cosine_distances(unit, x, y) for key, (x, y) in sample.pairs.items()
+                key: cosine_distances(unit, x, y) for key, (x, y) in sample.pairs.items()
             }
         return self._distances[trial]
 
@@ -187,12 +195,6 @@ class ExperimentAudit:
         if missing:
             raise UserError(f"trial {missing[0]}: no valid audit scores on split {split!r}")
         return {t: samples[t] for t in self.trial_ids}
-
-
-def _cosine_distances(unit: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """(1 - cos) / 2 of rows x[i] and y[i] of the unit-norm matrix."""
-    cosine = np.einsum("ij,ij->i", unit[x], unit[y])
-    return (1 - np.clip(cosine, -1, 1)) / 2
 
 
 def _check_values(

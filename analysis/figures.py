@@ -1,4 +1,5 @@
-"""Figures: Pareto fronts (paper Figure 2), controller traces, delta-sensitivity curves.
+"""Figures: Pareto fronts (paper Figure 2), controller traces, delta-sensitivity curves, the
+raw against the fixed-delta ranking.
 
 Figures are built on `matplotlib.figure.Figure` with the Agg canvas, so writing PNGs needs no
 display and changes no global pyplot state; in Jupyter the returned figures display inline.
@@ -123,6 +124,39 @@ def controller_figure(experiment: Experiment, variant: str) -> Figure:
     for axes in (lam_axes, rate_axes):
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7)
+    return figure
+
+
+def rank_shift_figure(results: Results) -> Figure:
+    """The paper's headline claim drawn: each method's rank by mean Bias under its own
+    method-induced thresholds (left) and under the held-fixed delta_ref (right), joined by a
+    line (`analysis.tables.rank_shift`, the shift table's numbers); crossing lines are
+    rankings that the method-induced thresholds move. Rank 1 (lowest Bias) is on top; each
+    end is labelled "rank. method"."""
+    from analysis.tables import rank_shift
+
+    rows = rank_shift(results)
+    colors = _colors(results.variants)
+    delta = results.primary
+    figure, (axes,) = _figure(8.0, 1.4 + 0.4 * len(rows))
+    for row in rows.itertuples():
+        name, moved = display_text(row.row), row.raw_rank != row.fixed_rank
+        axes.plot(
+            [0, 1], [row.raw_rank, row.fixed_rank], "-o", color=colors[row.row],
+            linewidth=2.5 if moved else 1.2,
+        )  # fmt: skip
+        for x, rank, side in ((0, row.raw_rank, "right"), (1, row.fixed_rank, "left")):
+            axes.annotate(
+                f"{rank}. {name}", (x, rank), xytext=(-8 if x == 0 else 8, 0),
+                textcoords="offset points", ha=side, va="center", fontsize=8,
+            )  # fmt: skip
+    axes.set_xticks([0, 1], ["raw: own induced δ_m", f"fixed: {delta.symbol} = {delta.value:.4f}"])
+    axes.set_xlim(-1.0, 2.0)
+    axes.set_ylim(len(rows) + 0.5, 0.5)
+    axes.set_yticks([])
+    axes.set_title(f"Rank by mean Bias ({results.split}; 1 = lowest): raw against fixed δ")
+    for side in ("left", "right", "top"):
+        axes.spines[side].set_visible(False)
     return figure
 
 

@@ -10,7 +10,8 @@ Output folder:
                               shift, certificate, ablation, delta_sensitivity, controller
                               (applicable ones), utility (every utility metric of the report
                               split and Delta-M% against same-seed ERM)
-    figures/pareto.png, figures/delta_sensitivity.png, figures/controller_<variant>.png
+    figures/pareto.png, figures/delta_sensitivity.png, figures/rank_shift.png,
+    figures/score_distributions.png, figures/controller_<variant>.png
     per_trial.csv             the per-trial numbers every table aggregates
     pareto_points.csv, pareto_means.csv, induced_thresholds.csv, squash_quantiles.csv
     interface_per_trial.csv   per trial and audit interface: Bias, same-seed ERM's, ratio
@@ -157,6 +158,7 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
         controller_figure,
         controller_variants,
         pareto_figure,
+        rank_shift_figure,
         score_distributions_figure,
         sensitivity_figure,
         slug,
@@ -168,12 +170,14 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
         "pareto": folder / "pareto.png",
         "delta_sensitivity": folder / "delta_sensitivity.png",
         "score_distributions": folder / "score_distributions.png",
+        "rank_shift": folder / "rank_shift.png",
         "controller": [],
     }
     jobs = [
         (written["pareto"], partial(pareto_figure, results)),
         (written["delta_sensitivity"], partial(sensitivity_figure, results)),
         (written["score_distributions"], partial(score_distributions_figure, results)),
+        (written["rank_shift"], partial(rank_shift_figure, results)),
     ]
     for variant in controller_variants(experiment):
         path = folder / f"controller_{slug(variant)}.png"

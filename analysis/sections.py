@@ -289,7 +289,13 @@ def audited_sections(
         pareto_section(results, figures.get("pareto"), named["hypervolume"], ci),
         "## Threshold-drift diagnostics (not the comparison metric)\n",
         section("Method-induced thresholds", named["drift"], ci, level=3),
-        section("Raw versus fixed-δ ranking", named["shift"], ci, level=3),
+        section(
+            "Raw versus fixed-δ ranking",
+            named["shift"],
+            ci,
+            figure_line(figures.get("rank_shift")),
+            level=3,
+        ),
         section("Theorem B.2 ranking certificate", named["certificate"], ci, level=3),
         section("ReLiF component ablation", named["ablation"], ci),
         section(

@@ -22,7 +22,10 @@ with the ERM trial of the same seed, per seed and as the mean over seeds:
 - clipped shares: the label's share of depth and normal audit scores clipped at 0 and at 1
   by (a), each against ERM's (about 0.1 by construction); the row's value is the largest of
   the four mean shares minus ERM's mean share (per seed: the largest difference that seed);
-- VR@delta_p75 ratio; Worst and Macro differences (label - ERM).
+- VR@delta_p75 ratio; Worst and Macro differences (label - ERM);
+- the share of the label's training steps with lambda at one of its bounds (lambda_min,
+  lambda_max; from the trials' traces): a controller pinned at a bound for most of a run is
+  not controlling.
 
 Targets on the mean over seeds (`TARGETS`, issue 25; never loosened): relif-st <= 0.35x ERM's
 Bias under (a) and under (c), clipped shares <= ERM's + 0.05, Worst >= ERM's - 0.02; relif
@@ -85,7 +88,8 @@ AUDITED_TASKS = ("depth", "normal")
 
 @dataclass(frozen=True)
 class Size:
-    """Data and budget of one fidelity run."""
+    """Data, model, budget and resources of one fidelity run; `judged`: whether its rows are
+    judged by `TARGETS` (the CPU run's), or information only (the GPU check's real size)."""
 
     train: int
     val: int
@@ -95,6 +99,10 @@ class Size:
     steps: int
     labels: tuple[str, ...]
     report_flags: tuple[str, ...] = ("--no-figures",)
+    backbone: str = "resnet18"
+    lr: float = 1e-3
+    sweep_flags: tuple[str, ...] = ("--num-cpus", "2")
+    judged: bool = True
 
 
 FULL = Size(
@@ -123,25 +131,26 @@ QUICK = Size(
 )
 """The smoke run: one epoch of 2 steps per trial, no bootstrap intervals."""
 BATCH_SIZE = 8
-LEARNING_RATE = 1e-3
-"""resnet18, batch 8, Adam lr 1e-3: the NYUv2 demo's training settings."""
+"""Batch 8 (resnet18, Adam lr 1e-3 by default: the NYUv2 demo's training settings)."""
 
 
-def run_sweep(size: Size, workdir: Path) -> Path:
-    """Write the data, run the sweep through `sweeps/nyuv2.py`; the experiment directory."""
-    data = workdir / "data"
-    write_synthetic_nyuv2(
-        data, train=size.train, val=size.val, height=size.height, width=size.width, seed=0
-    )
+def run_sweep(size: Size, workdir: Path, data: Path | None = None) -> Path:
+    """Write the data (unless `data` holds it), run the sweep through `sweeps/nyuv2.py`; the
+    experiment directory."""
+    if data is None:
+        data = workdir / "data"
+        write_synthetic_nyuv2(
+            data, train=size.train, val=size.val, height=size.height, width=size.width, seed=0
+        )
     eta, warmup = scale_to_budget(size.steps)
     command = [
         sys.executable,
         str(REPO / "sweeps" / "nyuv2.py"),
         *("--data-dir", str(data), "--methods", ",".join((REFERENCE, *size.labels))),
-        *("--seeds", str(size.seeds), "--steps", str(size.steps), "--backbone", "resnet18"),
-        *("--batch-size", str(BATCH_SIZE), "--lr", f"{LEARNING_RATE:g}"),
+        *("--seeds", str(size.seeds), "--steps", str(size.steps), "--backbone", size.backbone),
+        *("--batch-size", str(BATCH_SIZE), "--lr", f"{size.lr:g}", "--pretrained", "none"),
         *("--eta", f"{eta:g}", "--warmup-steps", str(warmup)),
-        *("--storage", str(workdir / "results"), "--name", "fidelity", "--num-cpus", "2"),
+        *("--storage", str(workdir / "results"), "--name", "fidelity", *size.sweep_flags),
     ]
     run_command(command)
     return workdir / "results" / "fidelity"
@@ -240,7 +249,7 @@ def target_row(
     detail: str,
     values: dict[int, float],
 ) -> Row:
-    target = TARGETS.get((label, measure))
+    target = TARGETS.get((label, measure)) if group.startswith("fidelity") else None
     if target is None:
         return Row(group, name, value, unit, "-", "info", detail, values)
     comparison, bound = target
@@ -248,9 +257,28 @@ def target_row(
     return Row(group, name, value, unit, f"{comparison} {bound:g}", verdict(passed), detail, values)
 
 
-def label_rows(reports: Reports, label: str) -> list[Row]:
-    """The Bias (three interfaces), clipping, VR, Worst and Macro rows of one label."""
-    group = "fidelity" if label in DECISIVE else "fidelity-more"
+def lambda_at_bounds(experiment: object, label: str) -> dict[int, float]:
+    """Seed -> the share of the `label` trial's training steps with lambda at lambda_min or
+    lambda_max of its ReLiF config (`analysis.Experiment` `experiment`)."""
+    trials = experiment.trials[experiment.trials["label"] == label]
+    shares = {}
+    for trial in trials.itertuples():
+        relif = trial.config["relif"]
+        lam = experiment.trace(trial.trial)["lambda"]
+        bound = (lam <= relif["lambda_min"] * (1 + 1e-6)) | (
+            lam >= relif["lambda_max"] * (1 - 1e-6)
+        )
+        shares[int(trial.seed)] = float(bound.mean())
+    return shares
+
+
+def label_rows(
+    reports: Reports, label: str, experiment: object = None, group: str | None = None
+) -> list[Row]:
+    """The Bias (three interfaces), clipping, VR, Worst and Macro rows of one label, and with
+    the `experiment` the share of its steps with lambda at a bound; `group` None: the
+    fidelity run's (judged by `TARGETS`)."""
+    group = group or ("fidelity" if label in DECISIVE else "fidelity-more")
     trials = reports.trials
     rows = [
         judged(
@@ -272,22 +300,32 @@ def label_rows(reports: Reports, label: str) -> list[Row]:
         difference = compare(trials, label, metric, ratio=False)
         name = f"{metric.capitalize()} {label} - ERM"
         rows.append(judged(group, label, metric, name, difference, ""))
+    if experiment is not None:
+        shares = lambda_at_bounds(experiment, label)
+        name = f"share of {label} steps with lambda at a bound"
+        rows.append(judged(group, label, "lambda at a bound", name, shares, ""))
     return rows
 
 
-def fidelity_rows(size: Size, workdir: Path) -> list[Row]:
-    """Sweep, report, and every label's rows against the same-seed ERM trial."""
-    experiment = run_sweep(size, workdir)
+def fidelity_rows(
+    size: Size, workdir: Path, data: Path | None = None, group: str | None = None
+) -> list[Row]:
+    """Sweep, report, and every label's rows against the same-seed ERM trial (`group`: of
+    every row; None: the fidelity run's, judged by `TARGETS`)."""
+    import analysis
+
+    experiment = run_sweep(size, workdir, data)
     reports = run_report(experiment, workdir / "report", size.report_flags)
     eta, warmup = scale_to_budget(size.steps)
     setting = (
         f"synthetic NYUv2 {size.train} train / {size.val} val at {size.height}x{size.width}, "
-        f"resnet18, batch {BATCH_SIZE}, Adam {LEARNING_RATE:g}, {size.steps} steps, eta "
+        f"{size.backbone}, batch {BATCH_SIZE}, Adam {size.lr:g}, {size.steps} steps, eta "
         f"{eta:g}, warmup {warmup}, {size.seeds} seed(s)"
     )
-    rows = [Row("fidelity", "setting", None, "", "-", "info", setting)]
+    rows = [Row(group or "fidelity", "setting", None, "", "-", "info", setting)]
+    loaded = analysis.load(experiment)
     for label in size.labels:
-        rows += label_rows(reports, label)
+        rows += label_rows(reports, label, loaded, group)
     return rows
 
 

@@ -5,7 +5,7 @@ images at 288x384, the GPU fast path; toy sizes on the CPU in a dry run."""
 from __future__ import annotations
 
 from breakdown_rows import size_rows
-from gpu_common import Check, written_data
+from gpu_common import Check, real_data
 
 
 def breakdown_section(check: Check) -> None:
@@ -13,4 +13,4 @@ def breakdown_section(check: Check) -> None:
 
     size = SIZES["toy" if check.dry_run else "real"]
     with check.step(f"trial breakdown, {size.name}"):
-        check.add(*size_rows(check.context(), size, written_data(check, size)))
+        check.add(*size_rows(check.context(), size, real_data(check)))

@@ -1,33 +1,39 @@
-"""The prepared GPU check: every GPU figure of relif-ray in one run of at most 7 minutes.
+"""The prepared GPU check: every GPU figure of relif-ray in one run of at most 9 minutes.
 
     benchmarks/gpu_check.sh OUT                       # on the lent GPU machine (see there)
     python benchmarks/gpu_check.py --out DIR          # where Ray etc. are installed
-    python benchmarks/gpu_check.py --out DIR --only compile realsize    # some sections only
-    python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy sizes (~5 min on 2 cores)
+    python benchmarks/gpu_check.py --out DIR --only graph fidelity    # some sections only
+    python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy sizes (minutes on 2 cores)
 
 Sections, most important first; each runs in a process of its own, with a deadline (its
-share of `--budget-s`, 420 s by default; a longer budget does not lengthen it, see `cap_scale`):
+share of `--budget-s`, 540 s by default; a longer budget does not lengthen it, see `cap_scale`):
 a section that would start with less than it needs is recorded as "skipped: time budget", one
-that overruns is killed (its rows so far are kept).
+that overruns is killed (its rows so far are kept). The real-size data (795 / 654 synthetic
+NYUv2 images at 288x384) are written in the background from the start, while the first
+sections use the GPU. Every step time is timed against eager ERM in the same run.
 
-1. `cuda`: the CUDA-only tests (`pytest -m cuda tests/`) and the pinned numbers of
-   `tests/test_pinned_numbers.py` recomputed with every run on CUDA: max abs/rel drift per key.
-2. `resnet50`: ResNet-50 at 288x384, batch 8: training images/s, GPU utilisation while timed
-   and peak GPU memory of ERM and ERM + ReLiF (bf16, channels-last, the train split on the
-   GPU) and of a plain fp32 PyTorch loop of the same model (targets: ERM >= 1.5x the plain
-   loop; ERM + ReLiF step time <= 1.05x ERM's). The GPU is kept busy for a few seconds first,
-   and every worker trains 10 untimed steps (cuDNN autotuning) before its timed ones.
-3. `methods`: the same for the paper's other methods, then the step-time ratios against ERM
-   and TorchJD, then any further registered method, while the section's time lasts.
-4. `sweeps`: two sweeps through the real `sweeps/nyuv2.py`, 2 ERM trials of 2 epochs each
-   (`--set train.data_on_device=true`), with `--gpus-per-trial 1` and `0.5` (two trials share
-   the GPU): aggregate images/s and GPU utilisation (NVML, sampled in a thread).
-5. `compile`: ERM with `train.compile` on, against off.
-6. `repeatability`: the same config and seed twice on one GPU (separate processes), with the
-   documented cuDNN settings (`cudnn_benchmark` on, the default) and with it off: max |diff|.
-7. `realsize`: synthetic NYUv2 at 288x384 (`relif make-data`), ERM, ReLiF (and `relif-st`
-   where that label exists) through the real sweep and `relif report`, in bf16, then fp32: the
-   report's Bias@delta_p75, VR@delta_p75 and Worst.
+(a) `profile`: one eager ERM and one ERM+ReLiF step (ResNet-50, 288x384, batch 8, bf16,
+    channels-last, data on the GPU) under torch.profiler: the host's time to issue a step, the
+    step's time, its summed GPU time, kernel launches and ATen calls; what ReLiF adds.
+(b) `graph`: ERM and ERM+ReLiF as one CUDA graph against eager steps, and the plain fp32 loop:
+    images/s, GPU utilisation, memory (targets: graphed ERM >= 2.1x the plain loop; graphed
+    ERM+ReLiF step <= 1.05x graphed ERM's); 10 graphed against 10 eager steps from one state.
+(c) `default`: the trial that `sweeps/nyuv2.py --num-gpus 8` runs by default against the same
+    command with `--no-gpu-fast-path`: images/s.
+(d) `breakdown`: one real-size trial through the sweep's Trainable, epoch by epoch: training
+    steps, validation, live audit, checkpoint, the rest (target: training >= 80%).
+(e) `fidelity`: ERM, ReLiF and ReLiF-ST x 2 seeds at real size through the real sweep (3 trials
+    per GPU, >= 1,500 steps) and report, bf16 then fp32: Bias against same-seed ERM under the
+    three audit interfaces, clipped shares, VR, Worst and Macro, lambda at a bound; whether
+    bf16 and fp32 agree within the seed spread (report_bf16.md, report_fp32.md).
+(f) `packing`: 1, 2 and 3 ERM trials per GPU through the real sweep at real-size epochs:
+    aggregate images/s, GPU utilisation, peak memory (target at the best packing: >= 0.8x the
+    isolated graphed ERM rate).
+(g) `methods`: PCGrad, FairGrad, UPGrad and Nash-MTL images/s, the step-time ratios of every
+    method to ERM and TorchJD, then the further methods.
+(h) `compile`: ERM through torch.compile's reduce-overhead mode against the CUDA graph.
+Then, as time remains, `cuda`: the CUDA-only tests (`pytest -m cuda tests/`) and the pinned
+numbers recomputed on CUDA; `repeatability`: the same seed twice on one GPU.
 
 Everything lands in DIR: `gpu_check.json` (every row, the machine, each section's status),
 `gpu_check.md` (the same as tables), `gpu_check.log` (every command's output) and the reports
@@ -38,10 +44,11 @@ at toy sizes with logical GPUs for Ray; what needs CUDA is recorded as skipped.
 
 This file is the table of sections (`SECTIONS`) and the orchestration: a process per section,
 the budget, the command line. Each section is a module of its own with one function that takes
-a `Check`: `gpu_cuda.py`, `gpu_resnet50.py`, `gpu_methods.py`, `gpu_sweeps.py`,
-`gpu_compile.py`, `gpu_repeatability.py`, `gpu_realsize.py`; what they share (`Check`, `Size`,
-commands run under the deadline) is in `gpu_common.py`, the JSON and Markdown in
-`gpu_report.py`. A new section is a new module and one entry in `SECTIONS`.
+a `Check` (`gpu_profile.py`, `gpu_graph.py`, `gpu_default.py`, `gpu_breakdown.py`,
+`gpu_fidelity.py`, `gpu_sweeps.py`, `gpu_methods.py`, `gpu_compile.py`, `gpu_cuda.py`,
+`gpu_repeatability.py`); what they share (`Check`, `Size`, the real-size data, commands run
+under the deadline) is in `gpu_common.py`, the JSON and Markdown in `gpu_report.py`. A new
+section is a new module and one entry in `SECTIONS`.
 """
 
 from __future__ import annotations
@@ -60,45 +67,37 @@ from pathlib import Path
 
 import torch
 from gpu_breakdown import breakdown_section
-from gpu_common import LOG_FILE, OUT_OF_TIME, REPO, Check, Section
+from gpu_common import LOG_FILE, OUT_OF_TIME, REPO, Check, Section, start_real_data
 from gpu_compile import compile_section
 from gpu_cuda import cuda_section
+from gpu_default import default_section
+from gpu_fidelity import fidelity_section
+from gpu_graph import graph_section
 from gpu_methods import methods_section
-from gpu_realsize import realsize_section
+from gpu_profile import profile_section
 from gpu_repeatability import repeatability_section
 from gpu_report import Report, machine_info, print_summary
-from gpu_resnet50 import resnet50_section
 from gpu_sweeps import packing_section
 
-BUDGET_S = 420.0
-"""The whole check on one GPU: 7 minutes."""
+BUDGET_S = 540.0
+"""The whole check on one GPU: 9 minutes."""
 KILL_GRACE_S = 30.0
 """A section process gets this long past its deadline to end its own commands first."""
 
 SECTIONS = (
-    Section("cuda", "CUDA-only tests and pinned numbers on CUDA", cuda_section, 90, 20),
-    # Real-size data (about a minute to write), a Ray start and 3 epochs of ResNet-50.
-    Section("breakdown", "where a real-size trial's time goes", breakdown_section, 120, 60),
+    # (name, title, function, cap in s of a 540-s budget on an H100, least time it needs)
+    Section("profile", "(a) one eager ERM and ERM+ReLiF step, profiled", profile_section, 40, 20),
+    Section("graph", "(b) the step as one CUDA graph against eager", graph_section, 95, 40),
+    Section("default", "(c) the default sweep trial against no fast path", default_section, 40, 25),
+    Section("breakdown", "(d) where a real-size trial's time goes", breakdown_section, 75, 45),
+    Section("fidelity", "(e) ReLiF at real size, bf16 then fp32", fidelity_section, 290, 240),
+    Section("packing", "(f) 1, 2 and 3 trials per GPU", packing_section, 180, 60),
+    Section("methods", "(g) PCGrad, FairGrad, UPGrad, Nash-MTL", methods_section, 90, 20),
     Section(
-        "resnet50",
-        "ResNet-50 288x384 batch 8: ERM, ERM+ReLiF, plain fp32 loop",
-        resnet50_section,
-        100,
-        30,
-    ),
-    # Each method's worker takes ~28 s on the H100 (process, CUDA and cuDNN start, 10 + 40
-    # steps; run 2): 4 paper methods and the step-time ratios before the further methods.
-    Section("methods", "the other methods: images/s, memory, step time", methods_section, 150, 20),
-    Section("sweeps", "real sweeps: 1 and 2 trials per GPU", packing_section, 160, 60),
-    Section("compile", "ERM with train.compile against without", compile_section, 120, 90),
-    Section("repeatability", "same seed twice on one GPU", repeatability_section, 90, 20),
-    Section(
-        "realsize",
-        "288x384 synthetic NYUv2 through sweep and report, bf16 and fp32",
-        realsize_section,
-        240,
-        60,
-    ),
+        "compile", "(h) torch.compile reduce-overhead against the graph", compile_section, 90, 90
+    ),  # fmt: skip
+    Section("cuda", "CUDA-only tests and pinned numbers on CUDA", cuda_section, 90, 30),
+    Section("repeatability", "same seed twice on one GPU", repeatability_section, 60, 20),
 )
 
 
@@ -119,7 +118,7 @@ def run_section(args: argparse.Namespace) -> int:
 
 
 def cap_scale(budget_s: float, dry_run: bool) -> float:
-    """What every section's cap is multiplied by. On a GPU the caps are sized for a 420 s
+    """What every section's cap is multiplied by. On a GPU the caps are sized for a 540 s
     budget on an H100: a shorter budget shrinks them in proportion, a longer one leaves them
     as they are, so the time it adds goes to the sections after one that fills its cap (the
     `methods` section takes further methods while its cap lasts) instead of to that one
@@ -141,6 +140,8 @@ def run_all(args: argparse.Namespace) -> int:
     log = (out / LOG_FILE).open("a")
     workdir = args.workdir.resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    needs_data = {"breakdown", "fidelity", "packing"} & set(args.only or [s.name for s in SECTIONS])
+    writer = start_real_data(workdir, args.dry_run, log) if needs_data else None
     try:
         for section in SECTIONS:
             if args.only and section.name not in args.only:
@@ -154,6 +155,9 @@ def run_all(args: argparse.Namespace) -> int:
             report.add(section, status, time.time() - start, rows)
             print(f"{section.name}: {status} in {time.time() - start:.0f} s", flush=True)
     finally:
+        if writer is not None:
+            writer.kill()
+            writer.wait()
         log.close()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -34,28 +34,19 @@ OUT_OF_TIME = "skipped: time budget"
 
 @dataclass(frozen=True)
 class Size:
-    """Sizes of one kind of run: on the GPU, or toy sizes for a dry run on the CPU."""
+    """Sizes of one kind of run: on the GPU, or toy sizes for a dry run on the CPU (the data
+    are `REAL_DATA` or `TOY_DATA`, the trial workers' `workers.data_root`)."""
 
     backbone: str
-    height: int
-    width: int
-    train: int
-    val: int
-    epochs: int
-    """Epochs of each trial of the real-size sweeps (`realsize`)."""
     packing_epochs: int
-    """Epochs of each trial of the packing sweeps (`sweeps`): fewer, so both sweeps fit."""
+    """Epochs of each trial of the packing sweeps: real-size epochs of 99 steps."""
     repeat_steps: int
-    relif_rounds: int
     method_rounds: int
     cosine_steps: int
 
 
-GPU = Size("resnet50", 288, 384, 320, 32, 3, 2, 20, 40, 20, 10)
-"""320 train / 32 val images at 288x384 (40 steps of batch 8 per epoch; written in about 12 s);
-a packing sweep's trial trains 2 epochs (80 steps, a second or two at a few hundred
-images/s, beside its set-up, validations and checkpoints), a real-size one 3 (120 steps)."""
-TOY = Size("resnet18", 32, 40, 16, 8, 1, 1, 3, 2, 2, 3)
+GPU = Size("resnet50", 2, 20, 20, 10)
+TOY = Size("resnet18", 1, 3, 2, 3)
 
 
 @dataclass
@@ -67,7 +58,7 @@ class Section:
     title: str
     run: Callable[[Check], None]
     cap_s: float
-    """The most this section may take of a 420 s budget (see `gpu_check.cap_scale`)."""
+    """The most this section may take of a 540 s budget (see `gpu_check.cap_scale`)."""
     min_s: float
     """It is skipped when less than this is left: seconds on the H100, whatever the budget."""
 
@@ -212,50 +203,72 @@ def drift(pinned: object, computed: object, path: str = "") -> Iterator[tuple[st
         raise ValueError(f"{path}: {computed!r}, pinned {pinned!r}")
 
 
-def sweep_data(check: Check) -> Path:
-    """Synthetic NYUv2 at the check's size, written once by `relif make-data`."""
-    return written_data(check, check.size)
+REAL_DATA = {"train": 795, "val": 654, "height": 288, "width": 384}
+"""The paper's NYUv2 size: the data of the breakdown, the fidelity sweeps and the packing."""
+TOY_DATA = {"train": 16, "val": 8, "height": 32, "width": 40}
+"""What a dry run writes instead."""
+REAL_DATA_PID = "real-data.pid"
+"""In the work folder while `relif make-data` writes the real-size data in the background."""
 
 
-def written_data(check: Check, size: object) -> Path:
-    """Synthetic NYUv2 of `size.train` / `size.val` images at `size.height` x `size.width`,
-    written once per check by `relif make-data` (seed 0) and shared by its sections."""
-    name = f"data-{size.train}-{size.val}-{size.height}x{size.width}"
-    root = check.workdir / name  # not workers.data_root's
+def real_data_root(workdir: Path, dry_run: bool) -> Path:
+    sizes = TOY_DATA if dry_run else REAL_DATA
+    return workdir / f"data-{sizes['train']}-{sizes['val']}-{sizes['height']}x{sizes['width']}"
+
+
+def make_data_command(root: Path, sizes: dict[str, int]) -> list[str]:
+    command = [sys.executable, "-m", "relif_ray.cli", "make-data", "nyuv2", "--out", str(root)]
+    for name, value in sizes.items():
+        command += [f"--{name}", str(value)]
+    return command + ["--seed", "0"]
+
+
+def start_real_data(workdir: Path, dry_run: bool, log: object) -> subprocess.Popen | None:
+    """Start writing the real-size data in the background (the CPU writes while the first
+    sections use the GPU); None when it is there already. The writer renames the folder into
+    place when it is complete (`relif make-data`)."""
+    root = real_data_root(workdir, dry_run)
+    if root.exists():
+        return None
+    command = make_data_command(root, TOY_DATA if dry_run else REAL_DATA)
+    process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    (workdir / REAL_DATA_PID).write_text(str(process.pid))
+    return process
+
+
+def real_data(check: Check) -> Path:
+    """The real-size data: waited for while the background writer runs, else written now."""
+    root = real_data_root(check.workdir, check.dry_run)
+    pid_file = check.workdir / REAL_DATA_PID
+    while not root.exists() and pid_file.exists() and _alive(int(pid_file.read_text())):
+        if check.left() <= 0:
+            break
+        time.sleep(1.0)
     if not root.exists():
-        command = [sys.executable, "-m", "relif_ray.cli", "make-data", "nyuv2", "--out", str(root)]
-        command += ["--train", str(size.train), "--val", str(size.val), "--seed", "0"]
-        command += ["--height", str(size.height), "--width", str(size.width)]
-        run_command(check, command)
+        run_command(check, make_data_command(root, TOY_DATA if check.dry_run else REAL_DATA))
     return root
 
 
-def sweep_command(
-    check: Check,
-    name: str,
-    methods: str,
-    gpus_per_trial: float,
-    seeds: int,
-    precision: str,
-    epochs: int,
-    extra: tuple[str, ...] = (),
-) -> list[str]:
-    """`sweeps/nyuv2.py` on the check's data: one GPU, random weights, no retries, the train
-    split held on the GPU (`train.data_on_device`)."""
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (an exited one its parent has not reaped is dead)."""
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def sweep_command(check: Check, name: str, gpus_per_trial: float, seeds: int) -> list[str]:
+    """`sweeps/nyuv2.py` of ERM x `seeds` on the real-size data with the sweep's default GPU
+    path: one GPU, random weights, `packing_epochs` epochs, no retries."""
     size = check.size
-    command = [sys.executable, "sweeps/nyuv2.py", "--data-dir", str(sweep_data(check))]
-    command += ["--methods", methods, "--seeds", str(seeds), "--epochs", str(epochs)]
-    command += ["--backbone", size.backbone, "--batch-size", str(BATCH_SIZE)]
-    command += ["--pretrained", "none"]
-    command += [
-        "--precision",
-        precision,
-        "--channels-last" if precision == "bf16" else "--no-channels-last",
-    ]
-    command += ["--set", "train.data_on_device=true"]
-    command += ["--num-gpus", "1", "--gpus-per-trial", f"{gpus_per_trial:g}", "--max-failures", "0"]
-    command += ["--storage", str(check.workdir / "results"), "--name", name, *extra]
-    return command
+    command = [sys.executable, "sweeps/nyuv2.py", "--data-dir", str(real_data(check))]
+    command += ["--methods", "erm", "--seeds", str(seeds)]
+    command += ["--epochs", str(size.packing_epochs), "--backbone", size.backbone]
+    command += ["--batch-size", str(BATCH_SIZE), "--pretrained", "none"]
+    command += ["--num-gpus", "1", "--gpus-per-trial", f"{gpus_per_trial:.3f}"]
+    command += ["--max-failures", "0", "--storage", str(check.workdir / "results")]
+    return command + ["--name", name]
 
 
 def trials_of(experiment: Path) -> list[dict]:

@@ -1,5 +1,7 @@
-"""The `methods` section of the GPU check: the paper's other methods' images/s and memory, the
-step-time ratios to ERM and TorchJD, then any further registered method while time lasts."""
+"""The `methods` section of the GPU check (g): PCGrad's, FairGrad's, UPGrad's and Nash-MTL's
+images/s and memory (they read the host each step, so their steps stay eager), then the
+step-time ratios of every method to ERM and TorchJD, then any further registered method while
+time lasts."""
 
 from __future__ import annotations
 
@@ -9,25 +11,22 @@ from methods_rows import methods_rows
 from rows import Context
 from workers import variants
 
+FIRST = ("pcgrad", "fairgrad", "upgrad", "nashmtl")
+"""The gradient-aggregation methods whose GPU throughput is asked first."""
+
 
 def methods_section(check: Check) -> None:
-    """The paper's other methods, then the step-time ratios of every method to ERM and to
-    TorchJD (one process for all), then the further methods' own rows while the section's time
-    lasts: the ratios say more than one further method's images/s, and until run 2 they came
-    last and were never reached."""
-    from relif_ray.sweep.labels import PAPER_LABELS
-
     context = check.context()
-    others = [v for v in variants() if v not in ("erm", "relif")]
-    paper = [v for v in others if v in PAPER_LABELS]
-    for method in paper:
+    available = [v for v in variants() if v not in ("erm", "relif")]
+    first = [method for method in FIRST if method in available]
+    for method in first:
         method_throughput(check, context, method)
     if not check.has_time(35):
         check.skip("method / ERM and / TorchJD step times", OUT_OF_TIME)
     else:
         with check.step("method / ERM and / TorchJD step times"):
             check.add(*methods_rows(context, check.size.method_rounds, check.size.cosine_steps))
-    for method in [v for v in others if v not in paper]:
+    for method in [v for v in available if v not in first]:
         method_throughput(check, context, method)
 
 

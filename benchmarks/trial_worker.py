@@ -143,12 +143,17 @@ def main() -> None:
         help="torch.compile backend for train.compile (default inductor; eager traces with "
         "dynamo only, for a quick check on a CPU)",
     )
+    parser.add_argument(
+        "--compile-mode", help="torch.compile mode for train.compile, e.g. reduce-overhead"
+    )
     args = parser.parse_args()
     if args.steps is None and args.seconds is None:
         parser.error("give --steps or --seconds")
     torch.set_num_threads(args.threads)
-    if args.compile_backend:
-        torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
+    options = {"backend": args.compile_backend, "mode": args.compile_mode}
+    options = {key: value for key, value in options.items() if value}
+    if options:
+        torch.compile = functools.partial(torch.compile, **options)
     imports_mb = peak_rss_mb()
     config = ExperimentConfig.from_dict(json.loads(args.config))
     run = TrainingRun(config) if args.loop == "engine" else PlainLoop(config)

@@ -309,6 +309,52 @@ def bias_curve(gaps: AuditGaps, deltas: Sequence[float] | np.ndarray) -> pd.Data
     return pd.DataFrame({"delta": grid, "bias": bias / len(gaps.gaps), "vr": vr / len(gaps.gaps)})
 
 
+def pair_distances(
+    scores: pd.DataFrame,
+    example_ids: Sequence | np.ndarray,
+    embeddings: np.ndarray,
+    pool_size: int = AuditSettings.pool_size,
+    pairs: int = AuditSettings.pairs,
+    pair_seed: int = AuditSettings.pair_seed,
+    eval_seed: int = AuditSettings.eval_seed,
+) -> dict[PairKey, np.ndarray]:
+    """Per task pair, the cosine-induced distances (1 - cos(f(x), f(y))) / 2 of the
+    L2-normalized shared representations over the SAME S pairs the audit samples (same pools,
+    same seeds): the reference-pair distances of Theorem B.3. A reference model's distances,
+    pooled over task pairs, are the distribution delta_ref is read from (its 75th percentile
+    is delta_p75, `delta_from_quantile`; `analysis.delta`); their per-pair means are a model's
+    induced thresholds (`induced_thresholds`).
+
+    example_ids, embeddings: the model's shared representation, row i of `embeddings` (N, D)
+    belonging to example_ids[i]; `scores` needs an `example_id` column.
+    """
+    frame = validate_scores(scores)
+    if "example_id" not in frame.columns:
+        raise UserError("scores: reference distances need an 'example_id' column")
+    matrix = np.asarray(embeddings, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != len(example_ids):
+        raise UserError("embeddings: need one row per example id")
+    positions = pd.Index(example_ids).get_indexer(frame["example_id"])
+    if (positions < 0).any():
+        missing = frame["example_id"].to_numpy()[positions < 0][0]
+        raise UserError(f"embeddings: no representation for example_id {missing!r}")
+    rows = unit_rows(matrix)[positions]
+    sampled = sample_pairs(frame, pool_size, pairs, pair_seed, eval_seed)
+    return {key: cosine_distances(rows, x, y) for key, (x, y) in sampled.items()}
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """The rows of `matrix` scaled to unit L2 norm (a zero row stays zero)."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)
+
+
+def cosine_distances(unit: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(1 - cos) / 2 of rows x[i] and y[i] of the unit-norm matrix `unit`, in [0, 1]."""
+    cosine = np.einsum("ij,ij->i", unit[x], unit[y])
+    return (1 - np.clip(cosine, -1, 1)) / 2
+
+
 def induced_thresholds(
     scores: pd.DataFrame,
     example_ids: Sequence | np.ndarray,
@@ -322,33 +368,16 @@ def induced_thresholds(
 
     The paper derives them from "cosine distances between normalized task prototypes" of the
     model's own representation (section 3.2, threshold-drift table) without a formula. Ours:
-    for each task pair, the mean cosine-induced distance (1 - cos(f(x), f(y))) / 2 between the
+    for each task pair, the mean of `pair_distances`, the cosine-induced distance between the
     L2-normalized shared representations over the SAME S pairs the audit samples (same pools,
     same seeds), i.e. the representation-scale tolerance that pair distribution induces. We
     do not use class means of each task's pool: where all tasks share the same inputs (NYUv2)
     those means coincide and every threshold would collapse to ~0.
-
-    example_ids, embeddings: the model's shared representation, row i of `embeddings` (N, D)
-    belonging to example_ids[i]; `scores` needs an `example_id` column.
     """
-    frame = validate_scores(scores)
-    if "example_id" not in frame.columns:
-        raise UserError("scores: induced thresholds need an 'example_id' column")
-    matrix = np.asarray(embeddings, dtype=np.float64)
-    if matrix.ndim != 2 or matrix.shape[0] != len(example_ids):
-        raise UserError("embeddings: need one row per example id")
-    positions = pd.Index(example_ids).get_indexer(frame["example_id"])
-    if (positions < 0).any():
-        missing = frame["example_id"].to_numpy()[positions < 0][0]
-        raise UserError(f"embeddings: no representation for example_id {missing!r}")
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    unit = matrix / np.where(norms > 0, norms, 1.0)
-    rows = unit[positions]
-    sampled = sample_pairs(frame, pool_size, pairs, pair_seed, eval_seed)
-    return {
-        key: float(((1 - np.clip((rows[x] * rows[y]).sum(1), -1, 1)) / 2).mean())
-        for key, (x, y) in sampled.items()
-    }
+    distances = pair_distances(
+        scores, example_ids, embeddings, pool_size, pairs, pair_seed, eval_seed
+    )
+    return {key: float(values.mean()) for key, values in distances.items()}
 
 
 def _finite_values(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:

@@ -109,6 +109,11 @@ class TrainConfig:
         whole data set: NYUv2's 795 train and 654 val images at 288x384 (image, depth and
         normals in float32, labels in int8) take about 4.6 GB. Splits of tensors only
         (NYUv2); the clinical data sets' variable-length stays are refused.
+    cuda_graph: "auto" captures the whole training step (batch gather, forward, losses, ReLiF,
+        backward, the optimiser's step) as one CUDA graph and replays it, on CUDA trials whose
+        method declares itself capturable and whose data are on the device; the others, and
+        every CPU trial, run eager steps, and a CUDA trial's log says why in one line
+        (`relif_ray.cuda_graph`). "off": always eager.
     scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
         setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
         `scheduler_gamma` every `scheduler_step_size` epochs. "cosine": torch's
@@ -132,6 +137,7 @@ class TrainConfig:
     compile: bool = False
     cudnn_benchmark: bool = True
     data_on_device: bool = False
+    cuda_graph: Literal["auto", "off"] = "auto"
     scheduler: Literal["none", "step", "cosine"] = "none"
     scheduler_step_size: int = 100
     scheduler_gamma: float = 0.5
@@ -235,7 +241,7 @@ class ReLiFConfig:
     eta: float = 1e-3
 
     def controller_adapts(self) -> bool:
-        """Whether lambda follows the multiplicative update of Eq. (eq:lambda_update), so that
+        """Whether lambda follows the multiplicative update of the paper's Eq. 12, so that
         r* and eta matter: ReLiF on, the adaptive controller, and the Lipschitz branch on
         (without it lambda stays 0, so "ReLiF w/o Lip" does not adapt)."""
         return self.enabled and self.controller == "adaptive" and self.lipschitz_branch

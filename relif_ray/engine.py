@@ -31,6 +31,7 @@ from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 
 from relif_ray.config import ExperimentConfig, TrainConfig
+from relif_ray.cuda_graph import GraphedStep, eager_reason
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.evaluation import EvalResult as EvalResult
@@ -161,8 +162,16 @@ class TrainingRun:
             p for p in self.model.parameters() if p.requires_grad and id(p) not in shared
         ]
         self.regularizer = self._build_regularizer(task_names)
-        self.optimizer = self._build_optimizer()
         self.train_split = self.split("train")
+        self.eager_reason = eager_reason(self)
+        self.optimizer = self._build_optimizer(graph=self.eager_reason is None)
+        self.graphed = GraphedStep(self) if self.eager_reason is None else None
+        if (
+            self.device.type == "cuda"
+            and config.train.cuda_graph == "auto"
+            and self.graphed is None
+        ):
+            print(f"train.cuda_graph auto: eager steps, {self.eager_reason}", flush=True)
         self.steps_per_epoch = self._steps_per_epoch(len(self.train_split))
         self.total_steps = step_budget(
             config.train.epochs, config.train.max_steps, self.steps_per_epoch
@@ -192,24 +201,24 @@ class TrainingRun:
             return None
         return ReLiFRegularizer(self.config.relif, task_names).to(self.device)
 
-    def _build_optimizer(self) -> torch.optim.Optimizer:
+    def _build_optimizer(self, graph: bool = False) -> torch.optim.Optimizer:
         """The config's optimiser in torch's fused implementation, on CUDA and on the CPU:
         one kernel updates every parameter, rather than several per parameter (on CUDA host
         time; on one CPU thread Adam's update of a ResNet-18 takes 6 ms instead of 58 ms,
         a fifth of a demo step). Its rounding differs from the per-parameter loop's in the
-        last bits, so its numbers are those of the pins, not of releases before it."""
+        last bits, so its numbers are those of the pins, not of releases before it. For a
+        CUDA graph (`graph`) it is capturable, with the learning rate a float32 tensor on the
+        device that the schedule fills in place (`relif_ray.cuda_graph`)."""
         train = self.config.train
         parameters = [*self.model.parameters(), *self.method.parameters()]
+        lr = torch.tensor(train.lr, device=self.device) if graph else train.lr
+        common = {"lr": lr, "weight_decay": train.weight_decay, "fused": True}
+        if graph:
+            common["capturable"] = True
         if train.optimizer == "sgd":
-            return torch.optim.SGD(
-                parameters,
-                lr=train.lr,
-                momentum=0.9,
-                weight_decay=train.weight_decay,
-                fused=True,
-            )
+            return torch.optim.SGD(parameters, momentum=0.9, **common)
         optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
-        return optimizer_class(parameters, lr=train.lr, weight_decay=train.weight_decay, fused=True)
+        return optimizer_class(parameters, **common)
 
     def _steps_per_epoch(self, n: int) -> int:
         """Full batches only (BatchNorm needs > 1 example), unless the split is smaller."""
@@ -247,11 +256,14 @@ class TrainingRun:
             self._order = (self.epoch, order)
         return self._order[1]
 
-    def _train_batch(self) -> Batch:
+    def _train_index(self) -> Tensor:
+        """The train split's rows of this step's batch."""
         size = self.config.train.batch_size
         position = self.step % self.steps_per_epoch
-        index = self._epoch_order()[position * size : (position + 1) * size]
-        return self._to_device(self.train_split.batch(index))
+        return self._epoch_order()[position * size : (position + 1) * size]
+
+    def _train_batch(self) -> Batch:
+        return self._to_device(self.train_split.batch(self._train_index()))
 
     def _to_device(self, batch: Batch) -> Batch:
         """Move a batch to the device; images in channels-last order when configured."""
@@ -263,8 +275,9 @@ class TrainingRun:
 
     def _forward(self, batch: Batch) -> ModelOutput:
         """The model forward (bf16 autocast when configured), returned in fp32."""
-        autocast = (
-            torch.autocast(self.device.type, dtype=torch.bfloat16)
+        autocast = (  # without a weight cache: each weight is cast once anyway, and a CUDA
+            # graph cannot keep autocast's cache between replays
+            torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
             if self.config.train.precision == "bf16"
             else contextlib.nullcontext()
         )
@@ -273,6 +286,17 @@ class TrainingRun:
         return fp32_output(output)
 
     def _train_step(self) -> None:
+        if self.graphed is not None:
+            self.graphed.step(self._train_index())
+        else:
+            self._eager_step()
+        self.step += 1
+        if self.step % self.steps_per_epoch == 0:  # a complete epoch ended
+            self.method.end_epoch()
+            if self.lr_scheduler is not None:
+                self.lr_scheduler.step()
+
+    def _eager_step(self) -> None:
         batch = self._train_batch()
         self.model.train()
         row = self._backward(batch)
@@ -281,13 +305,8 @@ class TrainingRun:
         self.optimizer.step()
         self.method.after_step(lambda: self._updated_losses(batch))
         row["step"] = torch.tensor(self.step)
-        row["lr"] = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+        row["lr"] = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
         self._pending.append(row)
-        self.step += 1
-        if self.step % self.steps_per_epoch == 0:  # a complete epoch ended
-            self.method.end_epoch()
-            if self.lr_scheduler is not None:
-                self.lr_scheduler.step()
 
     def _task_losses(self, output: ModelOutput, batch: Batch) -> dict[str, Tensor]:
         return {
@@ -330,10 +349,13 @@ class TrainingRun:
         return row
 
     def _flush_trace(self) -> None:
-        """Turn the pending per-step tensors into floats: one host sync per epoch, not per step."""
+        """Turn the pending per-step tensors into floats: one host sync per `train_steps` call,
+        not per step (a graphed run's rows wait in one device buffer)."""
         for row in self._pending:
             self.trace.append({key: float(value) for key, value in row.items()})
         self._pending.clear()
+        if self.graphed is not None:
+            self.trace += self.graphed.take_rows()
 
     @torch.inference_mode()
     def evaluate(self, split_name: str = "val") -> EvalResult:
@@ -389,6 +411,11 @@ class TrainingRun:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.trace = [dict(row) for row in state["trace"]]
         self._pending.clear()
+        if self.graphed is not None:  # the graph refers to the optimiser's replaced state
+            self.graphed.reset()
+            for group in self.optimizer.param_groups:
+                group["capturable"] = True
+                group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32).to(self.device)
 
 
 def _device_of(split: Split) -> torch.device:

@@ -15,6 +15,12 @@ class UserError(Exception):
     """Bad input from the user: a one-line, actionable message."""
 
 
+def install_hint(extra: str) -> str:
+    """How to install one of the package's optional extras, as the README installs the package:
+    from the repository's checkout (no version is published to a package index)."""
+    return f'pip install -e ".[{extra}]" (in the relif-ray checkout)'
+
+
 def first_line(error: BaseException, fallback: str | None = None) -> str:
     """The first line of an exception's message (what a one-line error quotes of a library's
     error); `fallback`, else the exception's type name, when the message is empty."""

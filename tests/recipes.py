@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 ONE_MACHINE_8_GPUS = "python sweeps/nyuv2.py --data-dir /data/nyuv2 --num-gpus 8"
-"""The one-machine 8-GPU sweep command of the README and docs/cluster.md."""
+"""The start of the one-machine 8-GPU sweep command of the README and docs/cluster.md."""
 CLUSTER_SWEEP = "python sweeps/nyuv2.py --address auto"
 """The start of the cluster sweep command of the README and docs/cluster.md."""
 

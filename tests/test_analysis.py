@@ -25,6 +25,7 @@ from relif_ray.audit import (
     audit_gaps,
     conformal_delta,
     induced_thresholds,
+    pair_distances,
     sample_pairs,
     validate_scores,
 )
@@ -296,6 +297,11 @@ def test_induced_thresholds_equal_the_library(experiment_audit, stored):
         for key, value in expected.items():
             assert induced[trial, key] == pytest.approx(value, abs=1e-12)
         assert induced[trial, "mean"] == pytest.approx(np.mean(list(expected.values())))
+        distances = pair_distances(
+            squashed_scores(stored, trial, "val"), ids, matrix, **vars(SETTINGS)
+        )
+        for key, values in experiment_audit.distances(trial).items():
+            np.testing.assert_allclose(values, distances[key], rtol=0, atol=1e-12)
 
 
 def test_scores_outside_unit_interval_name_the_trial(tmp_path):

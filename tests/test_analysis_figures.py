@@ -22,9 +22,12 @@ from analysis.figures import (
     learning_curves_figure,
     pair_bias_figure,
     pareto_figure,
+    rank_shift_figure,
     score_distributions_figure,
     sensitivity_figure,
 )
+from analysis.render import display_text
+from analysis.tables import CISettings, shift_table
 from relif_ray.audit import fixed_delta_audit
 from tests.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
@@ -109,6 +112,7 @@ def all_figures(experiment, results) -> dict[str, Figure]:
         "learning_curves": learning_curves_figure(experiment),
         "pair_bias": pair_bias_figure(results),
         "score_distributions": score_distributions_figure(results),
+        "rank_shift": rank_shift_figure(results),
     }
     for variant in controller_variants(experiment):
         figures[f"controller {variant}"] = controller_figure(experiment, variant)
@@ -117,9 +121,33 @@ def all_figures(experiment, results) -> dict[str, Figure]:
 
 def test_no_two_labels_overlap_in_any_figure(experiment, results):
     figures = all_figures(experiment, results)
-    assert len(figures) == 5 + 9
+    assert len(figures) == 6 + 9
     for name, figure in figures.items():
         assert overlapping_texts(figure) == [], name
+
+
+def test_rank_shift_figure_draws_the_shift_tables_ranks(results):
+    """One line per method from its raw rank (own induced thresholds, x = 0) to its fixed-delta
+    rank (x = 1): the ranks of the shift table, rank 1 at the top."""
+    table = shift_table(results, CISettings(n_boot=0)).rows.set_index("row")
+    figure = rank_shift_figure(results)
+    (axes,) = figure.axes
+    drawn = {}
+    for line, left, right in zip(axes.get_lines(), axes.texts[::2], axes.texts[1::2], strict=True):
+        assert list(line.get_xdata()) == [0, 1]
+        ranks = tuple(int(y) for y in line.get_ydata())
+        name = left.get_text().split(". ", 1)[1]
+        assert (
+            left.get_text() == f"{ranks[0]}. {name}" and right.get_text() == f"{ranks[1]}. {name}"
+        )
+        drawn[name] = ranks
+    expected = {
+        display_text(variant): (row.raw_rank, row.fixed_rank) for variant, row in table.iterrows()
+    }
+    assert drawn == expected
+    assert set(table["shift"]) == {f"{a}→{b}" for a, b in expected.values()}
+    bottom, top = axes.get_ylim()
+    assert top < bottom  # rank 1 on top
 
 
 def test_pareto_legend_explains_seed_dots_and_error_bars(results):

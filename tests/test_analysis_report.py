@@ -483,13 +483,15 @@ def test_report_figures_are_pngs(tmp_path, capsys):
     status, _, _ = run(capsys, str(root), "--out", str(out), *AUDIT_FLAGS, "--n-boot", "0")
     assert status == 0
     names = sorted(p.name for p in (out / "figures").iterdir())
-    expected = ["delta_sensitivity.png", "pareto.png", "score_distributions.png"]
+    expected = ["delta_sensitivity.png", "pareto.png", "rank_shift.png", "score_distributions.png"]
     assert names == ["controller_relif.png", *expected]
     for path in (out / "figures").iterdir():
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
     assert "![pareto](figures/pareto.png)" in report
     assert "![score_distributions](figures/score_distributions.png)" in report
+    ranking = report.split("### Raw versus fixed-δ ranking", 1)[1].split("\n### ", 1)[0]
+    assert "![rank_shift](figures/rank_shift.png)" in ranking  # beside the shift table
     assert "Skipped: no ReLiF variant with a component switched off" in report
     assert "δ_p75" in report and "δ_p50" in report  # the NYUv2 default
 

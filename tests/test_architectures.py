@@ -366,25 +366,28 @@ def test_relif_architectures_lists_the_registry_with_its_options(capsys):
     assert rows[0] == list(COLUMNS)
     listed = {row[0]: row for row in rows[1:]}
     assert list(listed) == list(ARCHITECTURES)
-    for name, (_, encoders, options, representation, libmtl, reference) in listed.items():
+    for name, (_, encoders, options, representation, libmtl, citation) in listed.items():
         described = ARCHITECTURES[name]
         assert encoders.split(", ") == list(described.encoders)
         pairs = dict(item.split("=") for item in options.split(", ")) if options != "-" else {}
         assert {key: yaml_scalar(value) for key, value in pairs.items()} == described.options
         assert (representation == "yes") == (name == "hps")
-        assert (libmtl, reference) == (described.libmtl, described.reference)
+        assert (libmtl, citation) == (described.libmtl, described.citation)
 
 
 def test_the_readme_architecture_table_is_the_registry():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Architectures\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| `")]
+    """The architecture rows of the README's method table: every architecture once, where it
+    applies, its citation and whether the representation-gradient mode applies."""
+    from tests.test_method_registry import README_ARCHITECTURES, readme_methods_section
+
+    rows = readme_methods_section().split(README_ARCHITECTURES, 1)[1].splitlines()[1:]
     applies = {"NYUv2": "resnet", "clinical": "lstm"}
-    listed = {
-        re.findall(r"`(\w+)`", name)[0]: (tuple(applies[a] for a in where.strip().split(", ")),
-                                          shared.strip(), reference.strip())
-        for name, where, shared, reference in rows
-    }  # fmt: skip
-    assert listed == {
-        name: (arch.encoders, arch.shared, arch.reference) for name, arch in ARCHITECTURES.items()
-    }
+    listed = {}
+    for line in (row for row in rows if row.startswith("| `")):
+        names, kind, citations, representation = (c.strip() for c in line.strip("|").split("|"))
+        encoders = tuple(applies[a] for a in kind.removeprefix("architecture: ").split(", "))
+        for name in re.findall(r"`(\w+)`", names):
+            assert name not in listed, name
+            listed[name] = (encoders, representation == "yes")
+            assert f"[{ARCHITECTURES[name].citation}](" in citations, name
+    assert listed == {name: (arch.encoders, name == "hps") for name, arch in ARCHITECTURES.items()}

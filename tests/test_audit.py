@@ -24,6 +24,7 @@ from relif_ray.audit import (
     evaluation_pools,
     fixed_delta_audit,
     induced_thresholds,
+    pair_distances,
     ranking_is_robust,
     sample_pairs,
     scores_frame,
@@ -260,18 +261,25 @@ def test_bootstrap_interval_brackets_the_estimate_with_the_normal_width() -> Non
     assert high - low == pytest.approx(normal_width, rel=0.15)
 
 
-def test_induced_thresholds_match_scikit_learn_on_the_audit_pairs() -> None:
+def test_pair_distances_and_induced_thresholds_match_scikit_learn_on_the_audit_pairs() -> None:
+    """The reference distances of each audit pair (delta_ref's distribution) and their means,
+    the induced thresholds, against scikit-learn's paired cosine distances (1 - cos)."""
     scores = score_table({"a": 40, "b": 30, "c": 20})
     rng = np.random.default_rng(1)
     ids = np.arange(45)[::-1]  # embeddings listed in another order than the scores
     embeddings = rng.normal(size=(45, 6))
+    distances = pair_distances(scores, ids, embeddings, pool_size=16, pairs=300)
     induced = induced_thresholds(scores, ids, embeddings, pool_size=16, pairs=300)
     frame = validate_scores(scores)
     row_of = {example: row for row, example in enumerate(ids)}
-    for key, (x, y) in sample_pairs(frame, 16, 300, 42, 0).items():
+    sampled = sample_pairs(frame, 16, 300, 42, 0)
+    assert sorted(distances) == sorted(sampled) == ["a|b", "a|c", "b|c"]
+    for key, (x, y) in sampled.items():
         u = embeddings[[row_of[e] for e in frame["example_id"].iloc[x]]]
         v = embeddings[[row_of[e] for e in frame["example_id"].iloc[y]]]
-        assert induced[key] == pytest.approx(paired_cosine_distances(u, v).mean() / 2)
+        expected = paired_cosine_distances(u, v) / 2
+        np.testing.assert_allclose(distances[key], expected, rtol=0, atol=1e-12)
+        assert induced[key] == pytest.approx(expected.mean())
     with pytest.raises(UserError, match="example_id"):
         induced_thresholds(scores, ids[:10], embeddings[:10])
 

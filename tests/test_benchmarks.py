@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 import torch
 
+import analysis
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -240,7 +242,8 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_
     assert sorted(trials["label"]) == ["erm", "relif", "relif-st"] == sorted(size.labels + ("erm",))
     erm = trials[trials["label"] == "erm"].set_index("seed")
     by_name = {row.name: row for row in rows}
-    assert len(rows) == 1 + 7 * len(size.labels)
+    assert len(rows) == 1 + 8 * len(size.labels)
+    traces = analysis.load(tmp_path / "results" / "fidelity").traces
     clip_columns = ["clip0_depth", "clip0_normal", "clip1_depth", "clip1_normal"]
     for label in size.labels:
         trial = trials[trials["label"] == label].set_index("seed")
@@ -259,6 +262,9 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_
         assert worst.per_seed == pytest.approx((trial["worst"] - erm["worst"]).to_dict())
         macro = by_name[f"Macro {label} - ERM"]
         assert macro.per_seed == pytest.approx((trial["macro"] - erm["macro"]).to_dict())
+        at_bound = by_name[f"share of {label} steps with lambda at a bound"]
+        lam = traces[traces["trial"].isin(trial["trial"])]["lambda"]
+        assert at_bound.value == pytest.approx(float(((lam <= 0.01) | (lam >= 1.0)).mean()))
         clipped = by_name[f"clipped shares {label} - ERM (largest)"]
         difference = trial[clip_columns] - erm.loc[trial.index, clip_columns]
         assert clipped.per_seed == pytest.approx(difference.max(axis=1).to_dict())
@@ -331,7 +337,7 @@ def test_gpu_check_out_of_budget_skips_every_section_and_still_reports(load, tmp
         (section.name, "skipped: time budget") for section in check.SECTIONS
     ]
     markdown = (tmp_path / "gpu_check.md").read_text()
-    assert "| realsize | skipped: time budget | 0.0 |" in markdown
+    assert "| fidelity | skipped: time budget | 0.0 |" in markdown
 
 
 def test_gpu_check_time_needs_do_not_follow_the_budget(load, tmp_path) -> None:
@@ -339,8 +345,8 @@ def test_gpu_check_time_needs_do_not_follow_the_budget(load, tmp_path) -> None:
     when that time is left. The budget sets the caps: a shorter one shrinks them in proportion,
     a longer one leaves them, so its extra time reaches the last sections."""
     check = load("gpu_check")
-    assert check.cap_scale(210.0, dry_run=False) == 0.5
-    assert check.cap_scale(630.0, dry_run=False) == 1.0
+    assert check.cap_scale(270.0, dry_run=False) == 0.5
+    assert check.cap_scale(810.0, dry_run=False) == 1.0
     assert check.cap_scale(1800.0, dry_run=True) == 1800.0 / check.BUDGET_S
     common = load("gpu_common")
     gpu = common.Check(tmp_path, tmp_path, False, time.time() + 100.0, tmp_path / "rows")

@@ -1,5 +1,6 @@
 """The sweep's base config as a pure function of its layers (`relif_ray.sweep.compose`):
-data-set defaults < --demo < --config < --set < named flags, and the demo-budget rule."""
+data-set defaults < its GPU fast path < --demo < --config < --set < named flags, and the
+demo-budget rule."""
 
 from __future__ import annotations
 
@@ -53,6 +54,45 @@ def test_the_demo_budget_rule(epochs, steps, fields, scaled_steps):
         return
     eta, warmup = scale_to_budget(scaled_steps, NYUV2.eta)
     assert budget.fields == {**fields, "relif.warmup_steps": warmup} and budget.eta == eta
+
+
+def test_gpu_trials_get_the_fast_path_unless_asked_otherwise():
+    """NYUv2's GPU fast path (bf16 forward, channels-last, data on the device) where trials get
+    a GPU, under every user layer; `gpu_fast_path=False` (--no-gpu-fast-path) and CPU
+    sweeps keep the engine's fp32 NCHW host path."""
+    fast = {"precision": "bf16", "channels_last": True, "data_on_device": True}
+    plain = {"precision": "fp32", "channels_last": False, "data_on_device": False}
+
+    def path(config: dict) -> dict:
+        return {field: config["train"][field] for field in fast}
+
+    assert path(compose_config(NYUV2, [], "/d", use_gpu=True)) == fast
+    assert path(compose_config(NYUV2, [], "/d", use_gpu=True, gpu_fast_path=False)) == plain
+    assert path(compose_config(NYUV2, [], "/d", use_gpu=False)) == plain
+    demo = demo_budget(NYUV2, epochs=None, steps=None)
+    assert path(compose_config(NYUV2, [], "/d", use_gpu=True, demo=demo)) == fast
+    user = [("--set", {"train.precision": "fp32"})]
+    assert path(compose_config(NYUV2, user, "/d", use_gpu=True))["precision"] == "fp32"
+    clinical = benchmark("mimic3").defaults
+    assert path(compose_config(clinical, [], "/d", use_gpu=True)) == plain
+
+
+def test_the_plan_says_which_path_gpu_trials_run(tmp_path):
+    from relif_ray.cli.sweep import DATASETS, sweep_request
+    from relif_ray.sweep.plan import plan_summary
+
+    flags = ["--data-dir", str(tmp_path), "--num-gpus", "2", "--methods", "erm"]
+    for extra, shown in (
+        ([], "GPU trials run bf16 forward, channels-last, data on the GPU, the step as one "
+             "CUDA graph where the method allows"),
+        (["--no-gpu-fast-path"], "GPU trials run fp32, NCHW, batches from the host, eager "
+                                 "steps"),
+    ):  # fmt: skip
+        request = sweep_request([*flags, *extra], None, tuple(DATASETS), False)
+        plan = plan_summary(request.space, request.search, request.resources)
+        assert plan.endswith(f"(1 CPU + 1 GPU per trial); {shown}")
+    cpu = sweep_request(["--data-dir", str(tmp_path)], None, tuple(DATASETS), False)
+    assert "GPU trials" not in plan_summary(cpu.space, cpu.search, cpu.resources)
 
 
 def test_a_bad_layer_is_named():

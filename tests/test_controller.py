@@ -1,4 +1,4 @@
-"""The violation-rate controller: Eq. ema_violation and Eq. lambda_update, step by step."""
+"""The violation-rate controller: the paper's Eqs. 11 and 12, step by step."""
 
 from __future__ import annotations
 

@@ -32,11 +32,15 @@ from tests.recipes import REPO, documents, shell_commands
 
 OTHER_TOOLS_FLAGS = {
     "--head": "ray start",
+    "--block": "ray start",
     "--port": "ray start",
     "--dashboard-host": "ray start",
     "--working-dir": "ray job submit",
     "--follow": "ray job logs",
     "--generate": "ray get-auth-token",
+    "--exclude": "srun",
+    "--gres": "srun",
+    "--gpus-per-node": "srun",
     "--logdir": "tensorboard",
     "--optim": "LibMTL's examples/nyu/train_nyu.py",
     "--aug": "LibMTL's examples/nyu/train_nyu.py",

@@ -100,7 +100,8 @@ def pretend_missing(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
 def test_a_missing_solver_names_the_install_extra(monkeypatch):
     pretend_missing(monkeypatch, "ecos")
     message = one_line_error(lambda: build_method("nashmtl", TASKS, 0), "method.name: nashmtl")
-    assert "needs ecos" in message and "pip install 'relif-ray[mtl]'" in message
+    hint = 'pip install -e ".[mtl]" (in the relif-ray checkout)'  # as the README installs
+    assert "needs ecos" in message and message.endswith(hint)
     build_method("upgrad", TASKS, 0)  # the others still build
 
 
@@ -312,12 +313,16 @@ def test_relif_methods_lists_every_method_and_the_plugins(example_plugin, capsys
         assert {key: yaml_scalar(value) for key, value in listed.items()} == defaults, name
     assert f"gls: plug-in {example_plugin.resolve()}" in text
     assert "Default --methods: the paper's erm,uncertainty,gradnorm,pcgrad,fairgrad,relif" in text
+    # equations by the paper's number (its Eq. 1 is the MTL loss), never by a LaTeX label
+    assert rows["erm"][-1] == "equal-weight sum of the task losses (paper Eq. 1)"
+    assert not [row[-1] for row in rows.values() if re.search(r"Eq\. ?\(?[a-z]", row[-1])]
 
 
 def test_relif_methods_names_the_extra_a_method_misses(monkeypatch):
     pretend_missing(monkeypatch, "torchjd")
     lines = method_listing()
-    assert "upgrad: needs torchjd, not installed: pip install 'relif-ray[mtl]'" in lines
+    hint = 'pip install -e ".[mtl]" (in the relif-ray checkout)'
+    assert f"upgrad: needs torchjd, not installed: {hint}" in lines
     assert not any(line.startswith("famo: needs") for line in lines)
 
 
@@ -380,10 +385,16 @@ def readme_methods_section() -> str:
     return readme.split("## Methods\n", 1)[1].split("\n## ", 1)[0]
 
 
+README_ARCHITECTURES = "| **architectures**"
+"""The row after which the README's method table lists the architectures
+(`tests/test_architectures.py`)."""
+
+
 def test_the_readme_method_table_is_the_registry():
     """Every built-in method once, with its kind and whether it has the representation mode."""
     listed = {}
-    for line in readme_methods_section().splitlines():
+    methods_part = readme_methods_section().split(README_ARCHITECTURES, 1)[0]
+    for line in methods_part.splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         for name in re.findall(r"`(\w+)`", cells[0]) if line.startswith("| `") else []:
             assert name not in listed, name

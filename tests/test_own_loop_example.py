@@ -1,66 +1,81 @@
-"""docs/examples/own_loop.py and own_loop_pcgrad.py: ReLiF and the fixed-delta audit in a plain
-PyTorch loop, alone and with PCGrad; the README shows own_loop.py's code verbatim."""
+"""docs/examples/own_loop.py and own_loop_pcgrad.py: ReLiF in a plain PyTorch loop, alone and
+with PCGrad, audited under the sweep's protocol against the same loop without it; the README
+shows own_loop.py's training loop verbatim."""
 
 from __future__ import annotations
 
 import ast
 import re
 import runpy
-import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "docs" / "examples" / "own_loop.py"
-PCGRAD_EXAMPLE = REPO / "docs" / "examples" / "own_loop_pcgrad.py"
+EXAMPLES = REPO / "docs" / "examples"
+EXAMPLE = EXAMPLES / "own_loop.py"
+PCGRAD_EXAMPLE = EXAMPLES / "own_loop_pcgrad.py"
 README_SECTION = "## ReLiF in your own loop"
+R_STAR = 0.16
+"""The examples' target violation rate (the paper's eICU r*)."""
 
 
-def _run_example() -> str:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+def run_example(path: Path, monkeypatch, capsys) -> list[str]:
+    """The lines `path` prints, run as a script in this process (one torch thread, as the
+    suite's tests run); own_loop_pcgrad.py imports own_loop.py from its folder."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.delitem(sys.modules, "own_loop", raising=False)
+    runpy.run_path(str(path), run_name="__main__")
+    monkeypatch.delitem(sys.modules, "own_loop", raising=False)
+    return capsys.readouterr().out.strip().splitlines()
 
 
-def _numbers(text: str) -> dict[str, float]:
-    return {key: float(value) for key, value in re.findall(r"(\w+)=([-\d.e]+)", text)}
+def numbers(line: str) -> dict[str, float]:
+    return {key: float(value) for key, value in re.findall(r"(\w+)=([-\d.e]+)", line)}
 
 
-def _check_training_and_audit(controller: str, accuracy: str, audit: str) -> dict[str, float]:
-    stats = _numbers(controller)
-    assert 0.0 <= stats["r_ema"] <= 1.0 and stats["loss_lip"] >= 0.0
-    accuracies = ast.literal_eval(accuracy.removeprefix("accuracy "))
-    assert all(value > 0.8 for value in accuracies.values())
-    result = _numbers(audit)
-    # gaps lie in [0, 1], so (gap - delta)+ <= (1 - delta) 1[gap > delta]
-    assert 0.0 <= result["bias"] <= 0.9 * result["vr"] <= 0.9
-    return stats
+def check_relif_acting(lines: list[str], plain: str, relif: str) -> None:
+    """The report of a plain run and a ReLiF run of the same loop from the same seed: one
+    delta_ref held fixed for both; ReLiF's lambda moved off lambda0 and off its bounds, up,
+    because the plain loop violates more often than r*; ReLiF's fixed-delta Bias is lower."""
+    assert lines[0].startswith("delta_ref=") and "plain loop's validation distances" in lines[0]
+    delta = numbers(lines[0])["delta_ref"]
+    # cosine distances of ReLU representations (non-negative: cos >= 0) lie in [0, 0.5]
+    assert 0.0 < delta <= 0.5
+    runs = {line.split(":", 1)[0]: numbers(line) for line in lines[1:]}
+    assert list(runs) == [plain, relif]
+    reference, regularized = runs[plain], runs[relif]
+    assert reference["lambda"] == 0.0  # lipschitz_branch=False: no ReLiF loss
+    assert reference["r_ema"] > R_STAR  # the plain loop violates more often than r*
+    assert 0.1 < regularized["lambda"] < 1.0  # raised from lambda0, below lambda_max
+    assert regularized["r_ema"] < reference["r_ema"]
+    assert regularized["bias"] < reference["bias"]
+    for run in runs.values():
+        # gaps lie in [0, 1], so (gap - delta)+ <= (1 - delta) 1[gap > delta]
+        assert 0.0 < run["bias"] <= (1 - delta) * run["vr"] <= 1.0
+        assert run["mortality_auroc"] > 0.65 and run["stay_kappa"] > 0.0  # both tasks learnt
 
 
-def test_example_trains_with_the_controller_and_audits():
-    output = _run_example()
-    assert len(EXAMPLE.read_text().splitlines()) < 60
-    controller, accuracy, audit = output.strip().splitlines()
-    stats = _check_training_and_audit(controller, accuracy, audit)
-    # the controller ran past its warmup: lambda left lambda0 = 0.1 and stays in its bounds
-    assert 0.01 <= stats["lambda"] <= 1.0 and stats["lambda"] != 0.1
+def test_relif_cuts_the_fixed_delta_bias_of_the_same_loop(monkeypatch, capsys):
+    lines = run_example(EXAMPLE, monkeypatch, capsys)
+    assert len(lines) == 3
+    check_relif_acting(lines, "plain", "relif")
 
 
-def test_the_ablation_without_the_lipschitz_branch_runs_the_same_code(monkeypatch, capsys):
-    """With `lipschitz_branch=False` the regularizer returns None for the loss; the example's
-    loop handles it and trains on the task loss alone (lambda = 0)."""
-    import relif_ray.relif
+def test_relif_with_pcgrad_cuts_the_fixed_delta_bias_of_plain_pcgrad(monkeypatch, capsys):
+    """PCGrad projects conflicting task gradients in both runs; ReLiF's gradient is added after
+    the projection."""
+    lines = run_example(PCGRAD_EXAMPLE, monkeypatch, capsys)
+    projected, report = lines[:2], lines[2:]
+    assert all(0 < numbers(line)["projected"] < 150 for line in projected)
+    check_relif_acting(report, "pcgrad", "pcgrad+relif")
 
-    config = relif_ray.relif.ReLiFConfig
-    monkeypatch.setattr(
-        relif_ray.relif, "ReLiFConfig", lambda **fields: config(lipschitz_branch=False, **fields)
-    )
-    runpy.run_path(str(EXAMPLE), run_name="__main__")
-    controller, accuracy, audit = capsys.readouterr().out.strip().splitlines()
-    stats = _check_training_and_audit(controller, accuracy, audit)
-    assert stats["lambda"] == 0.0 and stats["loss_lip"] == 0.0
+
+def example_lines(path: Path) -> list[str]:
+    """The code of an example below its docstring."""
+    source = path.read_text()
+    return source.splitlines()[ast.parse(source).body[0].end_lineno :]
 
 
 def readme_own_loop_code() -> str:
@@ -68,19 +83,14 @@ def readme_own_loop_code() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_shows_the_tested_example_verbatim():
-    source = EXAMPLE.read_text()
-    docstring_end = ast.parse(source).body[0].end_lineno
-    code = "\n".join(source.splitlines()[docstring_end:]).strip() + "\n"
-    assert readme_own_loop_code() == code
+def test_the_readme_shows_the_examples_training_loop_verbatim():
+    shown = readme_own_loop_code().splitlines()
+    code = example_lines(EXAMPLE)
+    assert "def train_loop(config: ReLiFConfig)" in shown[0]
+    starts = [i for i in range(len(code)) if code[i : i + len(shown)] == shown]
+    assert len(starts) == 1, "the README's code is not a contiguous part of own_loop.py"
 
 
-def test_relif_with_a_gradient_method_in_an_own_loop(capsys):
-    """PCGrad projects the conflicting gradients of the two tasks (their labels pull the first
-    feature in opposite directions) and ReLiF's controller runs beside it."""
-    assert len(PCGRAD_EXAMPLE.read_text().splitlines()) < 60
-    runpy.run_path(str(PCGRAD_EXAMPLE), run_name="__main__")
-    controller, projected, accuracy, audit = capsys.readouterr().out.strip().splitlines()
-    stats = _check_training_and_audit(controller, accuracy, audit)
-    assert 0.01 <= stats["lambda"] <= 1.0 and stats["lambda"] != 0.1
-    assert 0 < _numbers(projected)["projected"] <= 150
+@pytest.mark.parametrize("path", [EXAMPLE, PCGRAD_EXAMPLE])
+def test_the_examples_stay_short(path):
+    assert len(path.read_text().splitlines()) <= 110

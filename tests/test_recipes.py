@@ -1,10 +1,12 @@
 """The recipes of the README and docs/ run as written, each as far as this machine allows:
 
-- one machine with 8 GPUs (docs/cluster.md): the exact command, with only its data folder and
-  storage replaced, parses, prints its plan and stops with the one-line refusal of a machine
-  without GPUs (on a GPU machine, benchmarks/gpu_check.py runs the same sweep for real);
+- one machine with 8 GPUs (docs/cluster.md): the exact command, with only its data folder, its
+  storage and the ImageNet weights (random ones: tests download nothing) replaced, parses,
+  prints its plan and stops with the one-line refusal of a machine without GPUs (on a GPU
+  machine, benchmarks/gpu_check.py runs the same sweep for real);
 - a Ray cluster (docs/cluster.md): tests/test_cluster_e2e.py runs the documented sweep command
-  on a head and worker nodes bound to 127.0.0.1;
+  on a head and worker nodes bound to 127.0.0.1; Slurm and KubeRay: tests/test_slurm_recipe.py
+  and tests/test_kuberay_recipe.py;
 - the controller checks (docs/reproducing.md): the command's plan has the trial count the doc
   states, and its default experiment name is the one --help names.
 """
@@ -50,7 +52,8 @@ def test_the_readme_shows_the_tested_commands(recipe):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with GPUs the sweep would run")
 def test_the_one_machine_8_gpu_recipe_runs_until_it_needs_a_gpu(nyuv2_dir, tmp_path):
     command = documented_command("docs/cluster.md", ONE_MACHINE_8_GPUS)
-    argv = with_flags(script_argv(command), {"--data-dir": str(nyuv2_dir)})
+    assert "--config configs/nyuv2-libmtl.yaml" in command  # the paper's setting: ImageNet weights
+    argv = with_flags(script_argv(command), {"--data-dir": str(nyuv2_dir), "--pretrained": "none"})
     result = subprocess.run(
         [sys.executable, "sweeps/nyuv2.py", *argv, "--storage", str(tmp_path)],
         cwd=REPO,

@@ -4,7 +4,7 @@ One row per architecture of `relif_ray.models.architectures.ARCHITECTURES`: its 
 encoders it applies to (NYUv2's ResNet, the clinical LSTM), its options with their defaults
 (as `--set model.architecture_options.NAME=VALUE` takes them), whether the
 representation-gradient mode applies, LibMTL's class of the same architecture and its
-reference; then what each shares and what its representation is. Everything is read from the
+citation; then what each shares and what its representation is. Everything is read from the
 registry, so the listing cannot drift from what a config accepts.
 """
 
@@ -16,7 +16,7 @@ from relif_ray.cli.methods import table, yaml_text
 from relif_ray.config import HARD_SHARING
 from relif_ray.models.architectures import ARCHITECTURES, Architecture
 
-COLUMNS = ("name", "applies to", "options (default)", "rep.", "LibMTL", "reference")
+COLUMNS = ("name", "applies to", "options (default)", "rep.", "LibMTL", "citation")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="list the multi-task architectures (model.architecture) and their options",
         description="List every multi-task architecture: the encoders it applies to, options "
         "with defaults, whether the representation-gradient mode applies, LibMTL's class, "
-        "reference, shared parameters and representation.",
+        "citation, shared parameters and representation.",
     )
     parser.set_defaults(handler=list_architectures)
 
@@ -60,4 +60,4 @@ def architecture_row(arch: Architecture) -> tuple[str, ...]:
     options = ", ".join(f"{key}={yaml_text(value)}" for key, value in arch.options.items())
     representation = "yes" if arch.name == HARD_SHARING else "-"
     encoders = ", ".join(arch.encoders)
-    return (arch.name, encoders, options or "-", representation, arch.libmtl, arch.reference)
+    return (arch.name, encoders, options or "-", representation, arch.libmtl, arch.citation)

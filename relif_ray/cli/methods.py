@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from relif_ray.errors import install_hint
 from relif_ray.methods import MTLMethod, methods
 from relif_ray.methods.registry import MTL_EXTRA, missing_requirements, plugin_file
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
@@ -62,8 +63,7 @@ def method_listing() -> list[str]:
             lines.append(f"{name}: plug-in {file}")
         if missing := missing_requirements(registered[name]):
             lines.append(
-                f"{name}: needs {', '.join(missing)}, not installed: "
-                f"pip install 'relif-ray[{MTL_EXTRA}]'"
+                f"{name}: needs {', '.join(missing)}, not installed: {install_hint(MTL_EXTRA)}"
             )
     return lines
 

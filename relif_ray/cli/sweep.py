@@ -27,7 +27,7 @@ from relif_ray.cli.sweep_flags import (
     default_methods,
     parse_architectures,
 )
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, install_hint
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
@@ -273,7 +273,7 @@ def base_config(
         ("flags", flag_fields(args)),
     ]
     demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
-    config = compose_config(defaults, layers, root, use_gpu, demo)
+    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path)
     config["model"]["pretrained"] = resolve_pretrained(config["model"]["pretrained"])
     return config
 
@@ -428,7 +428,7 @@ def parse_callbacks(text: str) -> tuple[str, ...]:
         if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
             raise UserError(
                 f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
-                f"(pip install 'relif-ray[{name}]')"
+                f"({install_hint(name)})"
             )
     return names
 

@@ -243,6 +243,14 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "--compile", action=argparse.BooleanOptionalAction, help="train.compile (torch.compile)"
     )
     config.add_argument(
+        "--gpu-fast-path",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="trials that get a GPU run the data set's fast path (NYUv2: bf16 forward, "
+        "channels-last, data on the GPU, the step as one CUDA graph where the method allows); "
+        "--no-gpu-fast-path: fp32, NCHW, batches from the host, eager steps",
+    )
+    config.add_argument(
         "--pretrained",
         metavar="imagenet|PATH|none",
         help="model.pretrained: torchvision's ImageNet weights, a local state_dict file, or "

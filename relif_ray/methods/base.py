@@ -73,6 +73,13 @@ class MTLMethod(nn.Module):
     name: ClassVar[str]
     kind: ClassVar[MethodKind] = LOSS_WEIGHTING
     citation: ClassVar[str] = ""
+    capturable: ClassVar[bool] = False
+    """Whether a CUDA graph may capture the method's step (`relif_ray.cuda_graph`): it reads
+    nothing from the host, changes its state only in place, has no `after_step` hook and
+    returns its weights as device tensors or constants (checked on the CPU for every method
+    that says so)."""
+    eager_reason: ClassVar[str] = "has not been checked for capture in a CUDA graph"
+    """Why the method's steps stay eager, completing "method NAME ..." in a trial's log."""
     requires: ClassVar[tuple[str, ...]] = ()
     gradient_sources: ClassVar[tuple[GradientSource, ...]] = ("parameters",)
 

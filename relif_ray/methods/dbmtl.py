@@ -57,6 +57,7 @@ class DBMTL(MTLMethod):
     name = "dbmtl"
     kind = GRADIENT_AGGREGATION
     citation = "Lin et al., arXiv:2308.12029, 2023"
+    eager_reason = "keeps its step count in Python and replaces its gradient averages each step"
 
     def __init__(
         self,

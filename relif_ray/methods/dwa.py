@@ -48,6 +48,7 @@ class DWA(MTLMethod):
 
     name = "dwa"
     citation = "Liu, Johns & Davison, CVPR 2019"
+    capturable = True
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""ERM: the equal-weight sum of task losses (the paper's Eq. mtl_loss)."""
+"""ERM: the equal-weight sum of task losses (the paper's Eq. 1)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ class ERM(MTLMethod):
     """L_MTL = sum_k L_k; the ReLiF term, if any, is simply added."""
 
     name = "erm"
-    citation = "equal-weight sum of the task losses (paper Eq. mtl_loss)"
+    citation = "equal-weight sum of the task losses (paper Eq. 1)"
+    capturable = True
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None

@@ -69,6 +69,7 @@ class FAMO(MTLMethod):
 
     name = "famo"
     citation = "Liu et al., NeurIPS 2023"
+    eager_reason = "re-evaluates the batch after the optimiser's step (its after_step hook)"
 
     def __init__(
         self,

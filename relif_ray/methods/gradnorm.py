@@ -74,6 +74,7 @@ class GradNorm(MTLMethod):
 
     name = "gradnorm"
     citation = "Chen et al., ICML 2018"
+    capturable = True
     gradient_sources = ("parameters", "representation")
 
     def __init__(

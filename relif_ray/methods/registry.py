@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, install_hint
 from relif_ray.methods.base import MTLMethod
 from relif_ray.plugins import METHODS_PATH, extend_package_path
 
@@ -100,7 +100,7 @@ def build_method(
     if missing := missing_requirements(cls):
         raise UserError(
             f"method.name: {name} needs {', '.join(missing)}, which are not installed: "
-            f"pip install 'relif-ray[{MTL_EXTRA}]'"
+            f"{install_hint(MTL_EXTRA)}"
         )
     try:
         return cls(task_names, seed=seed, gradient_source=gradient_source, **options)

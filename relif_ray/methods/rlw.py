@@ -33,6 +33,7 @@ class RLW(MTLMethod):
 
     name = "rlw"
     citation = "Lin et al., TMLR 2022"
+    eager_reason = "draws its task weights on the host each step (a seeded CPU generator)"
 
     def __init__(
         self, task_names: list[str], seed: int = 0, gradient_source: GradientSource = "parameters"

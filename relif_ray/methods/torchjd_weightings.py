@@ -204,6 +204,7 @@ def torchjd_method(
         "name": name,
         "torchjd_class": torchjd_class,
         "citation": citation,
+        "eager_reason": "computes TorchJD's weighting from the Gramian on the host each step",
         "defaults": defaults,
         "requires": requires,
         "gradient_sources": gradient_sources,

@@ -39,6 +39,7 @@ class Uncertainty(MTLMethod):
 
     name = "uncertainty"
     citation = "Kendall, Gal & Cipolla, CVPR 2018"
+    capturable = True
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 One module per architecture in this package: hard parameter sharing (`dense.DenseMTLModel`,
 `clinical.ClinicalMTLModel`), `mtan`, `cross_stitch`, `mmoe`, `cgc`, `ple`, `dselect_k`
 (each a `TaskTrunk` that the dense or clinical model puts the heads on). `ARCHITECTURES`
-describes each: its reference, LibMTL 1.1.5's class of the same architecture (the tests
+describes each: its citation, LibMTL 1.1.5's class of the same architecture (the tests
 compare forward outputs with it), the encoders it applies to, its options with their
 defaults (`model.architecture_options`), and what its shared parameters and its
 representation are (`relif_ray.models.base`). `relif architectures` prints it, and the model
@@ -49,7 +49,7 @@ class Architecture:
 
     name: str
     title: str
-    reference: str
+    citation: str
     libmtl: str
     encoders: tuple[str, ...]
     shared: str
@@ -75,7 +75,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture(
             "mtan",
             "MTAN",
-            "Liu et al., CVPR 2019",
+            "Liu, Johns & Davison, CVPR 2019",
             "MTAN",
             (RESNET,),
             "the global ResNet and the attention path's residual blocks",

@@ -91,6 +91,9 @@ class DatasetDefaults:
         (`relif_ray.relif.controller.scale_to_budget`).
     config: dotted ExperimentConfig fields set for every trial before the flags apply (the
         paper's settings, e.g. {"train.optimizer": "adamw"}); demo_config: the same in --demo.
+    gpu_config: the fields set for trials that get a GPU, after `config` and before --demo
+        and the user's layers (so any of them wins): the data set's GPU fast path, measured
+        in docs/benchmarks.md; `--no-gpu-fast-path` leaves them out.
     """
 
     dataset: str
@@ -106,6 +109,7 @@ class DatasetDefaults:
     demo_train: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
     demo_config: dict[str, Any] = field(default_factory=dict)
+    gpu_config: dict[str, Any] = field(default_factory=dict)
     delta_ref: float | None = None
 
 

@@ -2,7 +2,7 @@
 
 `ReLiFRegularizer(config, task_names)` is an `nn.Module` holding the scale buffers tau/kappa,
 the running squash quantiles and the violation-rate controller (`ViolationController`, paper
-Eq. ema_violation and lambda_update). Call it once per training step with every task's
+Eqs. 11 and 12). Call it once per training step with every task's
 per-example audit score p_k in [0, 1] (paper section 3; e.g. a sigmoid probability) and valid
 mask, and the shared representation the scores come from; it returns lambda_t * L_lip (paper
 Algorithm 2) to add to the task loss, and detached statistics (`STAT_KEYS`: lambda, r, r_ema,
@@ -18,7 +18,8 @@ warmup are the paper's for its 19,800-step NYUv2 run; `scale_to_budget(steps)` g
 and warmup that move lambda as far in a run of `steps` steps. Its state travels in
 `regularizer.state_dict()` (checkpoint it with the model). Audit the trained model under one
 held-fixed delta with `relif_ray.audit.fixed_delta_audit` on the table
-`relif_ray.audit.scores_frame` builds. Complete examples in under 60 lines:
+`relif_ray.audit.scores_frame` builds. Complete examples, audited against the same loop
+without ReLiF:
 docs/examples/own_loop.py, and with PCGrad docs/examples/own_loop_pcgrad.py.
 """
 

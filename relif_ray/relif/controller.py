@@ -1,7 +1,7 @@
 """The violation-rate feedback controller of ReLiF (paper section 4.4, Algorithm 2 line 7).
 
-    r~_t = a r_t + (1 - a) r~_{t-1},  r~ at the first update = r of that step   (Eq. ema_violation)
-    lambda_t = clip(lambda_{t-1} (1 + eta (r~_t - r*)), lambda_min, lambda_max)  (Eq. lambda_update)
+    r~_t = a r_t + (1 - a) r~_{t-1},  r~ at the first update = r of that step   (paper Eq. 11)
+    lambda_t = clip(lambda_{t-1} (1 + eta (r~_t - r*)), lambda_min, lambda_max)  (paper Eq. 12)
 
 The step counter t counts controller updates, i.e. training steps that had at least one valid
 finite prototype pair: a step without pairs leaves the controller untouched (section 4.5), so

@@ -1,7 +1,7 @@
 """The pieces of ReLiF's training surrogate (paper section 4.2-4.3, Algorithm 2).
 
-- `huber_rho`: the Huber transform of a gap (Eq. huber-rho).
-- `huberized_hinge`: the smooth hinge on the normalized margin (Eq. huber-hinge).
+- `huber_rho`: the Huber transform of a gap (paper Eq. 8).
+- `huberized_hinge`: the smooth hinge on the normalized margin (paper Eq. 9).
 - `cosine_distance`: d(u, v) = (1 - cos(u, v)) / 2 on L2-normalized embeddings.
 - `prototype_pairs`: the mini-batch set P_t of cross-task prototype pairs with their signed
   gaps Delta s = p_i(x) - p_j(y) and clipped distances d' = max(d, eps_d).
@@ -47,7 +47,7 @@ def _cached_constant(value: float, dtype: torch.dtype, device: torch.device) -> 
 
 
 def huber_rho(u: Tensor, beta: float) -> Tensor:
-    """rho_beta(u) = u^2 / (2 beta) for |u| <= beta, |u| - beta / 2 otherwise (Eq. huber-rho).
+    """rho_beta(u) = u^2 / (2 beta) for |u| <= beta, |u| - beta / 2 otherwise (paper Eq. 8).
 
     Even in u, continuous with a continuous derivative at |u| = beta.
     """
@@ -60,7 +60,7 @@ def huber_rho(u: Tensor, beta: float) -> Tensor:
 
 
 def huberized_hinge(z: Tensor, mu: float) -> Tensor:
-    """phi_mu(z) = 0 for z <= 0, z^2 / (2 mu) on (0, mu], z - mu / 2 above (Eq. huber-hinge).
+    """phi_mu(z) = 0 for z <= 0, z^2 / (2 mu) on (0, mu], z - mu / 2 above (paper Eq. 9).
 
     It never exceeds the hinge (z)_+ and stays within mu / 2 of it (the paper's Theorem B.4).
     """

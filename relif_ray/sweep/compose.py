@@ -3,7 +3,7 @@
 Every trial of a sweep starts from one ExperimentConfig dict (`compose_config`), built from
 layers that override each other, lowest first:
 
-    the data set's defaults < --demo < --config < --set < the named flags
+    the data set's defaults < its GPU fast path < --demo < --config < --set < the named flags
 
 then the data set, its folder and the device are set. `--demo` contributes its data set's
 demo settings and its budget (`demo_budget`, the one home of the demo-budget rule), which
@@ -85,12 +85,17 @@ def compose_config(
     data_root: str,
     use_gpu: bool,
     demo: DemoBudget | None = None,
+    gpu_fast_path: bool = True,
 ) -> dict[str, Any]:
-    """The validated base config: the data set's defaults, the --demo layer (with `demo`),
-    then `layers` ((source, dotted fields), lowest first: --config, --set, the named flags),
-    each checked as it is applied so that an error names the layer; then the data set at
-    `data_root` and the device ("auto": CUDA where the trial's worker sees a GPU)."""
+    """The validated base config: the data set's defaults, its GPU fast path where trials get
+    a GPU (`DatasetDefaults.gpu_config`, unless `gpu_fast_path` is False), the --demo layer
+    (with `demo`), then `layers` ((source, dotted fields), lowest first: --config, --set, the
+    named flags), each checked as it is applied so that an error names the layer; then the
+    data set at `data_root` and the device ("auto": CUDA where the trial's worker sees a
+    GPU)."""
     config = apply_overrides(ExperimentConfig().to_dict(), dataset_fields(defaults))
+    if use_gpu and gpu_fast_path:
+        config = apply_overrides(config, defaults.gpu_config)
     if demo is not None:
         config = apply_overrides(config, demo_fields(defaults, demo))
     for source, fields in layers:

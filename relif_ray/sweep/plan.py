@@ -315,10 +315,24 @@ def plan_summary(space: SweepSpace, search: OptunaPlan | None, resources: Resour
         seeds = sorted({trial["seed"] for trial in space.trials})
         settings = len(space.trials) // max(len(seeds), 1)
         count = f"{len(space.trials)} trials ({settings} settings x {len(seeds)} seeds)"
+    path = f"; {gpu_path_text(space.constants)}" if resources.gpus_per_trial > 0 else ""
     return (
         f"plan: {count}; labels {', '.join(labels)}; seeds {seed_text(seeds)}; "
-        f"{resources_text(resources)}"
+        f"{resources_text(resources)}{path}"
     )
+
+
+def gpu_path_text(constants: dict[str, Any]) -> str:
+    """Which path GPU trials run, from the sweep's flat base config: the fast path's fields
+    (`DatasetDefaults.gpu_config`, `--no-gpu-fast-path`) and `train.cuda_graph`."""
+    fast = [
+        "bf16 forward" if constants["train.precision"] == "bf16" else "fp32",
+        "channels-last" if constants["train.channels_last"] else "NCHW",
+        "data on the GPU" if constants["train.data_on_device"] else "batches from the host",
+    ]
+    graph = constants["train.cuda_graph"] == "auto" and constants["train.data_on_device"]
+    steps = "the step as one CUDA graph where the method allows" if graph else "eager steps"
+    return f"GPU trials run {', '.join(fast)}, {steps}"
 
 
 def seed_text(seeds: list[int]) -> str:

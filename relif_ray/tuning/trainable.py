@@ -264,10 +264,20 @@ class ReLiFTrainable(tune.Trainable):
             **live_controller_state(self.run.trace),
             **timer.seconds,
             CHECKPOINT_SECONDS: self.checkpoint_seconds,
+            **self._device_memory(),
             "epoch": self.run.epoch,
             "train_step": self.run.step,
             "done": self.run.finished,
         }
+
+    def _device_memory(self) -> dict[str, float]:
+        """On CUDA, the trial's peak GPU memory so far (MiB; the caching allocator's count,
+        read on the host without waiting for the device): what decides how many trials share
+        a GPU (`--gpus-per-trial`)."""
+        device = self.run.device
+        if device.type != "cuda":
+            return {}
+        return {"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
 
     def _inject_fault(self) -> None:
         """Train up to `fault_injection_step` and raise, unless this trial was restored from a

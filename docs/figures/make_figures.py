@@ -1,0 +1,97 @@
+"""The README's two figures, made by the demo. Regenerate them with
+
+    python docs/figures/make_figures.py
+
+It runs the Quickstart's demo (`sweeps/nyuv2.py --demo`: a real Ray Tune sweep of ERM and ReLiF,
+2 seeds of 240 steps, on synthetic NYUv2) and `relif report` in a temporary folder, copies the
+report's Pareto figure and ReLiF's controller figure here (pareto.png, controller.png), and
+writes demo.json: the machine, the commit, the date, and the numbers the README quotes (per
+method, the mean over seeds of Bias@delta_p75 and Worst). tests/test_readme.py holds the
+README's caption and its sentence on the demo to demo.json. The demo takes minutes on 2 cores
+(docs/benchmarks.md); another CPU gives other numbers, as another seed would.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[2]
+FIGURES = Path(__file__).resolve().parent
+SHOWN = {"pareto.png": "pareto.png", "controller.png": "controller_relif.png"}
+"""README figure -> the report's figure it copies."""
+
+
+def machine() -> str:
+    """'2 cores of an Intel Xeon Processor': this process's CPUs and the processor's model
+    name (without trademark signs)."""
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in Path("/proc/cpuinfo").read_text().splitlines()
+        if line.startswith("model name")
+    ]
+    model = names[0] if names else platform.processor() or platform.machine()
+    model = " ".join(model.replace("(R)", "").replace("(TM)", "").split())
+    return f"{len(os.sched_getaffinity(0))} cores of an {model}"
+
+
+def commit() -> str:
+    """The short commit of the code, marked when a file other than Markdown or this folder's
+    differs from it (text does not change the demo's numbers)."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    changed = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    paths = [line[3:] for line in changed.stdout.splitlines()]
+    dirty = [path for path in paths if not (path.endswith(".md") or "docs/figures/" in path)]
+    return head.stdout.strip() + (" with uncommitted changes" if dirty else "")
+
+
+def demo_numbers(report: Path) -> dict[str, dict[str, float]]:
+    """Per method label: the mean over seeds of Bias@delta_p75 and Worst, from per_trial.csv."""
+    trials = pd.read_csv(report / "per_trial.csv")
+    means = trials.groupby("label")[["bias_p75", "worst"]].mean()
+    return {
+        str(label): {"bias_p75": float(row.bias_p75), "worst": float(row.worst)}
+        for label, row in means.iterrows()
+    }
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="relif-figures-") as folder:
+        storage, report = Path(folder) / "results", Path(folder) / "report"
+        python = [sys.executable]
+        subprocess.run([*python, "sweeps/nyuv2.py", "--demo", "--storage", str(storage)],
+                       cwd=REPO, check=True)  # fmt: skip
+        subprocess.run([*python, "-m", "relif_ray.cli", "report", str(storage / "nyuv2-demo"),
+                        "--out", str(report)], cwd=REPO, check=True)  # fmt: skip
+        for shown, made in SHOWN.items():
+            shutil.copyfile(report / "figures" / made, FIGURES / shown)
+        record = {
+            "commit": commit(),
+            "machine": machine(),
+            "date": datetime.date.today().isoformat(),
+            "software": f"Python {platform.python_version()}, torch {version('torch')}, "
+            f"Ray {version('ray')}",
+            "methods": demo_numbers(report),
+        }
+    (FIGURES / "demo.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))
+
+
+def version(package: str) -> str:
+    from importlib.metadata import version as installed
+
+    return installed(package)
+
+
+if __name__ == "__main__":
+    main()

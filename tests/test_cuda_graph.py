@@ -1,0 +1,225 @@
+"""The whole training step as one CUDA graph (`relif_ray.cuda_graph`, `train.cuda_graph`).
+
+On the CPU: when a trial's steps are captured and why not (`eager_reason`), every registered
+method's declaration (a capturable one keeps its state in tensors changed in place, reads
+nothing from the host and has no after-step hook; the others say why in one line), and the
+graphed step's plumbing run without the capture itself (static index, trace buffer, learning
+rate as a tensor filled by the schedule, resume), which must give the eager step's numbers
+bit for bit. On CUDA (CUDA-only tests): 10 graphed steps against 10 eager steps from one state,
+and a graphed run resumed from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.cuda_graph import CAPTURE_WARMUP_STEPS, GraphedStep, eager_reason
+from relif_ray.data.splits import TensorSplit
+from relif_ray.engine import TrainingRun, build_lr_scheduler
+from relif_ray.methods import METHODS, MTLMethod
+from relif_ray.methods.registry import missing_requirements
+from tests.conftest import needs_cuda
+from tests.host_sync import no_host_sync
+from tests.test_fast_path import dense_values
+
+CAPTURABLE = sorted(name for name, cls in METHODS.items() if cls.capturable)
+
+
+def fake_run(method: str = "erm", device: str = "cuda", **train: object) -> SimpleNamespace:
+    """What `eager_reason` reads of a run, without building one (no CUDA here)."""
+    fields = {"cuda_graph": "auto", "data_on_device": True, "compile": False, **train}
+    return SimpleNamespace(
+        config=SimpleNamespace(train=SimpleNamespace(**fields)),
+        device=torch.device(device),
+        method=METHODS[method](["a", "b"]),
+        train_split=TensorSplit({"example_id": torch.arange(4)}),
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "device", "train", "reason"),
+    [
+        ("erm", "cuda", {}, None),
+        ("uncertainty", "cuda", {}, None),
+        ("erm", "cpu", {}, "a CUDA graph needs a CUDA device"),
+        ("erm", "cuda", {"cuda_graph": "off"}, "train.cuda_graph is off"),
+        ("fairgrad", "cuda", {}, "method fairgrad solves for its task weights on the host"),
+        ("pcgrad", "cuda", {}, "method pcgrad draws its random task orders on the host"),
+        ("erm", "cuda", {"data_on_device": False}, "its batches come from the host"),
+        ("erm", "cuda", {"compile": True}, "train.compile is on"),
+    ],
+)
+def test_when_a_step_is_captured_and_why_not(method, device, train, reason) -> None:
+    found = eager_reason(fake_run(method, device, **train))
+    assert found == reason if reason is None else found.startswith(reason)
+
+
+def test_every_method_declares_whether_it_is_capturable() -> None:
+    """A capturable method has no after-step hook (it would run outside the graph); every
+    other method says in one line why its steps stay eager."""
+    assert {"erm", "uncertainty", "dwa", "gradnorm"} <= set(CAPTURABLE)
+    assert "fairgrad" not in CAPTURABLE and "pcgrad" not in CAPTURABLE
+    for name, cls in METHODS.items():
+        if cls.capturable:
+            assert cls.after_step is MTLMethod.after_step, name
+        else:
+            reason = cls.eager_reason
+            assert reason and "\n" not in reason and reason != MTLMethod.eager_reason, name
+
+
+def tensor_state(module: torch.nn.Module) -> dict[str, object]:
+    """Every tensor a module holds (parameters, buffers, tensor attributes), by name, and
+    every other attribute's value: what a graph captured once must find unchanged."""
+    found: dict[str, object] = {}
+    for prefix, child in module.named_modules():
+        for name, value in vars(child).items():
+            if name.startswith("_") or isinstance(value, torch.nn.Module):
+                continue
+            found[f"{prefix}.{name}"] = value
+        found.update({f"{prefix}.{n}": v for n, v in child.named_parameters(recurse=False)})
+        found.update({f"{prefix}.{n}": v for n, v in child.named_buffers(recurse=False)})
+    return found
+
+
+def assert_changed_in_place(before: dict, after: dict, what: str) -> None:
+    assert before.keys() == after.keys(), what
+    for name, value in before.items():
+        if isinstance(value, torch.Tensor):
+            assert after[name] is value, f"{what}: {name} was replaced, not changed in place"
+        elif not callable(value):
+            assert after[name] == value, f"{what}: {name} changed on the host"
+
+
+@pytest.mark.parametrize("method", CAPTURABLE)
+def test_a_capturable_method_changes_its_state_in_place_and_never_reads_the_host(
+    nyuv2_dir, monkeypatch, method: str
+) -> None:
+    """Two steps and an epoch's end after a warm-up step: the method's and ReLiF's tensors are
+    the same objects (their values change), no host-side attribute changes, and the steps
+    never wait for the device."""
+    if missing_requirements(METHODS[method]):
+        pytest.skip(f"{method} needs {missing_requirements(METHODS[method])}")
+    values = dense_values(nyuv2_dir, method)
+    values["train"]["data_on_device"] = True  # as a graphed trial's
+    run = TrainingRun(ExperimentConfig.from_dict(values))
+    run.train_steps(1)
+    before = {"method": tensor_state(run.method), "relif": tensor_state(run.regularizer)}
+    with no_host_sync(monkeypatch):
+        for _ in range(2):
+            run._backward(run._train_batch())
+            run.step += 1
+        run.method.end_epoch()
+    after = {"method": tensor_state(run.method), "relif": tensor_state(run.regularizer)}
+    for part in before:
+        assert_changed_in_place(before[part], after[part], f"{method} ({part})")
+
+
+def graph_ready_run(values: dict) -> TrainingRun:
+    """A CPU run with the optimiser a graphed trial gets (capturable, the learning rate a
+    tensor) and its data on the device, eager."""
+    values["train"] = {**values["train"], "data_on_device": True, "epochs": 3}
+    values["train"].update(scheduler="step", scheduler_step_size=1, scheduler_gamma=0.5)
+    run = TrainingRun(ExperimentConfig.from_dict(values))
+    run.optimizer = run._build_optimizer(graph=True)
+    run.lr_scheduler = build_lr_scheduler(run.optimizer, run.config.train, 3)
+    return run
+
+
+@pytest.mark.parametrize("method", ["erm", "dwa"])
+def test_the_graphed_steps_plumbing_gives_the_eager_numbers_on_the_cpu(nyuv2_dir, method) -> None:
+    """The static-index step with its trace buffer, run without capturing (CPU), over two
+    epoch boundaries (the step schedule halves the rate each epoch, filling the rate tensor),
+    gives the eager step's trace and weights bit for bit, also across a resume."""
+    eager = graph_ready_run(dense_values(nyuv2_dir, method))
+    eager.train_steps(10)
+    graphed = graph_ready_run(dense_values(nyuv2_dir, method))
+    graphed.graphed = GraphedStep(graphed, capture=False)
+    graphed.train_steps(4)
+    state = graphed.state_dict()
+    resumed = graph_ready_run(dense_values(nyuv2_dir, method))
+    resumed.graphed = GraphedStep(resumed, capture=False)
+    resumed.load_state_dict(state)
+    resumed.train_steps(6)
+    assert [row["lr"] for row in eager.trace][::4] == pytest.approx([1e-3, 5e-4, 2.5e-4])
+    for run in (graphed, resumed):
+        assert list(run.trace[0]) == list(eager.trace[0])
+    assert resumed.trace == eager.trace
+    for ours, theirs in zip(resumed.model.parameters(), eager.model.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def test_the_trace_buffer_grows_and_is_read_once_per_call(nyuv2_dir) -> None:
+    run = graph_ready_run(dense_values(nyuv2_dir))
+    run.graphed = GraphedStep(run, capture=False)
+    for _ in range(3):
+        run.graphed.step(run._train_index())
+        run.step += 1
+    assert run.graphed.filled == 3 and run.graphed.buffer.shape[0] >= 3
+    rows = run.graphed.take_rows()
+    assert [row["step"] for row in rows] == [0.0, 1.0, 2.0] and run.graphed.filled == 0
+    assert all(math.isfinite(row["loss_seg"]) for row in rows)
+
+
+# --- on CUDA ------------------------------------------------------------------------------
+
+
+def cuda_values(nyuv2_dir, cuda_graph: str) -> dict:
+    values = dense_values(nyuv2_dir, device="cuda")
+    values["train"].update(data_on_device=True, cuda_graph=cuda_graph, epochs=4)
+    return values
+
+
+def largest_relative_difference(a: TrainingRun, b: TrainingRun) -> float:
+    """Over every traced number and every weight."""
+    worst = 0.0
+    for row_a, row_b in zip(a.trace, b.trace, strict=True):
+        for key, value in row_a.items():
+            scale = max(abs(value), abs(row_b[key]), 1e-12)
+            worst = max(worst, abs(value - row_b[key]) / scale)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        scale = pa.detach().abs().max().clamp_min(1e-12)
+        worst = max(worst, float((pa - pb).abs().max() / scale))
+    return worst
+
+
+def trained(values: dict, steps: int, state: dict | None = None) -> TrainingRun:
+    run = TrainingRun(ExperimentConfig.from_dict(values))
+    if state is not None:
+        run.load_state_dict(state)
+    run.train_steps(steps)
+    return run
+
+
+@needs_cuda
+def test_cuda_graphed_steps_match_eager_steps_within_the_eager_paths_own_spread(
+    nyuv2_dir,
+) -> None:
+    """From one state (2 eager steps in), 10 steps graphed and 10 eager (eager twice). CUDA is
+    not bitwise repeatable (atomic adds in some backward kernels), so the tolerance is the
+    eager path's own run-to-run difference, times 10, and at least 1e-5 relative."""
+    start = trained(cuda_values(nyuv2_dir, "off"), 2).state_dict()
+    eager = [trained(cuda_values(nyuv2_dir, "off"), 10, start) for _ in range(2)]
+    graphed = trained(cuda_values(nyuv2_dir, "auto"), 10, start)
+    assert graphed.graphed is not None and graphed.graphed.graph is not None
+    assert graphed.graphed.warm == CAPTURE_WARMUP_STEPS
+    spread = largest_relative_difference(eager[0], eager[1])
+    tolerance = max(10 * spread, 1e-5)
+    assert largest_relative_difference(graphed, eager[0]) <= tolerance
+
+
+@needs_cuda
+def test_cuda_graphed_run_resumes_with_its_uninterrupted_numbers(nyuv2_dir) -> None:
+    """A graphed run checkpointed after 5 steps and resumed (the graph is captured again)
+    ends where an uninterrupted graphed run ends, within the spread of two such runs."""
+    values = cuda_values(nyuv2_dir, "auto")
+    whole = [trained(values, 10) for _ in range(2)]
+    first = trained(values, 5)
+    resumed = trained(values, 5, first.state_dict())
+    assert resumed.graphed.graph is not None
+    tolerance = max(10 * largest_relative_difference(whole[0], whole[1]), 1e-5)
+    assert largest_relative_difference(resumed, whole[0]) <= tolerance
