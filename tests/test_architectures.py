@@ -391,3 +391,37 @@ def test_the_readme_architecture_table_is_the_registry():
             listed[name] = (encoders, representation == "yes")
             assert f"[{ARCHITECTURES[name].citation}](" in citations, name
     assert listed == {name: (arch.encoders, name == "hps") for name, arch in ARCHITECTURES.items()}
+
+
+@pytest.mark.parametrize("architecture", NYUV2_ARCHITECTURES[1:])
+def test_each_architectures_step_can_be_a_cuda_graph(
+    tiny_encoders, nyuv2_tiny, monkeypatch, architecture
+):
+    """What a CUDA graph of the whole step needs (`relif_ray.cuda_graph`), checked on the CPU:
+    ERM + ReLiF steps never wait for the device (nothing read back, no data-dependent shape),
+    and the static-index step of the graph, run without capturing, gives the eager step's
+    trace and weights bit for bit (DSelect-k's regularizer included)."""
+    from relif_ray.cuda_graph import GraphedStep
+    from tests.host_sync import no_host_sync
+
+    values = {"relif": {**RELIF, "squash_constants": SQUASH}}
+
+    def graph_ready() -> TrainingRun:  # a graphed trial's data and optimiser, on the CPU
+        run_config = config(nyuv2_tiny, "nyuv2", architecture, **values)
+        run_config.train.data_on_device = True
+        run = TrainingRun(run_config)
+        run.optimizer = run._build_optimizer(graph=True)
+        return run
+
+    eager = graph_ready()
+    eager.train_steps(1)
+    with no_host_sync(monkeypatch):
+        eager._backward(eager._train_batch())
+    eager = graph_ready()
+    eager.train_steps(2)
+    graphed = graph_ready()
+    graphed.graphed = GraphedStep(graphed, capture=False)
+    graphed.train_steps(2)
+    assert without_nan(graphed.trace) == without_nan(eager.trace)
+    for ours, theirs in zip(graphed.model.parameters(), eager.model.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
