@@ -23,11 +23,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
+from relif_ray.config import HARD_SHARING
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.problems import benchmark
-from relif_ray.reference import is_plain_erm, read_squash_constants
+from relif_ray.reference import is_plain_erm, read_squash_constants, reference_key
 from relif_ray.squash import PAPER_INTERFACE, audit_interface
 
 
@@ -52,18 +53,28 @@ def is_erm(trials: pd.DataFrame) -> pd.Series:
 
 def same_seed_erm(trials: pd.DataFrame) -> dict[str, tuple[list[str], bool]]:
     """For every trial, its same-seed ERM candidates: the plain ERM trials (`is_erm`) of its
-    data set and seed from its own experiment directory, or, where that has none, from every
-    loaded directory; and whether they are its own directory's. The squash reference and the
-    Delta-M% baseline (`analysis.mtl_metrics.delta_m_against_erm`) are this one choice."""
-    erm: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    data set, architecture and seed from its own experiment directory, or, where that has
+    none, from every loaded directory; and whether they are its own directory's. The squash
+    reference and the Delta-M% baseline (`analysis.mtl_metrics.delta_m_against_erm`) are this
+    one choice."""
+    erm: dict[tuple[str, str, int], list[tuple[str, str]]] = {}
+    trials = with_architecture(trials)
     for row in trials[is_erm(trials)].itertuples():
-        erm.setdefault((row.dataset, row.seed), []).append((row.experiment, row.trial))
+        key = (row.dataset, row.architecture, row.seed)
+        erm.setdefault(key, []).append((row.experiment, row.trial))
     candidates = {}
     for row in trials.itertuples():
-        same = erm.get((row.dataset, row.seed), [])
+        same = erm.get((row.dataset, row.architecture, row.seed), [])
         own = [trial for experiment, trial in same if experiment == row.experiment]
         candidates[row.trial] = (own, True) if own else ([trial for _, trial in same], False)
     return candidates
+
+
+def with_architecture(trials: pd.DataFrame) -> pd.DataFrame:
+    """`trials` with an `architecture` column (hard sharing where a frame has none)."""
+    if "architecture" in trials:
+        return trials
+    return trials.assign(architecture=HARD_SHARING)
 
 
 def squash_reference(
@@ -75,17 +86,20 @@ def squash_reference(
     lent = lent or {}
     candidates = same_seed_erm(trials)
     references = {}
-    for row in trials.itertuples():
+    for row in with_architecture(trials).itertuples():
         if not squashed_tasks(row.dataset):
             continue
         same, own = candidates[row.trial]
-        if not own and str(row.seed) in lent.get(row.experiment, {}):
+        if not own and reference_key(row.seed, row.architecture) in lent.get(row.experiment, {}):
             references[row.trial] = SQUASH_CONSTANTS_FILE
             continue
         tasks = "/".join(sorted(squashed_tasks(row.dataset)))
         if not same:
+            where = row.dataset
+            if row.architecture != HARD_SHARING:
+                where += f", {row.architecture}"
             raise UserError(
-                f"no ERM trial with seed {row.seed} ({row.dataset}): the {tasks} audit "
+                f"no ERM trial with seed {row.seed} ({where}): the {tasks} audit "
                 f"scores of seed {row.seed} are squashed with the validation quantiles of "
                 "the same-seed ERM trial; add it or drop this seed"
             )
@@ -115,7 +129,7 @@ def interface_constants(
         (str(trial), str(task)): mapping.constants(values.to_numpy(np.float64))
         for (trial, task), values in val.groupby(["trial", "task"], observed=True)["score"]
     }
-    trials = experiment.trials.set_index("trial")
+    trials = with_architecture(experiment.trials).set_index("trial")
     rows = []
     for trial, reference in references.items():
         row = trials.loc[trial]
@@ -127,7 +141,8 @@ def interface_constants(
                         f"trial, only the q10/q90 of {row['experiment']}/{SQUASH_CONSTANTS_FILE}"
                         " (--reference); the other interfaces need the ERM validation scores"
                     )
-                bounds = lent[row["experiment"]][str(row["seed"])].get(task)
+                key = reference_key(row["seed"], row["architecture"])
+                bounds = lent[row["experiment"]][key].get(task)
                 values = None if bounds is None else np.asarray(bounds, dtype=np.float64)
             else:
                 values = constants.get((reference, task))

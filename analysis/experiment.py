@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 from pyarrow.fs import FileType
 
-from relif_ray.config import ReLiFConfig
+from relif_ray.config import HARD_SHARING, ReLiFConfig
 from relif_ray.errors import UserError, last_line
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import (
@@ -53,7 +53,8 @@ class Experiment:
 
     trials: one row per finished trial: trial, label (method label, e.g. "relif"), variant (the
         label, plus its identifying settings, e.g. " (r*=.., eta=..)" or " (lambda0=..)", where one
-        label was run at several settings: `variant_names`), method, relif, seed, dataset, r_star,
+        label was run at several settings, and " [architecture]" where the trials ran on
+        several: `variant_names`), method, relif, seed, dataset, architecture, r_star,
         eta, lambda0 (each NaN where it does not identify the trial's setting,
         `relif_ray.sweep.labels.setting_values`), steps, status ("completed", or "stopped": stopped
         early by the Tune scheduler, outputs at that epoch), experiment, path, config (dict), then
@@ -191,7 +192,9 @@ def variant_names(trials: pd.DataFrame) -> pd.Series:
     settings (`relif_ray.sweep.labels.variant_name`) where trials of one label ran at several
     (a controller-sensitivity sweep: several (r*, eta), several static lambda0). Trials whose
     (r*, eta) was selected per seed (column `selected`, a `--select-from` sweep) are one
-    setting, the paper's selected ReLiF, and keep the label."""
+    setting, the paper's selected ReLiF, and keep the label. Where the trials ran on more than
+    one architecture (`model.architecture`, a sweep's `--architectures`), every name ends in
+    its architecture: `relif [mtan]`."""
     chosen = trials["selected"] if "selected" in trials else pd.Series(False, trials.index)
     fields = [field for field in SETTING_FIELDS if field in trials]
     settings = trials[~chosen].groupby("label")[fields].nunique(dropna=False)
@@ -202,6 +205,9 @@ def variant_names(trials: pd.DataFrame) -> pd.Series:
         else row.label
         for row, selected in zip(trials[["label", *fields]].itertuples(), chosen, strict=True)
     ]
+    architectures = trials.get("architecture", pd.Series(HARD_SHARING, trials.index))
+    if architectures.nunique() > 1:
+        names = [f"{name} [{arch}]" for name, arch in zip(names, architectures, strict=True)]
     return pd.Series(names, index=trials.index)
 
 
@@ -260,12 +266,13 @@ def _result_records(trial_dir: Location) -> list[dict]:
 
 
 def _numeric_order(rows: list[dict]) -> list[int]:
-    """Trials by experiment directory, label (first appearance), then r*, eta, lambda0 and
-    seed as numbers: trial folder names sort as text (r0.28 before r0.2_, seed10 before seed2)."""
+    """Trials by experiment directory, architecture and label (first appearance), then r*,
+    eta, lambda0 and seed as numbers: trial folder names sort as text (r0.28 before r0.2_,
+    seed10 before seed2)."""
     if not rows:
         return []
-    frame = pd.DataFrame(rows)[["experiment", "label", *SETTING_FIELDS, "seed"]]
-    for column in ("experiment", "label"):
+    frame = pd.DataFrame(rows)[["experiment", "architecture", "label", *SETTING_FIELDS, "seed"]]
+    for column in ("experiment", "architecture", "label"):
         frame[column] = pd.factorize(frame[column])[0]
     ordered = frame.sort_values(list(frame.columns), kind="stable", na_position="first")
     return [int(i) for i in ordered.index]
@@ -295,6 +302,7 @@ def _trial_row(info: dict, root: Location, final: Location) -> dict:
         "relif": info["relif"],
         "seed": info["seed"],
         "dataset": config["data"]["dataset"],
+        "architecture": config["model"].get("architecture", HARD_SHARING),
         **setting_values(ReLiFConfig(**relif)),
         "steps": info["steps"],
         "status": info.get("status", "completed"),

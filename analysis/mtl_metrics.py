@@ -24,10 +24,11 @@ from relif_ray.sweep.selection import hypervolume
 
 DeltaMAverage = Literal["task", "metric"]
 DELTA_M_NOTE = (
-    "Δm% vs ERM: LibMTL's count_improvement against the same-seed ERM trial, 100 x the mean "
-    "over tasks of the mean over each task's native metrics of the relative change, signed "
-    "so that positive is better (docs/mtl_metrics.md names the metrics); ERM's own row is 0 by "
-    "definition; mean ± sample std over the seeds with one same-seed ERM trial ('–': none)."
+    "Δm% vs ERM: LibMTL's count_improvement against the same-seed ERM trial (of the same "
+    "architecture), 100 x the mean over tasks of the mean over each task's metrics of the "
+    "relative change, signed so that positive is better (NYUv2: the nine metrics of LibMTL's "
+    "tables, without depth RMSE; docs/mtl_metrics.md names the metrics); ERM's own row is 0 "
+    "by definition; mean ± sample std over the seeds with one same-seed ERM trial ('–': none)."
 )
 """What the report says about its Delta-M% column."""
 
@@ -114,10 +115,11 @@ def delta_m_against_erm(trials: pd.DataFrame, split: str) -> pd.Series:
 
     The baseline is the trial the audit squashes with (`analysis.audit_scores.same_seed_erm`:
     the plain ERM trial of the same data set and seed, from the trial's own experiment
-    directory where it has one). The metrics are every native metric (`task_metrics`) of the
-    data set's tasks that the trials report on `split` (`<split>_<task>_<metric>` columns),
-    each signed by its task's direction and averaged per task, then over tasks, as LibMTL's
-    `count_improvement` (`delta_m`). A plain ERM trial gets 0, its change against itself.
+    directory where it has one). The metrics are the data set's Delta-M% metrics
+    (`Benchmark.delta_m_metrics`: NYUv2's nine of LibMTL's tables; elsewhere every native
+    metric, `task_metrics`) that the trials report on `split` (`<split>_<task>_<metric>`
+    columns), each signed by its task's direction and averaged per task, then over tasks, as
+    LibMTL's `count_improvement` (`delta_m`). A plain ERM trial gets 0, its change against itself.
     NaN where a seed has no ERM trial or several (several directories loaded), where a
     metric is missing or its ERM value is 0, or where the data set reports no native metric.
     """
@@ -127,10 +129,12 @@ def delta_m_against_erm(trials: pd.DataFrame, split: str) -> pd.Series:
     for dataset, positions in trials.groupby("dataset", sort=False).indices.items():
         group = trials.iloc[positions]
         problem = benchmark(dataset, "data set of the trials")
+        averaged = set(problem.delta_m_metrics or problem.metric_directions)
         reported = {
             f"{split}_{metric}": higher
             for metric, higher in problem.metric_directions.items()
-            if group.get(f"{split}_{metric}", pd.Series(dtype=float)).notna().any()
+            if metric in averaged
+            and group.get(f"{split}_{metric}", pd.Series(dtype=float)).notna().any()
         }
         tasks = [f"{split}_{task.name}" for task in problem.tasks()]
         metrics = task_metrics(reported, tasks)

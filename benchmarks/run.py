@@ -28,6 +28,9 @@ sides alike; the CPU rows use one torch thread. Rows:
   --quick) on the CPU, the paper's NYUv2 size on a GPU; the validation pass of the device
   path against the host path it replaced (target <= 1.0x); the train share (target on a GPU
   >= 0.8, on the CPU above the host path's; `trial_breakdown.py`);
+- architectures: each NYUv2 architecture's step time over LibMTL 1.1.5's same architecture on
+  the same model and batch (target <= 1.0; `architectures_step_time.py`) and its peak memory
+  per trial (one `trial_worker.py` process each);
 - peak memory per trial: one process per variant (ERM + ReLiF and every registered method;
   `trial_worker.py`): peak RSS on CPU, torch.cuda.max_memory_allocated on CUDA, and its ratio
   to ERM's;
@@ -43,9 +46,10 @@ Run from the repository root with relif_ray importable (`pip install -e .`, or P
 This file is the table of sections and the command line; each section's rows are built by a
 module of its own (`relif_rows.py`, `relif_op_count_rows.py`, `methods_rows.py`,
 `audit_rows.py`, `analysis_rows.py`, `sweep_rows.py`, `breakdown_rows.py`, `memory_rows.py`,
-`packing_rows.py`, `fidelity_rows.py`; the trial workers in `workers.py`, what a row set is
-given in `rows.py`). The modules that measure are imported inside their sections, so a section
-runs without the others' dependencies (TorchJD for the methods rows, Ray for the sweep row).
+`architecture_rows.py`, `packing_rows.py`, `fidelity_rows.py`; the trial workers in
+`workers.py`, what a row set is given in `rows.py`). The modules that measure are imported
+inside their sections, so a section runs without the others' dependencies (TorchJD for the
+methods rows, Ray for the sweep row).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from pathlib import Path
 
 import torch
 from analysis_rows import analysis_rows
+from architecture_rows import architecture_rows
 from audit_rows import audit_rows
 from breakdown_rows import breakdown_rows
 from fidelity_rows import fidelity_rows
@@ -77,6 +82,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "sweep": sweep_rows,
     "breakdown": breakdown_rows,
     "memory": memory_and_throughput_rows,
+    "architectures": architecture_rows,
     "packing": packing_rows,
     "fidelity": fidelity_rows,
 }

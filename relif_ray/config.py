@@ -21,6 +21,10 @@ from typing import Any, Literal
 
 from relif_ray.errors import UserError
 
+HARD_SHARING = "hps"
+"""Hard parameter sharing (one shared encoder, one head per task): the default
+`model.architecture` (`relif_ray.models.architectures` lists the others)."""
+
 
 @dataclass
 class DataConfig:
@@ -42,12 +46,24 @@ class ModelConfig:
         any other value: the path of a local state_dict file of the torchvision ResNet named by
         `backbone`. Weights that cannot be loaded are an error, never a silent fall-back.
     head_channels: width of each task head's decoder feature map (the depth/normal audit score
-        is the channel-wise L2 norm of this map).
+        is the channel-wise L2 norm of this map); with `head: aspp` also the ASPP's width
+        (DeepLabV3's and LibMTL's is 256).
+    architecture: the multi-task architecture (`relif architectures` lists them; one module
+        each in `relif_ray/models/`): "hps" (hard parameter sharing: one shared encoder, one
+        head per task), "mtan", "cross_stitch" (NYUv2's ResNet only), "mmoe", "cgc", "ple",
+        "dselect_k" (ResNet experts on NYUv2, LSTM experts on the clinical data sets).
+    architecture_options: the architecture's options (numbers of experts, DSelect-k's k, ...),
+        checked against its defaults where the model is built (`relif_ray.models.architectures`).
+    head: NYUv2's task heads. "simple": conv3x3-BN-ReLU-conv1x1; "aspp": LibMTL's DeepLabV3
+        head (ASPP, then conv3x3-BN-ReLU-conv1x1). The clinical heads are linear readouts.
     """
 
     backbone: str = "resnet50"
     pretrained: str = "none"
     head_channels: int = 128
+    architecture: str = HARD_SHARING
+    architecture_options: dict[str, Any] = field(default_factory=dict)
+    head: Literal["simple", "aspp"] = "simple"
     hidden_size: int = 256
     num_layers: int = 2
     dropout: float = 0.3

@@ -37,6 +37,7 @@ from relif_ray.errors import UserError
 from relif_ray.evaluation import EvalResult as EvalResult
 from relif_ray.evaluation import SplitCollector
 from relif_ray.methods import StepContext, build_method
+from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput
@@ -66,7 +67,15 @@ def fp32_output(output: ModelOutput) -> ModelOutput:
         representation=cast(output.representation),
         features={name: cast(value) for name, value in output.features.items()},
         encoder_output=output.encoder_output,  # uncast: the heads read this very tensor
+        auxiliary_loss=None if output.auxiliary_loss is None else cast(output.auxiliary_loss),
     )
+
+
+def sum_of(first: Tensor | None, second: Tensor | None) -> Tensor | None:
+    """The sum of two optional loss terms (None: no term)."""
+    if first is None or second is None:
+        return second if first is None else first
+    return first + second
 
 
 def use_deterministic_cpu_kernels() -> None:
@@ -136,6 +145,7 @@ class TrainingRun:
             torch.backends.cudnn.benchmark = config.train.cudnn_benchmark
         torch.manual_seed(config.seed)
         self.model = self.problem.build_model(config.model).to(self.device)
+        check_gradient_source(self.model, config.method.gradient_source)
         if config.train.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.forward_model = torch.compile(self.model) if config.train.compile else self.model
@@ -313,14 +323,17 @@ class TrainingRun:
     def _backward(self, batch: Batch) -> dict[str, Tensor]:
         """Forward, task losses, ReLiF and the method's backward on one device batch; the
         step's trace row, still as tensors. Nothing here waits for the device (tested), except
-        methods that solve a small problem on the host (PCGrad, FairGrad, the TorchJD ones)."""
+        methods that solve a small problem on the host (PCGrad, FairGrad, the TorchJD ones).
+        The architecture's own loss term (DSelect-k's gate regularizer) joins the ReLiF term:
+        both are added after the method's aggregation."""
         output = self._forward(batch)
         losses = self._task_losses(output, batch)
-        extra_loss, stats = None, {}
+        extra_loss, stats = output.auxiliary_loss, {}
         if self.regularizer is not None:
             scores = {task.name: task.audit_score(output, batch) for task in self.tasks}
             is_probability = {task.name: task.score_is_probability for task in self.tasks}
-            extra_loss, stats = self.regularizer(scores, output.representation, is_probability)
+            relif_loss, stats = self.regularizer(scores, output.representation, is_probability)
+            extra_loss = sum_of(extra_loss, relif_loss)
         self.optimizer.zero_grad(set_to_none=True)
         context = StepContext(
             shared_parameters=self.model.shared_parameters(),

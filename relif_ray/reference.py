@@ -3,9 +3,9 @@ constants travel.
 
 The squash that maps non-probability audit scores into [0, 1] and the other audit interfaces
 are plain math in `relif_ray.squash` (re-exported here). Their constants come from the valid
-VALIDATION raw scores of the ERM trial with the SAME seed and data set: plain ERM (method
-`erm`, ReLiF off) is the reference. One squash serves three places (paper section 3, appendix
-A.3):
+VALIDATION raw scores of the ERM trial with the SAME seed and data set (and architecture,
+`reference_key`): plain ERM (method `erm`, ReLiF off) is the reference. One squash serves
+three places (paper section 3, appendix A.3):
 
 - the fixed-delta audit at analysis time (`analysis.audit_scores`; val and test scores of a
   seed alike, with that seed's validation quantiles);
@@ -16,9 +16,11 @@ A.3):
   where it has them, else with its own validation quantiles (a progress signal only).
 
 The constants travel in the experiment directory as `squash_constants.json`
-(`relif_ray.experiment.layout.SQUASH_CONSTANTS_FILE`; seed -> task -> [q10, q90]), written by
-the sweep driver when a seed's ERM trial finishes and read by the waiting trials, by
-`--reference` sweeps and by the audit (`read_squash_constants`, `write_squash_constants`).
+(`relif_ray.experiment.layout.SQUASH_CONSTANTS_FILE`; reference key -> task -> [q10, q90],
+the key being the seed, or `<architecture>:<seed>` for an architecture other than hard
+sharing: `reference_key`), written by the sweep driver when a seed's ERM trial finishes and
+read by the waiting trials, by `--reference` sweeps and by the audit (`read_squash_constants`,
+`write_squash_constants`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import math
 
 import pyarrow.fs
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import HARD_SHARING, ExperimentConfig
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE as SQUASH_CONSTANTS_FILE
 from relif_ray.experiment.storage import Location
@@ -43,6 +45,20 @@ from relif_ray.squash import audit_interface as audit_interface
 from relif_ray.squash import empirical_cdf as empirical_cdf
 from relif_ray.squash import squash as squash
 from relif_ray.squash import squash_bounds as squash_bounds
+
+
+def reference_key(seed: int, architecture: str = HARD_SHARING) -> str:
+    """Which reference a trial has, as `SQUASH_CONSTANTS_FILE` and the sweep's order file it:
+    its seed, and for an architecture other than hard sharing `<architecture>:<seed>`. Each
+    architecture's ERM trial is the reference of its own trials: the squashed scores are norms
+    of the model's own decoder feature maps (a sweep over architectures runs one ERM trial per
+    architecture and seed)."""
+    return str(seed) if architecture == HARD_SHARING else f"{architecture}:{seed}"
+
+
+def config_reference_key(config: ExperimentConfig) -> str:
+    """`reference_key` of a trial's config."""
+    return reference_key(config.seed, config.model.architecture)
 
 
 def is_plain_erm(method: str, relif_enabled: bool) -> bool:
@@ -74,27 +90,28 @@ def waits_for_reference(config: ExperimentConfig) -> bool:
 
 
 def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str, list[float]]]:
-    """seed (as text) -> task -> [q10, q90] from the experiment's `SQUASH_CONSTANTS_FILE`
-    (local, file://, s3://, ...: `relif_ray.experiment.storage`); empty when there is none
-    (yet)."""
+    """reference key (`reference_key`) -> task -> [q10, q90] from the experiment's
+    `SQUASH_CONSTANTS_FILE` (local, file://, s3://, ...: `relif_ray.experiment.storage`);
+    empty when there is none (yet)."""
     place = storage.join(storage.location(experiment_dir), SQUASH_CONSTANTS_FILE)
     if storage.file_type(place) == pyarrow.fs.FileType.NotFound:
         return {}
     record = storage.read_json(place)
     with storage.reading(place):  # a record without seeds or [q10, q90] pairs is damaged
         return {
-            str(seed): {str(task): _bounds(seed, task, bounds) for task, bounds in tasks.items()}
-            for seed, tasks in record["seeds"].items()
+            str(key): {str(task): _bounds(key, task, bounds) for task, bounds in tasks.items()}
+            for key, tasks in record["seeds"].items()
         }
 
 
-def _bounds(seed: object, task: object, bounds: object) -> list[float]:
-    """[q10, q90] of one seed and task as the record holds it: two finite numbers, in order."""
+def _bounds(key: object, task: object, bounds: object) -> list[float]:
+    """[q10, q90] of one reference key and task as the record holds it: two finite numbers,
+    in order."""
     values = list(bounds) if isinstance(bounds, list) else []
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
     finite = numbers and all(math.isfinite(v) for v in values)
     if len(values) != 2 or not finite or not values[0] <= values[1]:
-        raise ValueError(f"seed {seed}, task {task}: expected [q10, q90], got {bounds!r}")
+        raise ValueError(f"reference {key}, task {task}: expected [q10, q90], got {bounds!r}")
     return [float(value) for value in values]
 
 

@@ -444,6 +444,20 @@ def test_cpu_by_process_charges_a_grandchilds_cpu_time(load) -> None:
     assert busy >= 1.0 and wall >= 1.0
 
 
+def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_path) -> None:
+    """`run.py`'s architectures section (`architecture_rows.py`) for one architecture at tiny
+    size: its step time over LibMTL's same architecture (target <= 1.0) and its peak memory
+    per trial, from its own worker process (no timing is asserted)."""
+    load("architectures_step_time")
+    section, rows_module = load("architecture_rows"), load("rows")
+    context = rows_module.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
+    rows = section.architecture_rows(context, names=("mmoe",), rounds=1)
+    timed, memory = rows
+    assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1.0"
+    assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}
+    assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100
+
+
 def test_trial_breakdown_attributes_each_epochs_span_to_its_parts(load, tmp_path) -> None:
     """Two epochs: the second followed by the final save. The Trainable's reported parts,
     the save between two steps and the rest (the span less the parts) add up to the span;

@@ -12,7 +12,7 @@ from relif_ray.config import ModelConfig
 from relif_ray.data.mimic3 import NUM_FEATURES
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
-from relif_ray.models.clinical import ClinicalMTLModel, packing_plan
+from relif_ray.models.clinical import ClinicalMTLModel, Stays, packing_plan
 from relif_ray.problems.mimic3 import HEADS, load_mimic3
 
 CONFIG = ModelConfig(hidden_size=8, num_layers=2, dropout=0.3)
@@ -139,7 +139,7 @@ def test_packing_is_torchs_pack_and_pad_bit_for_bit() -> None:
         model.zero_grad()
         torch.manual_seed(1)
         if packing == "ours":
-            outputs, last_hidden, _ = model._run_lstm(inputs, lengths)
+            outputs, last_hidden = Stays(inputs, lengths).run(model.lstm, inputs)
         else:
             packed, (last_hidden, _) = model.lstm(reference)
             outputs, _ = pad_packed_sequence(packed, batch_first=True, total_length=11)

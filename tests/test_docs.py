@@ -44,6 +44,7 @@ OTHER_TOOLS_FLAGS = {
     "--logdir": "tensorboard",
     "--optim": "LibMTL's examples/nyu/train_nyu.py",
     "--aug": "LibMTL's examples/nyu/train_nyu.py",
+    "--arch": "LibMTL's LibMTL/config.py",
 }
 """Flags of other tools that the docs name in prose, with the tool."""
 

@@ -4,6 +4,7 @@ its schedule halves the rate for the second 100 of the 200 epochs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ PRESET = REPO / "configs" / "nyuv2-libmtl.yaml"
 LIBMTL_NYUV2 = {
     "model.backbone": "resnet50",
     "model.pretrained": "imagenet",
+    "model.architecture": "hps",
+    "model.head": "aspp",
+    "model.head_channels": 256,
     "train.optimizer": "adam",
     "train.lr": 1e-4,
     "train.weight_decay": 1e-5,
@@ -31,8 +35,9 @@ LIBMTL_NYUV2 = {
     "train.max_steps": None,
 }
 """LibMTL's NYUv2 setting (docs/nyuv2_setting.md): `examples/nyu/main.py` (batch 8, 200 epochs,
-dilated ResNet-50 with ImageNet weights) and `LibMTL/config.py` (Adam 1e-4, weight decay 1e-5,
-StepLR step 100, gamma 0.5)."""
+dilated ResNet-50 with ImageNet weights, one DeepLabV3 head of 256 channels per task, hard
+parameter sharing as in its published table) and `LibMTL/config.py` (Adam 1e-4, weight decay
+1e-5, StepLR step 100, gamma 0.5)."""
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +73,18 @@ def test_the_presets_schedule_halves_the_rate_after_100_epochs(resolved):
 def test_the_nyuv2_setting_doc_names_the_preset():
     doc = (REPO / "docs" / "nyuv2_setting.md").read_text()
     assert "configs/nyuv2-libmtl.yaml" in doc
+
+
+def test_the_presets_model_has_libmtls_deeplab_heads(resolved):
+    """Built (on the meta device, as the sweep checks it) from the preset: hard sharing on the
+    dilated ResNet-50 with an ASPP head of 256 channels per task (the head's equality with
+    LibMTL's is `tests/test_architectures_libmtl.py`)."""
+    from relif_ray.models.architectures import build_dense_model
+    from relif_ray.models.aspp import AsppHead
+
+    model_config = replace(ExperimentConfig.from_dict(resolved).model, pretrained="none")
+    with torch.device("meta"):  # pretrained "none": the layout, without ImageNet's file
+        model = build_dense_model(model_config)
+    assert model.architecture == "hps"
+    assert all(isinstance(head, AsppHead) for head in model.heads.values())
+    assert [head.decoder[0].project[0].out_channels for head in model.heads.values()] == [256] * 3

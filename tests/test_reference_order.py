@@ -41,26 +41,56 @@ def _order(order) -> list[tuple[str, int, int | None, int | None]]:
 def test_references_first_then_independent_trials_then_waiting_ones(small_data: Path) -> None:
     order = trial_order(_space(small_data, ["pcgrad+relif", "pcgrad", "erm"], [1, 0]), None, set())
     assert _order(order) == [
-        ("erm", 0, None, 0),
-        ("erm", 1, None, 1),
+        ("erm", 0, None, "0"),
+        ("erm", 1, None, "1"),
         ("pcgrad", 0, None, None),
         ("pcgrad", 1, None, None),
-        ("pcgrad+relif", 0, 0, None),
-        ("pcgrad+relif", 1, 1, None),
+        ("pcgrad+relif", 0, "0", None),
+        ("pcgrad+relif", 1, "1", None),
     ]
     assert order.added_references == ()
 
 
 def test_a_missing_reference_is_added_and_lent_seeds_wait_for_nothing(small_data: Path) -> None:
-    order = trial_order(_space(small_data, ["relif", "relif-static"], [0, 1]), None, {1})
+    order = trial_order(_space(small_data, ["relif", "relif-static"], [0, 1]), None, {"1"})
     assert _order(order) == [
-        ("erm", 0, None, 0),
+        ("erm", 0, None, "0"),
         ("relif", 1, None, None),
         ("relif-static", 1, None, None),
-        ("relif", 0, 0, None),
-        ("relif-static", 0, 0, None),
+        ("relif", 0, "0", None),
+        ("relif-static", 0, "0", None),
     ]
-    assert order.added_references == (0,)
+    assert order.added_references == ("0",)
+
+
+def test_each_architecture_waits_for_its_own_erm_reference(small_data: Path) -> None:
+    """An axis over architectures (`--architectures`): the ReLiF trials of MTAN wait for MTAN's
+    ERM trial of their seed (its feature norms are its own), which the sweep adds; those of
+    hard sharing for the plain one (key: the seed alone, as before architectures)."""
+    space = _space(small_data, ["erm", "relif"], [0])
+    space.trials = [
+        {**trial, "model.architecture": architecture}
+        for trial in space.trials
+        for architecture in ("hps", "mtan")
+        if not (architecture == "mtan" and trial["label"] == "erm")
+    ]
+    order = trial_order(space, None, set())
+    assert [
+        (i["config"].get("model.architecture"), i["needs"], i["provides"]) for i in order.items
+    ] == [
+        ("hps", None, "0"),
+        ("mtan", None, "mtan:0"),
+        ("hps", "0", None),
+        ("mtan", "mtan:0", None),
+    ]
+    assert order.added_references == ("mtan:0",)
+    assert order.items[1]["config"] == {
+        "label": "erm",
+        "seed": 0,
+        "method.name": "erm",
+        "relif.enabled": False,
+        "model.architecture": "mtan",
+    }
 
 
 def test_running_squash_and_clinical_data_need_no_reference(small_data: Path) -> None:

@@ -1,11 +1,11 @@
 """The command line: every argument parser of the library, and the only library package that
 imports `analysis`.
 
-`relif` (the console script, `relif_ray.cli.console`): sweep, make-data, methods, audit,
-report, export. The sweep entry points `sweeps/*.py` call the same front door as `relif sweep`
-(`relif_ray.cli.sweep`, through `sweep_main`). User mistakes print one line and exit 2, also
-those found while a command's module is imported (a plug-in that does not import: the
-registries import the plug-ins with the modules that use them).
+`relif` (the console script, `relif_ray.cli.console`): sweep, make-data, methods,
+architectures, audit, report, export. The sweep entry points `sweeps/*.py` call the same front
+door as `relif sweep` (`relif_ray.cli.sweep`, through `sweep_main`). User mistakes print one
+line and exit 2, also those found while a command's module is imported (a plug-in that does
+not import: the registries import the plug-ins with the modules that use them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `relif` console script: sweep, make-data, methods, audit, report, export.
+"""The `relif` console script: sweep, make-data, methods, architectures, audit, report, export.
 
 Every subcommand module provides `add_parser(subparsers)`; its parser sets `handler`, a
 function `(args) -> exit status`. `relif sweep` is the sweep front door
@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "sweep": "relif_ray.cli.sweep",
     "make-data": "relif_ray.cli.make_data",
     "methods": "relif_ray.cli.methods",
+    "architectures": "relif_ray.cli.architectures",
     "report": "relif_ray.cli.report",
     "audit": "relif_ray.cli.audit",
     "export": "relif_ray.cli.export",

@@ -21,7 +21,12 @@ from typing import Any
 
 from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import OneLineParser, comma_list, parse_floats, run_command
-from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser, default_methods
+from relif_ray.cli.sweep_flags import (
+    CHECKS_SUFFIX,
+    build_parser,
+    default_methods,
+    parse_architectures,
+)
 from relif_ray.errors import UserError, install_hint
 from relif_ray.experiment.storage import local_path
 from relif_ray.methods import methods
@@ -33,7 +38,13 @@ from relif_ray.sweep.exit_status import (
     retry_command,
     summary_lines,
 )
-from relif_ray.sweep.labels import RELIF_LABELS, grid_variants, split_label, uses_controller
+from relif_ray.sweep.labels import (
+    RELIF_LABELS,
+    grid_variants,
+    split_label,
+    uses_controller,
+    with_architectures,
+)
 from relif_ray.sweep.overrides import parse_set, read_config_file
 from relif_ray.sweep.plan import (
     LOGGER_CALLBACKS,
@@ -129,12 +140,13 @@ def sweep_request(
     args = parser.parse_args(argv)
     seeds = seeds_of(args, defaults)
     selection = None
+    architectures = parse_architectures(args, checks)
     if checks:
         planner = checks_planner(args, defaults, seeds)
     elif args.select_from and not args.resume:
         planner, selection = selected_planner(args, defaults, seeds)
     else:
-        planner = grid_planner(args, defaults, seeds)
+        planner = grid_planner(args, defaults, seeds, architectures)
     return request_of(args, defaults, CHECKS_SUFFIX if checks else "", planner, selection)
 
 
@@ -190,8 +202,11 @@ def request_of(
     )
 
 
-def grid_planner(args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int]) -> Planner:
-    """Methods x seeds x (r*, eta), or with --search optuna the studies over (r*, eta)."""
+def grid_planner(
+    args: argparse.Namespace, defaults: DatasetDefaults, seeds: list[int], architectures: list[str]
+) -> Planner:
+    """Methods x seeds x (r*, eta) (x architectures), or with --search optuna the studies over
+    (r*, eta)."""
     optuna = args.search == "optuna"
     default = "relif" if optuna else default_labels(args, defaults)
     labels = parse_labels(default if args.methods is None else args.methods)
@@ -200,6 +215,8 @@ def grid_planner(args: argparse.Namespace, defaults: DatasetDefaults, seeds: lis
         plan = optuna_plan(args, labels, seeds)
         return lambda base: (plan.space(base, args.delta), plan)
     variants = grid_variants(labels, r_stars, etas)
+    if architectures:
+        variants = with_architectures(variants, architectures)
     return lambda base: (param_space(base, variants, seeds, args.delta), None)
 
 

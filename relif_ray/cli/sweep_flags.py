@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser
+from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser, comma_list
+from relif_ray.errors import UserError
+from relif_ray.models.architectures import known_architecture
 from relif_ray.problems import DatasetDefaults
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 from relif_ray.sweep.plan import (
@@ -127,6 +129,7 @@ def add_grid_flags(
         f"{default_methods()}; demo: {defaults.demo_train['methods']}; with --search optuna: "
         "relif); `relif methods` lists every method, e.g. --methods erm,upgrad,upgrad+relif",
     )
+    add_architectures_flag(grid)
     grid.add_argument(
         "--r-star", help=f"ReLiF controller targets (list) (default: {defaults.r_star:g})"
     )
@@ -173,6 +176,16 @@ def add_grid_flags(
             help="run the paper's controller checks instead of a grid (their flags: "
             "--controller-checks --help)",
         )
+
+
+def add_architectures_flag(grid: argparse._ArgumentGroup) -> None:
+    """`--architectures`: an axis of the grid (`parse_architectures`)."""
+    grid.add_argument(
+        "--architectures",
+        metavar="NAMES",
+        help="comma-separated model.architecture values to cross with the grid, e.g. "
+        "hps,mtan (default: the config's one, hps unless set); `relif architectures` lists them",
+    )
 
 
 def add_check_flags(
@@ -318,3 +331,19 @@ def add_launch_flags(
         help="take the same-seed ERM squash constants that ReLiF trains on from this finished "
         "experiment (directory or URI) instead of running ERM reference trials first",
     )
+
+
+def parse_architectures(args: argparse.Namespace, checks: bool) -> list[str]:
+    """`--architectures`: distinct registered names ([] without the flag); a grid's axis only
+    (the controller checks, `--select-from` and Optuna's studies run one architecture)."""
+    if not getattr(args, "architectures", None):  # the controller checks have no such flag
+        return []
+    if checks or args.select_from or args.search == "optuna":
+        raise UserError(
+            "--architectures: crosses a grid (--search grid); for the controller checks, "
+            "--select-from or --search optuna set one with --set model.architecture=NAME"
+        )
+    names = comma_list(args.architectures, "--architectures")
+    if len(set(names)) != len(names):
+        raise UserError(f"--architectures: expected distinct names, got '{args.architectures}'")
+    return [known_architecture(name, "--architectures").name for name in names]

@@ -23,6 +23,10 @@ encoder output every head reads (`ModelOutput.encoder_output`) is the LSTM outpu
 dropout, (B, T, H).
 
 `model.backbone` and `model.head_channels` do not apply (the backbone is always this LSTM).
+
+Hard parameter sharing is `ClinicalMTLModel`; the expert architectures (MMoE, CGC, PLE,
+DSelect-k: `relif_ray.models.architectures`) are `ClinicalArchitectureModel`, a trunk of LSTM
+experts with the same heads.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from relif_ray.config import ModelConfig
 from relif_ray.errors import UserError
-from relif_ray.models.base import MultiTaskModel
+from relif_ray.models.base import MultiTaskModel, TaskTrunk
 from relif_ray.tasks.base import Batch, ModelOutput
 from relif_ray.transfer import move_tensor
 
@@ -50,15 +54,21 @@ class HeadSpec:
     hour: int = 0
 
 
+def check_no_pretrained(config: ModelConfig) -> None:
+    """The clinical LSTM is always trained from scratch."""
+    if config.pretrained != "none":
+        raise UserError(
+            f"config field model.pretrained: the clinical LSTM has no pretrained weights "
+            f"(got {config.pretrained!r}; use none)"
+        )
+
+
 class ClinicalMTLModel(MultiTaskModel):
-    """Shared LSTM + linear heads; forward(batch) reads batch["input"] and batch["lengths"]."""
+    """Hard parameter sharing (`model.architecture: hps`): one LSTM read by every linear head;
+    forward(batch) reads batch["input"] and batch["lengths"]."""
 
     def __init__(self, config: ModelConfig, input_size: int, heads: dict[str, HeadSpec]) -> None:
-        if config.pretrained != "none":
-            raise UserError(
-                f"config field model.pretrained: the clinical LSTM has no pretrained weights "
-                f"(got {config.pretrained!r}; use none)"
-            )
+        check_no_pretrained(config)
         super().__init__()
         self.head_specs = dict(heads)
         self.lstm = nn.LSTM(
@@ -69,60 +79,141 @@ class ClinicalMTLModel(MultiTaskModel):
             dropout=config.dropout if config.num_layers > 1 else 0.0,
         )
         self.dropout = nn.Dropout(config.dropout)
-        self.heads = nn.ModuleDict(
-            {name: nn.Linear(config.hidden_size, spec.out_features) for name, spec in heads.items()}
-        )
+        self.heads = linear_heads(config.hidden_size, heads)
 
     def forward(self, batch: Batch) -> ModelOutput:
-        inputs, lengths = batch["input"], batch["lengths"]
-        outputs, last_hidden, last_step = self._run_lstm(inputs, lengths)
+        inputs = batch["input"]
+        stays = Stays(inputs, batch["lengths"])
+        outputs, last_hidden = stays.run(self.lstm, inputs)
         outputs = self.dropout(outputs)
-        rows = torch.arange(inputs.shape[0], device=inputs.device)
-        predictions = {}
-        for name, spec in self.head_specs.items():
-            if spec.readout == "every_step":
-                features = outputs
-            elif spec.readout == "last_step":
-                features = outputs[rows, last_step]
-            else:
-                features = outputs[rows, last_step.clamp(max=spec.hour - 1)]
-            logits = self.heads[name](features)
-            predictions[name] = logits.squeeze(-1) if spec.out_features == 1 else logits
+        predictions = read_out(
+            self.heads, self.head_specs, dict.fromkeys(self.heads, outputs), stays
+        )
         return ModelOutput(
             predictions=predictions, representation=last_hidden[-1], encoder_output=outputs
         )
-
-    def _run_lstm(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """LSTM outputs (B, T, H), zero past each stay's end, the last hidden states
-        (layers, B, H), both in batch order, and each stay's last step (B,), on the device.
-
-        The packed sequence is exactly `pack_padded_sequence`'s (stays by decreasing length,
-        ties in batch order), and the outputs exactly `pad_packed_sequence`'s put back in
-        batch order, but each is one gather or scatter of rows (`packing_plan`):
-        torch's functions copy one slice per distinct stay length, forward and backward,
-        hundreds of ATen calls (kernel launches on a GPU) per step at batch 64. The lengths
-        stay on the host (transfer.HOST_KEYS), where the plan is made; its indices reach the
-        device in one asynchronous copy (reading anything back would make the host wait).
-        """
-        batch_size, steps = inputs.shape[:2]
-        plan = packing_plan(lengths, steps)
-        indices = move_tensor(plan.indices, inputs.device)
-        packed_rows, restore, last_step = indices.split([plan.packed, batch_size, batch_size])
-        flat = inputs.reshape(batch_size * steps, -1)
-        packed = PackedSequence(flat.index_select(0, packed_rows), plan.batch_sizes)
-        packed_outputs, (last_hidden, _) = self.lstm(packed)
-        data = packed_outputs.data
-        outputs = data.new_zeros(batch_size * steps, data.shape[-1])
-        outputs = outputs.index_copy(0, packed_rows, data).view(batch_size, steps, -1)
-        return outputs, last_hidden[:, restore], last_step
 
     def shared_parameters(self) -> list[nn.Parameter]:
         return list(self.lstm.parameters())
 
     def last_shared_parameters(self) -> list[nn.Parameter]:
-        top = self.lstm.num_layers - 1
-        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-        return [getattr(self.lstm, f"{name}_l{top}") for name in names]
+        return top_layer(self.lstm)
+
+
+class ClinicalArchitectureModel(MultiTaskModel):
+    """Another architecture's trunk of LSTM experts (`relif_ray.models.architectures`) with
+    the linear heads; each task's head input is dropped out on its own. Representation: each
+    task's head input at the stay's last valid step (before dropout, as hard sharing's h_n),
+    concatenated in task order."""
+
+    one_encoder_output = False
+
+    def __init__(self, config: ModelConfig, heads: dict[str, HeadSpec], trunk: TaskTrunk) -> None:
+        check_no_pretrained(config)
+        super().__init__()
+        self.architecture = trunk.name
+        self.head_specs = dict(heads)
+        self.trunk = trunk
+        self.dropout = nn.Dropout(config.dropout)
+        self.heads = linear_heads(config.hidden_size, heads)
+
+    def forward(self, batch: Batch) -> ModelOutput:
+        inputs = batch["input"]
+        stays = Stays(inputs, batch["lengths"])
+        encoded = self.trunk(inputs, stays)
+        rows = torch.arange(inputs.shape[0], device=inputs.device)
+        representation = torch.cat(
+            [encoded.per_task[task][rows, stays.last_step] for task in self.heads], 1
+        )
+        dropped = {task: self.dropout(encoded.per_task[task]) for task in self.heads}
+        return ModelOutput(
+            predictions=read_out(self.heads, self.head_specs, dropped, stays),
+            representation=representation,
+            auxiliary_loss=encoded.auxiliary_loss,
+        )
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        return self.trunk.shared_parameters()
+
+    def last_shared_parameters(self) -> list[nn.Parameter]:
+        return self.trunk.last_shared_parameters()
+
+
+def linear_heads(hidden_size: int, heads: dict[str, HeadSpec]) -> nn.ModuleDict:
+    return nn.ModuleDict(
+        {name: nn.Linear(hidden_size, spec.out_features) for name, spec in heads.items()}
+    )
+
+
+def read_out(
+    heads: nn.ModuleDict,
+    specs: dict[str, HeadSpec],
+    head_inputs: dict[str, Tensor],
+    stays: Stays,
+) -> dict[str, Tensor]:
+    """Each head applied to its task's LSTM outputs (B, T, H) where its readout says."""
+    rows = torch.arange(stays.last_step.shape[0], device=stays.last_step.device)
+    predictions = {}
+    for name, spec in specs.items():
+        outputs = head_inputs[name]
+        if spec.readout == "every_step":
+            features = outputs
+        elif spec.readout == "last_step":
+            features = outputs[rows, stays.last_step]
+        else:
+            features = outputs[rows, stays.last_step.clamp(max=spec.hour - 1)]
+        logits = heads[name](features)
+        predictions[name] = logits.squeeze(-1) if spec.out_features == 1 else logits
+    return predictions
+
+
+def top_layer(lstm: nn.LSTM) -> list[nn.Parameter]:
+    """The weights and biases of the top layer of `lstm`."""
+    top = lstm.num_layers - 1
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    return [getattr(lstm, f"{name}_l{top}") for name in names]
+
+
+class Stays:
+    """A batch of padded stays (B, T, F) packed as `pack_padded_sequence` packs them, the plan
+    made once per batch and shared by every LSTM that reads it (the experts of an
+    architecture, each level of PLE).
+
+    The packed sequence is exactly `pack_padded_sequence`'s (stays by decreasing length, ties
+    in batch order), and the outputs exactly `pad_packed_sequence`'s put back in batch order,
+    but each is one gather or scatter of rows (`packing_plan`): torch's functions copy one
+    slice per distinct stay length, forward and backward, hundreds of ATen calls (kernel
+    launches on a GPU) per step at batch 64. The lengths stay on the host
+    (transfer.HOST_KEYS), where the plan is made; its indices reach the device in one
+    asynchronous copy (reading anything back would make the host wait).
+    """
+
+    def __init__(self, inputs: Tensor, lengths: Tensor) -> None:
+        self.batch_size, self.steps = inputs.shape[:2]
+        plan = packing_plan(lengths, self.steps)
+        indices = move_tensor(plan.indices, inputs.device)
+        self.packed_rows, self.restore, self.last_step = indices.split(
+            [plan.packed, self.batch_size, self.batch_size]
+        )
+        """Where each packed row lies in the (B * T) rows, each stay's place in the packing
+        order, and each stay's last step (B,), on the device."""
+        self.batch_sizes = plan.batch_sizes
+
+    def run(self, lstm: nn.LSTM, sequences: Tensor) -> tuple[Tensor, Tensor]:
+        """`lstm` over the packed `sequences` (B, T, F): its outputs (B, T, H), zero past each
+        stay's end, and its last hidden states (layers, B, H), both in batch order."""
+        flat = sequences.reshape(self.batch_size * self.steps, -1)
+        packed = PackedSequence(flat.index_select(0, self.packed_rows), self.batch_sizes)
+        packed_outputs, (last_hidden, _) = lstm(packed)
+        data = packed_outputs.data
+        outputs = data.new_zeros(self.batch_size * self.steps, data.shape[-1])
+        outputs = outputs.index_copy(0, self.packed_rows, data)
+        return outputs.view(self.batch_size, self.steps, -1), last_hidden[:, self.restore]
+
+    def valid(self) -> Tensor:
+        """(B, T) bool: the steps within each stay."""
+        steps = torch.arange(self.steps, device=self.last_step.device)
+        return steps[None, :] <= self.last_step[:, None]
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,19 @@
 The backbone runs at output stride 8, as in MTAN/LibMTL's dilated ResNet-50: for bottleneck
 ResNets torchvision's `replace_stride_with_dilation` is used; basic-block ResNets (resnet18/34,
 used for demos and tests) do not support dilation, so their layer3/layer4 simply keep stride 1.
-Each head is conv3x3 -> BN -> ReLU (its "decoder feature map", whose channel-wise L2 norm is
-the depth/normal audit score) -> conv1x1, upsampled bilinearly to the input size.
+Each head (`model.head: simple`) is conv3x3 -> BN -> ReLU (its "decoder feature map", whose
+channel-wise L2 norm is the depth/normal audit score) -> conv1x1, upsampled bilinearly to the
+input size; `model.head: aspp` is LibMTL's DeepLabV3 head (`relif_ray.models.aspp`).
+
+Hard parameter sharing (`DenseMTLModel`) reads the encoder map with every head; every other
+architecture (`DenseArchitectureModel`) is a trunk of `relif_ray.models.architectures` whose
+per-task outputs the heads read.
 """
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -19,7 +25,8 @@ from torch import Tensor, nn
 
 from relif_ray.config import ModelConfig
 from relif_ray.errors import UserError, first_line
-from relif_ray.models.base import MultiTaskModel
+from relif_ray.models.aspp import AsppHead
+from relif_ray.models.base import MultiTaskModel, TaskTrunk
 from relif_ray.tasks.base import Batch, ModelOutput
 
 TASK_CHANNELS = {"seg": 13, "depth": 1, "normal": 3}
@@ -61,6 +68,32 @@ def resnet_encoder(name: str, pretrained: str = "none") -> tuple[nn.Sequential, 
         net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4
     )
     return encoder, net.fc.in_features
+
+
+def resnet_stages(encoder: nn.Sequential) -> list[nn.Module]:
+    """The five stages of a `resnet_encoder`: the stem (conv1, bn1, relu, maxpool), then
+    layer1 to layer4 (the levels of MTAN, Cross-stitch and PLE)."""
+    return [encoder[:4], *encoder[4:]]
+
+
+def stage_shapes(encoder: nn.Sequential, image_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The (C, H, W) of an image of `image_shape` and of the outputs of the five stages of a
+    `resnet_encoder`: each stage's channels are those of its last BatchNorm, and the stem and
+    layer2 halve the size (the stem twice: conv1 and maxpool, each floor((h - 1) / 2) + 1),
+    layer3 and layer4 keep it (output stride 8)."""
+
+    def halved(size: int) -> int:
+        return (size - 1) // 2 + 1
+
+    channels = [
+        [m for m in stage.modules() if isinstance(m, nn.BatchNorm2d)][-1].num_features
+        for stage in resnet_stages(encoder)
+    ]
+    _, height, width = image_shape
+    quarter = (halved(halved(height)), halved(halved(width)))
+    eighth = (halved(quarter[0]), halved(quarter[1]))
+    sizes = [quarter, quarter, eighth, eighth, eighth]
+    return [tuple(image_shape)] + [(c, *size) for c, size in zip(channels, sizes, strict=True)]
 
 
 def load_backbone_weights(net: nn.Module, name: str, pretrained: str) -> None:
@@ -134,7 +167,10 @@ def imagenet_state_dict(name: str) -> dict[str, Tensor]:
 
 
 class DenseHead(nn.Module):
-    """conv3x3-BN-ReLU decoder feature map, then a 1x1 prediction layer."""
+    """conv3x3-BN-ReLU decoder feature map, then a 1x1 prediction layer (`model.head: simple`)."""
+
+    align_corners = False
+    """How the prediction is resized to the image (bilinear)."""
 
     def __init__(self, in_channels: int, head_channels: int, out_channels: int) -> None:
         super().__init__()
@@ -150,34 +186,53 @@ class DenseHead(nn.Module):
         return self.predict(features), features
 
 
+def dense_heads(config: ModelConfig, in_channels: int) -> nn.ModuleDict:
+    """One head per NYUv2 task (`model.head`: simple or LibMTL's aspp), in task order."""
+    head = AsppHead if config.head == "aspp" else DenseHead
+    return nn.ModuleDict(
+        {task: head(in_channels, config.head_channels, out) for task, out in TASK_CHANNELS.items()}
+    )
+
+
+def dense_predictions(
+    heads: nn.ModuleDict, head_inputs: Mapping[str, Tensor], image: Tensor
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Each task's prediction at the image's size (normals L2-normalized) and its head's
+    decoder feature map, from the tensor each head reads."""
+    predictions: dict[str, Tensor] = {}
+    features: dict[str, Tensor] = {}
+    for task, head in heads.items():
+        prediction, features[task] = head(head_inputs[task])
+        predictions[task] = F.interpolate(
+            prediction, size=image.shape[-2:], mode="bilinear", align_corners=head.align_corners
+        )
+    predictions["normal"] = F.normalize(predictions["normal"], dim=1)
+    return predictions, features
+
+
+def global_pool(feature_map: Tensor) -> Tensor:
+    """(B, C, h, w) -> (B, C): the global average pool, the dense representation."""
+    return torch.flatten(F.adaptive_avg_pool2d(feature_map, 1), 1)
+
+
 class DenseMTLModel(MultiTaskModel):
-    """Shared ResNet encoder + seg/depth/normal heads; representation = GAP of the encoder map."""
+    """Hard parameter sharing (`model.architecture: hps`): one ResNet encoder read by the
+    seg/depth/normal heads; representation = GAP of the encoder map."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.encoder, channels = resnet_encoder(config.backbone, config.pretrained)
-        self.heads = nn.ModuleDict(
-            {
-                task: DenseHead(channels, config.head_channels, out)
-                for task, out in TASK_CHANNELS.items()
-            }
-        )
+        self.heads = dense_heads(config, channels)
 
     def forward(self, batch: Batch) -> ModelOutput:
         image = batch["input"]
         encoded = self.encoder(image)
-        predictions: dict[str, Tensor] = {}
-        features: dict[str, Tensor] = {}
-        for task, head in self.heads.items():
-            prediction, features[task] = head(encoded)
-            predictions[task] = F.interpolate(
-                prediction, size=image.shape[-2:], mode="bilinear", align_corners=False
-            )
-        predictions["normal"] = F.normalize(predictions["normal"], dim=1)
-        representation = torch.flatten(F.adaptive_avg_pool2d(encoded, 1), 1)
+        predictions, features = dense_predictions(
+            self.heads, dict.fromkeys(self.heads, encoded), image
+        )
         return ModelOutput(
             predictions=predictions,
-            representation=representation,
+            representation=global_pool(encoded),
             features=features,
             encoder_output=encoded,
         )
@@ -187,5 +242,41 @@ class DenseMTLModel(MultiTaskModel):
 
     def last_shared_parameters(self) -> list[nn.Parameter]:
         """The last convolution of the encoder: GradNorm's W, "the last shared layer"."""
-        last_conv = [m for m in self.encoder.modules() if isinstance(m, nn.Conv2d)][-1]
-        return list(last_conv.parameters())
+        return last_convolution(self.encoder)
+
+
+class DenseArchitectureModel(MultiTaskModel):
+    """Another architecture's trunk (`relif_ray.models.architectures`) with the NYUv2 heads;
+    representation = the GAPs of the tasks' head inputs, concatenated in task order."""
+
+    one_encoder_output = False
+
+    def __init__(self, config: ModelConfig, trunk: TaskTrunk, channels: int) -> None:
+        super().__init__()
+        self.architecture = trunk.name
+        self.trunk = trunk
+        self.heads = dense_heads(config, channels)
+
+    def forward(self, batch: Batch) -> ModelOutput:
+        image = batch["input"]
+        encoded = self.trunk(image)
+        predictions, features = dense_predictions(self.heads, encoded.per_task, image)
+        representation = torch.cat([global_pool(encoded.per_task[task]) for task in self.heads], 1)
+        return ModelOutput(
+            predictions=predictions,
+            representation=representation,
+            features=features,
+            auxiliary_loss=encoded.auxiliary_loss,
+        )
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        return self.trunk.shared_parameters()
+
+    def last_shared_parameters(self) -> list[nn.Parameter]:
+        return self.trunk.last_shared_parameters()
+
+
+def last_convolution(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters of the last convolution of `module` (in module order)."""
+    last_conv = [m for m in module.modules() if isinstance(m, nn.Conv2d)][-1]
+    return list(last_conv.parameters())

@@ -29,7 +29,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from relif_ray.config import DataConfig, ModelConfig
+from relif_ray.config import HARD_SHARING, DataConfig, ModelConfig
 from relif_ray.data.splits import Batch, Split, TensorSplit
 from relif_ray.directions import higher_is_better
 from relif_ray.errors import UserError
@@ -61,7 +61,22 @@ class Problem:
         return [task.name for task in self.tasks]
 
     def build_model(self, config: ModelConfig) -> MultiTaskModel:
-        return self.model_factory(config)
+        return checked_model(self.model_factory, config)
+
+
+def checked_model(
+    factory: Callable[[ModelConfig], MultiTaskModel], config: ModelConfig
+) -> MultiTaskModel:
+    """The model `factory` builds for `config`; a one-line error where it is not of the
+    architecture `config` asks for (a plug-in benchmark's model knows only its own)."""
+    model = factory(config)
+    built = getattr(model, "architecture", HARD_SHARING)
+    if built != config.architecture:
+        raise UserError(
+            f"config field model.architecture: this benchmark's model ({type(model).__name__}) "
+            f"is {built}, not {config.architecture}"
+        )
+    return model
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,9 @@ class Benchmark:
     model: the model factory of `load`'s problems, for the driver to build each trial's model
         on PyTorch's meta device (no memory) and so check its config before any trial starts;
         None: the trials find model config problems.
+    delta_m_metrics: the native metrics (`<task>_<metric>`) Delta-M% averages, where the
+        literature's tables average a set of their own (NYUv2: LibMTL's nine, without our depth
+        RMSE); empty: every native metric (`analysis.mtl_metrics`).
     """
 
     load: Callable[[str], Problem]
@@ -158,6 +176,7 @@ class Benchmark:
     report_metrics: tuple[ReportMetric, ...] = ()
     check: Callable[[str], None] | None = None
     model: Callable[[ModelConfig], MultiTaskModel] | None = None
+    delta_m_metrics: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from relif_ray.data.eicu import MORTALITY_HOURS, NUM_FEATURES, check_eicu, read_eicu
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
-from relif_ray.models.clinical import ClinicalMTLModel, HeadSpec
+from relif_ray.models.architectures import build_clinical_model
+from relif_ray.models.clinical import HeadSpec
 from relif_ray.problems import Benchmark, DataWriter, Problem, WriterOption
 from relif_ray.problems.mimic3 import DEFAULTS as MIMIC3_DEFAULTS
 from relif_ray.tasks.base import Task
@@ -20,7 +21,7 @@ HEADS = {
 }
 
 
-MODEL = functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS)
+MODEL = functools.partial(build_clinical_model, input_size=NUM_FEATURES, heads=HEADS)
 """The clinical LSTM over the 19 eICU features, with the mortality and length-of-stay heads."""
 
 

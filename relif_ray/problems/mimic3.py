@@ -13,7 +13,8 @@ from relif_ray.data.mimic3 import (
     read_mimic3,
 )
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
-from relif_ray.models.clinical import ClinicalMTLModel, HeadSpec
+from relif_ray.models.architectures import build_clinical_model
+from relif_ray.models.clinical import HeadSpec
 from relif_ray.problems import Benchmark, DatasetDefaults, DataWriter, Problem, WriterOption
 from relif_ray.tasks.base import Task
 from relif_ray.tasks.clinical import (
@@ -34,7 +35,7 @@ HEADS = {
 state at the last step, decompensation and length of stay every step."""
 
 
-MODEL = functools.partial(ClinicalMTLModel, input_size=NUM_FEATURES, heads=HEADS)
+MODEL = functools.partial(build_clinical_model, input_size=NUM_FEATURES, heads=HEADS)
 """The paper's 2-layer LSTM over the 76 discretised features, with the four heads."""
 
 

@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from relif_ray.config import ReLiFConfig
+from relif_ray.config import HARD_SHARING, ReLiFConfig
 from relif_ray.errors import UserError
 from relif_ray.sweep.trial_config import apply_overrides as apply_overrides
 from relif_ray.sweep.trial_config import experiment_config
@@ -149,6 +149,16 @@ def grid_variants(labels: list[str], r_stars: list[float], etas: list[float]) ->
     return variants
 
 
+def with_architectures(variants: list[dict], architectures: list[str]) -> list[dict]:
+    """Every variant on every architecture (`model.architecture`), variant-major: the sweep's
+    axis over architectures (`--architectures`)."""
+    return [
+        {"label": item["label"], "overrides": {**item["overrides"], "model.architecture": arch}}
+        for item in variants
+        for arch in architectures
+    ]
+
+
 def unique_variants(variants: list[dict]) -> list[dict]:
     """`variants` without repeats (same label and overrides), first occurrence kept."""
     seen, result = set(), []
@@ -202,10 +212,13 @@ def variant_name(label: str, settings: Mapping[str, float]) -> str:
 
 def trial_name(tune_config: dict[str, Any]) -> str:
     """A short, file-name-safe name of a trial: label, its identifying settings
-    (`identifying_settings`), seed; e.g. `relif_r0.24_eta0.001_seed0`,
-    `relif-static_lam0.3_seed1`."""
-    settings = identifying_settings(experiment_config(tune_config).relif)
+    (`identifying_settings`), its architecture where it is not hard sharing, seed; e.g.
+    `relif_r0.24_eta0.001_seed0`, `relif-static_lam0.3_seed1`, `erm_mtan_seed0`."""
+    config = experiment_config(tune_config)
+    settings = identifying_settings(config.relif)
     parts = [tune_config["label"].replace("+", "_")]
     parts += [f"{SETTING_FIELDS[field][1]}{value:g}" for field, value in settings.items()]
+    if config.model.architecture != HARD_SHARING:
+        parts.append(config.model.architecture)
     parts.append(f"seed{tune_config['seed']}")
     return "_".join(parts)

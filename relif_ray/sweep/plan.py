@@ -15,9 +15,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from relif_ray.config import HARD_SHARING
 from relif_ray.directions import tune_mode
 from relif_ray.errors import UserError
-from relif_ray.reference import is_reference, waits_for_reference
+from relif_ray.reference import (
+    config_reference_key,
+    is_reference,
+    reference_key,
+    waits_for_reference,
+)
 from relif_ray.sweep.labels import grid_variants, unique_variants, uses_controller, variant
 from relif_ray.sweep.preflight import check_trial_configs
 from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
@@ -233,50 +239,67 @@ def controller_variants(
 class TrialOrder:
     """The trials of a sweep in the order Tune gets them (`relif_ray.tuning.order`).
 
-    items: {"config": the trial's own part of its config (`SweepSpace.trials`), "needs": seed or
-        None, "provides": seed or None}: ERM references first, then the trials that wait for
-        nothing, then the waiting ones.
+    items: {"config": the trial's own part of its config (`SweepSpace.trials`), "needs": the
+        reference key (`relif_ray.reference.reference_key`: the seed, with the architecture
+        where it is not hard sharing) of the ERM trial it waits for or None, "provides": the
+        key of the ERM reference it is or None}: ERM references first, then the trials that
+        wait for nothing, then the waiting ones.
     studies_need_reference: whether Optuna's (ReLiF) trials wait for their seed's reference.
-    added_references: seeds whose ERM reference trial the sweep added (none was asked for).
+    study_keys: seed -> reference key of the Optuna studies' trials.
+    added_references: keys whose ERM reference trial the sweep added (none was asked for).
     """
 
     items: list[dict[str, Any]]
     studies_need_reference: bool = False
-    added_references: tuple[int, ...] = ()
+    study_keys: dict[int, str] = field(default_factory=dict)
+    added_references: tuple[str, ...] = ()
 
 
-def trial_order(space: SweepSpace, search: OptunaPlan | None, ready_seeds: set[int]) -> TrialOrder:
+def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -> TrialOrder:
     """Order the trials of `space` (or the Optuna studies of `search` over its constants) so
-    every trial that needs its seed's ERM squash constants comes after that seed's ERM trial;
-    seeds in `ready_seeds` already have their constants (`--reference`). A seed whose waiting
-    trials have no ERM trial in the sweep gets one added."""
+    every trial that needs its seed's ERM squash constants comes after that seed's ERM trial
+    of its architecture; reference keys in `ready` already have their constants
+    (`--reference`). A key whose waiting trials have no ERM trial in the sweep gets one added."""
     trials = [] if search is not None else list(space.trials)
     trials.sort(key=lambda trial: trial["seed"])  # stable: the sweep's order within a seed
-    providers, plain, waiting = {}, [], []
+    providers, plain, waiting, needed = {}, [], [], {}
     for trial in trials:
-        seed = trial["seed"]
         config = experiment_config({**space.constants, **trial})
+        key = config_reference_key(config)
         entry = {"config": trial, "needs": None, "provides": None}
-        if waits_for_reference(config) and seed not in ready_seeds:
-            waiting.append({**entry, "needs": seed})
-        elif is_reference(config) and seed not in providers and seed not in ready_seeds:
-            providers[seed] = {**entry, "provides": seed}
+        if waits_for_reference(config) and key not in ready:
+            waiting.append({**entry, "needs": key})
+            needed[key] = (config.seed, config.model.architecture)
+        elif is_reference(config) and key not in providers and key not in ready:
+            providers[key] = {**entry, "provides": key}
+            needed.setdefault(key, (config.seed, config.model.architecture))
         else:
             plain.append(entry)
-    studies_wait = False
+    studies_wait, study_keys = False, {}
     if search is not None:
         corner = variant(search.labels[0], search.r_star_range[0], search.eta_range[0])
         config = experiment_config({**space.constants, **trial_overrides(corner, search.seeds[0])})
         studies_wait = waits_for_reference(config)
-    needing = {entry["needs"] for entry in waiting}
-    if studies_wait:
-        needing |= {seed for seed in search.seeds if seed not in ready_seeds}
-    added = tuple(sorted(seed for seed in needing if seed not in providers))
-    for seed in added:
-        entry = {"config": trial_overrides(variant("erm"), seed), "needs": None}
-        providers[seed] = {**entry, "provides": seed}
-    items = [providers[seed] for seed in sorted(providers)] + plain + waiting
-    return TrialOrder(items, studies_wait, added)
+        architecture = config.model.architecture
+        study_keys = {seed: reference_key(seed, architecture) for seed in search.seeds}
+        if studies_wait:
+            needed.update({study_keys[s]: (s, architecture) for s in search.seeds})
+    missing = [key for key in needed if key not in providers and key not in ready]
+    added = tuple(sorted(missing, key=lambda key: needed[key][0]))
+    for key in added:
+        providers[key] = {"config": reference_trial(space, *needed[key]), "needs": None}
+        providers[key]["provides"] = key
+    by_seed = sorted(providers, key=lambda key: needed[key][0])  # stable: sweep order
+    items = [providers[key] for key in by_seed] + plain + waiting
+    return TrialOrder(items, studies_wait, study_keys, added)
+
+
+def reference_trial(space: SweepSpace, seed: int, architecture: str) -> dict[str, Any]:
+    """The own part of the config of the ERM reference trial of `seed` and `architecture`."""
+    trial = trial_overrides(variant("erm"), seed)
+    if architecture != space.constants.get("model.architecture", HARD_SHARING):
+        trial["model.architecture"] = architecture
+    return trial
 
 
 def plan_summary(space: SweepSpace, search: OptunaPlan | None, resources: Resources) -> str:

@@ -7,7 +7,9 @@ the trial, so each rule keeps one home:
 - every trial's config: the method is built with its options (`build_method`: unknown
   options, out-of-range values, a gradient source the method lacks) and the model is built on
   PyTorch's `meta` device, which allocates no memory (unknown backbone, pretrained weights
-  that cannot be loaded, options the model rejects); the straight-through squash gradient is
+  that cannot be loaded, options the model rejects, an architecture that does not apply to
+  the data set, the representation-gradient mode on an architecture without one encoder
+  output every head reads); the straight-through squash gradient is
   refused where the data set has no squashed score (`check_squash_gradient`);
 - the data set: the benchmark's `check(root)` (every file present and readable, shapes and
   dtypes from file headers, small files parsed whole);
@@ -44,7 +46,8 @@ from relif_ray.experiment.storage import (
     resolved,
 )
 from relif_ray.methods import build_method
-from relif_ray.problems import benchmark
+from relif_ray.models.base import check_gradient_source
+from relif_ray.problems import benchmark, checked_model
 from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
 
 
@@ -64,12 +67,14 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
                 gradient_source=method.gradient_source,
                 **method.options,
             )
-        if described.model is not None and repr((config.data.dataset, config.model)) not in built:
-            built.add(repr((config.data.dataset, config.model)))
+        key = repr((config.data.dataset, config.model, method.gradient_source))
+        if described.model is not None and key not in built:
+            built.add(key)
             with torch.device("meta"), warnings.catch_warnings():
                 # loading pretrained weights into meta parameters copies nothing, by design
                 warnings.filterwarnings("ignore", ".*copying from a non-meta parameter")
-                described.model(config.model)
+                model = checked_model(described.model, config.model)
+            check_gradient_source(model, method.gradient_source)
 
 
 def check_squash_gradient(config: ExperimentConfig, squashed_tasks: frozenset[str]) -> None:

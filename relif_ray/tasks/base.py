@@ -43,17 +43,21 @@ class ModelOutput:
     predictions: task name -> head output (logits or regression maps).
     features: task name -> the head's decoder feature map, where an audit score needs it.
     representation: (B, D) shared representation (global average pool of the encoder map for
-        the dense model, the last LSTM state for the clinical model); ReLiF prototypes and the
-        method-induced thresholds use it.
+        the dense model, the last LSTM state for the clinical model; per architecture:
+        `relif_ray.models.base`); ReLiF prototypes and the method-induced thresholds use it.
     encoder_output: the encoder output that every head consumes (the dense model's feature
         map, the clinical LSTM outputs), the tensor itself so that gradients can be taken
-        with respect to it (`method.gradient_source: representation`); None if not exposed.
+        with respect to it (`method.gradient_source: representation`); None if not exposed
+        (an architecture whose tasks read different tensors has none).
+    auxiliary_loss: a loss term of the architecture itself (DSelect-k's gate regularizer),
+        added to the step's loss after the method's aggregation; None where there is none.
     """
 
     predictions: dict[str, Tensor]
     representation: Tensor
     features: dict[str, Tensor] = field(default_factory=dict)
     encoder_output: Tensor | None = None
+    auxiliary_loss: Tensor | None = None
 
 
 def accumulate(total: Tensor | None, value: Tensor) -> Tensor:

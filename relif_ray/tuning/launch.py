@@ -288,9 +288,9 @@ def reference_order(
     if reference:
         ready = lent_constants(reference)
         write_squash_constants(experiment_dir, ready)
-    order = trial_order(space, search, {int(seed) for seed in ready})
+    order = trial_order(space, search, set(ready))
     if order.added_references:
-        seeds = ", ".join(str(seed) for seed in order.added_references)
+        seeds = ", ".join(order.added_references)
         print(
             f"added ERM reference trials for seed(s) {seeds}: ReLiF trains on the squash "
             "constants of the same-seed ERM validation run (paper appendix A.3)"
@@ -379,6 +379,7 @@ def run_sweep(
                     experiment_dir,
                     StudyGroups(search) if search else None,
                     order.studies_need_reference,
+                    order.study_keys,
                 ),
                 scheduler=scheduler(options),
                 num_samples=len(order.items) + (search.total_trials if search else 0),

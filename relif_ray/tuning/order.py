@@ -9,7 +9,8 @@ that order:
 
 - every trial that needs no reference (ERM itself, the other methods, every trial of a data set
   without squashed scores) at once, in the sweep's order;
-- a dependent trial as soon as the ERM trial of its seed has finished; the driver then writes
+- a dependent trial as soon as the ERM trial of its seed (and architecture:
+  `relif_ray.reference.reference_key`) has finished; the driver then writes
   that trial's constants to `squash_constants.json` in the experiment directory (local, NFS or
   s3://), where the dependent trials read them at set-up and the audit reads them at analysis;
 - when a seed's ERM trial errors, its dependent trials still start, with the reason in their
@@ -44,11 +45,14 @@ class ReferenceOrder(Searcher):
     """Trial configs in dependency order; `studies` (a `StudyGroups`) once a seed is settled.
 
     items: each {"config": the trial's own part of its Tune config (label, seed, overrides),
-        "needs": seed or None,
-        "provides": seed or None}; "provides" marks the ERM reference trial of that seed.
+        "needs": reference key or None,
+        "provides": reference key or None}; "provides" marks the ERM reference trial of that
+        key (`relif_ray.reference.reference_key`: the seed, with the architecture where it is
+        not hard sharing).
     experiment_dir: where the driver writes `squash_constants.json` (constants already there,
         e.g. copied from `--reference`, count as ready).
     studies_need_reference: whether the studies' (ReLiF) trials depend on the reference.
+    study_keys: seed -> the reference key of the studies' trials of that seed.
     """
 
     def __init__(
@@ -57,8 +61,10 @@ class ReferenceOrder(Searcher):
         experiment_dir: str,
         studies: Any | None = None,
         studies_need_reference: bool = False,
+        study_keys: dict[int, str] | None = None,
     ) -> None:
         super().__init__()
+        self._study_keys = dict(study_keys or {})
         self._items = [dict(item) for item in items]
         self._pending = list(self._items)
         self._experiment_dir = experiment_dir
@@ -66,7 +72,7 @@ class ReferenceOrder(Searcher):
         self._studies_need_reference = studies_need_reference
         self._ready: dict[str, dict[str, list[float]]] = read_squash_constants(experiment_dir)
         self._failed: dict[str, str] = {}
-        self._providers: dict[str, int] = {}
+        self._providers: dict[str, str] = {}
         # True in the copy Tune pickles into tuner.pkl as the Tuner is built, which a resume
         # unpickles: a resumed run must `restore` this order before it hands out a trial.
         self._awaiting_restore = True
@@ -88,38 +94,41 @@ class ReferenceOrder(Searcher):
             if needs is None or self._settled(needs):
                 del self._pending[index]
                 if item.get("provides") is not None:
-                    self._providers[trial_id] = int(item["provides"])
-                return self._with_reference_error(dict(item["config"]), needs is not None)
+                    self._providers[trial_id] = str(item["provides"])
+                return self._with_reference_error(dict(item["config"]), needs)
         studies_done = True
         if self._studies is not None:
-            settled = {int(seed) for seed in [*self._ready, *self._failed]}
+            settled = {seed for seed, key in self._study_keys.items() if self._settled(key)}
             ready = settled if self._studies_need_reference else None
             suggestion = self._studies.suggest(trial_id, ready=ready)
             if isinstance(suggestion, dict):
-                return self._with_reference_error(suggestion, self._studies_need_reference)
+                key = self._study_keys.get(suggestion["seed"], str(suggestion["seed"]))
+                depends = key if self._studies_need_reference else None
+                return self._with_reference_error(suggestion, depends)
             studies_done = suggestion == Searcher.FINISHED
         if self._pending or not studies_done:
             return None  # a trial waits for its seed's reference
         return Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        seed = self._providers.pop(trial_id, None)
-        if seed is not None:
+        key = self._providers.pop(trial_id, None)
+        if key is not None:
             constants = _reported_constants(result or {})
             if error or not constants:
-                self._failed[str(seed)] = f"the ERM reference trial of seed {seed} errored"
+                self._failed[key] = f"the ERM reference trial of seed {key} errored"
             else:
-                self._ready[str(seed)] = constants
+                self._ready[key] = constants
                 write_squash_constants(self._experiment_dir, self._ready)
         if self._studies is not None:
             self._studies.on_trial_complete(trial_id, result, error)
 
-    def _settled(self, seed: int) -> bool:
-        return str(seed) in self._ready or str(seed) in self._failed
+    def _settled(self, key: str) -> bool:
+        return str(key) in self._ready or str(key) in self._failed
 
-    def _with_reference_error(self, config: dict, depends: bool) -> dict:
-        reason = self._failed.get(str(config.get("seed")))
-        if depends and reason is not None:
+    def _with_reference_error(self, config: dict, needs: str | None) -> dict:
+        """`config`, with the reason its reference errored where it depends on one that did."""
+        reason = self._failed.get(str(needs)) if needs is not None else None
+        if reason is not None:
             config["reference_error"] = reason
         return config
 
@@ -158,16 +167,16 @@ class ReferenceOrder(Searcher):
         self._pending, self._providers = [], {}
         for item in self._items:
             trial_id = next((t for t, config in unclaimed.items() if _is_of(item, config)), None)
-            seed = item.get("provides")
-            waited_for = seed is not None and str(seed) not in self._ready
-            if trial_id is None and (seed is None or waited_for):
+            key = item.get("provides")
+            waited_for = key is not None and str(key) not in self._ready
+            if trial_id is None and (key is None or waited_for):
                 self._pending.append(item)
             elif trial_id is not None:
                 del unclaimed[trial_id]
                 if waited_for:
-                    self._providers[trial_id] = int(seed)
-        awaited = {str(seed) for seed in self._providers.values()}
-        self._failed = {seed: why for seed, why in state["failed"].items() if seed not in awaited}
+                    self._providers[trial_id] = str(key)
+        awaited = set(self._providers.values())
+        self._failed = {key: why for key, why in state["failed"].items() if key not in awaited}
         self._awaiting_restore = False
 
 

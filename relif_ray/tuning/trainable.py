@@ -53,6 +53,7 @@ from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import write_trial_outputs
 from relif_ray.reference import (
     SQUASH_CONSTANTS_FILE,
+    config_reference_key,
     is_reference,
     read_squash_constants,
     squash,
@@ -127,10 +128,11 @@ def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) ->
     if not waits_for_reference(config):
         return config
     where = trial.get("experiment_dir", "")
-    constants = read_squash_constants(where).get(str(config.seed)) if where else None
+    key = config_reference_key(config)
+    constants = read_squash_constants(where).get(key) if where else None
     if not constants:
         raise UserError(
-            f"not started: no squash constants of seed {config.seed} in "
+            f"not started: no squash constants of seed {key} in "
             f"{where}/{SQUASH_CONSTANTS_FILE} (written when that seed's ERM trial finishes)"
         )
     return replace(config, relif=replace(config.relif, squash_constants=constants))
