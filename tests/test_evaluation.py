@@ -119,6 +119,9 @@ def test_count_bins_counts_like_bincount() -> None:
     index = torch.tensor([3, 0, 3, 5, 5, 5])
     assert torch.equal(count_bins(index, 7), torch.bincount(index, minlength=7))
     assert count_bins(torch.zeros(0, dtype=torch.long), 3).tolist() == [0, 0, 0]
+    # a mask leaves positions out, also those whose index is out of range (an ignored label)
+    index, keep = torch.tensor([3, -4, 3, 9, 5]), torch.tensor([True, False, True, False, True])
+    assert count_bins(index, 7, keep).tolist() == [0, 0, 0, 2, 0, 1, 0]
 
 
 def test_the_guard_refuses_bincount(monkeypatch) -> None:

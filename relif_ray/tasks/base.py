@@ -66,12 +66,18 @@ def accumulate(total: Tensor | None, value: Tensor) -> Tensor:
     return value if total is None else total + value
 
 
-def count_bins(index: Tensor, bins: int) -> Tensor:
+def count_bins(index: Tensor, bins: int, keep: Tensor | None = None) -> Tensor:
     """How often each of 0..bins-1 occurs in `index` (int64, on its device): what
     `torch.bincount(index, minlength=bins)` gives for indices below `bins`, without its host
-    synchronisation on CUDA, where it reads max(index) on the host to size its output."""
-    counts = torch.zeros(bins, dtype=torch.int64, device=index.device)
-    return counts.index_add_(0, index.flatten(), torch.ones_like(index.flatten()))
+    synchronisation on CUDA, where it reads max(index) on the host to size its output.
+
+    keep: where given (the shape of `index`), only the positions where it is True count; the
+    others go to one extra bin that is left out, so no position is selected on the host."""
+    if keep is not None:
+        index = torch.where(keep, index, bins)
+    index = index.flatten()
+    counts = torch.zeros(bins + 1, dtype=torch.int64, device=index.device)
+    return counts.index_add_(0, index, torch.ones_like(index))[:bins]
 
 
 class MetricAccumulator(ABC):

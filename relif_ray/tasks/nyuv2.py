@@ -106,8 +106,8 @@ class SegmentationMetrics(MetricAccumulator):
     """mIoU and pixel accuracy from one confusion matrix accumulated over the split.
 
     Classes with an empty union (absent from predictions and targets) are skipped in the mean,
-    where LibMTL's code would return NaN. Ignored pixels (label -1) are counted in one extra
-    bin that the matrix leaves out, so no pixel is selected on the host.
+    where LibMTL's code would return NaN. Ignored pixels (label -1) are left out by
+    `count_bins`'s mask, so no pixel is selected on the host.
     """
 
     higher_is_better: ClassVar[Mapping[str, bool]] = {"miou": True, "pixel_acc": True}
@@ -119,9 +119,8 @@ class SegmentationMetrics(MetricAccumulator):
     def update(self, prediction: Tensor, target: Tensor) -> None:
         predicted = prediction.argmax(dim=1).flatten()
         target = target.flatten().long()
-        ignored = NUM_CLASSES**2
-        index = torch.where(target >= 0, target * NUM_CLASSES + predicted, ignored)
-        counts = count_bins(index, ignored + 1)[:ignored].view(NUM_CLASSES, NUM_CLASSES)
+        index = target * NUM_CLASSES + predicted
+        counts = count_bins(index, NUM_CLASSES**2, keep=target >= 0).view(NUM_CLASSES, -1)
         self.confusion = accumulate(self.confusion, counts)
 
     def compute(self) -> dict[str, float]:
@@ -176,8 +175,8 @@ class NormalMetrics(MetricAccumulator):
 
     Mean and the fractions strictly below 11.25/22.5/30 degrees are exact; the median comes
     from a histogram with `ANGLE_BINS_PER_DEGREE` bins per degree (exact to 0.01 degree), so a
-    whole split never has to be held in memory. Invalid pixels go to one extra bin and add
-    zeros to the sums.
+    whole split never has to be held in memory. Invalid pixels are left out of the histogram by
+    `count_bins`'s mask and add zeros to the sums.
     """
 
     THRESHOLDS = (11.25, 22.5, 30.0)
@@ -201,7 +200,7 @@ class NormalMetrics(MetricAccumulator):
         cosine = (F.normalize(prediction, dim=1) * target).sum(dim=1)
         angle = torch.rad2deg(torch.acos(cosine.double().clamp(-1.0, 1.0)))
         index = (angle * ANGLE_BINS_PER_DEGREE).floor().long().clamp(0, self.BINS - 1)
-        counts = count_bins(torch.where(valid, index, self.BINS), self.BINS + 1)[: self.BINS]
+        counts = count_bins(index, self.BINS, keep=valid)
         below = torch.stack([((angle < limit) & valid).sum() for limit in self.THRESHOLDS])
         self.histogram = accumulate(self.histogram, counts)
         self.angle_sum = accumulate(self.angle_sum, torch.where(valid, angle, 0.0).sum())
