@@ -132,12 +132,7 @@ class GraphedStep:
         """The step on the static index: the batch gathered on the device, forward, losses,
         ReLiF, backward, clipping, the optimiser's step; the trace row as one vector."""
         run = self.run
-        batch = run._to_device(run.train_split.batch(self.index))
-        run.model.train()
-        row = run._backward(batch)
-        if run.config.train.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.config.train.grad_clip)
-        run.optimizer.step()
+        row = run._update(run._to_device(run.train_split.batch(self.index)))
         if not self.keys:
             self._layout(row)
         values = [row[key].to(torch.float64).reshape(()) for key in self.device_keys]

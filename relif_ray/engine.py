@@ -298,15 +298,23 @@ class TrainingRun:
 
     def _eager_step(self) -> None:
         batch = self._train_batch()
+        row = self._update(batch)
+        self.method.after_step(lambda: self._updated_losses(batch))
+        row["step"] = torch.tensor(self.step)
+        row["lr"] = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+        self._pending.append(row)
+
+    def _update(self, batch: Batch) -> dict[str, Tensor]:
+        """One optimiser update on a device batch: forward, losses, ReLiF and the method's
+        backward (`_backward`), gradient clipping, the optimiser's step; the step's trace row,
+        still as tensors. The eager step and the graphed one (`relif_ray.cuda_graph`) both run
+        it."""
         self.model.train()
         row = self._backward(batch)
         if self.config.train.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
         self.optimizer.step()
-        self.method.after_step(lambda: self._updated_losses(batch))
-        row["step"] = torch.tensor(self.step)
-        row["lr"] = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
-        self._pending.append(row)
+        return row
 
     def _task_losses(self, output: ModelOutput, batch: Batch) -> dict[str, Tensor]:
         return {
