@@ -40,8 +40,6 @@ import dataclasses
 import io
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -57,7 +55,6 @@ from relif_ray.problems.nyuv2 import DEFAULTS as NYUV2
 from relif_ray.relif.controller import scale_to_budget
 from relif_ray.squash import AUDIT_INTERFACES
 
-REPO = Path(__file__).resolve().parents[1]
 REFERENCE = "erm"
 STRAIGHT_THROUGH = "relif-st"
 """ReLiF with the straight-through squash gradient (`relif_ray.sweep.labels.RELIF_LABELS`)."""
@@ -135,25 +132,50 @@ BATCH_SIZE = 8
 
 
 def run_sweep(size: Size, workdir: Path, data: Path | None = None) -> Path:
-    """Write the data (unless `data` holds it), run the sweep through `sweeps/nyuv2.py`; the
-    experiment directory."""
+    """Write the data (unless `data` holds it), run the sweep of `sweeps/nyuv2.py` in this
+    process (`run_nyuv2_sweep`); the experiment directory."""
     if data is None:
         data = workdir / "data"
         write_synthetic_nyuv2(
             data, train=size.train, val=size.val, height=size.height, width=size.width, seed=0
         )
     eta, warmup = scale_to_budget(size.steps)
-    command = [
-        sys.executable,
-        str(REPO / "sweeps" / "nyuv2.py"),
-        *("--data-dir", str(data), "--methods", ",".join((REFERENCE, *size.labels))),
-        *("--seeds", str(size.seeds), "--steps", str(size.steps), "--backbone", size.backbone),
-        *("--batch-size", str(BATCH_SIZE), "--lr", f"{size.lr:g}", "--pretrained", "none"),
-        *("--eta", f"{eta:g}", "--warmup-steps", str(warmup)),
-        *("--storage", str(workdir / "results"), "--name", "fidelity", *size.sweep_flags),
-    ]
-    run_command(command)
+    run_nyuv2_sweep(
+        [
+            *("--data-dir", str(data), "--methods", ",".join((REFERENCE, *size.labels))),
+            *("--seeds", str(size.seeds), "--steps", str(size.steps)),
+            *("--backbone", size.backbone, "--batch-size", str(BATCH_SIZE)),
+            *("--lr", f"{size.lr:g}", "--pretrained", "none"),
+            *("--eta", f"{eta:g}", "--warmup-steps", str(warmup)),
+            *("--storage", str(workdir / "results"), "--name", "fidelity", *size.sweep_flags),
+        ]
+    )
     return workdir / "results" / "fidelity"
+
+
+def run_nyuv2_sweep(argv: list[str]) -> None:
+    """`python sweeps/nyuv2.py ARGV`, in this process (the script's `main`: no second start of
+    Python, torch and torchvision). On the Ray this process is connected to, if any; otherwise
+    on a local Ray that it starts and stops again, so that every sweep gets the resources its
+    flags ask for and nothing of Ray stays behind to load what runs next."""
+    from relif_ray.cli.sweep import main as sweep
+    from relif_ray.tuning import keep_local_ray_on_loopback
+
+    keep_local_ray_on_loopback()  # before Ray is imported, as the script's driver does
+    import ray
+
+    started_here = not ray.is_initialized()
+    try:
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()) as err,
+        ):
+            status = sweep(argv, datasets=("nyuv2",))
+    finally:
+        if started_here:
+            ray.shutdown()
+    if status != 0:
+        raise RuntimeError(f"sweeps/nyuv2.py {' '.join(argv)} failed: {err.getvalue()[-3000:]}")
 
 
 def run_report(experiment: Path, out: Path, flags: tuple[str, ...]) -> Reports:
@@ -170,12 +192,6 @@ def run_report(experiment: Path, out: Path, flags: tuple[str, ...]) -> Reports:
     if status != 0:
         raise RuntimeError(f"relif {' '.join(command)} failed: {err.getvalue()[-3000:]}")
     return Reports(pd.read_csv(out / "per_trial.csv"), pd.read_csv(out / "interface_per_trial.csv"))
-
-
-def run_command(command: list[str]) -> None:
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:3])} failed:\n{result.stderr[-3000:]}")
 
 
 @dataclass(frozen=True)

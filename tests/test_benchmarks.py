@@ -231,7 +231,9 @@ def test_run_reaches_fidelity_only_when_named(load, monkeypatch, capsys) -> None
 
 
 @pytest.mark.slow
-def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(load, tmp_path) -> None:
+def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
+    load, ray_session, tmp_path
+) -> None:
     """The --quick size end to end through the real sweep and report: every row recomputed
     from the report's per_trial.csv and interface_per_trial.csv, every target applied."""
     fidelity = load("fidelity")

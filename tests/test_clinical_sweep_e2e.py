@@ -1,4 +1,5 @@
-"""End to end: sweeps/clinical.py on synthetic MIMIC-III and eICU -> analysis -> relif report.
+"""End to end: the clinical sweep (what sweeps/clinical.py runs) on synthetic MIMIC-III and eICU ->
+analysis -> relif report.
 
 MIMIC-III runs the paper's selection path: an Optuna search over (r*, eta), then the grid of
 erm and relif at the setting chosen on validation per seed (`--select-from`, two seeds), which
@@ -6,10 +7,9 @@ the other MIMIC-III tests read too; eICU runs a plain grid at its default seeds.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,36 +17,31 @@ import pytest
 
 import analysis
 from relif_ray.cli.sweep import CLINICAL, base_config, build_parser
+from relif_ray.cli.sweep import main as sweep_main
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.sweep.selection import read_pareto, select_settings
 
-REPO = Path(__file__).resolve().parents[1]
 MIMIC3_TASKS = {"mortality", "decompensation", "phenotype", "length_of_stay"}
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """A CLI of the repository, with local Ray kept on 127.0.0.1."""
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    return subprocess.run(
-        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600, env=env
-    )
-
-
 def sweep(dataset: str, data_dir: Path, storage: Path, name: str, *flags: str) -> tuple[Path, str]:
-    result = run_cli(
-        "sweeps/clinical.py",
+    """A sweep through what `sweeps/clinical.py` calls, in this process and on the session's
+    Ray (the script itself runs in tests/test_fail_fast.py and test_config_overrides.py): its
+    experiment directory and what it printed."""
+    argv = [
         *("--dataset", dataset, "--data-dir", str(data_dir), "--epochs", "1"),
-        *("--batch-size", "8", "--warmup-steps", "1", "--num-cpus", "2"),
+        *("--batch-size", "8", "--warmup-steps", "1"),
         *("--storage", str(storage), "--name", name, *flags),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return storage / name, result.stdout
+    ]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        status = sweep_main(argv, datasets=tuple(CLINICAL), controller_checks=False)
+    assert status == 0, out.getvalue()[-3000:]
+    return storage / name, out.getvalue()
 
 
 @pytest.fixture(scope="module")
-def mimic3_search(sweep_folder: Path) -> tuple[Path, Path]:
+def mimic3_search(ray_session, sweep_folder: Path) -> tuple[Path, Path]:
     """(data, storage) after an Optuna search of relif, one sample per seed 0 and 1."""
     # data seed 0 with 24 patients: both mortality classes occur in val and test
     data = write_synthetic_mimic3(sweep_folder / "m3" / "data", patients=24, seed=0)
@@ -67,7 +62,7 @@ def mimic3_experiment(mimic3_search: tuple[Path, Path]) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def eicu_experiment(sweep_folder: Path) -> tuple[Path, str]:
+def eicu_experiment(ray_session, sweep_folder: Path) -> tuple[Path, str]:
     data = write_synthetic_eicu(sweep_folder / "eicu" / "data", patients=40, seed=0)
     storage = sweep_folder / "eicu-results"
     return sweep("eicu", data, storage, "eicu", "--methods", "erm")  # default seeds: 3

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 import analysis
+from relif_ray.cli import main as relif  # the `relif` console script, in this process
 from relif_ray.tuning import LOOPBACK_SWITCH
 from tests.local_cluster import LOCALHOST, listening_addresses
 
@@ -188,10 +189,9 @@ def test_trials_of_the_same_seed_reproduce_a_direct_engine_run(experiment):
 
 
 @pytest.mark.slow
-def test_report_writes_utility_tables(experiment, tmp_path):
-    result = run_cli("-m", "relif_ray.cli", "report", str(experiment), "--out", str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    report = Path(result.stdout.strip())
+def test_report_writes_utility_tables(experiment, tmp_path, capsys):
+    assert relif(["report", str(experiment), "--out", str(tmp_path)]) == 0
+    report = Path(capsys.readouterr().out.strip())
     assert report == tmp_path / "report.md" and report.exists()
     table = (tmp_path / "tables" / "utility.csv").read_text().splitlines()
     assert table[0].startswith("label,n_seeds,worst_mean,worst_std,macro_mean")
@@ -244,8 +244,7 @@ def test_report_lists_errored_trials(tmp_path):
     loaded = analysis.load(tmp_path / "exp")
     assert loaded.trials.empty
     assert loaded.problems["status"].tolist() == ["errored"]
-    result = run_cli("-m", "relif_ray.cli", "report", str(tmp_path / "exp"), "--out", str(tmp_path))
-    assert result.returncode == 0
+    assert relif(["report", str(tmp_path / "exp"), "--out", str(tmp_path)]) == 0
     assert "RuntimeError: boom" in (tmp_path / "report.md").read_text()
 
 
@@ -269,13 +268,12 @@ def test_demo_sweep_and_report_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
-def test_export_copies_only_what_the_report_reads(experiment, tmp_path):
+def test_export_copies_only_what_the_report_reads(experiment, tmp_path, capsys):
     """`relif export` leaves out every checkpoint state, and `relif report` on the copy writes
     the same tables as on the original."""
     copy = tmp_path / "copy"
-    result = run_cli("-m", "relif_ray.cli", "export", str(experiment), str(copy))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("exported 2 trial(s) (2 with outputs): ")
+    assert relif(["export", str(experiment), str(copy)]) == 0
+    assert capsys.readouterr().out.startswith("exported 2 trial(s) (2 with outputs): ")
     assert list(experiment.rglob("state.pt")) and not list(copy.rglob("state.pt"))
     constants = "squash_constants.json"  # what ReLiF trained on and the audit squashes with
     assert (copy / constants).read_bytes() == (experiment / constants).read_bytes()
@@ -284,8 +282,7 @@ def test_export_copies_only_what_the_report_reads(experiment, tmp_path):
     reports = {}
     for name, root in (("original", experiment), ("copy", copy)):
         out = tmp_path / f"report-{name}"
-        report = run_cli("-m", "relif_ray.cli", "report", str(root), "--out", str(out))
-        assert report.returncode == 0, report.stderr
+        assert relif(["report", str(root), "--out", str(out)]) == 0
         reports[name] = {
             str(path.relative_to(out)): path.read_bytes()
             for path in sorted(out.rglob("*"))
