@@ -150,10 +150,11 @@ def timed(function: Callable[[], object], repeats: int = 2) -> float:
 
 def before_and_after(trial_dir: Path, workdir: Path, cuda: bool) -> dict[str, float]:
     """On the trial's final state in this process: the validation pass of the host path and
-    of the device path, and one checkpoint as a trial writes it (`torch.save` of the engine's
+    of the device path, and one checkpoint as a trial writes it (`write_state` of the engine's
     state, then Tune's copy into storage), its size and seconds."""
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
+    from relif_ray.tuning.trainable import write_state
 
     sys.path.insert(0, str(REPO))
     from tests.host_evaluation import host_evaluate
@@ -165,7 +166,7 @@ def before_and_after(trial_dir: Path, workdir: Path, cuda: bool) -> dict[str, fl
     written, persisted = workdir / "state.pt", workdir / "persisted.pt"
 
     def write_checkpoint() -> None:
-        torch.save(run.state_dict(), written)
+        write_state(run.state_dict(), written)
         shutil.copyfile(written, persisted)
 
     return {

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pyarrow.fs
@@ -13,7 +14,13 @@ from ray.train._internal.session import _TrainingResult
 
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
-from relif_ray.tuning.trainable import STATE_FILE, newest_complete_state, surviving_checkpoint
+from relif_ray.tuning.trainable import (
+    STATE_FILE,
+    newest_complete_state,
+    readable_state,
+    surviving_checkpoint,
+    write_state,
+)
 from tests.conftest import BUCKET
 
 
@@ -23,8 +30,26 @@ def checkpoint(trial: Path, index: int, epoch: int | None) -> Path:
     folder = trial / f"checkpoint_{index:06d}"
     folder.mkdir(parents=True)
     if epoch is not None:
-        torch.save({"epoch": epoch, "weights": torch.arange(4.0) * epoch}, folder / STATE_FILE)
+        write_state({"epoch": epoch, "weights": torch.arange(4.0) * epoch}, folder / STATE_FILE)
     return folder
+
+
+def test_a_state_written_without_checksums_loads_back_and_a_cut_one_does_not(tmp_path):
+    """`write_state` leaves out the zip records' CRC-32 (torch.load never reads it) and puts
+    the process-wide setting back; what it wrote loads back equal, and the file cut off at any
+    of several points does not load at all."""
+    state = {"epoch": 3, "weights": torch.randn(64, 64), "steps": [1, 2]}
+    path = tmp_path / STATE_FILE
+    write_state(state, path)
+    assert torch.serialization.get_crc32_options() is True
+    assert {record.CRC for record in zipfile.ZipFile(path).infolist()} == {0}
+    loaded = readable_state(path)
+    assert loaded["epoch"] == 3 and loaded["steps"] == [1, 2]
+    assert torch.equal(loaded["weights"], state["weights"])
+    whole = path.read_bytes()
+    for cut in (100, len(whole) // 2, len(whole) - 30):
+        path.write_bytes(whole[:cut])
+        assert readable_state(path) is None, cut
 
 
 def test_the_named_checkpoint_is_loaded_where_it_has_a_state(tmp_path):
@@ -38,7 +63,7 @@ def test_a_deleted_checkpoint_falls_back_to_the_newest_complete_one_beside_it(tm
     deleted when it registered checkpoint 1; checkpoint 2 was cut off mid-write."""
     named = checkpoint(tmp_path, 0, epoch=None)
     checkpoint(tmp_path, 1, epoch=2)
-    torch.save({"epoch": 3, "weights": torch.zeros(1000)}, tmp_path / "whole.pt")
+    write_state({"epoch": 3, "weights": torch.zeros(1000)}, tmp_path / "whole.pt")
     half = checkpoint(tmp_path, 2, epoch=None) / STATE_FILE
     half.write_bytes((tmp_path / "whole.pt").read_bytes()[:600])
     state = newest_complete_state(named)

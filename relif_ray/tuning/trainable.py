@@ -31,6 +31,7 @@ checkpoints where it may be stopped (`outputs_at_iterations` of its config).
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import pickle
 import posixpath
@@ -158,15 +159,34 @@ def newest_complete_state(checkpoint_dir: Path) -> dict[str, Any]:
     raise UserError(f"not restored: {named} is missing, and no checkpoint beside it has a state")
 
 
+def write_state(state: dict[str, Any], state_file: Path) -> None:
+    """`torch.save(state, state_file)` without a CRC-32 per zip record. `torch.load` never
+    checks those checksums (a flipped byte loads either way), and computing them took about
+    half of a trial's checkpoint save: 0.23-0.33 s against 0.11-0.12 s of CPU for a ResNet-18
+    with Adam's moments (133 MB, one thread). A file cut off mid-write still fails to load
+    (`readable_state`). The process-wide setting is put back afterwards."""
+    crc32 = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(state, state_file)
+    finally:
+        torch.serialization.set_crc32_options(crc32)
+
+
 def readable_state(state_file: Path) -> dict[str, Any] | None:
     """The engine state saved in `state_file`; None where the file is missing or was cut off
-    mid-write (torch raises a zip error for a truncated file, a pickle error for one that is
-    not a zip at all)."""
+    mid-write. torch raises a zip error for a file cut within its first few kilobytes, an
+    OSError "Invalid argument" for one cut later (its zip reader seeks back from the end for a
+    directory that is not there) and a pickle error for one that is not a zip at all."""
     if not state_file.exists():
         return None
     try:
         return torch.load(state_file, weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError):
+        return None
+    except OSError as error:
+        if error.errno != errno.EINVAL:  # not a cut file: unreadable for another reason
+            raise
         return None
 
 
@@ -301,7 +321,7 @@ class ReLiFTrainable(tune.Trainable):
         return result
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        torch.save(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
+        write_state(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
         if self.run.finished or self.iteration in self.outputs_at:
             self._write_outputs(Path(checkpoint_dir))
 
