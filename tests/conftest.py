@@ -74,6 +74,13 @@ TINY_ERM_SQUASH = {"depth": [4.8131, 4.9289], "normal": [3.9598, 4.0494]}
 the tiny data (seed 0, 2 epochs): the paper's squash constants for ReLiF runs in tests."""
 
 
+ONE_TRIAL_AT_A_TIME = ("--max-concurrent-trials", "1")
+"""For a test sweep whose trials need not overlap: trials of a second or two each run in turn
+on one trial worker, which Tune reuses. A second worker would spend longer starting (Python,
+torch, torchvision and Ray Tune: about 4.5 s of CPU) than the trials it could take over, on a
+machine whose 2 cores the tests already keep busy."""
+
+
 def needs_cuda(test: Callable) -> Callable:
     """A CUDA-only test: marked `cuda` (the GPU check runs `pytest -m cuda`), skipped without
     a CUDA device."""

@@ -13,6 +13,7 @@ import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
 from relif_ray.sweep.labels import sweep_constants
+from tests.conftest import ONE_TRIAL_AT_A_TIME
 
 
 @pytest.mark.slow
@@ -24,6 +25,7 @@ def test_a_sweep_over_architectures_names_each_in_its_trials_and_rows(
         *("--architectures", "hps,mtan", "--seeds", "1", "--epochs", "1", "--steps", "2"),
         *("--backbone", "resnet18", "--batch-size", "12", "--set", "model.head_channels=16"),
         *("--set", "train.eval_batch_size=12", "--storage", str(tmp_path), "--name", "archs"),
+        *ONE_TRIAL_AT_A_TIME,
     ]
     assert relif_main(sweep) == 0, capsys.readouterr().err[-2000:]
     out = capsys.readouterr().out

@@ -19,6 +19,7 @@ import pytest
 
 import analysis
 from relif_ray.plugins import PLUGIN_PATHS
+from tests.conftest import ONE_TRIAL_AT_A_TIME
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,6 +98,7 @@ def test_sweep_trials_and_report_find_the_plugin(
     sweep = run(
         plugin_env, "sweeps/run.py", "--dataset", "toy", "--demo", "--methods",
         "erm,relif,gls+relif", "--storage", str(tmp_path), "--address", bare_cluster,
+        *ONE_TRIAL_AT_A_TIME,
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "delta_ref = 0.1" in sweep.stdout

@@ -21,6 +21,7 @@ from relif_ray.cli.sweep import main as sweep_main
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.sweep.selection import read_pareto, select_settings
+from tests.conftest import ONE_TRIAL_AT_A_TIME
 
 MIMIC3_TASKS = {"mortality", "decompensation", "phenotype", "length_of_stay"}
 
@@ -31,7 +32,7 @@ def sweep(dataset: str, data_dir: Path, storage: Path, name: str, *flags: str) -
     experiment directory and what it printed."""
     argv = [
         *("--dataset", dataset, "--data-dir", str(data_dir), "--epochs", "1"),
-        *("--batch-size", "8", "--warmup-steps", "1"),
+        *("--batch-size", "8", "--warmup-steps", "1", *ONE_TRIAL_AT_A_TIME),
         *("--storage", str(storage), "--name", name, *flags),
     ]
     with contextlib.redirect_stdout(io.StringIO()) as out:

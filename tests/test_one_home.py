@@ -30,6 +30,7 @@ from relif_ray.sweep.labels import (
     variant_name,
 )
 from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+from tests.conftest import ONE_TRIAL_AT_A_TIME
 from tests.synthetic_experiment import write_synthetic_experiment
 
 STATIC_LAMBDAS = (0.03, 0.3, 1.0)
@@ -187,6 +188,7 @@ def test_a_controller_sweep_through_relif_sweep_reports_each_static_lambda(
         *("--batch-size", "12", "--set", "model.head_channels=16"),
         *("--set", "train.eval_batch_size=12", "--etas", "1e-3", "--r-stars", "0.2"),
         *("--static-lambdas", "0.03,0.3", "--storage", str(tmp_path), "--name", "checks"),
+        *ONE_TRIAL_AT_A_TIME,
     ]
     assert relif_main(sweep) == 0, capsys.readouterr().err[-2000:]
     experiment = tmp_path / "checks"

@@ -708,7 +708,7 @@ def test_the_tests_local_ray_listens_on_loopback_only(ray_session):
 
 @pytest.mark.slow
 def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
-    from relif_ray.sweep.plan import OptunaPlan
+    from relif_ray.sweep.plan import OptunaPlan, TuneOptions
     from relif_ray.sweep.selection import hypervolume
     from relif_ray.tuning.launch import run_sweep
 
@@ -718,6 +718,7 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
         name="optuna",
         storage=str(tmp_path),
         search=plan,
+        options=TuneOptions(max_concurrent_trials=1),  # as tests.conftest.ONE_TRIAL_AT_A_TIME
         verbose=0,
     )
     states = trial_states(Path(experiment))
