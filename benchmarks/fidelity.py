@@ -125,8 +125,11 @@ QUICK = Size(
     steps=2,
     labels=DECISIVE,
     report_flags=("--no-figures", "--n-boot", "0"),
+    sweep_flags=("--num-cpus", "2", "--max-concurrent-trials", "1"),
 )
-"""The smoke run: one epoch of 2 steps per trial, no bootstrap intervals."""
+"""The smoke run: one epoch of 2 steps per trial, no bootstrap intervals, one trial at a time
+(Tune reuses one trial worker; a second would take longer to start, about 4.5 s of CPU for
+Python, torch and Ray Tune, than the two-step trials it could take over)."""
 BATCH_SIZE = 8
 """Batch 8 (resnet18, Adam lr 1e-3 by default: the NYUv2 demo's training settings)."""
 
