@@ -8,8 +8,10 @@ and WORKERS worker nodes with 1 CPU each, all under a private Ray temp dir (RAY_
 the caller), so neither `ray.init()` nor `--address auto` elsewhere on the machine finds it.
 It prints one JSON line {"address": GCS address, "workers": [node ids]} and then obeys stdin:
 
-    kill I     kill worker I's processes, its trials' included, at once (a lost node);
-               prints "killed"
+    kill-node-of PID
+               kill the processes of the worker node that runs process PID (a trial's
+               worker), its trials' included, at once (a lost node); prints "killed", or
+               "no node runs PID"
     add        start one more worker node; prints its node id
     listening  prints a JSON list of the addresses that the cluster's processes listen on
     (EOF)      shut every node down and exit
@@ -64,15 +66,30 @@ def kill_node(cluster: Cluster, node: Node) -> None:
     kills the node's own processes (raylet, agents); the trial workers, children of the raylet,
     would go on until they notice that the raylet is gone, and under load a trial's last epochs
     could finish first, so the test saw no failure. They are killed with the node."""
-    workers = []
-    for infos in node.all_processes.values():
-        for info in infos:
-            with contextlib.suppress(psutil.Error):
-                workers += psutil.Process(info.process.pid).children(recursive=True)
+    workers = node_processes(node)
     cluster.remove_node(node, allow_graceful=False)
     for worker in workers:
         with contextlib.suppress(psutil.Error):
             worker.kill()
+
+
+def node_processes(node: Node) -> list[psutil.Process]:
+    """The processes `node` started (raylet, agents) and theirs (the trial workers)."""
+    processes = []
+    for infos in node.all_processes.values():
+        for info in infos:
+            with contextlib.suppress(psutil.Error):
+                started = psutil.Process(info.process.pid)
+                processes += [started, *started.children(recursive=True)]
+    return processes
+
+
+def node_running(nodes: list[Node], pid: int) -> Node | None:
+    """The node among `nodes` whose processes include `pid`."""
+    for node in nodes:
+        if any(process.pid == pid for process in node_processes(node)):
+            return node
+    return None
 
 
 def main(workers: int) -> None:
@@ -96,9 +113,11 @@ def main(workers: int) -> None:
         sys.stdout.flush()
         for line in sys.stdin:
             command = line.split()
-            if command[:1] == ["kill"]:
-                kill_node(cluster, nodes[int(command[1])])
-                print("killed", flush=True)
+            if command[:1] == ["kill-node-of"]:
+                node = node_running(nodes, int(command[1]))
+                if node is not None:
+                    kill_node(cluster, node)
+                print("killed" if node else f"no node runs {command[1]}", flush=True)
             elif command == ["add"]:
                 nodes.append(add_worker(cluster))
                 print(nodes[-1].node_id, flush=True)
