@@ -33,6 +33,7 @@ from relif_ray.cli.sweep import NYUV2, main
 from relif_ray.experiment.outputs import read_trial_info
 from tests.conftest import TINY_DATA
 from tests.recipes import CLUSTER_SWEEP, documented_command, script_argv, with_flags
+from tests.test_sweeps import trial_records
 
 pytestmark = pytest.mark.slow
 
@@ -126,17 +127,6 @@ def start_driver(cluster: LocalCluster, argv: list[str], log: Path) -> subproces
 
 CHECKPOINT_MARKER = b"checkpoint_0000".hex()
 """A checkpoint folder's name as it appears, in hex, in a trial's pickled checkpoint manager."""
-
-
-def trial_records(experiment: Path) -> list[tuple[dict, dict]]:
-    """(state, runtime metadata) of every trial in Tune's latest experiment state, read
-    without unpickling. [] while none is readable."""
-    states = sorted(experiment.glob("experiment_state-*.json"))
-    try:
-        records = json.loads(states[-1].read_text())["trial_data"]
-    except (IndexError, json.JSONDecodeError, KeyError):
-        return []
-    return [(json.loads(state), json.loads(meta)) for state, meta in records]
 
 
 def has_checkpoint(meta: dict) -> bool:

@@ -795,13 +795,14 @@ def driver_env() -> dict[str, str]:
 
 
 def trial_records(experiment: Path) -> list[tuple[dict, dict]]:
-    """(trial state, runtime metadata) of every trial in Tune's latest experiment state."""
+    """(trial state, runtime metadata) of every trial in Tune's latest experiment state, read
+    without unpickling. [] while none is readable."""
     states = sorted(experiment.glob("experiment_state-*.json"))
     try:
-        data = json.loads(states[-1].read_text())
-    except (IndexError, json.JSONDecodeError):
+        records = json.loads(states[-1].read_text())["trial_data"]
+    except (IndexError, json.JSONDecodeError, KeyError):
         return []
-    return [(json.loads(state), json.loads(meta)) for state, meta in data["trial_data"]]
+    return [(json.loads(state), json.loads(meta)) for state, meta in records]
 
 
 def statuses(experiment: Path) -> dict[str, str]:
