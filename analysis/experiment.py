@@ -30,6 +30,8 @@ from relif_ray.experiment.layout import (
     PARAMS_FILE,
     RESULT_FILE,
     final_outputs,
+    final_outputs_relative,
+    outputs_sizes,
     trial_folders,
 )
 from relif_ray.experiment.lock import running_sweep
@@ -37,6 +39,7 @@ from relif_ray.experiment.outputs import (
     SCORES_FILE,
     TRACE_FILE,
     TRIAL_FILE,
+    check_complete,
     read_representations,
     read_trial_info,
 )
@@ -154,7 +157,9 @@ def load(*paths: str | Path) -> Experiment:
                     problems.append(_problem(trial_dir, files, running))
                 continue
             try:
-                info, scores = _read_trial(final)
+                info, scores = _read_trial(
+                    final, outputs_sizes(files, final_outputs_relative(files))
+                )
                 with storage.reading(storage.join(final, TRIAL_FILE)):  # what a row needs
                     row = _trial_row(info, root, final)
             except (OSError, DamagedFile) as error:
@@ -222,17 +227,19 @@ def _selected_labels(root: Location) -> set[str]:
         return set(table["label"])
 
 
-def _read_trial(final: Location) -> tuple[dict, pa.Table]:
-    """A finished trial's trial.json and scores (`storage.DamagedFile` names a damaged one).
-    Its trace and representations are read when asked for: a damaged one is a one-line error
-    then (`Experiment.traces` leaves it out with a warning)."""
+def _read_trial(final: Location, sizes: dict[str, int]) -> tuple[dict, pa.Table]:
+    """A finished trial's trial.json and scores (`storage.DamagedFile` names a damaged one, or
+    a file its trial.json lists that is not all there: `sizes`, the folder's files as listed,
+    `check_complete`). Its trace and representations are read when asked for: a damaged one
+    is a one-line error then (`Experiment.traces` leaves it out with a warning)."""
     info = read_trial_info(final)
+    check_complete(final, info, sizes)
     scores = storage.read_parquet(storage.join(final, SCORES_FILE))
     return info, scores
 
 
 def _unreadable(
-    trial_dir: Location, files: set[str], running: bool, error: Exception
+    trial_dir: Location, files: dict[str, int], running: bool, error: Exception
 ) -> dict[str, str]:
     """A trial whose outputs cannot be read: still being written while a sweep runs, else
     damaged, which is said (`SkippedFile`) and listed."""
@@ -254,10 +261,12 @@ def skip(what: str, damaged: Exception) -> None:
 
 def _result_records(trial_dir: Location) -> list[dict]:
     """The JSON lines of Tune's `result.json` in a trial folder ([] when it has none, or when
-    it is damaged: said with `SkippedFile`)."""
+    it is damaged: said with `SkippedFile`; read again while a sweep may be rewriting it,
+    `storage.read_settled`)."""
     place = storage.join(trial_dir, RESULT_FILE)
+    running = running_sweep(storage.parent(trial_dir)) is not None
     try:
-        return storage.read_json_lines(place)
+        return storage.read_settled(lambda: storage.read_json_lines(place), running)
     except FileNotFoundError:
         return []
     except DamagedFile as damaged:
@@ -278,14 +287,15 @@ def _numeric_order(rows: list[dict]) -> list[int]:
     return [int(i) for i in ordered.index]
 
 
-def _problem(trial_dir: Location, files: set[str], running: bool) -> dict[str, str]:
+def _problem(trial_dir: Location, files: dict[str, int], running: bool) -> dict[str, str]:
     """A trial folder without outputs: "running" while a sweep still holds the experiment's
     lock (a trial that failed may yet be retried from its checkpoint; `error` then holds its
     last error), else "errored" (Tune's error.txt) or "incomplete" (its sweep was stopped)."""
     error = ""
     if ERROR_FILE in files:
+        place = storage.join(trial_dir, ERROR_FILE)
         try:
-            error = last_line(storage.read_text(storage.join(trial_dir, ERROR_FILE)))
+            error = last_line(storage.read_settled(lambda: storage.read_text(place), running))
         except DamagedFile as damaged:
             skip(f"the error message of {storage.display(trial_dir)}", damaged)
     status = "running" if running else "errored" if ERROR_FILE in files else "incomplete"

@@ -17,6 +17,7 @@ from analysis.results import Results
 from analysis.tables import CISettings, Skipped
 from relif_ray.audit import AuditSettings
 from relif_ray.experiment import storage
+from relif_ray.experiment.lock import still_running
 from relif_ray.relif.controller import PAPER_NYUV2_STEPS
 from relif_ray.squash import SQUASH_FORMULA
 
@@ -106,12 +107,15 @@ def sources(experiment: Experiment) -> str:
 
 
 def running_note(experiment: Experiment) -> str | None:
-    """What to say when a sweep still writes an experiment (`relif_ray.experiment.lock`)."""
-    running = int((experiment.problems["status"] == "running").sum())
-    if not running:
+    """What to say when a sweep still writes an experiment (`relif_ray.experiment.lock`):
+    the trials it left out, by folder, in one line."""
+    problems = experiment.problems
+    running = problems.loc[problems["status"] == "running", "path"]
+    if running.empty:
         return None
+    folders = [path.rstrip("/").rpartition("/")[2] for path in running]
     return (
-        f"A sweep is still running: {running} trial(s) still running, not in this report; "
+        f"A sweep is still running: {still_running(folders)}, not in this report; "
         f"it covers the {len(experiment.trials)} finished trial(s)"
     )
 

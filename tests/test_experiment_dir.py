@@ -176,7 +176,9 @@ def test_report_on_a_running_experiment_reads_finished_trials_and_counts_the_run
         holder.kill()
         holder.wait()
     # the errored trial counts as running while its sweep may still retry it
-    note = "2 trial(s) still running, not in this report; it covers the 4 finished trial(s)"
+    running = "ReLiFTrainable_00004_broken, ReLiFTrainable_00005_broken"
+    note = f"2 trial(s) still running ({running}), not in this report; it covers the 4 finished "
+    note += "trial(s)"
     assert err.strip() == f"relif: note: A sweep is still running: {note}"
     assert out.strip() == str(tmp_path / "running" / "report.md")
     text = (tmp_path / "running" / "report.md").read_text()
@@ -234,6 +236,41 @@ def test_export_copies_what_analysis_reads_and_nothing_else(synthetic_experiment
     pd.testing.assert_frame_equal(original.scores, copied.scores)
     pd.testing.assert_frame_equal(original.traces, copied.traces)
     assert sorted(copied.problems["status"]) == ["errored", "incomplete"]
+
+
+def test_outputs_still_being_copied_are_running_while_the_sweep_runs_and_damaged_after(
+    synthetic_experiment, tmp_path, capsys
+):
+    """Tune copies a finished trial's checkpoint into storage file by file: trial.json can be
+    there before a file it lists is whole. Such a trial is running while the sweep runs (report
+    and export leave it out and name it) and damaged after (a warning; export stops)."""
+    trial = synthetic_experiment / "ReLiFTrainable_00003"  # relif, seed 1
+    scores = trial / "checkpoint_000000" / "outputs" / "scores.parquet"
+    whole = scores.read_bytes()
+    scores.write_bytes(whole[: len(whole) // 2])  # the copy is half way
+    holder = hold_lock(tmp_path, "exp")
+    try:
+        _, err = report(synthetic_experiment, tmp_path / "running", capsys)
+        assert relif_main(["export", str(synthetic_experiment), str(tmp_path / "copy")]) == 0
+        captured = capsys.readouterr()
+    finally:
+        holder.kill()
+        holder.wait()
+    running = "ReLiFTrainable_00003, ReLiFTrainable_00004_broken, ReLiFTrainable_00005_broken"
+    note = f"relif: note: A sweep is still running: 3 trial(s) still running ({running})"
+    assert err.strip() == f"{note}, not in this report; it covers the 3 finished trial(s)"
+    assert len(pd.read_csv(tmp_path / "running" / "per_trial.csv")) == 3
+    assert captured.err.strip() == f"{note}, not exported"
+    assert captured.out.startswith("exported 3 trial(s) (3 with outputs): ")
+    copied = sorted(p.name for p in (tmp_path / "copy").iterdir() if p.is_dir())
+    assert copied == ["ReLiFTrainable_00000", "ReLiFTrainable_00001", "ReLiFTrainable_00002"]
+
+    cut = f"{scores}: damaged file ({len(whole) // 2} of its {len(whole)} bytes)"
+    _, err = report(synthetic_experiment, tmp_path / "stopped", capsys)  # the sweep has ended
+    assert err.strip() == f"relif: warning: skipped trial ReLiFTrainable_00003: {cut}"
+    assert relif_main(["export", str(synthetic_experiment), str(tmp_path / "copy2")]) == 2
+    assert capsys.readouterr().err.strip() == f"relif: error: {cut}; nothing was exported"
+    assert not (tmp_path / "copy2").exists()
 
 
 def test_export_refuses_an_existing_destination_in_one_line(synthetic_experiment, tmp_path, capsys):

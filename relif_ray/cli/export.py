@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from relif_ray.experiment.export import export_experiment
+from relif_ray.experiment.lock import still_running
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +26,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    """Export; the running trials a running sweep's export left out are one note line."""
     summary = export_experiment(args.experiment, args.destination)
+    if summary.running:
+        note = still_running(summary.running)
+        print(f"relif: note: A sweep is still running: {note}, not exported", file=sys.stderr)
     unfinished = summary.trials - summary.finished
     print(
         f"exported {summary.trials} trial(s) ({summary.finished} with outputs"

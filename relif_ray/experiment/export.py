@@ -17,7 +17,8 @@ storage URI (file://, s3://, gs://: read through `relif_ray.experiment.storage`)
 is a new local folder, written under a temporary name and renamed when complete. Every file
 copied is read back as what it is (`relif_ray.experiment.layout.check_file`): a damaged one
 stops the export with one line naming it, and nothing is left behind, so a copy that exists
-reads like its source.
+reads like its source. An experiment that a sweep is still writing is exported as far as its
+trials have finished (`export_experiment`).
 """
 
 from __future__ import annotations
@@ -35,20 +36,34 @@ from relif_ray.experiment.layout import (
     TRIAL_RECORDS,
     check_file,
     final_outputs_relative,
+    outputs_sizes,
     trial_folders,
 )
+from relif_ray.experiment.lock import running_sweep
+from relif_ray.experiment.outputs import check_complete, read_trial_info
 
 
 @dataclass(frozen=True)
 class ExportSummary:
+    """trials, finished: trial folders copied, and those of them with outputs; running: the
+    trial folders of a running sweep left out (empty when no sweep runs); bytes copied, and
+    of the experiment directory."""
+
     trials: int
     finished: int
+    running: list[str]
     copied_bytes: int
     source_bytes: int
 
 
 def export_experiment(experiment: str, destination: str | Path) -> ExportSummary:
-    """Copy what analysis needs of `experiment` to the new local folder `destination`."""
+    """Copy what analysis needs of `experiment` to the new local folder `destination`.
+
+    While a sweep still writes the experiment (it holds the lock: `running_sweep`), only its
+    finished trials are copied, those whose outputs are all there (`check_complete`); the
+    others are left out and named in the summary. Ray Tune's records, which the running sweep
+    rewrites at each snapshot, are read again where one is caught cut off
+    (`storage.read_settled`), so no copied file is ever a partial one."""
     root = storage.location(experiment, "EXP")
     if storage.file_type(root) != pafs.FileType.Directory:
         raise UserError(f"experiment directory not found: {storage.display(root)}")
@@ -59,42 +74,75 @@ def export_experiment(experiment: str, destination: str | Path) -> ExportSummary
         raise UserError(f"DEST {destination}: already exists (export writes a new folder)")
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
+    running = running_sweep(root) is not None
     trials = finished = 0
+    left_out: list[str] = []
     staging.mkdir(parents=True)
     try:
         for trial_dir, files in trial_folders(root).items():
             outputs = final_outputs_relative(files)
             copied = [name for name in TRIAL_RECORDS if name in files]
+            if not copied and outputs is None:
+                continue  # not a trial folder
+            folder = Path(storage.display(trial_dir)).name
+            damaged = _incomplete(trial_dir, files, outputs)
+            if running and (outputs is None or damaged):
+                left_out.append(folder)
+                continue
+            if damaged:
+                raise UserError(f"{damaged}; nothing was exported")
             if outputs is not None:
                 finished += 1
                 copied += sorted(name for name in files if name.startswith(f"{outputs}/"))
-            if not copied:
-                continue  # not a trial folder
             trials += 1
-            folder = staging / Path(storage.display(trial_dir)).name
             for name in copied:
-                _copy(storage.join(trial_dir, *name.split("/")), folder / name)
-        if trials == 0:
+                _copy(storage.join(trial_dir, *name.split("/")), staging / folder / name, running)
+        if trials == 0 and not left_out:
             raise UserError(f"no trials found in {storage.display(root)}")
         for name in EXPERIMENT_FILES:
             if storage.file_type(storage.join(root, name)) == pafs.FileType.File:
-                _copy(storage.join(root, name), staging / name)
+                _copy(storage.join(root, name), staging / name, running)
         staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return ExportSummary(trials, finished, _size(storage.location(target)), _size(root))
+    copied_bytes = _size(storage.location(target))
+    return ExportSummary(trials, finished, left_out, copied_bytes, _size(root))
 
 
-def _copy(source: storage.Location, dest: Path) -> None:
-    """Copy one file and read the copy as what it is (`check_file`): a damaged file is a
-    one-line error naming the source, and the export stops (its staging folder is removed)."""
+def _incomplete(
+    trial_dir: storage.Location, files: dict[str, int], outputs: str | None
+) -> storage.DamagedFile | None:
+    """Why the outputs folder `outputs` of a trial is not whole (its trial.json damaged, or a
+    file it lists missing or of another size: `check_complete`); None where it is, or where the
+    trial has none. A running sweep's trial is still running then; elsewhere it stops the
+    export."""
+    if outputs is None:
+        return None
+    place = storage.join(trial_dir, *outputs.split("/"))
+    try:
+        check_complete(place, read_trial_info(place), outputs_sizes(files, outputs))
+    except storage.DamagedFile as damaged:
+        return damaged
+    except FileNotFoundError:  # deleted by the running sweep since it was listed
+        return storage.DamagedFile(place, "deleted while read")
+    return None
+
+
+def _copy(source: storage.Location, dest: Path, running: bool) -> None:
+    """Copy one file, read back as what it is (`check_file`; again while a running sweep may be
+    rewriting it): a damaged file is a one-line error naming the source, and the export stops
+    (its staging folder is removed)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     store, path = storage.filesystem(source)
-    with store.open_input_stream(path) as stream, dest.open("wb") as out:
-        shutil.copyfileobj(stream, out)
-    try:
+
+    def copy() -> None:
+        with store.open_input_stream(path) as stream, dest.open("wb") as out:
+            shutil.copyfileobj(stream, out)
         check_file(dest)
+
+    try:
+        storage.read_settled(copy, running)
     except storage.DamagedFile as damaged:
         raise UserError(
             f"{storage.DamagedFile(source, damaged.reason)}; nothing was exported"

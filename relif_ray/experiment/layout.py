@@ -66,14 +66,14 @@ TRIAL_RECORDS = (PARAMS_FILE, RESULT_FILE, ERROR_FILE)
 _CHECKPOINT = re.compile(r"checkpoint_(\d+)$")
 
 
-def trial_folders(root: Location) -> dict[Location, set[str]]:
-    """Trial folder -> the paths of its files relative to it, from one recursive listing (a
-    few requests on object storage however many trials there are)."""
-    folders: dict[str, set[str]] = {}
-    for relative in storage.list_files(root):
+def trial_folders(root: Location) -> dict[Location, dict[str, int]]:
+    """Trial folder -> the paths of its files relative to it, with their sizes, from one
+    recursive listing (a few requests on object storage however many trials there are)."""
+    folders: dict[str, dict[str, int]] = {}
+    for relative, size in storage.list_files(root).items():
         folder, slash, rest = relative.partition("/")
         if slash:
-            folders.setdefault(folder, set()).add(rest)
+            folders.setdefault(folder, {})[rest] = size
     return {storage.join(root, name): folders[name] for name in sorted(folders)}
 
 
@@ -123,14 +123,14 @@ def check_file(place: Location) -> None:
         storage.read_text(place)
 
 
-def final_outputs(trial_dir: Location, files: set[str]) -> Location | None:
+def final_outputs(trial_dir: Location, files: dict[str, int]) -> Location | None:
     """The outputs folder of the trial's latest checkpoint that has one (None if none has);
     `files` as listed by `trial_folders`."""
     checkpoint = final_outputs_relative(files)
     return None if checkpoint is None else storage.join(trial_dir, *checkpoint.split("/"))
 
 
-def final_outputs_relative(files: set[str]) -> str | None:
+def final_outputs_relative(files: dict[str, int]) -> str | None:
     """`checkpoint_<N>/outputs` of the latest checkpoint with outputs, relative to the trial
     folder whose `files` are given (None if no checkpoint has outputs)."""
     candidates = []
@@ -142,3 +142,11 @@ def final_outputs_relative(files: set[str]) -> str | None:
     if not candidates:
         return None
     return f"{max(candidates)[1]}/{OUTPUTS_DIR}"
+
+
+def outputs_sizes(files: dict[str, int], outputs: str) -> dict[str, int]:
+    """The files of the outputs folder `outputs` (relative to the trial folder, as
+    `final_outputs_relative` gives it) with their sizes, relative to that folder; `files` as
+    listed by `trial_folders`."""
+    prefix = f"{outputs}/"
+    return {name[len(prefix) :]: size for name, size in files.items() if name.startswith(prefix)}

@@ -13,8 +13,9 @@ local directory it names (`relif_ray.experiment.storage.local_path`) and is lock
 way. Object stores (s3://, gs://) have no locks: sweeps there are not protected and must use
 distinct names.
 
-`relif report` asks the same lock whether a sweep is still writing the experiment
-(`running_sweep`), and then reports the finished trials and counts the others as running.
+`relif report` and `relif export` ask the same lock whether a sweep is still writing the
+experiment (`running_sweep`), and then read the finished trials only and name the others as
+running (`still_running`).
 """
 
 from __future__ import annotations
@@ -159,3 +160,8 @@ def running_sweep(experiment: str | Path) -> LockHolder | None:
     finally:
         os.close(descriptor)
     return None
+
+
+def still_running(trial_folders: list[str]) -> str:
+    """The trials of a running sweep that a reader left out, named in one line."""
+    return f"{len(trial_folders)} trial(s) still running ({', '.join(trial_folders)})"

@@ -11,7 +11,12 @@ persistence, and analysis needs nothing but a copy of that directory:
                           loss_<task>, weight_<task>, and the ReLiF statistics (lambda, r,
                           r_ema, tau, kappa, loss_lip) when enabled
 
-The folder is written under a temporary name and renamed, so it is complete or absent.
+The folder is written under a temporary name and renamed, so it is complete or absent where
+the trial writes it. Tune then copies the checkpoint into storage file by file, so a reader of
+a running sweep can find `trial.json` there before the other files, or a file still being
+copied: `trial.json` is written last and lists every other file with its size (`FILES_KEY`),
+and `check_complete` holds a folder whose files are not all there, whole, as damaged. A write
+that fails for lack of space names its file (`relif_ray.experiment.storage.OutOfSpace`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ REPRESENTATIONS_FILE = "representations.parquet"
 TRACE_FILE = "trace.parquet"
 TRIAL_KEYS = ("trial_id", "label", "method", "relif", "seed", "steps", "config", "metrics")
 """What every trial.json holds (analysis reads them; more keys are descriptive)."""
+FILES_KEY = "files"
+"""trial.json's list of the folder's other files: name -> size in bytes (absent in outputs
+written before it was added: those are taken as complete)."""
 
 
 def write_trial_outputs(
@@ -53,16 +61,21 @@ def write_trial_outputs(
     staging = Path(directory) / (OUTPUTS_DIR + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    record = dict(info, metrics={name: out.metrics for name, out in splits.items()})
-    (staging / TRIAL_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
     scores = pd.concat(
         [out.scores.assign(split=name) for name, out in splits.items()], ignore_index=True
     )
-    scores[["split", "task", "example_id", "score", "valid"]].to_parquet(
-        staging / SCORES_FILE, index=False
-    )
-    pq.write_table(_representation_table(splits), staging / REPRESENTATIONS_FILE)
-    pd.DataFrame(trace).to_parquet(staging / TRACE_FILE, index=False)
+    columns = ["split", "task", "example_id", "score", "valid"]
+    with storage.writing(staging / SCORES_FILE):
+        scores[columns].to_parquet(staging / SCORES_FILE, index=False)
+    with storage.writing(staging / REPRESENTATIONS_FILE):
+        pq.write_table(_representation_table(splits), staging / REPRESENTATIONS_FILE)
+    with storage.writing(staging / TRACE_FILE):
+        pd.DataFrame(trace).to_parquet(staging / TRACE_FILE, index=False)
+    sizes = {path.name: path.stat().st_size for path in sorted(staging.iterdir())}
+    record = dict(info, metrics={name: out.metrics for name, out in splits.items()})
+    with storage.writing(staging / TRIAL_FILE):
+        text = json.dumps({**record, FILES_KEY: sizes}, indent=2, sort_keys=True)
+        (staging / TRIAL_FILE).write_text(text)
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
     return final
@@ -96,6 +109,17 @@ def read_trial_info(outputs: Location) -> dict[str, Any]:
         if missing := [key for key in TRIAL_KEYS if key not in info]:
             raise ValueError(f"no {', '.join(missing)}")
     return info
+
+
+def check_complete(outputs: Location, info: dict[str, Any], sizes: dict[str, int]) -> None:
+    """`storage.DamagedFile` naming the first file that trial.json (`info`) lists but the
+    outputs folder lacks, or holds with another size (`sizes`: its files as listed, relative
+    to it): a copy into storage that is not finished, or was cut off."""
+    for name, size in sorted(info.get(FILES_KEY, {}).items()):
+        found = sizes.get(name)
+        if found != size:
+            reason = "missing" if found is None else f"{found} of its {size} bytes"
+            raise storage.DamagedFile(storage.join(outputs, name), reason)
 
 
 def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.ndarray]:

@@ -16,15 +16,17 @@ Arrow's options in the URI itself: `s3://bucket/dir?endpoint_override=127.0.0.1:
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import json
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 from urllib.request import url2pathname
 
@@ -37,6 +39,7 @@ from relif_ray.errors import UserError, first_line
 if TYPE_CHECKING:
     import pandas as pd
 
+T = TypeVar("T")
 Location = str | Path
 """A local `Path`, or the URI of a location in object storage."""
 _BUCKET_SCHEMES = ("s3", "gs", "gcs")
@@ -142,16 +145,32 @@ def file_type(place: Location) -> pafs.FileType:
         raise UserError(f"{display(place)}: cannot read: {first_line(error)}") from error
 
 
-def list_files(place: Location) -> list[str]:
-    """Every file below the directory `place`, as '/'-separated paths relative to it (one
-    recursive listing: a few requests on object storage however many trials there are)."""
+LISTING_ATTEMPTS = 5
+"""How often a listing is tried when a folder in it vanished while it was listed."""
+
+
+def list_files(place: Location) -> dict[str, int]:
+    """Every file below the directory `place`, as '/'-separated paths relative to it, in
+    order, with its size in bytes (one recursive listing: a few requests on object storage
+    however many trials there are). A running sweep deletes old checkpoint folders, and a local
+    listing fails when one vanishes while it is listed: it is then listed again."""
     store, root = filesystem(place)
-    try:
-        infos = store.get_file_info(pafs.FileSelector(root, recursive=True))
-    except OSError as error:
-        raise UserError(f"{display(place)}: cannot list: {first_line(error)}") from error
+    selector = pafs.FileSelector(root, recursive=True)
+    for attempt in range(1, LISTING_ATTEMPTS + 1):
+        try:
+            infos = store.get_file_info(selector)
+            break
+        except FileNotFoundError as error:
+            if (
+                attempt == LISTING_ATTEMPTS
+                or store.get_file_info(root).type != pafs.FileType.Directory
+            ):
+                raise UserError(f"{display(place)}: cannot list: {first_line(error)}") from error
+        except OSError as error:
+            raise UserError(f"{display(place)}: cannot list: {first_line(error)}") from error
     prefix = root.rstrip("/") + "/"
-    return sorted(info.path[len(prefix) :] for info in infos if info.type == pafs.FileType.File)
+    files = {info.path[len(prefix) :]: info.size for info in infos if info.is_file}
+    return dict(sorted(files.items()))
 
 
 class DamagedFile(UserError):
@@ -179,6 +198,23 @@ def reading(place: Location) -> Iterator[None]:
         raise DamagedFile(place, f"no entry {error}") from None
     except (ValueError, TypeError, pa.ArrowException) as error:
         raise DamagedFile(place, first_line(error, type(error).__name__)) from None
+
+
+REREAD_PAUSES_S = (0.01, 0.03, 0.1, 0.3)
+"""The pauses before each new read of a file that a running sweep may be rewriting."""
+
+
+def read_settled(read: Callable[[], T], rewritten: bool) -> T:
+    """`read()` of a file; where a running sweep may be rewriting it (`rewritten`), a read that
+    finds it damaged is tried again a few times (`REREAD_PAUSES_S`). Ray Tune copies its
+    records of every trial (`params.json`, `result.json`, `error.txt`) over the old ones at
+    each snapshot of the experiment, so a reader can find one cut off for a moment."""
+    for pause in REREAD_PAUSES_S if rewritten else ():
+        try:
+            return read()
+        except DamagedFile:
+            time.sleep(pause)
+    return read()
 
 
 def read_bytes(place: Location) -> bytes:
@@ -228,10 +264,46 @@ def read_parquet(place: Location, **options: Any) -> pa.Table:
 
 
 def write_text(place: Location, text: str) -> None:
-    """Write a small text file (a sweep's record next to its trials)."""
-    store, path = filesystem(place)
-    with store.open_output_stream(path) as stream:
-        stream.write(text.encode())
+    """Write a small text file (a sweep's record next to its trials) as a whole
+    (`write_bytes_atomically`: a report read meanwhile never sees half of it)."""
+    write_bytes_atomically(place, text.encode())
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""The errors of a write that failed for lack of space: a full disk, a full quota, a file-size
+limit (`ulimit -f`)."""
+
+
+class OutOfSpace(OSError):
+    """A write that failed for lack of space (`NO_SPACE`), naming the file or folder written
+    and the cause: `[Errno 28] No space left on device: '<file>'` (`writing`). OSError's own
+    arguments, so that it pickles: a trial's error travels to the driver that way."""
+
+
+def lack_of_space(error: BaseException) -> OSError | None:
+    """The OSError of a write that failed for lack of space, raised as `error` or while it was
+    handled: torch.save reports a failed write as a RuntimeError without the cause, raised
+    while handling the file's OSError (its `__context__`)."""
+    for candidate in (error, error.__context__):
+        if isinstance(candidate, OSError) and candidate.errno in NO_SPACE:
+            return candidate
+    return None
+
+
+@contextmanager
+def writing(place: Location) -> Iterator[None]:
+    """Where `place` is written: a write that fails for lack of space raises `OutOfSpace`
+    naming it (pyarrow's and pandas' write errors name no file, torch's not even the cause);
+    an `OutOfSpace` from within (a file of the folder `place`) stands."""
+    try:
+        yield
+    except OutOfSpace:
+        raise
+    except Exception as error:
+        cause = lack_of_space(error)
+        if cause is None:
+            raise
+        raise OutOfSpace(cause.errno, os.strerror(cause.errno), display(place)) from error
 
 
 def write_bytes_atomically(place: Location, data: bytes) -> None:
