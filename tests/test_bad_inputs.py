@@ -350,6 +350,14 @@ def cut(path: Path) -> Path:
     return path
 
 
+def garble(path: Path) -> Path:
+    """Overwrite the end of a parquet file (its footer's magic bytes), keeping its size: a file
+    that the size its trial.json lists does not tell from a whole one."""
+    data = path.read_bytes()
+    path.write_bytes(data[:-4] + b"\0" * 4)
+    return path
+
+
 OUTPUT_FILES = [
     "checkpoint_000000/outputs/trial.json",
     "checkpoint_000000/outputs/scores.parquet",
@@ -364,19 +372,21 @@ REPORT = ["--no-figures", "--n-boot", "0", "--pool-size", "16", "--pairs", "64"]
 def test_the_report_skips_each_trial_whose_record_or_scores_are_damaged(
     experiment, tmp_path, capsys
 ):
-    """The files read when an experiment is loaded: one warning per trial left out, each
-    listed as damaged, and the report of the others."""
+    """The files read when an experiment is loaded, and any output file cut off (not the size
+    that trial.json lists): one warning per trial left out, each listed as damaged, and the
+    report of the others."""
     damaged = [cut(experiment / RELIF_TRIALS[0] / OUTPUT_FILES[0])]
     damaged.append(cut(experiment / RELIF_TRIALS[1] / OUTPUT_FILES[1]))
+    damaged.append(cut(experiment / RELIF_TRIALS[2] / OUTPUT_FILES[2]))
     out = tmp_path / "report"
     assert relif(["report", str(experiment), "--out", str(out), *REPORT]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == len(damaged), err
     report = (out / "report.md").read_text()
-    for line, trial, path in zip(err, RELIF_TRIALS[:2], damaged, strict=True):
+    for line, trial, path in zip(err, RELIF_TRIALS[:3], damaged, strict=True):
         assert line.startswith(f"relif: warning: skipped trial {trial}: {path}: damaged file (")
         assert f"- damaged: `{experiment / trial}` {path}: damaged file (" in report
-    assert "| ReLiF |" in report  # from the two ReLiF trials left
+    assert "| ReLiF |" in report  # from the ReLiF trial left
 
 
 @pytest.mark.parametrize(
@@ -387,7 +397,7 @@ def test_a_damaged_trace_or_representation_stops_the_report_that_reads_it(
 ):
     """The controller table reads the ReLiF trials' traces, the calibration of delta_ref the
     ERM trials' representations, when the report needs them."""
-    damaged = cut(experiment / trial / name)
+    damaged = garble(experiment / trial / name)
     status = relif(["report", str(experiment), "--out", str(tmp_path / "report"), *REPORT])
     one_line(status, capsys, f"relif: error: {damaged}: damaged file (")
     assert not (tmp_path / "report").exists()
@@ -398,7 +408,7 @@ def test_damaged_per_epoch_records_and_traces_are_skipped_with_a_warning(experim
     from analysis.experiment import SkippedFile
 
     records = cut(experiment / RELIF_TRIAL / "result.json")
-    trace = cut(experiment / RELIF_TRIALS[1] / OUTPUT_FILES[2])
+    trace = garble(experiment / RELIF_TRIALS[1] / OUTPUT_FILES[2])
     loaded = analysis.load(experiment)
     with pytest.warns(SkippedFile, match=f"records of .*{RELIF_TRIAL}: {records}: damaged file"):
         epochs = loaded.epochs
