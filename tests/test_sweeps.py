@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from relif_ray.cli.sweep import NYUV2, build_parser, main
 from relif_ray.cli.sweep import base_config as sweep_base_config
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.sweep.exit_status import SweepStopped
 from relif_ray.sweep.labels import (
     experiment_config,
     grid_variants,
@@ -582,6 +584,81 @@ def test_scale_to_budget_keeps_the_papers_eta_steps_product_and_warmup_share():
         assert warmup == max(1, round(100 * steps / 19_800))
     with pytest.raises(ValueError):
         scale_to_budget(0)
+
+
+@pytest.fixture
+def own_stop_signals():
+    """The handlers of the stop signals as they were, put back after the test (which sends
+    them to this process: only its main thread can handle them)."""
+    from relif_ray.tuning.stop import STOP_SIGNALS
+
+    assert threading.current_thread() is threading.main_thread()
+    before = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    yield STOP_SIGNALS
+    for number, handler in before.items():
+        signal.signal(number, handler)
+
+
+def test_the_first_stop_signal_is_tunes_graceful_stop_and_a_second_its_hard_stop(
+    own_stop_signals,
+):
+    """Real signals to this process: while Tune's loop runs (its SIGINT handler, which the
+    sweep's Tune callback takes as the graceful stop) SIGTERM starts the graceful stop and a
+    second signal of any kind raises KeyboardInterrupt; after a stop the process ignores stop
+    signals (Ray's shutdown at exit must finish)."""
+    from relif_ray.tuning.stop import GracefulStop, stop_signals
+
+    graceful = []
+    with stop_signals() as stop:
+        signal.signal(signal.SIGINT, lambda number, frame: graceful.append(number))  # Tune's
+        GracefulStop().setup()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.received == ["SIGTERM"] and graceful == [signal.SIGINT]
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.received == ["SIGTERM", "SIGUSR1"] and len(graceful) == 1
+    assert all(signal.getsignal(number) is signal.SIG_IGN for number in own_stop_signals)
+
+
+def test_a_stop_signal_before_tunes_loop_stops_at_once_and_no_signal_changes_nothing(
+    own_stop_signals,
+):
+    from relif_ray.tuning.stop import stop_signals
+
+    with pytest.raises(KeyboardInterrupt), stop_signals() as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+    assert stop.received == ["SIGUSR1"]
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with stop_signals():
+        pass
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+
+
+def test_a_stopped_sweep_says_why_and_how_the_same_command_continues_it(tmp_path):
+    from relif_ray.sweep.exit_status import retry_command, stopped_line
+    from relif_ray.tuning.launch import stopping
+    from relif_ray.tuning.stop import StopSignals
+
+    stop = StopSignals()
+    stop.received = ["SIGTERM", "SIGUSR1"]
+    with pytest.raises(SweepStopped) as hard, stopping(stop, str(tmp_path / "exp")):
+        raise KeyboardInterrupt
+    with pytest.raises(SweepStopped) as store, stopping(StopSignals(), str(tmp_path / "exp")):
+        raise OSError("When listing objects: Could not connect to server")
+    program = ["relif", "sweep"]
+    again = retry_command(program, ["--name", "x", "--resume-if-present"])
+    assert again == "relif sweep --name x --resume-if-present"  # the same command resumes
+    assert retry_command(program, ["--name", "x"]) == "relif sweep --name x --resume"
+    assert not hard.value.resumable  # nothing of the sweep was saved there
+    assert stopped_line(hard.value, "R", "S") == (
+        "sweep stopped at once by a second signal (SIGTERM, then SIGUSR1): the state Ray Tune "
+        "saved last is kept; Ray Tune had not saved it yet: start it again with: S"
+    )
+    store.value.resumable = True
+    assert stopped_line(store.value, "R", "S") == (
+        "sweep stopped because its storage failed (When listing objects: Could not connect to "
+        "server): the state Ray Tune saved there last is kept; resume with: R"
+    )
 
 
 # --- in-process sweeps on the session's Ray -------------------------------------------------

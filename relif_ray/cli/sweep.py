@@ -6,7 +6,9 @@ so --dataset is read first), checks them and builds the `SweepRequest`: the base
 (r*, eta) selected from a search, or the paper's controller checks) and how to run them. The
 driver (`relif_ray.tuning.driver`) runs it. Everything is checked before Ray starts, every trial
 config included; user mistakes exit with status 2 and one line `<program>: error: <what is
-wrong>`; trials that errored exit 1 with their summary and the command that retries them.
+wrong>`; trials that errored exit 1 with their summary and the command that retries them; a
+sweep that a signal stopped exits 75 with the command that resumes it
+(`relif_ray.sweep.exit_status`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,14 +31,17 @@ from relif_ray.cli.sweep_flags import (
     parse_architectures,
 )
 from relif_ray.errors import UserError, install_hint
-from relif_ray.experiment.storage import local_path
+from relif_ray.experiment.storage import display, local_path
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
 from relif_ray.sweep.compose import compose_config, demo_budget
 from relif_ray.sweep.exit_status import (
+    EXIT_STOPPED,
     EXIT_TRIALS_ERRORED,
+    SweepStopped,
     TrialsErrored,
     retry_command,
+    stopped_line,
     summary_lines,
 )
 from relif_ray.sweep.labels import (
@@ -58,7 +64,7 @@ from relif_ray.sweep.plan import (
     selected_trials,
     trial_space,
 )
-from relif_ray.sweep.preflight import check_storage, resolve_pretrained
+from relif_ray.sweep.preflight import check_storage, resolve_pretrained, sweep_exists
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import Selection, read_pareto, select_settings
 from relif_ray.tuning import run_sweep_request
@@ -81,7 +87,7 @@ def main(
     controller_checks: bool | None = None,
     retry: list[str] | None = None,
 ) -> int:
-    """Run a sweep from the command line; the exit status.
+    """Run a sweep from the command line; the exit status (`relif_ray.sweep.exit_status`).
 
     datasets: the choices of --dataset (default: every registered benchmark; with one, the
         flag is not offered: `sweeps/nyuv2.py`); controller_checks: True runs the paper's
@@ -98,10 +104,15 @@ def main(
                 argv, prog=prog, datasets=datasets, controller_checks=controller_checks
             )
         except TrialsErrored as failure:
-            print(f"experiment directory: {failure.experiment_dir}")
+            print(f"experiment directory: {display(failure.experiment_dir)}")
             print("\n".join(summary_lines(failure, retry_command(program, argv))), file=sys.stderr)
             return EXIT_TRIALS_ERRORED
-        print(f"experiment directory: {experiment_dir}")
+        except SweepStopped as stop:
+            print(f"experiment directory: {display(stop.experiment_dir)}")
+            same = shlex.join([*program, *argv])
+            print(stopped_line(stop, retry_command(program, argv), same), file=sys.stderr)
+            return EXIT_STOPPED
+        print(f"experiment directory: {display(experiment_dir)}")
         return 0
 
     return run_command(name, command)
@@ -138,6 +149,8 @@ def sweep_request(
         defaults, datasets, checks=checks, offer_checks=controller_checks is None, prog=prog
     )
     args = parser.parse_args(argv)
+    if args.resume_if_present and not args.resume:
+        args.resume = present(args, defaults, CHECKS_SUFFIX if checks else "")
     seeds = seeds_of(args, defaults)
     selection = None
     architectures = parse_architectures(args, checks)
@@ -148,6 +161,17 @@ def sweep_request(
     else:
         planner = grid_planner(args, defaults, seeds, architectures)
     return request_of(args, defaults, CHECKS_SUFFIX if checks else "", planner, selection)
+
+
+def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) -> bool:
+    """`--resume-if-present`: whether the experiment holds a sweep to continue (then the sweep
+    resumes it, as with `--resume`, and says so), else the flags start it."""
+    check_storage(args.storage)
+    name = experiment_name(args, defaults, suffix)
+    if not sweep_exists(args.storage, name):
+        return False
+    print(f"--resume-if-present: continuing the sweep {name} in {args.storage}", flush=True)
+    return True
 
 
 def choose(argv: list[str], datasets: tuple[str, ...], offer_checks: bool) -> tuple[str, bool]:

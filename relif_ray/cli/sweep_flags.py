@@ -326,6 +326,12 @@ def add_launch_flags(
         help="continue the killed sweep --name in --storage (other grid flags are ignored)",
     )
     launch.add_argument(
+        "--resume-if-present",
+        action="store_true",
+        help="continue the sweep --name in --storage if it exists there (as --resume), else "
+        "start it: one command for a job that is requeued after a stop",
+    )
+    launch.add_argument(
         "--reference",
         metavar="EXPERIMENT",
         help="take the same-seed ERM squash constants that ReLiF trains on from this finished "

@@ -11,7 +11,9 @@ Credentials come from the usual places of each store (AWS_* / GOOGLE_* environme
 their config files). An S3-compatible store on another endpoint (MinIO, moto, ...) is reached
 by setting `AWS_ENDPOINT_URL` (e.g. `http://127.0.0.1:9000`, which Arrow reads), or by putting
 Arrow's options in the URI itself: `s3://bucket/dir?endpoint_override=127.0.0.1:9000&scheme=http`
-(the query is kept for every file read below it). Reading never writes to the store.
+(the query is kept for every file read below it). Credentials in the URI itself,
+`s3://KEY:SECRET@bucket/dir` (Arrow reads them), are never shown (`display`). Reading never
+writes to the store.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
     try:
         query = f"?{parts.query}" if parts.query else ""
         store = _bucket_filesystem(f"{parts.scheme}://{parts.netloc}{query}")
-        return store, f"{parts.netloc}{parts.path}".rstrip("/")
+        return store, f"{_bucket(parts.netloc)}{parts.path}".rstrip("/")
     except (OSError, pa.ArrowException) as error:
         raise UserError(f"{display(place)}: cannot open: {first_line(error)}") from error
 
@@ -131,10 +133,17 @@ def parent(place: Location) -> Location:
 
 
 def display(place: Location) -> str:
-    """The location as shown to a user (a URI without its query options)."""
+    """The location as shown to a user (a URI without its query options, and without the
+    credentials that Arrow takes from a URI's `ACCESS_KEY:SECRET_KEY@`)."""
     if isinstance(place, Path):
         return str(place)
-    return urlunsplit(urlsplit(place)._replace(query=""))
+    parts = urlsplit(place)
+    return urlunsplit(parts._replace(netloc=_bucket(parts.netloc), query=""))
+
+
+def _bucket(netloc: str) -> str:
+    """The bucket of a URI's network location, without credentials given there."""
+    return netloc.rpartition("@")[2]
 
 
 def file_type(place: Location) -> pafs.FileType:

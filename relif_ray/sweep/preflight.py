@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.layout import (
     EXPERIMENT_STATE_FILES,
     SEARCHER_STATE_FILES,
@@ -40,6 +40,7 @@ from relif_ray.experiment.storage import (
     DamagedFile,
     check_writable,
     display,
+    filesystem,
     join,
     location,
     read_bytes,
@@ -113,8 +114,19 @@ def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
 def check_storage(storage: str) -> None:
     """`--storage`: a supported kind of storage; a local one a directory we can write into, or
     creatable below its nearest existing parent (`relif_ray.experiment.storage.check_writable`);
-    object storage (s3://, gs://) is left to Ray's storage layer."""
-    check_writable(storage, "--storage")
+    an object store (s3://, gs://) must answer (one request; whether we may write there is left
+    to Ray's storage layer). A store that cannot be reached once the sweep runs stops it
+    resumably (`relif_ray.tuning.launch.stopping`)."""
+    if check_writable(storage, "--storage") is not None:
+        return
+    store, path = filesystem(location(storage))
+    try:
+        store.get_file_info(path)
+    except OSError as error:
+        reason = first_line(error)
+        raise UserError(
+            f"--storage {display(storage)}: the store does not answer ({reason})"
+        ) from None
 
 
 def check_resumable(storage: str, name: str) -> None:
@@ -126,7 +138,7 @@ def check_resumable(storage: str, name: str) -> None:
     check_storage(storage)
     experiment = join(resolved(storage), name)
     newest = newest_driver_state(experiment)
-    if not any(fnmatch(file, EXPERIMENT_STATE_FILES) for file in newest):
+    if not sweep_exists(storage, name):
         raise UserError(
             f"--resume: no sweep to resume at {display(experiment)} (check --storage and --name)"
         )
@@ -140,6 +152,14 @@ def check_resumable(storage: str, name: str) -> None:
         if fnmatch(file, EXPERIMENT_STATE_FILES) and is_json(data):
             tune_trials(experiment)  # a whole file that is not Tune's trial list is damaged
     read_squash_constants(experiment)
+
+
+def sweep_exists(storage: str, name: str) -> bool:
+    """Whether `<storage>/<name>` holds a sweep Ray Tune can continue: its trial list
+    (`relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), which Tune writes when the sweep's
+    first trial is created."""
+    newest = newest_driver_state(join(resolved(storage), name))
+    return any(fnmatch(file, EXPERIMENT_STATE_FILES) for file in newest)
 
 
 def is_json(data: bytes) -> bool:

@@ -12,7 +12,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -34,6 +35,7 @@ from relif_ray.experiment.storage import (
 from relif_ray.plugins import worker_env
 from relif_ray.reference import write_squash_constants
 from relif_ray.relif import CONTROLLER_KEYS
+from relif_ray.sweep.exit_status import SweepStopped, by_signals, by_storage
 from relif_ray.sweep.labels import trial_name
 from relif_ray.sweep.plan import (
     OptunaPlan,
@@ -55,6 +57,7 @@ from relif_ray.tuning.integrations import (
 from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.resume import repair_driver_state
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
+from relif_ray.tuning.stop import GracefulStop, StopSignals, stop_signals
 from relif_ray.tuning.trainable import CHECKPOINT_SECONDS, ReLiFTrainable
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
 
@@ -298,6 +301,34 @@ def reference_order(
     return order
 
 
+@contextmanager
+def stopping(stop: StopSignals, experiment_dir: str) -> Iterator[None]:
+    """The sweep in the block ends as `SweepStopped` on a hard stop (a stop signal outside
+    Tune's loop, or a second one during its graceful stop: `relif_ray.tuning.stop`), and where
+    Ray Tune, or the driver's own records, could not reach the storage: Tune tolerates a failed
+    upload of its state (it logs it and tries again at its next snapshot), but a listing or
+    download that fails, such as the one that ends its run, escapes `Tuner.fit` as an OSError.
+    Trials go on failing and being retried on their own (`--max-failures`)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        signals = stop.received or ["SIGINT"]
+        raise stopped(experiment_dir, by_signals(signals, at_once=True)) from None
+    except OSError as error:
+        raise stopped(experiment_dir, by_storage(first_line(error))) from error
+
+
+def stopped(experiment_dir: str, cause: str) -> SweepStopped:
+    """A sweep that stopped for `cause`, and whether Tune had saved a sweep there that
+    `--resume` continues (taken to be so where the storage cannot be read: it had been
+    written before)."""
+    try:
+        resumable = tune.Tuner.can_restore(experiment_dir)
+    except OSError:
+        resumable = True
+    return SweepStopped(experiment_dir, cause, resumable=resumable)
+
+
 def run_sweep(
     space: SweepSpace | None,
     *,
@@ -325,6 +356,9 @@ def run_sweep(
     efficiency benchmark times its trials that way); a `UserError` in a trial ends it without
     retries (`relif_ray.tuning.user_errors`), and trials that end in ERROR raise
     `TrialsErrored` after the run (experiment state, outputs and `pareto.csv` are written).
+    SIGTERM, SIGUSR1 and SIGINT stop the sweep gracefully (a second one at once) and raise
+    `SweepStopped` (`relif_ray.tuning.stop`), as does storage that Tune cannot reach
+    (`stopping`).
     `checkpoint_every`: epochs between checkpoints, 0 = only the final one;
     `checkpoint_interval_s`: and at least this many seconds between two checkpoints of a trial
     (`CheckpointCadence`: short epochs would otherwise make Tune snapshot the experiment state
@@ -341,73 +375,80 @@ def run_sweep(
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    storage_path = str(resolved(storage))
     experiment_dir = str(join(resolved(storage), name))
-    connect(resources)
-    check_cluster(resources)
-    check_storage_visible(storage_path)
-    with_resources = tune.with_resources(
-        ending_on_user_error(trainable, metrics=tuple(OBJECTIVES)),
-        {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial},
-    )
-    exists = tune.Tuner.can_restore(experiment_dir)
-    if resume and not exists:
-        raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
-    if not resume and exists:
-        raise UserError(
-            f"--name: a sweep already exists at {experiment_dir} (use --resume to continue it, "
-            "or another --name)"
+    with stop_signals() as stop, stopping(stop, experiment_dir):
+        storage_path = str(resolved(storage))
+        connect(resources)
+        check_cluster(resources)
+        check_storage_visible(storage_path)
+        with_resources = tune.with_resources(
+            ending_on_user_error(trainable, metrics=tuple(OBJECTIVES)),
+            {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial},
         )
-    rungs = asha_rung_epochs(options) if options.scheduler == "asha" else []
-    cadence = CheckpointCadence(checkpoint_every, checkpoint_interval_s, rungs)
-    callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name), cadence]
-    if resume:
-        for file_name in repair_driver_state(experiment_dir):
-            print(f"--resume: {file_name} was cut off by the killed driver; put back its full copy")
-        tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
-    else:
-        assert space is not None, "a new sweep needs its space"
-        order = reference_order(space, search, experiment_dir, reference)
-        constants = {**space.constants, **scheduler_constants(options)}
-        tuner = tune.Tuner(
-            with_resources,
-            param_space={**constants, "experiment_dir": experiment_dir},
-            tune_config=tune.TuneConfig(
-                reuse_actors=True,
-                search_alg=ReferenceOrder(
-                    order.items,
-                    experiment_dir,
-                    StudyGroups(search) if search else None,
-                    order.studies_need_reference,
-                    order.study_keys,
+        exists = tune.Tuner.can_restore(experiment_dir)
+        if resume and not exists:
+            raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
+        if not resume and exists:
+            raise UserError(
+                f"--name: a sweep already exists at {experiment_dir} (use --resume to continue it, "
+                "or another --name)"
+            )
+        rungs = asha_rung_epochs(options) if options.scheduler == "asha" else []
+        cadence = CheckpointCadence(checkpoint_every, checkpoint_interval_s, rungs)
+        callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name), cadence]
+        callbacks.append(GracefulStop())
+        if resume:
+            for file_name in repair_driver_state(experiment_dir):
+                print(
+                    f"--resume: {file_name} was cut off by the killed driver; "
+                    "put back its full copy"
+                )
+            tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
+        else:
+            assert space is not None, "a new sweep needs its space"
+            order = reference_order(space, search, experiment_dir, reference)
+            constants = {**space.constants, **scheduler_constants(options)}
+            tuner = tune.Tuner(
+                with_resources,
+                param_space={**constants, "experiment_dir": experiment_dir},
+                tune_config=tune.TuneConfig(
+                    reuse_actors=True,
+                    search_alg=ReferenceOrder(
+                        order.items,
+                        experiment_dir,
+                        StudyGroups(search) if search else None,
+                        order.studies_need_reference,
+                        order.study_keys,
+                    ),
+                    scheduler=scheduler(options),
+                    num_samples=len(order.items) + (search.total_trials if search else 0),
+                    max_concurrent_trials=concurrency(
+                        resources, options, None if search else len(order.items)
+                    ),
+                    trial_name_creator=_trial_name,
+                    trial_dirname_creator=_trial_dirname,
                 ),
-                scheduler=scheduler(options),
-                num_samples=len(order.items) + (search.total_trials if search else 0),
-                max_concurrent_trials=concurrency(
-                    resources, options, None if search else len(order.items)
+                run_config=tune.RunConfig(
+                    name=name,
+                    storage_path=storage_path,
+                    checkpoint_config=tune.CheckpointConfig(
+                        checkpoint_frequency=0,  # CheckpointCadence asks for them
+                        checkpoint_at_end=True,
+                        num_to_keep=keep_checkpoints,
+                    ),
+                    failure_config=tune.FailureConfig(max_failures=max_failures),
+                    progress_reporter=tune.CLIReporter(
+                        metric_columns=PROGRESS_METRICS,
+                        parameter_columns=PROGRESS_PARAMETERS,
+                        max_report_frequency=30,
+                    ),
+                    callbacks=[*callbacks, UserErrorsEndTrials(max_failures)],
+                    verbose=verbose,
                 ),
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_dirname,
-            ),
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=storage_path,
-                checkpoint_config=tune.CheckpointConfig(
-                    checkpoint_frequency=0,  # CheckpointCadence asks for them
-                    checkpoint_at_end=True,
-                    num_to_keep=keep_checkpoints,
-                ),
-                failure_config=tune.FailureConfig(max_failures=max_failures),
-                progress_reporter=tune.CLIReporter(
-                    metric_columns=PROGRESS_METRICS,
-                    parameter_columns=PROGRESS_PARAMETERS,
-                    max_report_frequency=30,
-                ),
-                callbacks=[*callbacks, UserErrorsEndTrials(max_failures)],
-                verbose=verbose,
-            ),
-        )
-    results = tuner.fit()
-    write_pareto(experiment_dir, results)
+            )
+        results = tuner.fit()
+        if stop.received:  # Tune stopped gracefully
+            raise stopped(experiment_dir, by_signals(stop.received, at_once=False))
+        write_pareto(experiment_dir, results)
     raise_if_errored(results, experiment_dir)
     return experiment_dir
