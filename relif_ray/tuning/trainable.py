@@ -33,8 +33,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
+import os
 import pickle
 import posixpath
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -51,6 +54,7 @@ from relif_ray.audit import AuditResult, fixed_delta_audit
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
+from relif_ray.experiment import storage
 from relif_ray.experiment.outputs import write_trial_outputs
 from relif_ray.reference import (
     SQUASH_CONSTANTS_FILE,
@@ -164,11 +168,14 @@ def write_state(state: dict[str, Any], state_file: Path) -> None:
     checks those checksums (a flipped byte loads either way), and computing them took about
     half of a trial's checkpoint save: 0.23-0.33 s against 0.11-0.12 s of CPU for a ResNet-18
     with Adam's moments (133 MB, one thread). A file cut off mid-write still fails to load
-    (`readable_state`). The process-wide setting is put back afterwards."""
+    (`readable_state`). The process-wide setting is put back afterwards. The file is a Python
+    file object, as fast, so that a write that fails for lack of space keeps its cause
+    (`storage.writing`; torch's own file writer reports none)."""
     crc32 = torch.serialization.get_crc32_options()
     torch.serialization.set_crc32_options(False)
     try:
-        torch.save(state, state_file)
+        with storage.writing(state_file), state_file.open("wb") as file:
+            torch.save(state, file)
     finally:
         torch.serialization.set_crc32_options(crc32)
 
@@ -311,14 +318,44 @@ class ReLiFTrainable(tune.Trainable):
             raise InjectedFault(f"fault injected at training step {step}")
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
-        """Tune's save (`save_checkpoint`, then the checkpoint persisted to storage), timed:
-        the next result reports its seconds (`CHECKPOINT_SECONDS`), which the checkpoint
-        cadence keeps to a small share of the trial's time
-        (`relif_ray.tuning.launch.CheckpointCadence`)."""
+        """Tune's save (`save_checkpoint` into a folder on this node, then the checkpoint
+        copied into storage), timed: the next result reports its seconds
+        (`CHECKPOINT_SECONDS`), which the checkpoint cadence keeps to a small share of the
+        trial's time (`relif_ray.tuning.launch.CheckpointCadence`).
+
+        A save that fails for lack of space (a full disk here or in storage, a quota, a
+        file-size limit) fails the trial with `storage.OutOfSpace`, one line that names the file
+        and the cause (`_copy_out_of_space`). Like any failure but a user error it is retried
+        from the trial's last checkpoint, which is left as it was, up to `--max-failures`
+        times. The folder on this node is removed either way (Tune leaves it behind when the
+        save fails, on a disk that may be full)."""
+        staging = checkpoint_dir or tempfile.mkdtemp(prefix="relif-checkpoint-")
+        index = self._storage.current_checkpoint_index if self._storage else None
         start = time.perf_counter()
-        result = super().save(checkpoint_dir)
+        try:
+            result = super().save(staging)
+        except Exception as error:
+            self._copy_out_of_space(error, index)
+            raise
+        finally:
+            if checkpoint_dir is None:
+                shutil.rmtree(staging, ignore_errors=True)
         self.checkpoint_seconds = time.perf_counter() - start
         return result
+
+    def _copy_out_of_space(self, error: Exception, index: int | None) -> None:
+        """Where a save failed for lack of space while Tune copied the checkpoint into storage
+        (Tune had numbered it: its checkpoint index moved from `index`), remove the part
+        copied, which no one reads, and raise `storage.OutOfSpace` naming its folder (the copy's
+        own error names no file). A failure in `save_checkpoint` names its file already."""
+        cause = storage.lack_of_space(error)
+        moved = self._storage is not None and self._storage.current_checkpoint_index != index
+        if cause is None or isinstance(error, storage.OutOfSpace) or not moved:
+            return
+        folder = self._storage.checkpoint_fs_path
+        with contextlib.suppress(OSError):
+            self._storage.storage_filesystem.delete_dir(folder)
+        raise storage.OutOfSpace(cause.errno, os.strerror(cause.errno), folder) from error
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         write_state(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
