@@ -14,7 +14,7 @@ import ray.cloudpickle as cloudpickle
 from relif_ray.errors import UserError
 from relif_ray.experiment.layout import newest_driver_state
 from relif_ray.tuning.order import SNAPSHOT_FORMAT, ReferenceOrder
-from relif_ray.tuning.resume import is_complete, repair_driver_state
+from relif_ray.tuning.resume import drop_held_decisions, is_complete, repair_driver_state
 
 RUN = "2026-11-26_10-00-00"
 STATE = {
@@ -138,3 +138,17 @@ def test_a_planted_pickle_stops_the_resume_before_ray(tmp_path, nyuv2_dir, capsy
         "never loaded); the sweep cannot be resumed"
     ), err
     assert not marker.exists()
+
+
+def test_a_resume_drops_the_decisions_tune_held_for_saves_of_the_killed_run(tmp_path):
+    """A trial whose last failure came during a save (a full disk) leaves Tune's held STOP in
+    the trial list; resumed, it would end the trial at its first checkpoint
+    (`drop_held_decisions`; tests/test_survival.py meets it on a real sweep)."""
+    experiment = experiment_with(tmp_path, None)
+    name = f"experiment_state-{RUN}.json"
+    held = {"_cached_trial_decisions": {"a": "STOP"}, "_queued_trial_decisions": {"b": "PAUSE"}}
+    (experiment / name).write_text(json.dumps({**STATE, "runner_data": {"x": 1, **held}}))
+    assert repair_driver_state(str(experiment), tmp_path / "ray") == []
+    state = json.loads((experiment / name).read_text())
+    assert state == {**STATE, "runner_data": {"x": 1, **dict.fromkeys(held, {})}}
+    assert drop_held_decisions(str(experiment)) == {}  # nothing left to drop

@@ -19,19 +19,29 @@ this node (`<ray temp>/session_*/artifacts/*/<experiment name>/driver_artifacts/
 one, it stops with a one-line error instead of letting Tune start over. Any other failed
 restore is stopped by the searcher (`relif_ray.tuning.order.ReferenceOrder`), which refuses to
 hand out trials in a resumed run that did not restore it.
+
+`drop_held_decisions` then clears what Ray Tune 2.60 keeps in its trial list but must not
+resume: the decisions it held back for trials that were saving a checkpoint
+(`_cached_trial_decisions`, `_queued_trial_decisions` of the controller's state), to apply
+when that save returned. A save that failed and ended its trial (a full disk, a storage outage,
+with no retries left) leaves a STOP there; Tune saves it with the trial list, restores it on
+resume and applies it when the resumed trial's first checkpoint returns: the trial would end
+TERMINATED there, without finishing its budget or writing its outputs, and the sweep would
+exit 0. After a resume no save is in flight, so every held decision is stale.
 """
 
 from __future__ import annotations
 
 import json
 import pickletools
+from fnmatch import fnmatch
 from pathlib import Path
 
 import ray
 
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
-from relif_ray.experiment.layout import newest_driver_state
+from relif_ray.experiment.layout import EXPERIMENT_STATE_FILES, newest_driver_state
 
 
 def is_complete(data: bytes) -> bool:
@@ -91,4 +101,30 @@ def repair_driver_state(experiment_dir: str, temp_root: Path | None = None) -> l
             )
         storage.write_bytes_atomically(state, whole)
         repaired.append(name)
+    drop_held_decisions(experiment_dir)
     return repaired
+
+
+HELD_DECISIONS = ("_cached_trial_decisions", "_queued_trial_decisions")
+"""The decisions Tune's controller holds back for trials with a task in flight (see the module
+docstring), in the `runner_data` of its trial list."""
+
+
+def drop_held_decisions(experiment_dir: str) -> dict[str, str]:
+    """Clear the held decisions (`HELD_DECISIONS`) in the experiment's newest trial list
+    (`EXPERIMENT_STATE_FILES`), rewritten whole; return those dropped (trial id -> decision)."""
+    place = storage.location(experiment_dir)
+    newest = [n for n in newest_driver_state(experiment_dir) if fnmatch(n, EXPERIMENT_STATE_FILES)]
+    if not newest:
+        return {}
+    state_file = storage.join(place, newest[0])
+    state = storage.read_json(state_file)
+    runner = state.get("runner_data", {})
+    dropped = {
+        trial: decision for key in HELD_DECISIONS for trial, decision in runner.get(key, {}).items()
+    }
+    if dropped:
+        for key in HELD_DECISIONS:
+            runner[key] = {}
+        storage.write_bytes_atomically(state_file, json.dumps(state).encode())
+    return dropped
