@@ -41,6 +41,8 @@ OTHER_TOOLS_FLAGS = {
     "--exclude": "srun",
     "--gres": "srun",
     "--gpus-per-node": "srun",
+    "--signal": "sbatch",
+    "--requeue": "sbatch",
     "--logdir": "tensorboard",
     "--optim": "LibMTL's examples/nyu/train_nyu.py",
     "--aug": "LibMTL's examples/nyu/train_nyu.py",

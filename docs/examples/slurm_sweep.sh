@@ -8,6 +8,8 @@
 # environment on), the data at DATA_DIR and STORAGE on a shared file system (NFS, Lustre), or
 # an s3:// or gs:// URI. The settings below are the only lines a site changes; the flags given
 # to sbatch after the script's name are added to the sweep (e.g. --methods erm,relif).
+# Five minutes before the time limit Slurm sends USR1 to this script, which stops the sweep
+# gracefully and requeues the job; the requeued job runs the same command, which resumes it.
 # docs/cluster.md explains each step; tests/test_slurm_recipe.py runs this script with a
 # simulated two-node allocation on 127.0.0.1.
 #
@@ -18,6 +20,8 @@
 #SBATCH --cpus-per-task=32
 #SBATCH --gpus-per-node=8
 #SBATCH --time=24:00:00
+#SBATCH --signal=B:USR1@300
+#SBATCH --requeue
 
 set -euo pipefail
 
@@ -73,6 +77,23 @@ if ((workers > 0)); then
 fi
 wait_for_nodes "$SLURM_JOB_NUM_NODES"
 
-# The sweep, on the head node (the batch script runs there), as the cluster's driver.
+# The sweep, on the head node (the batch script runs there), as the cluster's driver; in a
+# requeued job, the same command continues it (--resume-if-present).
 python sweeps/nyuv2.py --address "$head_ip:$RAY_PORT" --data-dir "$DATA_DIR" \
-    --storage "$STORAGE" --name "$NAME" --num-gpus $((SLURM_JOB_NUM_NODES * GPUS_PER_NODE)) "$@"
+    --storage "$STORAGE" --name "$NAME" --num-gpus $((SLURM_JOB_NUM_NODES * GPUS_PER_NODE)) \
+    --resume-if-present "$@" &
+driver=$!
+requeue=0
+stop_sweep() {  # the signal to the sweep: a graceful stop, exit status 75, while Ray still runs
+    if [[ $1 == USR1 ]]; then requeue=1; fi  # the time limit's warning: continue in a new job
+    kill "-$1" "$driver" 2>/dev/null || true
+}
+trap 'stop_sweep USR1' USR1
+trap 'stop_sweep TERM' TERM
+while kill -0 "$driver" 2>/dev/null; do wait "$driver" || true; done  # a signal ends a wait
+status=0
+wait "$driver" || status=$?
+if ((status == 75 && requeue)); then
+    scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$status"
