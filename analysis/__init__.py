@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from analysis.breakdown import by_pair, pair_audits
 from analysis.experiment import Experiment, load
-from analysis.fronts import pareto_means, pareto_points
+from analysis.fronts import front_with_verdicts, pareto_means, pareto_points
 from analysis.mtl_metrics import DeltaMOptions
 from analysis.paired import front_shares, paired_per_seed, paired_summary
 from analysis.report import write_report
@@ -45,6 +45,7 @@ __all__ = [
     "audit",
     "by_pair",
     "front_shares",
+    "front_with_verdicts",
     "load",
     "non_dominated",
     "paired_per_seed",
