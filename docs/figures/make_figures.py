@@ -5,10 +5,13 @@
 It runs the Quickstart's demo (`sweeps/nyuv2.py --demo`: a real Ray Tune sweep of ERM and ReLiF,
 2 seeds of 240 steps, on synthetic NYUv2) and `relif report` in a temporary folder, copies the
 report's Pareto figure and ReLiF's controller figure here (pareto.png, controller.png), and
-writes demo.json: the machine, the commit, the date, and the numbers the README quotes (per
-method, the mean over seeds of Bias@delta_p75 and Worst). tests/test_readme.py holds the
-README's caption and its sentence on the demo to demo.json. The demo takes minutes on 2 cores
-(docs/benchmarks.md); another CPU gives other numbers, as another seed would.
+writes demo.json: the machine, the commit, the date, the seconds the demo and its report took,
+and the numbers the README quotes: per method the mean over seeds of Bias@delta_p75 and Worst,
+and per compared method the report's verdicts over seeds against same-seed ERM of
+Bias@delta_p75 and Worst (its tables/paired.csv rows, with the per-seed values).
+tests/test_readme.py holds the README's caption and its sentence on the demo to demo.json. The
+demo takes minutes on 2 cores (docs/benchmarks.md); another CPU gives other numbers, as another
+seed would.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -65,14 +69,40 @@ def demo_numbers(report: Path) -> dict[str, dict[str, float]]:
     }
 
 
+def demo_verdicts(report: Path) -> dict[str, dict[str, dict[str, object]]]:
+    """Per compared label, the report's paired.csv rows of Bias@delta_p75 and Worst: n_seeds,
+    estimate, ci_low, ci_high, verdict, seeds_needed (None where empty) and the per-seed
+    values {seed: value}."""
+    paired = pd.read_csv(report / "tables" / "paired.csv", dtype={"delta": str})
+    paired["delta"] = paired["delta"].fillna("")
+    chosen = paired[
+        ((paired["metric"] == "bias") & (paired["delta"] == "p75")) | (paired["metric"] == "worst")
+    ]
+    verdicts: dict[str, dict[str, dict[str, object]]] = {}
+    for row in chosen.itertuples():
+        per_seed = dict(part.split(": ") for part in row.per_seed.split("; "))
+        verdicts.setdefault(str(row.label), {})[str(row.metric)] = {
+            "n_seeds": int(row.n_seeds),
+            "estimate": float(row.estimate),
+            "ci_low": float(row.ci_low),
+            "ci_high": float(row.ci_high),
+            "verdict": str(row.verdict),
+            "seeds_needed": None if pd.isna(row.seeds_needed) else int(row.seeds_needed),
+            "per_seed": {seed: float(value) for seed, value in per_seed.items()},
+        }
+    return verdicts
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="relif-figures-") as folder:
         storage, report = Path(folder) / "results", Path(folder) / "report"
         python = [sys.executable]
+        start = time.perf_counter()
         subprocess.run([*python, "sweeps/nyuv2.py", "--demo", "--storage", str(storage)],
                        cwd=REPO, check=True)  # fmt: skip
         subprocess.run([*python, "-m", "relif_ray.cli", "report", str(storage / "nyuv2-demo"),
                         "--out", str(report)], cwd=REPO, check=True)  # fmt: skip
+        seconds = round(time.perf_counter() - start)
         for shown, made in SHOWN.items():
             shutil.copyfile(report / "figures" / made, FIGURES / shown)
         record = {
@@ -81,7 +111,10 @@ def main() -> None:
             "date": datetime.date.today().isoformat(),
             "software": f"Python {platform.python_version()}, torch {version('torch')}, "
             f"Ray {version('ray')}",
+            "demo_and_report_s": seconds,
+            "load_average_end": round(os.getloadavg()[0], 1),
             "methods": demo_numbers(report),
+            "verdicts": demo_verdicts(report),
         }
     (FIGURES / "demo.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
