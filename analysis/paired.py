@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.audit_scores import erm_partner
-from analysis.render import Column, Table
+from analysis.render import Column, Table, latex_escape
 from analysis.results import Results
 from analysis.verdicts import (
     Comparison,
@@ -305,3 +305,23 @@ def verdict_text(summary: pd.DataFrame, label: str, metric: str, delta: str = ""
         (summary["label"] == label) & (summary["metric"] == metric) & (summary["delta"] == delta)
     ]
     return str(chosen["verdict"].iloc[0]) if len(chosen) else "–"
+
+
+def add_verdict_columns(
+    rows: pd.DataFrame, columns: list[Column], results: Results, paired: pd.DataFrame
+) -> None:
+    """The main table's verdict columns (`rows`: one row per variant in `row`): Bias at the
+    primary delta_ref and Worst against the same-seed ERM trial over seeds ("reference" for
+    plain ERM)."""
+    references = reference_variants(results)
+    primary = results.primary
+    for key, metric, delta, header in (
+        ("bias_verdict", "bias", primary.key, f"Bias@{primary.symbol} vs ERM"),
+        ("worst_verdict", "worst", "", "Worst vs ERM"),
+    ):
+        rows[key] = [
+            "reference" if row in references else verdict_text(paired, row, metric, delta)
+            for row in rows["row"]
+        ]
+        latex = latex_escape(header).replace(latex_escape(primary.symbol), f"${primary.latex}$")
+        columns.append(Column(key, header, latex, kind="text"))

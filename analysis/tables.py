@@ -29,6 +29,7 @@ import pandas as pd
 
 from analysis.experiment import Experiment
 from analysis.mtl_metrics import delta_m_note
+from analysis.paired import add_verdict_columns
 from analysis.render import (
     Column,
     Table,
@@ -88,7 +89,7 @@ def main_table(results: Results, ci: CISettings, paired: pd.DataFrame | None = N
         f"pair_seed={results.audit.settings.pair_seed}."
     )
     if paired is not None:
-        _add_verdicts(rows, columns, results, paired)
+        add_verdict_columns(rows, columns, results, paired)
         title += (
             " Verdicts: against the same-seed ERM trial over seeds (paired.csv: the "
             "Student-t interval of the mean log Bias ratio, and the equivalence test of Worst)."
@@ -103,27 +104,6 @@ def main_table(results: Results, ci: CISettings, paired: pd.DataFrame | None = N
             "its cut survives wider audit interfaces: the Audit-interface sensitivity table."
         )
     return Table("main", title, "Method", columns, rows)
-
-
-def _add_verdicts(
-    rows: pd.DataFrame, columns: list[Column], results: Results, paired: pd.DataFrame
-) -> None:
-    """The main table's verdict columns: Bias at the primary delta_ref and Worst against the
-    same-seed ERM trial over seeds ("reference" for plain ERM)."""
-    from analysis.paired import reference_variants, verdict_text
-
-    references = reference_variants(results)
-    primary = results.primary
-    for key, metric, delta, header in (
-        ("bias_verdict", "bias", primary.key, f"Bias@{primary.symbol} vs ERM"),
-        ("worst_verdict", "worst", "", "Worst vs ERM"),
-    ):
-        rows[key] = [
-            "reference" if row in references else verdict_text(paired, row, metric, delta)
-            for row in rows["row"]
-        ]
-        latex = latex_escape(header).replace(latex_escape(primary.symbol), f"${primary.latex}$")
-        columns.append(Column(key, header, latex, kind="text"))
 
 
 def _saturation_flag(results: Results, variant: str) -> str:

@@ -58,30 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="method the induced-threshold drift is compared to "
         "(default: relif if present, else the first method)",
     )
-    ci = CISettings()
-    parser.add_argument(
-        "--n-boot",
-        type=int,
-        default=ci.n_boot,
-        help="bootstrap replicates of the Bias intervals over the audit's pairs, the "
-        "hierarchical bootstrap over seeds and the front shares (0: none; "
-        f"{ci.n_boot})",
-    )
-    parser.add_argument(
-        "--ci-level",
-        type=float,
-        default=ci.level,
-        help=f"level of every interval and test of the report ({ci.level:g})",
-    )
-    verdicts = VerdictSettings()
-    parser.add_argument(
-        "--equivalence-margin",
-        type=float,
-        default=verdicts.margin,
-        metavar="M",
-        help="margin of the equivalence test of Worst and Macro against same-seed ERM, on the "
-        f"normalized scores ({verdicts.margin:g})",
-    )
+    add_interval_flags(parser)
     add_delta_m_flags(parser)
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     parser.set_defaults(handler=run_report)
@@ -120,6 +97,35 @@ def add_delta_flags(parser: argparse.ArgumentParser) -> None:
         default="distances",
         help="what --delta-from/--delta-conformal calibrate on: the reference "
         "method's representation distances (default) or its score gaps",
+    )
+
+
+def add_interval_flags(parser: argparse.ArgumentParser) -> None:
+    """The bootstrap replicates, the level of every interval and test, and the equivalence
+    margin of the verdicts over seeds (`analysis.verdicts.VerdictSettings`)."""
+    ci = CISettings()
+    parser.add_argument(
+        "--n-boot",
+        type=int,
+        default=ci.n_boot,
+        help="bootstrap replicates of the Bias intervals over the audit's pairs, the "
+        "hierarchical bootstrap over seeds and the front shares (0: none; "
+        f"{ci.n_boot})",
+    )
+    parser.add_argument(
+        "--ci-level",
+        type=float,
+        default=ci.level,
+        help=f"level of every interval and test of the report ({ci.level:g})",
+    )
+    verdicts = VerdictSettings()
+    parser.add_argument(
+        "--equivalence-margin",
+        type=float,
+        default=verdicts.margin,
+        metavar="M",
+        help="margin of the equivalence test of Worst and Macro against same-seed ERM, on the "
+        f"normalized scores ({verdicts.margin:g})",
     )
 
 
