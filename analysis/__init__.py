@@ -8,6 +8,8 @@ results.per_trial                                         # one row per trial
 analysis.by_pair(results)                                 # Bias per task pair x method
 analysis.pareto_means(results)                            # the front over methods
 analysis.pareto_figure(results)                           # paper Figure 2
+groups = analysis.group_audit(experiment, options=analysis.GroupOptions(attributes="root/"))
+analysis.group_tables(groups)                             # the report's group-fairness tables
 analysis.write_report(experiment, "report/")              # everything `relif report` writes
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 from analysis.breakdown import by_pair, pair_audits
 from analysis.experiment import Experiment, load
 from analysis.fronts import pareto_means, pareto_points
+from analysis.group_tables import group_tables
+from analysis.groups import GroupAudit, GroupOptions, group_audit
 from analysis.report import write_report
 from analysis.results import Results, audit
 from relif_ray.audit import AuditSettings
@@ -32,9 +36,13 @@ def pareto_figure(results: Results, title: str | None = None):
 __all__ = [
     "AuditSettings",
     "Experiment",
+    "GroupAudit",
+    "GroupOptions",
     "Results",
     "audit",
     "by_pair",
+    "group_audit",
+    "group_tables",
     "load",
     "non_dominated",
     "pair_audits",
