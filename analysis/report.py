@@ -17,6 +17,9 @@ Output folder:
     interface_per_trial.csv   per trial and audit interface: Bias, same-seed ERM's, ratio
                               (where the interface table applies)
     delta_ref.json            the held-fixed thresholds and their sources
+    clinical data sets only, the group audit (`analysis.groups`, `analysis.group_tables`):
+    tables/groups_<task>.*, tables/group_disparities.*, group_per_group.csv,
+    group_per_trial.csv, group_paired.csv
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from analysis.audit_scores import squash_quantiles
 from analysis.delta import DeltaSpec
 from analysis.experiment import Experiment
 from analysis.fronts import hypervolume_table, pareto_means, pareto_points
+from analysis.group_tables import FILES, group_section, group_tables
+from analysis.groups import GroupAudit, GroupOptions, group_audit, has_attributes
 from analysis.interfaces import interface_per_trial, interface_table, skip_reason
 from analysis.render import Table
 from analysis.results import SENSITIVITY_DELTAS, Results, audit
@@ -66,6 +71,7 @@ class ReportOptions:
     drift_baseline: str | None = None
     ci: CISettings = field(default_factory=CISettings)
     figures: bool = True
+    groups: GroupOptions = field(default_factory=GroupOptions)
 
 
 def write_report(
@@ -104,6 +110,11 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
             f"--drift-baseline: no method {baseline!r} (methods: {', '.join(results.variants)})"
         )
     tables = _tables(results, experiment, options, baseline)
+    groups = (
+        group_audit(experiment, results.split, options.groups)
+        if has_attributes(experiment.trials)
+        else None
+    )
     out.mkdir(parents=True, exist_ok=True)
     for table in tables:
         if isinstance(table, Table):
@@ -111,7 +122,24 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     _write_data(out, experiment, results, options)
     figures = _write_figures(out, experiment, results) if options.figures else {}
     named = {table.name: table for table in tables}
-    return audited_sections(experiment, results, options.settings, options.ci, named, figures)
+    sections = audited_sections(experiment, results, options.settings, options.ci, named, figures)
+    if groups is not None:
+        sections.append(_group_part(out, groups, options.ci))
+    return sections
+
+
+def _group_part(out: Path, audit: GroupAudit, ci: CISettings) -> str:
+    """The group audit's tables and files, and its section of report.md."""
+    tables = group_tables(audit)
+    for table in tables:
+        if isinstance(table, Table):
+            table.write(out / "tables")
+    if audit.skipped is None:
+        for name, frame in zip(
+            FILES, (audit.per_group, audit.per_trial, audit.paired), strict=True
+        ):
+            frame.to_csv(out / name, index=False)
+    return group_section(audit, tables, ci)
 
 
 def _tables(
