@@ -19,6 +19,7 @@ from analysis.experiment import Experiment
 from analysis.fronts import pareto_means, pareto_points
 from analysis.render import display_text
 from analysis.results import Results
+from analysis.verdicts import VerdictSettings
 
 DELTA_LINE_STYLES = (":", "-.", "--")
 """Line styles of the held-fixed delta_ref markers, in the order of the deltas."""
@@ -38,11 +39,15 @@ def _colors(variants: Sequence[str]) -> dict[str, tuple]:
     return {variant: palette(index % 10) for index, variant in enumerate(variants)}
 
 
-def pareto_figure(results: Results, title: str | None = None) -> Figure:
+def pareto_figure(
+    results: Results, title: str | None = None, settings: VerdictSettings | None = None
+) -> Figure:
     """Per-seed points (small dots), per-method means with ± std bars (large markers), and the
-    non-dominated means joined by a dashed line; x = fixed-delta Bias, y = Worst. A second
-    legend says what the marks mean."""
-    points, means = pareto_points(results), pareto_means(results)
+    non-dominated means joined by a dashed line where there are two or more; x = fixed-delta
+    Bias, y = Worst. Each method's legend entry gives the share of seed-bootstrap resamples in
+    which its mean is on the front (`pareto_means`' front_share). A second legend says what
+    the marks mean."""
+    points, means = pareto_points(results), pareto_means(results, settings)
     colors = _colors(results.variants)
     figure, (axes,) = _figure(8.5, 4.5)
     for variant, group in points.groupby("variant", sort=False):
@@ -56,18 +61,19 @@ def pareto_figure(results: Results, title: str | None = None) -> Figure:
             fmt="*" if row.on_front else "o",
             markersize=12 if row.on_front else 8,
             color=colors[row.variant],
-            label=display_text(row.variant) + (" (front)" if row.on_front else ""),
+            label=display_text(row.variant) + _front_text(row.front_share),
             capsize=3,
         )
     front = means[means["on_front"]].sort_values("bias_mean")
-    axes.plot(front["bias_mean"], front["worst_mean"], "k--", linewidth=1, alpha=0.6)
+    if len(front) > 1:
+        axes.plot(front["bias_mean"], front["worst_mean"], "k--", linewidth=1, alpha=0.6)
     delta = results.primary
     axes.set_xlabel(f"Bias@{delta.symbol} = {delta.value:.4f} (fixed, lower is better)")
     axes.set_ylabel(f"Worst ({results.split}, higher is better)")
     axes.set_title(title or "Utility-fairness operating points (upper-left preferred)")
     figure.legend(title="method", fontsize=7, title_fontsize=8, loc="outside right upper")
     figure.legend(
-        handles=_pareto_key(),
+        handles=_pareto_key(joined=len(front) > 1),
         title="marks",
         fontsize=7,
         title_fontsize=8,
@@ -77,8 +83,14 @@ def pareto_figure(results: Results, title: str | None = None) -> Figure:
     return figure
 
 
-def _pareto_key() -> list:
-    """Legend entries explaining the Pareto figure's marks (in grey, for every method)."""
+def _front_text(share: float) -> str:
+    """A method's legend suffix: how often its mean is on the front over seed resamples."""
+    return "" if np.isnan(share) else f" (front in {share:.0%} of seed resamples)"
+
+
+def _pareto_key(joined: bool) -> list:
+    """Legend entries explaining the Pareto figure's marks (in grey, for every method); the
+    front's line only where it is drawn (`joined`)."""
     from matplotlib.collections import LineCollection
     from matplotlib.container import ErrorbarContainer
     from matplotlib.lines import Line2D
@@ -94,7 +106,7 @@ def _pareto_key() -> list:
     star.set_label("mean on the Pareto front")
     line = Line2D([], [], linestyle="--", color="black", alpha=0.6, linewidth=1)
     line.set_label("front (non-dominated means)")
-    return [seed, mean, star, line]
+    return [seed, mean, star, line] if joined else [seed, mean, star]
 
 
 def controller_figure(experiment: Experiment, variant: str) -> Figure:

@@ -3,10 +3,10 @@
 - `groups_<task>`: per method, attribute and group, the group's size (stays; positives of the
   task's decision), the task's own metric, TPR and FPR at the task's threshold, mean ± sample
   std over seeds, and whether the group is small (fewer than the minimum size of stays);
-- `group_disparities`: per method, task and attribute, Fairlearn's demographic-parity and
-  equalized-odds differences and the gap in the task's metric over the compared groups, and
-  their differences from the same-seed ERM trial's (mean ± sample std over the seeds' paired
-  differences).
+- `group_disparities`: per method, task, attribute and disparity (Fairlearn's demographic-
+  parity and equalized-odds differences and the gap in the task's metric over the compared
+  groups): its value over seeds, its paired difference from the same-seed ERM trial's with
+  the Student-t interval over seeds, and the verdict (`analysis.verdicts`).
 
 `group_tables` builds them for `relif report` (written with the other tables) and for the
 notebook and the API alike, so that both show the same numbers.
@@ -24,14 +24,15 @@ from relif_ray.data.attributes import UNKNOWN
 
 TITLE = "Group fairness: patient groups"
 METRIC_HEADERS = {"auroc": "AUROC", "auroc_macro": "Macro AUROC", "kappa": "Kappa"}
-DISPARITY_HEADERS = {
-    "demographic_parity_difference": ("DP difference", "DP diff."),
-    "equalized_odds_difference": ("EO difference", "EO diff."),
-    "metric_gap": ("Metric gap", "Metric gap"),
+DISPARITY_NAMES = {
+    "demographic_parity_difference": "DP difference",
+    "equalized_odds_difference": "EO difference",
+    "metric_gap": "metric gap",
 }
-"""Markdown and LaTeX headers of the disparities."""
-FILES = ("group_per_group.csv", "group_per_trial.csv", "group_paired.csv")
-"""The report's files of the group audit: `GroupAudit.per_group`, `.per_trial`, `.paired`."""
+"""How the tables name the disparities."""
+FILES = ("group_per_group.csv", "group_per_trial.csv", "group_paired.csv", "group_verdicts.csv")
+"""The report's files of the group audit: `GroupAudit.per_group`, `.per_trial`, `.paired`,
+`.verdicts`."""
 
 
 def group_tables(audit: GroupAudit) -> list[Table | Skipped]:
@@ -44,17 +45,18 @@ def group_tables(audit: GroupAudit) -> list[Table | Skipped]:
 
 
 def ordered(frame: pd.DataFrame, audit: GroupAudit) -> pd.DataFrame:
-    """`frame` (columns among task, attribute, group, variant) in the audit's order: tasks and
-    methods as the trials list them, attributes as `ATTRIBUTES`, age bands by age, other
-    groups by name, unknown groups last."""
+    """`frame` (columns among task, attribute, group, metric, variant) in the audit's order:
+    tasks and methods as the trials list them, attributes as `ATTRIBUTES`, disparities as
+    `DISPARITIES`, age bands by age, other groups by name, unknown groups last."""
     ranks = {
         "task": list(dict.fromkeys(audit.per_trial["task"])),
         "attribute": list(ATTRIBUTES),
+        "metric": list(DISPARITIES),
         "variant": list(dict.fromkeys(audit.per_trial["variant"])),
     }
     bands = band_names(audit.options.age_bands)
     keys = pd.DataFrame(index=frame.index)
-    for column in ("task", "attribute", "group", "variant"):
+    for column in ("task", "attribute", "group", "metric", "variant"):
         if column not in frame:
             continue
         if column == "group":
@@ -105,39 +107,47 @@ def decision_words(metric: str, audit: GroupAudit) -> str:
 
 
 def disparity_table(audit: GroupAudit) -> Table:
-    """Per method, task and attribute: the disparities and their paired differences from
-    same-seed ERM (mean ± std over the seeds with one)."""
-    by = ["task", "attribute", "variant"]
-    rows = summarize(audit.per_trial, by, list(DISPARITIES))
-    compared = audit.per_trial.groupby(by, sort=False)["compared"].agg(
+    """Per method, task, attribute and disparity: its value over seeds, its paired difference
+    from same-seed ERM with the Student-t interval over seeds, and the verdict."""
+    keys = ["task", "attribute", "variant"]
+    long = audit.per_trial.melt(
+        [*keys, "compared"], list(DISPARITIES), var_name="metric", value_name="value"
+    )
+    by = [*keys, "metric"]
+    rows = summarize(long, by, ["value"])
+    compared = long.groupby(by, sort=False)["compared"].agg(
         lambda counts: " / ".join(dict.fromkeys(str(c) for c in counts))
     )
-    rows["compared"] = [compared[tuple(r)] for r in rows[by].itertuples(index=False)]
-    differences = audit.paired.dropna(subset=["difference"])
     index = pd.MultiIndex.from_frame(rows[by])
-    for key in DISPARITIES:
-        chosen = differences[differences["metric"] == key]
-        stats = summarize(chosen, by, ["difference"]).set_index(by)
-        for suffix in ("mean", "std"):
-            rows[f"diff_{key}_{suffix}"] = stats[f"difference_{suffix}"].reindex(index).to_numpy()
+    rows["compared"] = compared.reindex(index).to_numpy()
+    verdicts = audit.verdicts.set_index(by).reindex(index)
+    for target, source in (("mean", "estimate"), ("std", "std"), ("ci_low", "ci_low"),
+                           ("ci_high", "ci_high")):  # fmt: skip
+        rows[f"difference_{target}"] = verdicts[source].to_numpy()
+    compared_with_erm = set(audit.paired["variant"])
+    rows["verdict"] = [
+        verdict if variant in compared_with_erm else "reference"
+        for variant, verdict in zip(rows["variant"], verdicts["verdict"].fillna("–"), strict=True)
+    ]
+    rows["disparity"] = rows["metric"].map(DISPARITY_NAMES)
     rows = ordered(rows, audit).rename(columns={"variant": "row"})
     columns = [
         Column("task", "Task", "Task", kind="text"),
         Column("attribute", "Attribute", "Attribute", kind="text"),
+        Column("disparity", "Disparity", "Disparity", kind="text"),
         Column("compared", "Groups compared", "Groups", kind="text"),
-        *(Column(key, *DISPARITY_HEADERS[key], digits=3) for key in DISPARITIES),
-        *(
-            Column(f"diff_{key}", f"Δ {DISPARITY_HEADERS[key][0]} vs ERM", r"$\Delta$ vs ERM")
-            for key in DISPARITIES
-        ),
+        Column("value", "Value", "Value", digits=3),
+        Column("difference", "Δ vs same-seed ERM", r"$\Delta$ vs ERM", digits=3),
+        Column("verdict", "Verdict over seeds", "Verdict", kind="text"),
     ]
     title = (
         f"Group disparities ({audit.split} split) over the groups of at least "
-        f"{audit.options.min_group_size} stays with both classes (Fairlearn): demographic-"
-        "parity difference (largest gap in selection rate), equalized-odds difference (the "
-        "larger of the largest gaps in TPR and FPR), metric gap (largest gap in the task's "
-        "metric); mean ± sample std over seeds; Δ vs ERM: each seed's difference from its "
-        "same-seed ERM trial, mean ± sample std over seeds ('–': ERM itself, or no pair)."
+        f"{audit.options.min_group_size} stays with both classes of the decision (Fairlearn): "
+        "DP difference, the largest gap in selection rate; EO difference, the larger of the "
+        "largest gaps in TPR and FPR; metric gap, the largest gap in the task's metric. "
+        "Value: mean ± sample std over seeds. Δ vs same-seed ERM: each seed's difference from "
+        "its ERM trial's, mean ± sample std [Student-t interval over seeds]; the verdict says "
+        "whether the method's gap is lower or higher than ERM's over seeds (lower: narrower)."
     )
     return Table("group_disparities", title, "Method", columns, rows)
 

@@ -22,8 +22,11 @@ thresholds or bands re-audit a saved experiment.
     two compared groups. `overall`: the task's metric over every sample, the trial's own
     metric.
 `GroupAudit.paired`, per trial other than the plain ERM ones: each of those three against
-    the same-seed ERM trial's (`analysis.audit_scores.same_seed_erm`): label, variant, seed,
+    the same-seed ERM trial's (`analysis.audit_scores.erm_partner`): label, variant, seed,
     attribute, task, metric, value, erm_value, difference (NaN without one same-seed ERM).
+`GroupAudit.verdicts`, per variant, task, attribute and disparity: those differences over
+    seeds, summed up by `analysis.verdicts.compare_differences` (mean, Student-t interval,
+    verdict in words, seeds needed where not shown).
 
 Decisions (`decisions`): a binary task (mortality, decompensation, each phenotype) predicts
 positive where sigmoid(logit) >= `threshold`; length of stay is "long" where the remaining
@@ -51,9 +54,10 @@ from fairlearn.metrics import (
 from scipy.special import expit
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
-from analysis.audit_scores import is_erm, same_seed_erm
+from analysis.audit_scores import erm_partner
 from analysis.experiment import Experiment
 from analysis.results import report_split
+from analysis.verdicts import VerdictSettings, compare_differences
 from relif_ray.data.attributes import UNKNOWN
 from relif_ray.errors import UserError
 from relif_ray.problems import AttributeSource, benchmark
@@ -63,6 +67,11 @@ ATTRIBUTES = ("gender", "age", "ethnicity")
 """The audited attributes, age as bands (`age_bands`)."""
 DISPARITIES = ("demographic_parity_difference", "equalized_odds_difference", "metric_gap")
 """The per-trial disparities, each paired with same-seed ERM in `GroupAudit.paired`."""
+VERDICT_COLUMNS = [
+    "label", "variant", "task", "attribute", "metric", "n_seeds", "estimate", "ci_low",
+    "ci_high", "std", "verdict", "seeds_needed",
+]  # fmt: skip
+"""`GroupAudit.verdicts`' columns."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,7 @@ class GroupAudit:
     per_group: pd.DataFrame = field(default_factory=pd.DataFrame)
     per_trial: pd.DataFrame = field(default_factory=pd.DataFrame)
     paired: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verdicts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=VERDICT_COLUMNS))
     skipped: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -129,10 +139,14 @@ def has_attributes(trials: pd.DataFrame) -> bool:
 
 
 def group_audit(
-    experiment: Experiment, split: str | None = None, options: GroupOptions | None = None
+    experiment: Experiment,
+    split: str | None = None,
+    options: GroupOptions | None = None,
+    verdicts: VerdictSettings | None = None,
 ) -> GroupAudit:
     """The group audit of every finished trial of a data set with sensitive attributes, on
-    `split` (default: test where the trials have it, else val)."""
+    `split` (default: test where the trials have it, else val), with verdicts over seeds at
+    `verdicts`' level."""
     options = options or GroupOptions()
     trials = experiment.trials
     audit = GroupAudit(split or report_split(trials), options)
@@ -155,6 +169,7 @@ def group_audit(
     audit.per_group = pd.concat(groups, ignore_index=True)
     audit.per_trial = pd.concat(per_trial, ignore_index=True)
     audit.paired = paired_differences(audit.per_trial, trials)
+    audit.verdicts = paired_verdicts(audit.paired, verdicts or VerdictSettings())
     return audit
 
 
@@ -384,24 +399,41 @@ def _disparities(
 
 
 def paired_differences(per_trial: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
-    """Each trial's disparities (`DISPARITIES`) against its same-seed ERM trial's, one row per
-    trial, attribute, task and disparity: label, variant, seed, attribute, task, metric,
+    """Each trial's disparities (`DISPARITIES`) against its same-seed ERM trial's
+    (`analysis.audit_scores.erm_partner`, the pairing of every comparison with ERM), one row
+    per trial, attribute, task and disparity: label, variant, seed, attribute, task, metric,
     value, erm_value, difference (value - erm_value), trial, erm_trial. The plain ERM trials
     themselves are left out; a trial without exactly one same-seed ERM trial has NaN."""
-    candidates = same_seed_erm(trials)
-    reference = {
-        trial: same[0] if len(same) == 1 else None for trial, (same, _) in candidates.items()
-    }
+    partner = erm_partner(trials)
     keys = ["trial", "label", "variant", "seed", "attribute", "task"]
     long = per_trial.melt(keys, list(DISPARITIES), var_name="metric", value_name="value")
     values = long.set_index(["trial", "attribute", "task", "metric"])["value"]
-    long["erm_trial"] = long["trial"].map(reference)
+    long["erm_trial"] = long["trial"].map(partner)
     index = pd.MultiIndex.from_arrays(
         [long["erm_trial"], long["attribute"], long["task"], long["metric"]]
     )
     long["erm_value"] = values.reindex(index).to_numpy()
     long["difference"] = long["value"] - long["erm_value"]
-    plain = set(trials.loc[is_erm(trials), "trial"])
-    long = long[~long["trial"].isin(plain)]
+    long = long[long["erm_trial"] != long["trial"]]
     columns = ["label", "variant", "seed", "attribute", "task", "metric", "value", "erm_value"]
     return long[[*columns, "difference", "trial", "erm_trial"]].reset_index(drop=True)
+
+
+def paired_verdicts(paired: pd.DataFrame, settings: VerdictSettings) -> pd.DataFrame:
+    """Per variant, task, attribute and disparity, its paired differences from same-seed ERM
+    over seeds as `analysis.verdicts.compare_differences` sums them up: n_seeds, the mean
+    difference with its Student-t interval, the sample std, the verdict in words ("lower than
+    ERM (95%, 3 seeds)": the method narrows the gap) and, where not shown, the seeds needed."""
+    rows = []
+    keys = ["variant", "task", "attribute", "metric"]
+    for (variant, task, attribute, metric), chosen in paired.groupby(keys, sort=False):
+        differences = chosen.sort_values("seed")["difference"].to_numpy()
+        found = compare_differences(differences, settings)
+        rows.append(
+            [
+                chosen["label"].iloc[0], variant, task, attribute, metric, found.n,
+                found.estimate, found.ci_low, found.ci_high, found.std, found.verdict,
+                found.seeds_needed,
+            ]
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)

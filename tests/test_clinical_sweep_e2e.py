@@ -66,7 +66,10 @@ def mimic3_experiment(mimic3_search: tuple[Path, Path]) -> tuple[Path, str]:
 def eicu_experiment(ray_session, sweep_folder: Path) -> tuple[Path, str]:
     data = write_synthetic_eicu(sweep_folder / "eicu" / "data", patients=40, seed=0)
     storage = sweep_folder / "eicu-results"
-    return sweep("eicu", data, storage, "eicu", "--methods", "erm")  # default seeds: 3
+    return sweep(
+        "eicu", data, storage, "eicu", "--methods", "erm",  # default seeds: 3
+        "--set", "train.epoch_test_metrics=true",
+    )  # fmt: skip
 
 
 def test_paper_settings_are_the_clinical_defaults(tmp_path: Path) -> None:
@@ -153,6 +156,36 @@ def test_eicu_sweep_uses_three_seeds_by_default(eicu_experiment: tuple[Path, str
     assert set(analysis.load(experiment).scores["task"]) == {"mortality", "length_of_stay"}
     config = trials["config"].iloc[0]
     assert config["data"]["dataset"] == "eicu" and config["train"]["optimizer"] == "adamw"
+
+
+@pytest.mark.slow
+def test_per_epoch_test_metrics_feed_the_delta_m_epoch_rules(
+    eicu_experiment: tuple[Path, str], tmp_path: Path
+) -> None:
+    """train.epoch_test_metrics: every epoch's result has the test metrics, and the one
+    epoch's equal the final outputs'; so `--delta-m-epochs last:K` and `best` give the final
+    checkpoint's Delta-M% (against fixed numbers, where ERM's own is not 0)."""
+    from relif_ray.cli import main
+
+    experiment, _ = eicu_experiment
+    loaded = analysis.load(experiment)
+    epochs = loaded.epochs.set_index("trial")
+    for row in loaded.trials.itertuples():
+        assert epochs.loc[row.trial, "test_mortality_auroc"] == row.test_mortality_auroc
+        assert epochs.loc[row.trial, "test_length_of_stay_mad"] == row.test_length_of_stay_mad
+    base = tmp_path / "base.json"
+    base.write_text(
+        '{"mortality_auroc": 0.7, "mortality_auprc": 0.3, "length_of_stay_kappa": 0.2, '
+        '"length_of_stay_mad": 90.0}'
+    )
+    values = {}
+    for rule in ("final", "best", "last:3"):
+        out = tmp_path / rule.replace(":", "")
+        flags = ["--delta-m-base", str(base), "--delta-m-epochs", rule, "--n-boot", "0"]
+        assert main(["report", str(experiment), "--out", str(out), *flags, "--no-figures"]) == 0
+        values[rule] = pd.read_csv(out / "per_trial.csv")["delta_m"].tolist()
+    assert values["best"] == values["final"] == values["last:3"]
+    assert all(math.isfinite(value) and value != 0 for value in values["final"])
 
 
 @pytest.mark.slow

@@ -11,10 +11,12 @@ from analysis import delta as delta_options
 from analysis.delta import DISTRIBUTIONS
 from analysis.experiment import SkippedFile, load
 from analysis.groups import GroupOptions, MissingAttributes
+from analysis.mtl_metrics import DeltaMOptions, read_metric_vector
 from analysis.report import ReportOptions, write_report
 from analysis.results import SENSITIVITY_DELTAS, SPLITS
 from analysis.sections import running_note
 from analysis.tables import CISettings
+from analysis.verdicts import VerdictSettings
 from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import add_audit_flags, audit_settings, parse_floats
 from relif_ray.errors import UserError
@@ -62,11 +64,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--n-boot",
         type=int,
         default=ci.n_boot,
-        help=f"bootstrap replicates for Bias intervals (0: none; {ci.n_boot})",
+        help="bootstrap replicates of the Bias intervals over the audit's pairs, the "
+        "hierarchical bootstrap over seeds and the front shares (0: none; "
+        f"{ci.n_boot})",
     )
     parser.add_argument(
-        "--ci-level", type=float, default=ci.level, help=f"interval level ({ci.level:g})"
+        "--ci-level",
+        type=float,
+        default=ci.level,
+        help=f"level of every interval and test of the report ({ci.level:g})",
     )
+    verdicts = VerdictSettings()
+    parser.add_argument(
+        "--equivalence-margin",
+        type=float,
+        default=verdicts.margin,
+        metavar="M",
+        help="margin of the equivalence test of Worst and Macro against same-seed ERM, on the "
+        f"normalized scores ({verdicts.margin:g})",
+    )
+    add_delta_m_flags(parser)
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     add_group_flags(parser)
     parser.set_defaults(handler=run_report)
@@ -146,6 +163,55 @@ def add_delta_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_delta_m_flags(parser: argparse.ArgumentParser) -> None:
+    """How Delta-M% is computed (`analysis.mtl_metrics.DeltaMOptions`; the defaults are
+    LibMTL's against same-seed ERM)."""
+    parser.add_argument(
+        "--delta-m-base",
+        default="erm",
+        metavar="erm|FILE",
+        help="Delta-M%% base: the same-seed ERM trial (erm, default) or a JSON file of fixed "
+        'metric values, e.g. single-task numbers {"seg_miou": 0.383, ...}',
+    )
+    parser.add_argument(
+        "--delta-m-sign",
+        choices=("higher", "lower"),
+        default="higher",
+        help="higher: positive is better (LibMTL, default); lower: lower is better "
+        "(Nash-MTL, FAMO)",
+    )
+    parser.add_argument(
+        "--delta-m-average",
+        choices=("task", "metric"),
+        default="task",
+        help="task: per task, then over tasks (LibMTL, default); metric: over all metrics "
+        "(Nash-MTL, FAMO)",
+    )
+    parser.add_argument(
+        "--delta-m-epochs",
+        default="final",
+        metavar="final|best|last:K",
+        help="the values of each trial: its final checkpoint (default), its epoch with the "
+        "best validation Macro, or the mean of its last K epochs (the test split's need "
+        "train.epoch_test_metrics: true)",
+    )
+
+
+def delta_m_options(args: argparse.Namespace) -> DeltaMOptions:
+    """`--delta-m-*` as options; a malformed `--delta-m-epochs` is a one-line UserError."""
+    rule, _, count = args.delta_m_epochs.partition(":")
+    if rule not in ("final", "best", "last") or bool(count) != (rule == "last"):
+        raise UserError(f"--delta-m-epochs: final, best or last:K, got {args.delta_m_epochs!r}")
+    last_k = 10
+    if count:
+        if not count.isdigit() or int(count) < 1:
+            raise UserError(f"--delta-m-epochs: K must be a positive integer, got {count!r}")
+        last_k = int(count)
+    if args.delta_m_base != "erm":
+        read_metric_vector(args.delta_m_base)  # a bad file fails before the experiment loads
+    return DeltaMOptions(args.delta_m_base, args.delta_m_sign, args.delta_m_average, rule, last_k)
+
+
 def options_from_args(args: argparse.Namespace) -> ReportOptions:
     """Validate the flags (one-line errors) and build the options."""
     settings = audit_settings(args)
@@ -164,6 +230,10 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
         sensitivity=tuple(sensitivity),
         drift_baseline=args.drift_baseline,
         ci=CISettings(args.n_boot, args.ci_level),
+        verdicts=VerdictSettings(
+            level=args.ci_level, margin=args.equivalence_margin, n_boot=args.n_boot
+        ),
+        delta_m=delta_m_options(args),
         figures=not args.no_figures,
         groups=GroupOptions(
             attributes=args.attributes,
