@@ -121,9 +121,14 @@ def disparity_table(audit: GroupAudit) -> Table:
     index = pd.MultiIndex.from_frame(rows[by])
     rows["compared"] = compared.reindex(index).to_numpy()
     verdicts = audit.verdicts.set_index(by).reindex(index)
-    for target, source in (("mean", "estimate"), ("std", "std"), ("ci_low", "ci_low"),
-                           ("ci_high", "ci_high")):  # fmt: skip
-        rows[f"difference_{target}"] = verdicts[source].to_numpy()
+    for column in ("estimate", "ci_low", "ci_high", "std", "n_seeds", "seeds_needed"):
+        rows[f"difference_{column}"] = verdicts[column].to_numpy()
+    rows["difference"] = [
+        "–"
+        if pd.isna(row.estimate)
+        else f"{row.estimate:+.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]"
+        for row in verdicts.itertuples()
+    ]
     compared_with_erm = set(audit.paired["variant"])
     rows["verdict"] = [
         verdict if variant in compared_with_erm else "reference"
@@ -137,7 +142,7 @@ def disparity_table(audit: GroupAudit) -> Table:
         Column("disparity", "Disparity", "Disparity", kind="text"),
         Column("compared", "Groups compared", "Groups", kind="text"),
         Column("value", "Value", "Value", digits=3),
-        Column("difference", "Δ vs same-seed ERM", r"$\Delta$ vs ERM", digits=3),
+        Column("difference", "Δ vs same-seed ERM [interval]", r"$\Delta$ vs ERM", kind="text"),
         Column("verdict", "Verdict over seeds", "Verdict", kind="text"),
     ]
     title = (
@@ -145,9 +150,10 @@ def disparity_table(audit: GroupAudit) -> Table:
         f"{audit.options.min_group_size} stays with both classes of the decision (Fairlearn): "
         "DP difference, the largest gap in selection rate; EO difference, the larger of the "
         "largest gaps in TPR and FPR; metric gap, the largest gap in the task's metric. "
-        "Value: mean ± sample std over seeds. Δ vs same-seed ERM: each seed's difference from "
-        "its ERM trial's, mean ± sample std [Student-t interval over seeds]; the verdict says "
-        "whether the method's gap is lower or higher than ERM's over seeds (lower: narrower)."
+        "Value: mean ± sample std over seeds. Δ vs same-seed ERM: the mean over seeds of each "
+        f"seed's difference from its ERM trial's [{audit.level:.0%} Student-t interval over "
+        "seeds]; the verdict says whether the method's gap is lower or higher than ERM's over "
+        "seeds (lower: narrower)."
     )
     return Table("group_disparities", title, "Method", columns, rows)
 
@@ -165,13 +171,15 @@ def group_section(audit: GroupAudit, tables: list[Table | Skipped], ci: CISettin
         f"({', '.join(band_names(options.age_bands))}) and ethnicity, each missing or "
         f"unknown value in its own group. Decisions: probability >= {options.threshold:g} "
         f"(binary tasks); remaining stay >= {options.long_stay_hours:g} h (length of stay). "
-        "docs/clinical.md says which groups and what this measures that the fixed-δ audit "
-        "does not.",
+        "Each method's disparities are compared with its same-seed ERM trial's over seeds, "
+        "with the verdicts of the summary. docs/clinical.md says which groups and what this "
+        "measures that the fixed-δ audit does not.",
         *(f"- {note}" for note in audit.notes),
         "",
     ]
     for table in tables:
         title = "Disparities" if table.name == "group_disparities" else table.name[7:]
         lines.append(section(title, table, ci, level=3))
-    lines.append("Per group, trial and seed pair: " + ", ".join(link(f) for f in FILES) + ".\n")
+    files = ", ".join(link(name) for name in FILES)
+    lines.append(f"Per group, per trial, per seed pair and per comparison over seeds: {files}.\n")
     return "\n".join(lines)

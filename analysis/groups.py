@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -130,6 +130,8 @@ class GroupAudit:
     verdicts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=VERDICT_COLUMNS))
     skipped: str | None = None
     notes: list[str] = field(default_factory=list)
+    level: float = VerdictSettings.level
+    """The level of the verdicts' intervals and tests."""
 
 
 def has_attributes(trials: pd.DataFrame) -> bool:
@@ -169,7 +171,9 @@ def group_audit(
     audit.per_group = pd.concat(groups, ignore_index=True)
     audit.per_trial = pd.concat(per_trial, ignore_index=True)
     audit.paired = paired_differences(audit.per_trial, trials)
-    audit.verdicts = paired_verdicts(audit.paired, verdicts or VerdictSettings())
+    settings = verdicts or VerdictSettings()
+    audit.level = settings.level
+    audit.verdicts = paired_verdicts(audit.paired, settings)
     return audit
 
 
@@ -429,6 +433,8 @@ def paired_verdicts(paired: pd.DataFrame, settings: VerdictSettings) -> pd.DataF
     for (variant, task, attribute, metric), chosen in paired.groupby(keys, sort=False):
         differences = chosen.sort_values("seed")["difference"].to_numpy()
         found = compare_differences(differences, settings)
+        if found.n == 0:  # no seed had two groups to compare
+            found = replace(found, verdict="no seed with two groups to compare")
         rows.append(
             [
                 chosen["label"].iloc[0], variant, task, attribute, metric, found.n,

@@ -30,8 +30,10 @@ from analysis.groups import (
     age_band,
     attribute_groups,
     paired_differences,
+    paired_verdicts,
     task_groups,
 )
+from analysis.verdicts import VerdictSettings
 from relif_ray.cli.console import main as relif
 from relif_ray.data.attributes import UNKNOWN
 from relif_ray.data.eicu import read_eicu_attributes
@@ -201,6 +203,12 @@ def test_each_trial_is_paired_with_its_same_seed_erm_trial():
     assert list(paired.columns[:8]) == [
         "label", "variant", "seed", "attribute", "task", "metric", "value", "erm_value",
     ]  # fmt: skip
+    verdicts = paired_verdicts(paired, VerdictSettings()).set_index("metric")
+    dp_verdict = verdicts.loc["demographic_parity_difference"]
+    assert (dp_verdict["n_seeds"], dp_verdict["estimate"]) == (2, pytest.approx(0.025))
+    assert dp_verdict["verdict"] == "not shown with 2 seeds"
+    eo_verdict = verdicts.loc["equalized_odds_difference"]  # 0 on both seeds
+    assert (eo_verdict["estimate"], eo_verdict["ci_low"]) == (0.0, 0.0)
 
 
 # --- the attributes and their join ------------------------------------------------------
