@@ -44,7 +44,6 @@ import numpy as np
 import pandas as pd
 from fairlearn.metrics import (
     MetricFrame,
-    count,
     demographic_parity_difference,
     equalized_odds_difference,
     false_positive_rate,
@@ -350,9 +349,6 @@ def task_groups(
     metric, function = TASK_METRICS[kind]
     frame = MetricFrame(
         metrics={
-            "stays": lambda t, p, stay: len(np.unique(stay)),
-            "samples": count,
-            "positives": lambda t, p: int(np.sum(t)),
             "value": function,
             "tpr": true_positive_rate,
             "fpr": false_positive_rate,
@@ -361,9 +357,13 @@ def task_groups(
         y_true=y_true,
         y_pred=y_pred,
         sensitive_features=pd.Series(sensitive, name="group"),
-        sample_params={"stays": {"stay": rows["example_id"].to_numpy()}, "value": params},
+        sample_params={"value": params},
     )
-    per_group = frame.by_group.reset_index()
+    samples = pd.DataFrame({"group": sensitive, "stay": rows["example_id"], "positive": y_true})
+    sizes = samples.groupby("group").agg(
+        stays=("stay", "nunique"), samples=("stay", "size"), positives=("positive", "sum")
+    )
+    per_group = sizes.join(frame.by_group).reset_index()
     per_group["tpr"] = per_group["tpr"].where(per_group["positives"] > 0)
     per_group["fpr"] = per_group["fpr"].where(per_group["positives"] < per_group["samples"])
     per_group["small"] = per_group["stays"] < options.min_group_size

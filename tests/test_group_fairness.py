@@ -423,3 +423,22 @@ def test_a_malformed_attribute_file_stops_the_report_in_one_line(tmp_path, capsy
         "benchmark's codes [0, 1, 2, 3, 4, 5]"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        (
+            "--long-stay-hours",
+            "100",
+            "--long-stay-hours: must be a length-of-stay bin edge (24, 48, 72, 96, 120, 144, "
+            "168, 192, 336), got 100",
+        ),
+        ("--group-threshold", "1", "--group-threshold: must be in (0, 1), got 1"),
+        ("--age-bands", "65,45", "--age-bands: need increasing finite ages, got [65.0, 45.0]"),
+        ("--min-group-size", "0", "--min-group-size: must be >= 1, got 0"),
+    ],
+)
+def test_a_bad_group_option_is_one_line_before_anything_is_read(capsys, flag, value, message):
+    status, err = report(capsys, "nowhere", "--out", "nowhere-report", flag, value)
+    assert status == 2 and err.strip().splitlines() == [f"relif: error: {message}"], err
