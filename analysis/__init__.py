@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from analysis.breakdown import by_pair, pair_audits
 from analysis.experiment import Experiment, load
-from analysis.fronts import pareto_means, pareto_points
+from analysis.fronts import front_with_verdicts, pareto_means, pareto_points
 from analysis.group_tables import group_tables
 from analysis.groups import GroupAudit, GroupOptions, group_audit
 from analysis.mtl_metrics import DeltaMOptions
@@ -51,6 +51,7 @@ __all__ = [
     "audit",
     "by_pair",
     "front_shares",
+    "front_with_verdicts",
     "group_audit",
     "group_tables",
     "load",

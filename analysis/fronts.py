@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.mtl_metrics import hypervolumes
-from analysis.paired import front_shares
+from analysis.paired import front_shares, paired_summary, reference_variants, verdict_text
 from analysis.render import Column, Table
 from analysis.results import Results
 from analysis.verdicts import VerdictSettings
@@ -73,3 +73,25 @@ def hypervolume_table(results: Results) -> Table:
         "with its number of seeds: compare methods at equal seed counts."
     )
     return Table("hypervolume", title, "Method", columns, rows)
+
+
+def front_with_verdicts(results: Results, settings: VerdictSettings | None = None) -> pd.DataFrame:
+    """The utility-fairness front beside the verdicts over seeds, one row per variant: the
+    means (`analysis.fronts.pareto_means`: bias_mean, worst_mean, on_front, front_share) and
+    the verdicts against same-seed ERM of Bias at the primary delta_ref and of Worst
+    ("reference" for plain ERM)."""
+    settings = settings or VerdictSettings()
+    means = pareto_means(results, settings)
+    paired = paired_summary(results, settings)
+    references = reference_variants(results)
+    frame = means[["variant", "n_seeds", "bias_mean", "worst_mean", "on_front", "front_share"]]
+    frame = frame.copy()
+    for column, metric, delta in (
+        ("bias_vs_erm", "bias", results.primary.key),
+        ("worst_vs_erm", "worst", ""),
+    ):
+        frame[column] = [
+            "reference" if v in references else verdict_text(paired, v, metric, delta)
+            for v in frame["variant"]
+        ]
+    return frame

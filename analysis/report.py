@@ -134,7 +134,9 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     figures = _write_figures(out, experiment, results, options) if options.figures else {}
     named = {table.name: table for table in tables}
     summary = verdicts_section(results, paired, options.verdicts)
-    sections = audited_sections(experiment, results, options.settings, options.ci, named, figures)
+    sections = audited_sections(
+        experiment, results, options.settings, options.ci, named, figures, options.verdicts
+    )
     if groups is not None:
         sections.append(_group_part(out, groups, options.ci))
     return [summary, *sections]

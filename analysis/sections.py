@@ -230,20 +230,33 @@ def protocol(experiment: Experiment, results: Results, settings: AuditSettings) 
 
 
 def pareto_section(
-    results: Results, figure: Path | None, hypervolume: Table | Skipped, ci: CISettings
+    results: Results,
+    figure: Path | None,
+    hypervolume: Table | Skipped,
+    ci: CISettings,
+    settings: VerdictSettings,
 ) -> str:
-    means = pareto_means(results)
-    front = ", ".join(display_text(v) for v in means.loc[means["on_front"], "variant"])
+    means = pareto_means(results, settings)
+    front = ", ".join(
+        display_text(row.variant) + _share_text(row.front_share)
+        for row in means[means["on_front"]].itertuples()
+    )
     return "\n".join(
         [
             "## Utility-fairness Pareto front\n",
             f"Fixed-δ Bias@{results.primary.symbol} (lower is better) against Worst (higher is "
-            f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
-            f"per-method means: {link('pareto_points.csv')}, {link('pareto_means.csv')}.\n",
+            f"better). Non-dominated methods (means over seeds): **{front}**; a mean on the "
+            "front is one draw of the seeds, and front_share is the share of seed resamples "
+            "(every method's seeds resampled together) in which it stays there. Per-seed points "
+            f"and per-method means: {link('pareto_points.csv')}, {link('pareto_means.csv')}.\n",
             figure_line(figure) + "\n",
             section("Hypervolume", hypervolume, ci, level=3),
         ]
     )
+
+
+def _share_text(share: float) -> str:
+    return "" if pd.isna(share) else f" (on the front in {share:.0%} of seed resamples)"
 
 
 def schedule_text(train: dict) -> str:
@@ -338,6 +351,7 @@ def audited_sections(
     ci: CISettings,
     named: dict[str, Table | Skipped],
     figures: dict,
+    verdicts: VerdictSettings,
 ) -> list[str]:
     """The sections after the sources: the audit protocol, then each table (by name, as
     `analysis.report` built them) with its figures, in the order of the paper's checklist."""
@@ -358,7 +372,7 @@ def audited_sections(
             figure_line(figures.get("score_distributions")),
         ),
         interface_section(named["interfaces"], ci),
-        pareto_section(results, figures.get("pareto"), named["hypervolume"], ci),
+        pareto_section(results, figures.get("pareto"), named["hypervolume"], ci, verdicts),
         "## Threshold-drift diagnostics (not the comparison metric)\n",
         section("Method-induced thresholds", named["drift"], ci, level=3),
         section(

@@ -97,15 +97,21 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
     assert text(outputs[2]) == f"non-dominated methods: {front}\n"
     assert all(variant in outputs[2][-1]["data"]["text/plain"] for variant in expected["variant"])
     assert images(outputs[3]) == 1  # Pareto front
-    assert images(outputs[4]) == 1  # learning curves
-    assert images(outputs[5]) == len(controller_variants(experiment)) == 4
-    table = outputs[6][-1]["data"]["text/html"]
+    beside = outputs[4][-1]["data"]["text/html"]  # the front beside the verdicts over seeds
+    front = analysis.front_with_verdicts(results)
+    assert list(front.columns)[-3:] == ["front_share", "bias_vs_erm", "worst_vs_erm"]
+    for row in front.itertuples():
+        assert f"<td>{row.bias_vs_erm}</td>" in beside and f"{row.front_share:.3f}" in beside
+    assert "not shown with 2 seeds" in beside and "reference" in beside
+    assert images(outputs[5]) == 1  # learning curves
+    assert images(outputs[6]) == len(controller_variants(experiment)) == 4
+    table = outputs[7][-1]["data"]["text/html"]
     pairs = by_pair(results)
     assert all(f"<th>{pair}</th>" in table for pair in pairs.index)
     assert f"{pairs.loc[OVERALL].iloc[0]:.6f}" in table
-    assert images(outputs[7]) == 1  # Bias per task pair
-    assert images(outputs[8]) == 1  # score distributions
-    assert shown(outputs[9]) == "Group fairness skipped: nyuv2: no patient attributes to audit."
+    assert images(outputs[8]) == 1  # Bias per task pair
+    assert images(outputs[9]) == 1  # score distributions
+    assert shown(outputs[10]) == "Group fairness skipped: nyuv2: no patient attributes to audit."
 
 
 def test_the_notebook_shows_the_group_tables_of_the_api(tmp_path, monkeypatch):
