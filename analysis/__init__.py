@@ -10,6 +10,8 @@ analysis.paired_summary(results)                          # every label against 
                                                           #   over seeds: verdicts (paired.csv)
 analysis.pareto_means(results)                            # the front over methods
 analysis.pareto_figure(results)                           # paper Figure 2
+groups = analysis.group_audit(experiment, options=analysis.GroupOptions(attributes="root/"))
+analysis.group_tables(groups)                             # the report's group-fairness tables
 analysis.write_report(experiment, "report/")              # everything `relif report` writes
 """
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 from analysis.breakdown import by_pair, pair_audits
 from analysis.experiment import Experiment, load
 from analysis.fronts import front_with_verdicts, pareto_means, pareto_points
+from analysis.group_tables import group_tables
+from analysis.groups import GroupAudit, GroupOptions, group_audit
 from analysis.mtl_metrics import DeltaMOptions
 from analysis.paired import front_shares, paired_per_seed, paired_summary
 from analysis.report import write_report
@@ -41,11 +45,15 @@ __all__ = [
     "DeltaMOptions",
     "VerdictSettings",
     "Experiment",
+    "GroupAudit",
+    "GroupOptions",
     "Results",
     "audit",
     "by_pair",
     "front_shares",
     "front_with_verdicts",
+    "group_audit",
+    "group_tables",
     "load",
     "non_dominated",
     "paired_per_seed",

@@ -19,6 +19,9 @@ Output folder:
     interface_per_trial.csv   per trial and audit interface: Bias, same-seed ERM's, ratio
                               (where the interface table applies)
     delta_ref.json            the held-fixed thresholds and their sources
+    clinical data sets only, the group audit (`analysis.groups`, `analysis.group_tables`):
+    tables/groups_<task>.*, tables/group_disparities.*, group_per_group.csv,
+    group_per_trial.csv, group_paired.csv
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from analysis.audit_scores import squash_quantiles
 from analysis.delta import DeltaSpec
 from analysis.experiment import Experiment
 from analysis.fronts import hypervolume_table, pareto_means, pareto_points
+from analysis.group_tables import FILES, group_section, group_tables
+from analysis.groups import GroupAudit, GroupOptions, group_audit, has_attributes
 from analysis.interfaces import interface_per_trial, interface_table, skip_reason
 from analysis.mtl_metrics import DeltaMOptions
 from analysis.paired import paired_summary, paired_table
@@ -75,6 +80,7 @@ class ReportOptions:
     verdicts: VerdictSettings = field(default_factory=VerdictSettings)
     delta_m: DeltaMOptions = field(default_factory=DeltaMOptions)
     figures: bool = True
+    groups: GroupOptions = field(default_factory=GroupOptions)
 
 
 def write_report(
@@ -115,6 +121,11 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         )
     paired = paired_summary(results, options.verdicts)
     tables = _tables(results, experiment, options, baseline, paired)
+    groups = (
+        group_audit(experiment, results.split, options.groups, options.verdicts)
+        if has_attributes(experiment.trials)
+        else None
+    )
     out.mkdir(parents=True, exist_ok=True)
     for table in tables:
         if isinstance(table, Table):
@@ -126,7 +137,22 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     sections = audited_sections(
         experiment, results, options.settings, options.ci, named, figures, options.verdicts
     )
+    if groups is not None:
+        sections.append(_group_part(out, groups, options.ci))
     return [summary, *sections]
+
+
+def _group_part(out: Path, audit: GroupAudit, ci: CISettings) -> str:
+    """The group audit's tables and files, and its section of report.md."""
+    tables = group_tables(audit)
+    for table in tables:
+        if isinstance(table, Table):
+            table.write(out / "tables")
+    if audit.skipped is None:
+        frames = (audit.per_group, audit.per_trial, audit.paired, audit.verdicts)
+        for name, frame in zip(FILES, frames, strict=True):
+            frame.to_csv(out / name, index=False)
+    return group_section(audit, tables, ci)
 
 
 def _tables(

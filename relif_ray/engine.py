@@ -369,8 +369,10 @@ class TrainingRun:
     def evaluate(self, split_name: str = "val") -> EvalResult:
         """Native metrics, normalized scores, Worst/Macro, raw audit scores, representations
         of one split: computed on the device and copied to the host once
-        (`relif_ray.evaluation`)."""
-        return self.collect(split_name).result()
+        (`relif_ray.evaluation`), with the split's example names."""
+        result = self.collect(split_name).result()
+        result.names = self.problem.splits[split_name].example_names()
+        return result
 
     @torch.inference_mode()
     def collect(self, split_name: str) -> SplitCollector:

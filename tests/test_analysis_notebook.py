@@ -13,6 +13,8 @@ from nbclient import NotebookClient
 import analysis
 from analysis.breakdown import OVERALL, by_pair
 from analysis.figures import controller_variants
+from analysis.groups import GroupOptions
+from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from tests.synthetic_experiment import (
     DEMO_EXPERIMENT,
     example_experiment,
@@ -28,18 +30,24 @@ BANNER = "RELIF_EXPERIMENT is not set: this notebook shows "
 
 
 def run_notebook(
-    environment: dict[str, str], monkeypatch, code_cells: int | None = None
+    environment: dict[str, str],
+    monkeypatch,
+    code_cells: int | None = None,
+    only: list[int] | None = None,
 ) -> list[list[dict]]:
-    """Execute the notebook (its first `code_cells` code cells; all by default) with its own
-    folder as the working folder; the outputs of each code cell."""
-    for name in ("RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT"):
+    """Execute the notebook (its first `code_cells` code cells, or the code cells numbered in
+    `only`; all by default) with its own folder as the working folder; the outputs of each
+    code cell run."""
+    for name in ("RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT", "RELIF_ATTRIBUTES"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
     if code_cells is not None:
-        code = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
         notebook.cells = notebook.cells[: code[code_cells - 1] + 1]
+    if only is not None:
+        notebook.cells = [notebook.cells[code[number]] for number in only]
     NotebookClient(
         notebook,
         kernel_name="python3",
@@ -103,6 +111,33 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
     assert f"{pairs.loc[OVERALL].iloc[0]:.6f}" in table
     assert images(outputs[8]) == 1  # Bias per task pair
     assert images(outputs[9]) == 1  # score distributions
+    assert shown(outputs[10]) == "Group fairness skipped: nyuv2: no patient attributes to audit."
+
+
+def test_the_notebook_shows_the_group_tables_of_the_api(tmp_path, monkeypatch):
+    """Section 6 on a generated eICU experiment shows the tables `analysis.group_tables` gives
+    (what the report writes); without an attribute folder the audit says in one line that the
+    trials' data folder is not here."""
+    root = write_synthetic_experiment(
+        tmp_path / "exp", labels=("erm", "relif"), seeds=2, dataset="eicu", n_examples=120
+    )
+    attributes = write_synthetic_eicu(tmp_path / "eicu", patients=120, seed=0)
+    experiment = analysis.load(root)
+    groups = analysis.group_audit(experiment, "val", GroupOptions(str(attributes)))
+    tables = analysis.group_tables(groups)
+    assert [table.name for table in tables] == [
+        "groups_mortality", "groups_length_of_stay", "group_disparities",
+    ]  # fmt: skip
+    assert groups.per_trial["compared"].max() >= 2  # some disparities are numbers
+    assert analysis.group_audit(experiment).skipped.startswith(
+        "eicu: the trials' data folder is not readable here (/synthetic/all_data.csv: not found"
+    )
+    environment = {"RELIF_EXPERIMENT": str(root), "RELIF_ATTRIBUTES": str(attributes)}
+    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    group_cell = sum(cell.cell_type == "code" for cell in cells) - 1
+    outputs = run_notebook(environment, monkeypatch, only=[0, 1, group_cell])[-1]
+    displayed = [out["data"]["text/markdown"] for out in outputs]
+    assert displayed == [f"**{table.title}**\n\n{table.markdown()}" for table in tables]
 
 
 def test_without_an_experiment_the_notebook_says_what_it_shows_instead(monkeypatch):

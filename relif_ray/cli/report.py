@@ -10,6 +10,7 @@ import warnings
 from analysis import delta as delta_options
 from analysis.delta import DISTRIBUTIONS
 from analysis.experiment import SkippedFile, load
+from analysis.groups import GroupOptions, MissingAttributes
 from analysis.mtl_metrics import DeltaMOptions, read_metric_vector
 from analysis.report import ReportOptions, write_report
 from analysis.results import SENSITIVITY_DELTAS, SPLITS
@@ -61,7 +62,46 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_interval_flags(parser)
     add_delta_m_flags(parser)
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    add_group_flags(parser)
     parser.set_defaults(handler=run_report)
+
+
+def add_group_flags(parser: argparse.ArgumentParser) -> None:
+    """The group audit of clinical experiments (`analysis.groups.GroupOptions`)."""
+    groups = GroupOptions()
+    parser.add_argument(
+        "--attributes",
+        metavar="DIR",
+        help="folder with the stays' sensitive attributes: MIMIC-III's benchmark root/ "
+        "folder (needed for its group audit); eICU: a folder with all_data.csv (default: "
+        "the trials' data folder)",
+    )
+    parser.add_argument(
+        "--group-threshold",
+        type=float,
+        default=groups.threshold,
+        help=f"probability at which a binary task predicts positive ({groups.threshold:g})",
+    )
+    parser.add_argument(
+        "--long-stay-hours",
+        type=float,
+        default=groups.long_stay_hours,
+        help="remaining stay (hours, a length-of-stay bin edge) from which a stay is long "
+        f"({groups.long_stay_hours:g})",
+    )
+    parser.add_argument(
+        "--age-bands",
+        default=",".join(f"{age:g}" for age in groups.age_bands),
+        help="inner edges of the age bands in years (comma-separated; "
+        f"{','.join(f'{age:g}' for age in groups.age_bands)})",
+    )
+    parser.add_argument(
+        "--min-group-size",
+        type=int,
+        default=groups.min_group_size,
+        help="groups with fewer stays are flagged and left out of the disparities "
+        f"({groups.min_group_size})",
+    )
 
 
 def add_delta_flags(parser: argparse.ArgumentParser) -> None:
@@ -201,6 +241,13 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
         ),
         delta_m=delta_m_options(args),
         figures=not args.no_figures,
+        groups=GroupOptions(
+            attributes=args.attributes,
+            threshold=args.group_threshold,
+            long_stay_hours=args.long_stay_hours,
+            age_bands=tuple(parse_floats(args.age_bands, "--age-bands")),
+            min_group_size=args.min_group_size,
+        ),
     )
 
 
@@ -210,6 +257,7 @@ def run_report(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     with warnings.catch_warnings():
         warnings.simplefilter("always", SkippedFile)
+        warnings.simplefilter("always", MissingAttributes)
         warnings.showwarning = show_skipped
         experiment = load(*args.experiments)
         report = write_report(experiment, args.out, options)
@@ -222,8 +270,9 @@ def run_report(args: argparse.Namespace) -> int:
 
 def show_skipped(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
     """`warnings.showwarning` of `relif report`: a skipped file is the one line
-    `relif: warning: <what was skipped>: <file>: damaged file (<why>)`."""
-    if issubclass(category, SkippedFile):
+    `relif: warning: <what was skipped>: <file>: damaged file (<why>)`, stays without
+    attributes `relif: warning: <how many> stays ... have no attribute row in <folder>: ...`."""
+    if issubclass(category, (SkippedFile, MissingAttributes)):
         print(f"relif: warning: {message}", file=sys.stderr)
     else:
         SHOW_WARNING(message, category, filename, lineno, file, line)
