@@ -111,7 +111,7 @@ def _pareto_key(joined: bool) -> list:
 
 def controller_figure(experiment: Experiment, variant: str) -> Figure:
     """lambda_t and the smoothed violation rate r~_t against the step, one line per seed,
-    with r* and the lambda bounds dashed."""
+    with r* and the lambda bounds dashed and named with their values in the legends."""
     trials = experiment.trials[experiment.trials["variant"] == variant]
     relif = trials["config"].iloc[0]["relif"]
     figure, (lam_axes, rate_axes) = _figure(10.0, 3.8, columns=2)
@@ -123,10 +123,16 @@ def controller_figure(experiment: Experiment, variant: str) -> Figure:
         positive &= bool((trace["lambda"] > 0).all())
         lam_axes.plot(trace["step"], trace["lambda"], linewidth=1, label=f"seed {row.seed}")
         rate_axes.plot(trace["step"], trace["r_ema"], linewidth=1, label=f"seed {row.seed}")
-    for bound in (relif["lambda_min"], relif["lambda_max"]):
-        lam_axes.axhline(bound, color="grey", linestyle=":", linewidth=1)
+    bounds = (relif["lambda_min"], relif["lambda_max"])
+    for index, bound in enumerate(bounds):
+        label = rf"$\lambda$ bounds ({bounds[0]:g}, {bounds[1]:g})" if index == 0 else None
+        lam_axes.axhline(bound, color="grey", linestyle=":", linewidth=1, label=label)
     rate_axes.axhline(
-        relif["r_star"], color="black", linestyle="--", linewidth=1, label=r"$r^\star$"
+        relif["r_star"],
+        color="black",
+        linestyle="--",
+        linewidth=1,
+        label=rf"target $r^\star$ = {relif['r_star']:g}",
     )
     if positive:
         lam_axes.set_yscale("log")
