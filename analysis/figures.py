@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -306,4 +307,63 @@ def score_distributions_figure(results: Results, bins: int = 20) -> Figure:
     handles, labels = panels[0].get_legend_handles_labels()
     figure.legend(handles, labels, fontsize=7, loc="outside right upper")
     figure.suptitle(f"Audit score distributions ({results.split}, pooled over seeds)")
+    return figure
+
+
+def controller_grid(results: Results) -> pd.DataFrame:
+    """Per label whose lambda the adaptive controller sets and per (r*, eta) it ran at: the
+    mean over seeds of Bias at the primary delta_ref and of Worst, and the seeds: columns
+    label, r_star, eta, bias, worst, n_seeds (from each trial's own config)."""
+    configs = results.audit.experiment.trials.set_index("trial")["config"]
+    per_trial = results.per_trial
+    bias = per_trial[f"bias_{results.primary.key}"]
+    rows = []
+    for trial, label, value, worst in zip(
+        per_trial["trial"], per_trial["label"], bias, per_trial["worst"], strict=True
+    ):
+        relif = configs[trial]["relif"]
+        if relif["enabled"] and relif["controller"] == "adaptive" and relif["lipschitz_branch"]:
+            rows.append((label, relif["r_star"], relif["eta"], value, worst))
+    frame = pd.DataFrame(rows, columns=["label", "r_star", "eta", "bias", "worst"])
+    grouped = frame.groupby(["label", "r_star", "eta"], sort=True)
+    return grouped.agg(bias=("bias", "mean"), worst=("worst", "mean"), n_seeds=("bias", "size"))
+
+
+def controller_grid_figure(results: Results) -> Figure:
+    """The controller-sensitivity heatmaps: per adaptive ReLiF label (a row), the mean Bias at
+    the primary delta_ref (left) and the mean Worst (right) over its (r*, eta) grid, each cell
+    annotated with its value and seed count (`controller_grid`; the report's controller table
+    has the same means with their spread)."""
+    grid = controller_grid(results)
+    labels = list(dict.fromkeys(grid.index.get_level_values("label")))
+    figure = Figure(figsize=(9.0, 3.2 * max(len(labels), 1)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(max(len(labels), 1), 2, squeeze=False)
+    if not labels:
+        for ax in axes[0]:
+            ax.set_axis_off()
+        axes[0][0].text(0, 0.5, "no ReLiF trials with the adaptive controller", fontsize=9)
+        return figure
+    for row, label in zip(axes, labels, strict=True):
+        cells = grid.loc[label]
+        for ax, (column, name, cmap) in zip(
+            row,
+            (
+                ("bias", f"Bias@{results.primary.symbol}", "viridis_r"),
+                ("worst", "Worst", "viridis"),
+            ),
+            strict=True,
+        ):
+            table = cells[column].unstack("eta")
+            seeds = cells["n_seeds"].unstack("eta")
+            image = ax.imshow(table.to_numpy(dtype=float), cmap=cmap, aspect="auto")
+            for (i, j), value in np.ndenumerate(table.to_numpy(dtype=float)):
+                if np.isfinite(value):
+                    text = f"{value:.3f}\n({int(seeds.iloc[i, j])} seeds)"
+                    box = {"facecolor": "white", "alpha": 0.7, "linewidth": 0}
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7, bbox=box)
+            ax.set_xticks(range(table.shape[1]), [f"{eta:g}" for eta in table.columns])
+            ax.set_yticks(range(table.shape[0]), [f"{r:g}" for r in table.index])
+            ax.set(xlabel=r"$\eta$", ylabel=r"$r^\star$", title=f"{display_text(label)}: {name}")
+            figure.colorbar(image, ax=ax, shrink=0.8)
     return figure
