@@ -34,8 +34,7 @@ from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.cuda_graph import GraphedStep
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
-from relif_ray.evaluation import EvalResult as EvalResult
-from relif_ray.evaluation import SplitCollector
+from relif_ray.evaluation import EvalResult, SplitCollector
 from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
