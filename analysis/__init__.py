@@ -6,8 +6,12 @@ experiment.trials, experiment.epochs, experiment.traces   # per trial / epoch / 
 results = analysis.audit(experiment, ["erm:p75", "erm:p50"])  # fixed-delta audits
 results.per_trial                                         # one row per trial
 analysis.by_pair(results)                                 # Bias per task pair x method
+analysis.paired_summary(results)                          # every label against same-seed ERM,
+                                                          #   over seeds: verdicts (paired.csv)
 analysis.pareto_means(results)                            # the front over methods
 analysis.pareto_figure(results)                           # paper Figure 2
+groups = analysis.group_audit(experiment, options=analysis.GroupOptions(attributes="root/"))
+analysis.group_tables(groups)                             # the report's group-fairness tables
 analysis.write_report(experiment, "report/")              # everything `relif report` writes
 """
 
@@ -15,28 +19,45 @@ from __future__ import annotations
 
 from analysis.breakdown import by_pair, pair_audits
 from analysis.experiment import Experiment, load
-from analysis.fronts import pareto_means, pareto_points
+from analysis.fronts import front_with_verdicts, pareto_means, pareto_points
+from analysis.group_tables import group_tables
+from analysis.groups import GroupAudit, GroupOptions, group_audit
+from analysis.mtl_metrics import DeltaMOptions
+from analysis.paired import front_shares, paired_per_seed, paired_summary
 from analysis.report import write_report
 from analysis.results import Results, audit
+from analysis.verdicts import VerdictSettings
 from relif_ray.audit import AuditSettings
 from relif_ray.sweep.selection import non_dominated
 
 
-def pareto_figure(results: Results, title: str | None = None):
+def pareto_figure(
+    results: Results, title: str | None = None, settings: VerdictSettings | None = None
+):
     """The Pareto-front figure (matplotlib Figure); see `analysis.figures`."""
     from analysis.figures import pareto_figure as draw
 
-    return draw(results, title)
+    return draw(results, title, settings)
 
 
 __all__ = [
     "AuditSettings",
+    "DeltaMOptions",
+    "VerdictSettings",
     "Experiment",
+    "GroupAudit",
+    "GroupOptions",
     "Results",
     "audit",
     "by_pair",
+    "front_shares",
+    "front_with_verdicts",
+    "group_audit",
+    "group_tables",
     "load",
     "non_dominated",
+    "paired_per_seed",
+    "paired_summary",
     "pair_audits",
     "pareto_figure",
     "pareto_means",

@@ -38,11 +38,6 @@ def squashed_tasks(dataset: str) -> frozenset[str]:
     return benchmark(dataset, "data set of the trials").squashed_tasks
 
 
-def needs_squash(dataset: str, task: str) -> bool:
-    """Whether `task` of `dataset` stores a raw, non-probability audit score."""
-    return task in squashed_tasks(dataset)
-
-
 def is_erm(trials: pd.DataFrame) -> pd.Series:
     """Which trials are plain ERM (`relif_ray.reference.is_plain_erm`): the squash reference."""
     plain = [
@@ -55,8 +50,8 @@ def same_seed_erm(trials: pd.DataFrame) -> dict[str, tuple[list[str], bool]]:
     """For every trial, its same-seed ERM candidates: the plain ERM trials (`is_erm`) of its
     data set, architecture and seed from its own experiment directory, or, where that has
     none, from every loaded directory; and whether they are its own directory's. The squash
-    reference and the Delta-M% baseline (`analysis.mtl_metrics.delta_m_against_erm`) are this
-    one choice."""
+    reference and the Delta-M% baseline (`analysis.mtl_metrics.delta_m_per_trial`) are this
+    one choice (`erm_partner`)."""
     erm: dict[tuple[str, str, int], list[tuple[str, str]]] = {}
     trials = with_architecture(trials)
     for row in trials[is_erm(trials)].itertuples():
@@ -68,6 +63,17 @@ def same_seed_erm(trials: pd.DataFrame) -> dict[str, tuple[list[str], bool]]:
         own = [trial for experiment, trial in same if experiment == row.experiment]
         candidates[row.trial] = (own, True) if own else ([trial for _, trial in same], False)
     return candidates
+
+
+def erm_partner(trials: pd.DataFrame) -> dict[str, str | None]:
+    """For every trial, THE same-seed ERM trial it is compared with (`same_seed_erm`): the
+    one candidate, or None where there is none or several. Delta-M% and the paired
+    comparisons over seeds (`analysis.paired`) pair by this one rule; a plain ERM trial is its
+    own partner."""
+    return {
+        trial: same[0] if len(same) == 1 else None
+        for trial, (same, _) in same_seed_erm(trials).items()
+    }
 
 
 def with_architecture(trials: pd.DataFrame) -> pd.DataFrame:

@@ -40,6 +40,7 @@ from relif_ray.experiment.outputs import (
     TRACE_FILE,
     TRIAL_FILE,
     check_complete,
+    read_outcomes,
     read_representations,
     read_trial_info,
 )
@@ -70,6 +71,8 @@ class Experiment:
     problems: trial folders without outputs: path, status ("errored", "running" while a sweep
         still writes the experiment, "incomplete", or "damaged": its trial.json or scores
         cannot be read, and a `SkippedFile` warning says which), error.
+    outcomes(trial, split): a clinical trial's labels and predictions per stay (read when
+        asked for; the group audit, `analysis.groups`).
     outputs: trial id -> its outputs folder (a `Path`, or a URI in object storage).
     paths: the experiment directories as loaded.
     """
@@ -132,6 +135,12 @@ class Experiment:
     def representations(self, trial: str, split: str = "val") -> tuple[np.ndarray, np.ndarray]:
         """(example_ids, (N, D) shared representations) of one trial and split."""
         return read_representations(self.outputs[trial], split)
+
+    def outcomes(self, trial: str, split: str) -> pd.DataFrame | None:
+        """One trial's outcomes on `split` (task, example_id, position, label, prediction and
+        the example's name; `relif_ray.experiment.outputs.read_outcomes`), or None where its
+        tasks store none (NYUv2)."""
+        return read_outcomes(self.outputs[trial], split)
 
 
 def load(*paths: str | Path) -> Experiment:

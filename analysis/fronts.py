@@ -7,8 +7,10 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.mtl_metrics import hypervolumes
+from analysis.paired import front_shares, paired_summary, reference_variants, verdict_text
 from analysis.render import Column, Table
 from analysis.results import Results
+from analysis.verdicts import VerdictSettings
 from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated
 
 ALL_TRIALS = "all trials"
@@ -26,10 +28,12 @@ def pareto_points(results: Results) -> pd.DataFrame:
     return points.reset_index(drop=True)
 
 
-def pareto_means(results: Results) -> pd.DataFrame:
+def pareto_means(results: Results, settings: VerdictSettings | None = None) -> pd.DataFrame:
     """Per-method means: variant, bias / worst mean and sample std over seeds, n_seeds,
-    on_front (non-dominated among the method means) and hypervolume (of the method's per-seed
-    points, `hypervolume_table`)."""
+    on_front (non-dominated among the method means), hypervolume (of the method's per-seed
+    points, `hypervolume_table`) and front_share: the share of seed-bootstrap resamples in
+    which the method's mean is on the front (`analysis.paired.front_shares`, `settings.n_boot`
+    resamples): how much of "on the front" the seeds can show."""
     points = pareto_points(results)
     grouped = points.groupby("variant", sort=False)
     means = pd.DataFrame(
@@ -43,6 +47,7 @@ def pareto_means(results: Results) -> pd.DataFrame:
     ).loc[results.variants]
     means["on_front"] = non_dominated(means["bias_mean"], means["worst_mean"])
     means["hypervolume"] = hypervolumes(points).set_index("variant")["hypervolume"]
+    means["front_share"] = front_shares(results, settings)
     return means.reset_index()
 
 
@@ -68,3 +73,25 @@ def hypervolume_table(results: Results) -> Table:
         "with its number of seeds: compare methods at equal seed counts."
     )
     return Table("hypervolume", title, "Method", columns, rows)
+
+
+def front_with_verdicts(results: Results, settings: VerdictSettings | None = None) -> pd.DataFrame:
+    """The utility-fairness front beside the verdicts over seeds, one row per variant: the
+    means (`analysis.fronts.pareto_means`: bias_mean, worst_mean, on_front, front_share) and
+    the verdicts against same-seed ERM of Bias at the primary delta_ref and of Worst
+    ("reference" for plain ERM)."""
+    settings = settings or VerdictSettings()
+    means = pareto_means(results, settings)
+    paired = paired_summary(results, settings)
+    references = reference_variants(results)
+    frame = means[["variant", "n_seeds", "bias_mean", "worst_mean", "on_front", "front_share"]]
+    frame = frame.copy()
+    for column, metric, delta in (
+        ("bias_vs_erm", "bias", results.primary.key),
+        ("worst_vs_erm", "worst", ""),
+    ):
+        frame[column] = [
+            "reference" if v in references else verdict_text(paired, v, metric, delta)
+            for v in frame["variant"]
+        ]
+    return frame

@@ -15,8 +15,10 @@ Per method and interface:
 - Bias: mean ± sample std over seeds [the main table's bootstrap interval of the seed mean];
 - ratio: Bias / the same-seed ERM trial's Bias, mean ± std over seeds (ERM: 1);
 - change: the mean ratio minus the mean ratio under (a);
-- cut holds: the mean ratio is below 1 AND the method's interval lies below its same-seed ERM
-  trials' interval (upper end < their lower end), on this interface.
+- cut over seeds: the verdict over seeds on the per-seed ratios (`analysis.verdicts.
+  compare_ratios`: the Student-t interval of the mean log ratio; "lower than ERM (95%, n
+  seeds)", "not shown with n seeds" or "higher than ERM"), with the geometric mean ratio and
+  its interval, on this interface.
 A data set whose audit scores are all probabilities (MIMIC-III, eICU) has nothing to vary:
 the table is skipped with one line, as it is when a sweep's ERM reference was lent by
 `--reference` (only its q10/q90 travel, not the validation scores (b) and (c) need).
@@ -31,6 +33,7 @@ from analysis.audit_scores import squash_quantiles, squashed_tasks
 from analysis.render import Column, Table, display_text, summarize
 from analysis.results import Results
 from analysis.tables import CISettings, Skipped
+from analysis.verdicts import VerdictSettings, compare_ratios
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.squash import AUDIT_INTERFACES, PAPER_INTERFACE
 
@@ -83,9 +86,12 @@ def interface_per_trial(results: Results) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def interface_table(results: Results, ci: CISettings) -> Table | Skipped:
+def interface_table(
+    results: Results, ci: CISettings, settings: VerdictSettings | None = None
+) -> Table | Skipped:
     """Per method (variant) and interface: Bias, ratio to same-seed ERM, change against (a)
-    and whether the cut holds (module docstring)."""
+    and the cut over seeds (module docstring)."""
+    settings = settings or VerdictSettings()
     reason = skip_reason(results)
     if reason:
         return Skipped("interfaces", TITLE, reason)
@@ -96,6 +102,10 @@ def interface_table(results: Results, ci: CISettings) -> Table | Skipped:
         stats = summarize(chosen, "variant", ["bias", "ratio"], results.variants)
         stats.insert(1, "interface", interface_name(interface))
         _add_intervals(stats, chosen, results.under(interface), ci)
+        stats["cut"] = [
+            _cut(chosen.loc[chosen["variant"] == variant, "ratio"].to_numpy(), settings)
+            for variant in stats["variant"]
+        ]
         rows.append(stats)
     table = pd.concat(rows).rename(columns={"variant": "row"})
     order = {variant: index for index, variant in enumerate(results.variants)}
@@ -106,17 +116,14 @@ def interface_table(results: Results, ci: CISettings) -> Table | Skipped:
     table["change"] = changes.where(table["interface"] != interface_name(PAPER_INTERFACE))
     references = set(per_trial["erm_trial"])
     erm_rows = per_trial.groupby("variant")["trial"].agg(lambda trials: set(trials) <= references)
-    table["cut"] = [
-        "reference" if erm_rows[row.row] else cut_verdict(row, ci)
-        for row in table.itertuples(index=False)
-    ]
+    table["cut"] = table["cut"].where(~table["row"].map(erm_rows), "reference")
     delta = results.primary
     columns = [
         Column("interface", "Interface", "Interface", None, "text"),
         Column("bias", f"Bias@{delta.symbol}", f"Bias@${delta.latex}$"),
         Column("ratio", "Ratio to same-seed ERM", "Ratio to ERM", digits=3),
         Column("change", "Change vs (a)", "Change vs (a)", None, "number", digits=3),
-        Column("cut", "Cut holds", "Cut holds", None, "text"),
+        Column("cut", "Cut over seeds", "Cut over seeds", None, "text"),
     ]
     title = (
         f"{TITLE} ({results.split} split): the same saved scores audited at "
@@ -126,52 +133,53 @@ def interface_table(results: Results, ci: CISettings) -> Table | Skipped:
             for name, interface in AUDIT_INTERFACES.items()
         )
         + ", each from the same-seed ERM trial's validation scores. Ratio: Bias / same-seed "
-        "ERM's, mean ± std over seeds; change: against (a); the cut holds where the mean "
-        "ratio is below 1 and the method's interval lies below its same-seed ERM trials'."
+        "ERM's, mean ± std over seeds; change: against (a); cut over seeds: the verdict of the "
+        f"{settings.level:.0%} Student-t interval of the mean log ratio over seeds, with the "
+        "geometric mean ratio and that interval."
     )
     return Table("interfaces", title, "Method", columns, table.reset_index(drop=True))
+
+
+def _cut(ratios: np.ndarray, settings: VerdictSettings) -> str:
+    """The cut over seeds in words: the verdict, then the geometric mean ratio and its
+    interval where there is one."""
+    comparison = compare_ratios(ratios, settings)
+    if comparison.n < 2:
+        return comparison.verdict
+    return (
+        f"{comparison.verdict}: {comparison.estimate:.2f}x [{comparison.ci_low:.2f}, "
+        f"{comparison.ci_high:.2f}]"
+    )
 
 
 def _add_intervals(
     stats: pd.DataFrame, per_trial: pd.DataFrame, results: Results, ci: CISettings
 ) -> None:
-    """`bias_ci_low/high` of each variant's mean Bias and `erm_ci_low/high` of the mean Bias
-    of its same-seed ERM trials, on `results`' interface (`Results.bias_ci`)."""
+    """`bias_ci_low/high`: the bootstrap interval over the audit's pairs of each variant's
+    mean Bias on `results`' interface (`Results.bias_ci`), as the other tables show Bias."""
     if ci.n_boot <= 0:
         return
     delta = results.primary.value
-    bounds, erm_bounds = [], []
-    for variant in stats["variant"]:
-        rows = per_trial[per_trial["variant"] == variant]
-        bounds.append(results.bias_ci(list(rows["trial"]), delta, ci.n_boot, ci.level))
-        erm = list(dict.fromkeys(rows["erm_trial"]))
-        erm_bounds.append(results.bias_ci(erm, delta, ci.n_boot, ci.level))
+    bounds = [
+        results.bias_ci(
+            list(per_trial.loc[per_trial["variant"] == variant, "trial"]),
+            delta,
+            ci.n_boot,
+            ci.level,
+        )
+        for variant in stats["variant"]
+    ]
     stats["bias_ci_low"], stats["bias_ci_high"] = np.array(bounds).T
-    stats["erm_ci_low"], stats["erm_ci_high"] = np.array(erm_bounds).T
-
-
-def cut_verdict(row: tuple, ci: CISettings) -> str:
-    """Whether the cut holds: yes, or no and why (`row`: a row of the table with ratio_mean,
-    bias_ci_high and erm_ci_low)."""
-    if np.isnan(row.ratio_mean):
-        return "–"
-    if row.ratio_mean >= 1:
-        return "no: ratio ≥ 1"
-    if ci.n_boot <= 0:
-        return "ratio < 1 (no intervals)"
-    if row.bias_ci_high < row.erm_ci_low:
-        return "yes"
-    return "no: intervals overlap"
 
 
 def interface_words(table: Table | Skipped) -> str:
-    """The table in words: per method, whether its cut holds under each interface and how
-    much its ratio changes against (a)."""
+    """The table in words: per method, its cut over seeds under each interface and how much
+    its mean ratio changes against (a)."""
     if isinstance(table, Skipped):
         return ""
     lines = [
-        "Whether each method's cut in Bias survives the audit interface (ratios to the "
-        "same-seed ERM trial; change against (a)):"
+        "Whether each method's cut in Bias survives the audit interface, over seeds (ratios "
+        "to the same-seed ERM trial; change of the mean ratio against (a)):"
     ]
     for variant, rows in table.rows.groupby("row", sort=False):
         if (rows["cut"] == "reference").all():
@@ -182,17 +190,5 @@ def interface_words(table: Table | Skipped) -> str:
 
 
 def _clause(row: tuple) -> str:
-    ratio = f"ratio {row.ratio_mean:.2f}"
-    if not np.isnan(row.change):
-        ratio += f", {row.change:+.2f} against (a)"
-    if row.cut == "yes":
-        return f"{row.interface}: the cut holds ({ratio})"
-    if row.cut == "no: intervals overlap":
-        return (
-            f"{row.interface}: the cut does not hold, its interval [{row.bias_ci_low:.4f}, "
-            f"{row.bias_ci_high:.4f}] overlaps ERM's [{row.erm_ci_low:.4f}, "
-            f"{row.erm_ci_high:.4f}] ({ratio})"
-        )
-    if row.cut == "no: ratio ≥ 1":
-        return f"{row.interface}: no cut ({ratio})"
-    return f"{row.interface}: {row.cut} ({ratio})"
+    change = "" if np.isnan(row.change) else f", {row.change:+.2f} against (a)"
+    return f"{row.interface}: {row.cut}{change}"

@@ -1,6 +1,7 @@
 """Summary metrics of the multi-task and multi-objective literature, as small functions over
-pandas/numpy: Delta-M% against same-seed ERM (LibMTL's `count_improvement`), that of every
-trial of an experiment (the report's utility table), and the hypervolume of each method's
+pandas/numpy: Delta-M% against same-seed ERM (LibMTL's `count_improvement`) or a fixed metric
+vector, under the literature's conventions (`DeltaMOptions`), that of every trial of an
+experiment (the report's utility table and paired comparisons), and the hypervolume of each method's
 (Bias, Worst) points (the area of the fixed-delta Pareto front; the function itself,
 `hypervolume`, lives next to the dominance rule in `relif_ray.sweep.selection`, which the
 Optuna sweep's `pareto.csv` uses too).
@@ -11,26 +12,22 @@ multi-objective papers (hypervolume) report, so a reader can place our numbers a
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from analysis.audit_scores import same_seed_erm
-from analysis.render import summarize
+from analysis.audit_scores import erm_partner
+from relif_ray.errors import UserError, last_line
 from relif_ray.problems import benchmark
 from relif_ray.sweep.selection import hypervolume
 
 DeltaMAverage = Literal["task", "metric"]
-DELTA_M_NOTE = (
-    "Δm% vs ERM: LibMTL's count_improvement against the same-seed ERM trial (of the same "
-    "architecture), 100 x the mean over tasks of the mean over each task's metrics of the "
-    "relative change, signed so that positive is better (NYUv2: the nine metrics of LibMTL's "
-    "tables, without depth RMSE; docs/mtl_metrics.md names the metrics); ERM's own row is 0 "
-    "by definition; mean ± sample std over the seeds with one same-seed ERM trial ('–': none)."
-)
-"""What the report says about its Delta-M% column."""
 
 
 def task_metrics(
@@ -109,56 +106,212 @@ def _improvement(
     return 100 * np.mean(per_task, axis=0)
 
 
-def delta_m_against_erm(trials: pd.DataFrame, split: str) -> pd.Series:
-    """Delta-M% on `split` of every trial of an `Experiment.trials` frame against its same-seed
-    ERM trial, as the report's utility table shows it (index: that of `trials`).
+@dataclass(frozen=True)
+class DeltaMOptions:
+    """How the report's Delta-M% is computed: the conventions of the MTL literature
+    (docs/mtl_metrics.md). The defaults are LibMTL's `count_improvement` against the same-seed
+    ERM trial at its final checkpoint; Nash-MTL's and FAMO's NYUv2 tables are
+    `DeltaMOptions(base=<single-task numbers>, sign="lower", average="metric",
+    epochs="last", last_k=10)`.
 
-    The baseline is the trial the audit squashes with (`analysis.audit_scores.same_seed_erm`:
-    the plain ERM trial of the same data set and seed, from the trial's own experiment
-    directory where it has one). The metrics are the data set's Delta-M% metrics
+    base: "erm", the same-seed ERM trial (`analysis.audit_scores.erm_partner`), or the path of
+        a JSON file of fixed metric values {"<task>_<metric>": value, ...} in this project's
+        units (`read_metric_vector`), e.g. single-task numbers.
+    sign: "higher": positive is better (LibMTL); "lower": lower is better, the negation
+        (Nash-MTL's and FAMO's `delta_fn`).
+    average: "task": per task, then over tasks (LibMTL); "metric": the plain mean over every
+        metric (Maninis et al. 2019; Nash-MTL, FAMO).
+    epochs: which values of each trial (and of an ERM base): "final", its final checkpoint's;
+        "best", those of the epoch with the highest validation Macro (the first such epoch);
+        "last", the mean over its last `last_k` epochs (all of them where it ran fewer).
+        "best" and "last" read the per-epoch values Tune recorded (`Experiment.epochs`): the
+        validation metrics always, the test metrics where the trials ran with
+        `train.epoch_test_metrics: true`.
+    """
+
+    base: str = "erm"
+    sign: Literal["higher", "lower"] = "higher"
+    average: DeltaMAverage = "task"
+    epochs: Literal["final", "best", "last"] = "final"
+    last_k: int = 10
+
+    def __post_init__(self) -> None:
+        if self.sign not in ("higher", "lower"):
+            raise UserError(f"Delta-M% sign: 'higher' or 'lower', got {self.sign!r}")
+        if self.average not in ("task", "metric"):
+            raise UserError(f"Delta-M% average: 'task' or 'metric', got {self.average!r}")
+        if self.epochs not in ("final", "best", "last"):
+            raise UserError(f"Delta-M% epochs: 'final', 'best' or 'last', got {self.epochs!r}")
+        if self.last_k < 1:
+            raise UserError(f"Delta-M% last epochs: must be >= 1, got {self.last_k}")
+
+    def describe(self) -> str:
+        """One sentence for the report: base, sign, averaging and epochs."""
+        base = (
+            "the same-seed ERM trial (of the same architecture)"
+            if self.base == "erm"
+            else f"the fixed metric values of {Path(self.base).name}"
+        )
+        sign = (
+            "signed so that positive is better (LibMTL)"
+            if self.sign == "higher"
+            else "signed so that lower is better (Nash-MTL, FAMO)"
+        )
+        average = (
+            "the mean over tasks of the mean over each task's metrics (LibMTL)"
+            if self.average == "task"
+            else "the plain mean over all metrics (Nash-MTL, FAMO)"
+        )
+        epochs = {
+            "final": "each trial's final checkpoint",
+            "best": "each trial's epoch with the best validation Macro",
+            "last": f"the mean over each trial's last {self.last_k} epochs",
+        }[self.epochs]
+        return (
+            f"Δm%: 100 x {average} of the relative change against {base}, {sign}, "
+            f"values of {epochs}"
+        )
+
+
+def delta_m_note(options: DeltaMOptions) -> str:
+    """What the report says about its Delta-M% column."""
+    erm_row = "ERM's own row is 0 by definition; " if options.base == "erm" else ""
+    return (
+        f"{options.describe()} (NYUv2: the nine metrics of the literature's tables, without "
+        f"depth RMSE; docs/mtl_metrics.md names the metrics); {erm_row}mean ± sample std over "
+        "the seeds where it is defined ('–': none)."
+    )
+
+
+def read_metric_vector(path: str | Path) -> dict[str, float]:
+    """A fixed metric vector for `DeltaMOptions.base`: a JSON object of finite numbers keyed
+    by metric name (`<task>_<metric>`, e.g. "seg_miou"). A missing or malformed file is a
+    one-line UserError naming it."""
+    try:
+        loaded = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"--delta-m-base: no such file: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(
+            f"--delta-m-base {path}: not a JSON file ({last_line(str(error))})"
+        ) from None
+    if not isinstance(loaded, dict) or not loaded:
+        raise UserError(f"--delta-m-base {path}: must be a JSON object of metric: value")
+    values = {}
+    for metric, value in loaded.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UserError(f"--delta-m-base {path}: {metric}: must be a number, got {value!r}")
+        if not math.isfinite(value) or value == 0:
+            raise UserError(f"--delta-m-base {path}: {metric}: must be finite and non-zero")
+        values[str(metric)] = float(value)
+    return values
+
+
+def delta_m_per_trial(
+    trials: pd.DataFrame,
+    split: str,
+    options: DeltaMOptions | None = None,
+    epochs: pd.DataFrame | None = None,
+) -> pd.Series:
+    """Delta-M% on `split` of every trial of an `Experiment.trials` frame under `options`
+    (default: LibMTL's, against the same-seed ERM trial at the final checkpoint), as the
+    report shows it (index: that of `trials`).
+
+    The ERM base is the trial the audit squashes with (`analysis.audit_scores.erm_partner`:
+    the plain ERM trial of the same data set, architecture and seed, from the trial's own
+    experiment directory where it has one). The metrics are the data set's Delta-M% metrics
     (`Benchmark.delta_m_metrics`: NYUv2's nine of LibMTL's tables; elsewhere every native
     metric, `task_metrics`) that the trials report on `split` (`<split>_<task>_<metric>`
-    columns), each signed by its task's direction and averaged per task, then over tasks, as
-    LibMTL's `count_improvement` (`delta_m`). A plain ERM trial gets 0, its change against itself.
-    NaN where a seed has no ERM trial or several (several directories loaded), where a
-    metric is missing or its ERM value is 0, or where the data set reports no native metric.
+    columns), each signed by its task's direction (`delta_m`). A plain ERM trial gets 0
+    against the ERM base. NaN where a seed has no ERM trial or several (several directories
+    loaded), where a metric is missing or its base value is 0, or where the data set reports
+    no native metric. `epochs` (`Experiment.epochs`) is needed for the "best" and "last"
+    epoch rules; a trial without the per-epoch values a rule needs is a one-line UserError.
     """
-    candidates = same_seed_erm(trials)
+    options = options or DeltaMOptions()
+    base = None if options.base == "erm" else read_metric_vector(options.base)
+    partner = erm_partner(trials)
     result = np.full(len(trials), np.nan)
-    by_trial = trials.set_index("trial")
     for dataset, positions in trials.groupby("dataset", sort=False).indices.items():
         group = trials.iloc[positions]
-        problem = benchmark(dataset, "data set of the trials")
-        averaged = set(problem.delta_m_metrics or problem.metric_directions)
-        reported = {
-            f"{split}_{metric}": higher
-            for metric, higher in problem.metric_directions.items()
-            if metric in averaged
-            and group.get(f"{split}_{metric}", pd.Series(dtype=float)).notna().any()
-        }
-        tasks = [f"{split}_{task.name}" for task in problem.tasks()]
-        metrics = task_metrics(reported, tasks)
+        metrics = _reported_metrics(group, dataset, split)
         if not metrics:
             continue
-        columns = [column for task in metrics.values() for column in task]
-        references = [
-            same[0] if len(same) == 1 else None
-            for same, _ in (candidates[trial] for trial in group["trial"])
-        ]
-        base_values = by_trial.reindex(references)[columns].to_numpy(dtype=np.float64)
-        values = group[columns].to_numpy(dtype=np.float64)
-        result[positions] = _improvement(values, base_values, metrics, "task")
+        names = [name for task in metrics.values() for name in task]
+        values = _epoch_values(group, split, names, options, epochs)
+        if base is None:
+            partners = [partner[trial] for trial in group["trial"]]
+            references = trials[trials["trial"].isin(set(partners))]
+            of = dict(
+                zip(
+                    references["trial"],
+                    _epoch_values(references, split, names, options, epochs),
+                    strict=True,
+                )
+            )
+            undefined = np.full(len(names), np.nan)
+            base_values = np.array([of.get(p, undefined) for p in partners]).reshape(values.shape)
+        else:
+            missing = [name for name in names if name not in base]
+            if missing:
+                raise UserError(
+                    f"--delta-m-base {options.base}: no value for {missing[0]} (the trials "
+                    f"report {', '.join(names)})"
+                )
+            base_values = np.tile([base[name] for name in names], (len(group), 1))
+        prefixed = {
+            task: {f"{split}_{m}": h for m, h in ms.items()} for task, ms in metrics.items()
+        }
+        score = _improvement(values, base_values, prefixed, options.average)
+        result[positions] = score if options.sign == "higher" else -score
     return pd.Series(result, index=trials.index, name="delta_m")
 
 
-def delta_m_summary(per_trial: pd.DataFrame, by: str = "variant") -> pd.DataFrame:
-    """Mean and sample std of `delta_m` over the seeds where it is defined, per `by` group in
-    first-appearance order: columns `by`, n_seeds, delta_m_mean, delta_m_std."""
-    order = list(dict.fromkeys(per_trial[by]))
-    defined = per_trial.dropna(subset=["delta_m"])
-    table = summarize(defined, by, ["delta_m"])
-    table = table.set_index(by).reindex(order).fillna({"n_seeds": 0})
-    return table.astype({"n_seeds": int}).reset_index()
+def _reported_metrics(group: pd.DataFrame, dataset: str, split: str) -> dict[str, dict[str, bool]]:
+    """Task -> {metric: higher is better} of the data set's Delta-M% metrics that the trials
+    of `group` report on `split` (names without the split prefix)."""
+    problem = benchmark(dataset, "data set of the trials")
+    averaged = set(problem.delta_m_metrics or problem.metric_directions)
+    reported = {
+        metric: higher
+        for metric, higher in problem.metric_directions.items()
+        if metric in averaged
+        and group.get(f"{split}_{metric}", pd.Series(dtype=float)).notna().any()
+    }
+    return task_metrics(reported, [task.name for task in problem.tasks()])
+
+
+def _epoch_values(
+    trials: pd.DataFrame,
+    split: str,
+    metrics: list[str],
+    options: DeltaMOptions,
+    epochs: pd.DataFrame | None,
+) -> np.ndarray:
+    """(len(trials), len(metrics)) values of `<split>_<metric>` under the epoch rule."""
+    columns = [f"{split}_{metric}" for metric in metrics]
+    if options.epochs == "final":
+        return trials.reindex(columns=columns).to_numpy(dtype=np.float64)
+    flag = f"--delta-m-epochs {options.epochs}"
+    if epochs is None or epochs.empty:
+        raise UserError(f"{flag}: the trials have no per-epoch results (Tune's result.json)")
+    by_trial = dict(tuple(epochs.groupby("trial", sort=False)))
+    values = []
+    for trial in trials["trial"]:
+        records = by_trial.get(trial)
+        if records is None:
+            raise UserError(f"{flag}: trial {trial} has no per-epoch results")
+        absent = [c for c in columns if c not in records or records[c].isna().all()]
+        if absent:
+            keep = " (run it with train.epoch_test_metrics: true)" if split == "test" else ""
+            raise UserError(f"{flag}: trial {trial} kept no per-epoch {absent[0]}{keep}")
+        records = records.sort_values("epoch")
+        if options.epochs == "best":
+            chosen = records.loc[[records["val_macro"].idxmax()]]
+        else:
+            chosen = records.tail(options.last_k)
+        values.append(chosen[columns].to_numpy(dtype=np.float64).mean(axis=0))
+    return np.array(values).reshape(len(trials), len(columns))
 
 
 def hypervolumes(points: pd.DataFrame, by: str = "variant") -> pd.DataFrame:

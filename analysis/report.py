@@ -6,17 +6,22 @@ utility of the same checkpoint, and the training and controller settings.
 
 Output folder:
     report.md                 the report (all tables inline; every link points into this folder)
-    tables/<name>.{md,tex,csv}  main, violation, saturation, interfaces, hypervolume, drift,
-                              shift, certificate, ablation, delta_sensitivity, controller
-                              (applicable ones), utility (every utility metric of the report
-                              split and Delta-M% against same-seed ERM)
+    tables/<name>.{md,tex,csv}  main, paired (every label against same-seed ERM over seeds:
+                              estimates, intervals, verdicts, seeds needed), violation,
+                              saturation, interfaces, hypervolume, drift, shift, certificate,
+                              ablation, delta_sensitivity, controller (applicable ones),
+                              utility (every utility metric of the report split and Delta-M%)
     figures/pareto.png, figures/delta_sensitivity.png, figures/rank_shift.png,
     figures/score_distributions.png, figures/controller_<variant>.png
     per_trial.csv             the per-trial numbers every table aggregates
-    pareto_points.csv, pareto_means.csv, induced_thresholds.csv, squash_quantiles.csv
+    pareto_points.csv, pareto_means.csv (with each method's front_share over seed
+                              resamples), induced_thresholds.csv, squash_quantiles.csv
     interface_per_trial.csv   per trial and audit interface: Bias, same-seed ERM's, ratio
                               (where the interface table applies)
     delta_ref.json            the held-fixed thresholds and their sources
+    clinical data sets only, the group audit (`analysis.groups`, `analysis.group_tables`):
+    tables/groups_<task>.*, tables/group_disparities.*, group_per_group.csv,
+    group_per_trial.csv, group_paired.csv
 """
 
 from __future__ import annotations
@@ -26,14 +31,20 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import pandas as pd
+
 from analysis.audit_scores import squash_quantiles
 from analysis.delta import DeltaSpec
 from analysis.experiment import Experiment
 from analysis.fronts import hypervolume_table, pareto_means, pareto_points
+from analysis.group_tables import FILES, group_section, group_tables
+from analysis.groups import GroupAudit, GroupOptions, group_audit, has_attributes
 from analysis.interfaces import interface_per_trial, interface_table, skip_reason
+from analysis.mtl_metrics import DeltaMOptions
+from analysis.paired import paired_summary, paired_table
 from analysis.render import Table
 from analysis.results import SENSITIVITY_DELTAS, Results, audit
-from analysis.sections import audited_sections, problems, sources
+from analysis.sections import audited_sections, problems, sources, verdicts_section
 from analysis.tables import (
     CISettings,
     Skipped,
@@ -48,6 +59,7 @@ from analysis.tables import (
     utility_table,
     violation_table,
 )
+from analysis.verdicts import VerdictSettings
 from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError
 from relif_ray.progress import progress
@@ -65,7 +77,10 @@ class ReportOptions:
     sensitivity: tuple[float, ...] = SENSITIVITY_DELTAS
     drift_baseline: str | None = None
     ci: CISettings = field(default_factory=CISettings)
+    verdicts: VerdictSettings = field(default_factory=VerdictSettings)
+    delta_m: DeltaMOptions = field(default_factory=DeltaMOptions)
     figures: bool = True
+    groups: GroupOptions = field(default_factory=GroupOptions)
 
 
 def write_report(
@@ -95,6 +110,7 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         options.settings,
         options.distribution,
         options.sensitivity,
+        delta_m=options.delta_m,
     )
     baseline = options.drift_baseline or (
         "relif" if "relif" in results.variants else results.variants[0]
@@ -103,26 +119,56 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         raise UserError(
             f"--drift-baseline: no method {baseline!r} (methods: {', '.join(results.variants)})"
         )
-    tables = _tables(results, experiment, options, baseline)
+    paired = paired_summary(results, options.verdicts)
+    tables = _tables(results, experiment, options, baseline, paired)
+    groups = (
+        group_audit(experiment, results.split, options.groups, options.verdicts)
+        if has_attributes(experiment.trials)
+        else None
+    )
     out.mkdir(parents=True, exist_ok=True)
     for table in tables:
         if isinstance(table, Table):
             table.write(out / "tables")
     _write_data(out, experiment, results, options)
-    figures = _write_figures(out, experiment, results) if options.figures else {}
+    figures = _write_figures(out, experiment, results, options) if options.figures else {}
     named = {table.name: table for table in tables}
-    return audited_sections(experiment, results, options.settings, options.ci, named, figures)
+    summary = verdicts_section(results, paired, options.verdicts)
+    sections = audited_sections(
+        experiment, results, options.settings, options.ci, named, figures, options.verdicts
+    )
+    if groups is not None:
+        sections.append(_group_part(out, groups, options.ci))
+    return [summary, *sections]
+
+
+def _group_part(out: Path, audit: GroupAudit, ci: CISettings) -> str:
+    """The group audit's tables and files, and its section of report.md."""
+    tables = group_tables(audit)
+    for table in tables:
+        if isinstance(table, Table):
+            table.write(out / "tables")
+    if audit.skipped is None:
+        frames = (audit.per_group, audit.per_trial, audit.paired, audit.verdicts)
+        for name, frame in zip(FILES, frames, strict=True):
+            frame.to_csv(out / name, index=False)
+    return group_section(audit, tables, ci)
 
 
 def _tables(
-    results: Results, experiment: Experiment, options: ReportOptions, baseline: str
+    results: Results,
+    experiment: Experiment,
+    options: ReportOptions,
+    baseline: str,
+    paired: pd.DataFrame,
 ) -> list[Table | Skipped]:
     """Every table of the report (or why it is skipped), in the order they are built."""
     builders = [
-        partial(main_table, results, options.ci),
+        partial(main_table, results, options.ci, paired),
+        partial(paired_table, paired, results, options.verdicts),
         partial(violation_table, results),
         partial(saturation_table, results),
-        partial(interface_table, results, options.ci),
+        partial(interface_table, results, options.ci, options.verdicts),
         partial(hypervolume_table, results),
         partial(drift_table, results, baseline),
         partial(shift_table, results, options.ci),
@@ -130,7 +176,7 @@ def _tables(
         partial(ablation_table, results, experiment, options.ci),
         partial(sensitivity_table, results, options.ci),
         partial(controller_table, results, experiment, options.ci),
-        partial(utility_table, experiment.trials, results.split),
+        partial(utility_table, results),
     ]
     return [build() for build in progress(builders, "relif report: tables", unit="table")]
 
@@ -145,7 +191,7 @@ def _write_data(
     if skip_reason(results) is None:
         interface_per_trial(results).to_csv(out / "interface_per_trial.csv", index=False)
     pareto_points(results).to_csv(out / "pareto_points.csv", index=False)
-    pareto_means(results).to_csv(out / "pareto_means.csv", index=False)
+    pareto_means(results, options.verdicts).to_csv(out / "pareto_means.csv", index=False)
     record = {
         "primary": deltas[0].key,
         "reference_distribution": options.distribution,
@@ -155,7 +201,9 @@ def _write_data(
     (out / "delta_ref.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
-def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
+def _write_figures(
+    out: Path, experiment: Experiment, results: Results, options: ReportOptions
+) -> dict:
     from analysis.figures import (
         controller_figure,
         controller_variants,
@@ -176,7 +224,7 @@ def _write_figures(out: Path, experiment: Experiment, results: Results) -> dict:
         "controller": [],
     }
     jobs = [
-        (written["pareto"], partial(pareto_figure, results)),
+        (written["pareto"], partial(pareto_figure, results, None, options.verdicts)),
         (written["delta_sensitivity"], partial(sensitivity_figure, results)),
         (written["score_distributions"], partial(score_distributions_figure, results)),
         (written["rank_shift"], partial(rank_shift_figure, results)),

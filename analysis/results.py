@@ -19,6 +19,7 @@ from analysis.audit_scores import squash_quantiles
 from analysis.delta import DeltaRef, DeltaSpec, as_spec, default_specs, resolve
 from analysis.experiment import Experiment
 from analysis.experiment_audit import ExperimentAudit
+from analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
 from analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, AuditSettings, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
@@ -41,7 +42,9 @@ SPLITS = ("val", "test")
 class Results:
     """per_trial: one row per finished trial: trial, variant, label, method, relif, seed,
     worst, macro, native metrics, bias_<key> / vr_<key> per delta_ref, bias_at_<delta> per
-    sensitivity delta, induced_mean, raw_bias, raw_vr, drift (for the primary delta_ref).
+    sensitivity delta, induced_mean, raw_bias, raw_vr, drift (for the primary delta_ref),
+    the saturation columns where scores are squashed, and last delta_m (Delta-M% as
+    `delta_m` says, `analysis.mtl_metrics.delta_m_per_trial`).
     induced: trial, pair, induced (validation-induced thresholds, diagnostics only)."""
 
     per_trial: pd.DataFrame
@@ -52,6 +55,7 @@ class Results:
     native: list[tuple[str, str, str, str]]
     variants: list[str]
     audit: ExperimentAudit
+    delta_m: DeltaMOptions = field(default_factory=DeltaMOptions)
     _intervals: dict = field(default_factory=dict, repr=False)
     _interfaces: dict = field(default_factory=dict, repr=False)
 
@@ -72,7 +76,9 @@ class Results:
             return self
         if interface not in self._interfaces:
             audit = self.audit.under(interface)
-            self._interfaces[interface] = compute_results(audit, [self.primary], self.split, ())
+            self._interfaces[interface] = compute_results(
+                audit, [self.primary], self.split, (), self.delta_m
+            )
         return self._interfaces[interface]
 
     def bias_ci(
@@ -117,6 +123,7 @@ def audit(
     distribution: str = "distances",
     sensitivity: Sequence[float] = SENSITIVITY_DELTAS,
     interface: str = PAPER_INTERFACE,
+    delta_m: DeltaMOptions | None = None,
 ) -> Results:
     """Audit every finished trial under held-fixed thresholds (the first is the primary).
 
@@ -126,6 +133,7 @@ def audit(
     interface: how squashed (non-probability) scores are mapped into [0, 1], a name of
     `relif_ray.squash.AUDIT_INTERFACES`: "q10-q90" (the paper's squash), "q1-q99" or "ecdf"
     (the same-seed ERM empirical CDF); a delta calibrated on "gaps" is calibrated on it too.
+    delta_m: how per_trial's `delta_m` is computed (default: LibMTL's, against same-seed ERM).
     """
     audit_interface(interface)
     trials = experiment.trials
@@ -145,7 +153,7 @@ def audit(
     keys = [delta.key for delta in resolved]
     if len(set(keys)) < len(keys):
         raise UserError(f"delta options: the same threshold is given twice ({keys})")
-    return compute_results(experiment_audit, resolved, split, sensitivity)
+    return compute_results(experiment_audit, resolved, split, sensitivity, delta_m)
 
 
 def native_metrics(dataset: str) -> list[tuple[str, str, str, str]]:
@@ -185,8 +193,10 @@ def compute_results(
     deltas: list[DeltaRef],
     split: str,
     sensitivity: Sequence[float] = SENSITIVITY_DELTAS,
+    delta_m: DeltaMOptions | None = None,
 ) -> Results:
     """Audit every finished trial of `audit.experiment` on `split` (see module doc)."""
+    delta_m = delta_m or DeltaMOptions()
     trials = audit.experiment.trials
     if f"{split}_worst" not in trials.columns or trials[f"{split}_worst"].isna().any():
         missing = (
@@ -216,6 +226,8 @@ def compute_results(
     induced = audit.induced()
     _add_raw(per_trial, induced, audit.gaps(split), deltas[0].value)
     _add_saturation(per_trial, audit, split)
+    epochs = audit.experiment.epochs if delta_m.epochs != "final" else None
+    per_trial["delta_m"] = delta_m_per_trial(trials, split, delta_m, epochs).to_numpy()
     return Results(
         per_trial=per_trial,
         induced=induced,
@@ -225,6 +237,7 @@ def compute_results(
         native=native,
         variants=list(dict.fromkeys(per_trial["variant"])),
         audit=audit,
+        delta_m=delta_m,
     )
 
 

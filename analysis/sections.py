@@ -15,6 +15,7 @@ from analysis.interfaces import TITLE, interface_words
 from analysis.render import Table, display_text
 from analysis.results import Results
 from analysis.tables import CISettings, Skipped
+from analysis.verdicts import MAX_SEEDS, VerdictSettings
 from relif_ray.audit import AuditSettings
 from relif_ray.experiment import storage
 from relif_ray.experiment.lock import still_running
@@ -56,7 +57,9 @@ def section(
     ):
         lines.append(
             f"Bias cells: mean ± sample std over seeds [{ci.level:.0%} percentile bootstrap "
-            f"interval of the seed mean over the sampled pairs, {ci.n_boot} replicates].\n"
+            f"interval of the seed mean over the audit's sampled pairs, {ci.n_boot} "
+            "replicates: the pair-sampling uncertainty only, not an interval over seeds; "
+            "seeds: the summary's verdicts].\n"
         )
     files = ", ".join(link(f"tables/{table.name}.{kind}") for kind in ("md", "tex", "csv"))
     lines.append(f"Files: {files}.\n")
@@ -104,6 +107,74 @@ def sources(experiment: Experiment) -> str:
     if note:
         lines.append(f"**{note}.**")
     return "\n".join(lines) + "\n"
+
+
+def verdicts_section(results: Results, paired: pd.DataFrame, settings: VerdictSettings) -> str:
+    """The report's summary: per method, its verdicts over seeds against the same-seed ERM
+    trial (`analysis.paired`): Bias at the primary delta_ref, Worst, Macro and Delta-M%."""
+    heading = "## Summary: verdicts over seeds\n"
+    if paired.empty:
+        return heading + "No method has a same-seed ERM trial to be compared with.\n"
+    level = f"{settings.level:.0%}"
+    lines = [
+        heading,
+        "Each method is compared with the ERM trial of the same seed, and the comparison is "
+        "summarised over seeds: Bias as the geometric mean ratio to ERM's with the "
+        f"{level} Student-t interval of the mean log ratio; Worst and Macro as the mean "
+        f"difference, called within ±{settings.margin:g} of ERM only where two one-sided "
+        f"tests show it at {level}; Δm% as the mean difference from ERM's. Where a verdict "
+        f"is not shown: the seeds at which the observed effect would be shown with "
+        f"{settings.power:.0%} power. The Bias intervals of the tables below resample the "
+        "audit's pairs only, not the seeds. Every label, metric and δ_ref: *Paired "
+        "comparisons with same-seed ERM, over seeds* below.\n",
+    ]
+    key = results.primary.key
+    for label, rows in paired.groupby("label", sort=False):
+        chosen = rows.set_index(["metric", "delta"])
+        clauses = [
+            _clause(chosen, ("bias", key), f"Bias@{results.primary.symbol}", ratio=True),
+            _clause(chosen, ("worst", ""), "Worst"),
+            _clause(chosen, ("macro", ""), "Macro"),
+            _clause(chosen, ("delta_m", ""), "Δm%", digits=2),
+        ]
+        n = int(chosen.loc[("bias", key), "n_seeds"]) if ("bias", key) in chosen.index else 0
+        seeds = f"{n} seed{'s' if n != 1 else ''}"
+        text = "; ".join(clause for clause in clauses if clause)
+        lines.append(f"- **{display_text(str(label))}** ({seeds}): {text}.")
+    return "\n".join(lines) + "\n"
+
+
+def _clause(
+    rows: pd.DataFrame, key: tuple[str, str], name: str, ratio: bool = False, digits: int = 3
+) -> str:
+    """One comparison in words: estimate [interval]: verdict (seeds needed); per seed."""
+    if key not in rows.index:
+        return ""
+    row = rows.loc[key]
+    if pd.isna(row["estimate"]):
+        return f"{name}: {row['verdict']}"
+    if ratio:
+        estimate = f"{row['estimate']:.2f}x ERM's"
+        interval = f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+    else:
+        estimate = f"{row['estimate']:+.{digits}f} against ERM"
+        interval = f" [{row['ci_low']:+.{digits}f}, {row['ci_high']:+.{digits}f}]"
+    if pd.isna(row["ci_low"]):
+        interval = ""
+    text = f"{name} {estimate}{interval}: {row['verdict']}"
+    if not pd.isna(row["seeds_needed"]):
+        text += f" (about {int(row['seeds_needed'])} seeds would show it)"
+    elif row["verdict"].startswith("not shown") and not pd.isna(row["std"]):
+        text += f" (not within {MAX_SEEDS:,} seeds at the observed effect)"
+    if ratio:
+        text += f", per seed {_per_seed(row['per_seed'])}"
+    return text
+
+
+def _per_seed(values: str) -> str:
+    """ "0: 0.8123; 1: 0.4012" -> "0.81x (seed 0), 0.40x (seed 1)"."""
+    parts = [part.split(": ") for part in values.split("; ") if part]
+    return ", ".join(f"{float(value):.2f}x (seed {seed})" for seed, value in parts)
 
 
 def running_note(experiment: Experiment) -> str | None:
@@ -163,20 +234,33 @@ def protocol(experiment: Experiment, results: Results, settings: AuditSettings) 
 
 
 def pareto_section(
-    results: Results, figure: Path | None, hypervolume: Table | Skipped, ci: CISettings
+    results: Results,
+    figure: Path | None,
+    hypervolume: Table | Skipped,
+    ci: CISettings,
+    settings: VerdictSettings,
 ) -> str:
-    means = pareto_means(results)
-    front = ", ".join(display_text(v) for v in means.loc[means["on_front"], "variant"])
+    means = pareto_means(results, settings)
+    front = ", ".join(
+        display_text(row.variant) + _share_text(row.front_share)
+        for row in means[means["on_front"]].itertuples()
+    )
     return "\n".join(
         [
             "## Utility-fairness Pareto front\n",
             f"Fixed-δ Bias@{results.primary.symbol} (lower is better) against Worst (higher is "
-            f"better). Non-dominated methods (means over seeds): **{front}**. Per-seed points and "
-            f"per-method means: {link('pareto_points.csv')}, {link('pareto_means.csv')}.\n",
+            f"better). Non-dominated methods (means over seeds): **{front}**; a mean on the "
+            "front is one draw of the seeds, and front_share is the share of seed resamples "
+            "(every method's seeds resampled together) in which it stays there. Per-seed points "
+            f"and per-method means: {link('pareto_points.csv')}, {link('pareto_means.csv')}.\n",
             figure_line(figure) + "\n",
             section("Hypervolume", hypervolume, ci, level=3),
         ]
     )
+
+
+def _share_text(share: float) -> str:
+    return "" if pd.isna(share) else f" (on the front in {share:.0%} of seed resamples)"
 
 
 def schedule_text(train: dict) -> str:
@@ -271,6 +355,7 @@ def audited_sections(
     ci: CISettings,
     named: dict[str, Table | Skipped],
     figures: dict,
+    verdicts: VerdictSettings,
 ) -> list[str]:
     """The sections after the sources: the audit protocol, then each table (by name, as
     `analysis.report` built them) with its figures, in the order of the paper's checklist."""
@@ -282,6 +367,7 @@ def audited_sections(
             ci,
             "Utility metrics and audit scores come from the same (final) checkpoint.",
         ),
+        section("Paired comparisons with same-seed ERM, over seeds", named["paired"], ci),
         section("Violation rates", named["violation"], ci),
         section(
             "Audit-score saturation",
@@ -290,7 +376,7 @@ def audited_sections(
             figure_line(figures.get("score_distributions")),
         ),
         interface_section(named["interfaces"], ci),
-        pareto_section(results, figures.get("pareto"), named["hypervolume"], ci),
+        pareto_section(results, figures.get("pareto"), named["hypervolume"], ci, verdicts),
         "## Threshold-drift diagnostics (not the comparison metric)\n",
         section("Method-induced thresholds", named["drift"], ci, level=3),
         section(

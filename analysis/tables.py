@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.experiment import Experiment
-from analysis.mtl_metrics import DELTA_M_NOTE, delta_m_against_erm
+from analysis.mtl_metrics import delta_m_note
+from analysis.paired import add_verdict_columns
 from analysis.render import (
     Column,
     Table,
@@ -65,7 +66,10 @@ def bias_column(key: str, symbol: str, latex: str) -> Column:
     return Column(key, f"Bias@{symbol}", f"Bias@${latex}$", "lower")
 
 
-def main_table(results: Results, ci: CISettings) -> Table:
+def main_table(results: Results, ci: CISettings, paired: pd.DataFrame | None = None) -> Table:
+    """Utility, native metrics and Bias at every delta_ref per method; with `paired`
+    (`analysis.paired.paired_summary`), each method's verdicts over seeds against same-seed
+    ERM: Bias at the primary delta_ref and Worst."""
     columns = [
         Column("worst", "Worst", "Worst", "higher"),
         Column("macro", "Macro", "Macro", "higher"),
@@ -84,6 +88,12 @@ def main_table(results: Results, ci: CISettings) -> Table:
         f"Bias under thresholds chosen once and held fixed for all methods ({deltas}), "
         f"pair_seed={results.audit.settings.pair_seed}."
     )
+    if paired is not None:
+        add_verdict_columns(rows, columns, results, paired)
+        title += (
+            " Verdicts: against the same-seed ERM trial over seeds (paired.csv: the "
+            "Student-t interval of the mean log Bias ratio, and the equivalence test of Worst)."
+        )
     if "saturation_excess" in results.per_trial:
         columns.append(Column("saturated", "Saturated", "Saturated", kind="text"))
         rows["saturated"] = [_saturation_flag(results, variant) for variant in rows["row"]]
@@ -441,9 +451,10 @@ def _add_ci(
     rows[f"{key}_ci_high"] = [high for _, high in bounds]
 
 
-def utility_table(trials: pd.DataFrame, split: str) -> Table:
-    """Every metric of `split` (normalized `<task>_score` columns left out) per method, and
-    Delta-M% against same-seed ERM (`analysis.mtl_metrics.delta_m_against_erm`)."""
+def utility_table(results: Results) -> Table:
+    """Every metric of the report split (normalized `<task>_score` columns left out) per
+    method, and Delta-M% as `results.delta_m` says (`per_trial`'s `delta_m`)."""
+    trials, split = results.audit.experiment.trials, results.split
     prefix = f"{split}_"
     metrics = [c[len(prefix) :] for c in trials.columns if c.startswith(prefix)]
     leading = [m for m in ("worst", "macro") if m in metrics]
@@ -451,7 +462,7 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
     per_trial = trials[["variant", "seed"]].copy()
     for metric in metrics:
         per_trial[metric] = trials[prefix + metric].to_numpy(dtype=float)
-    per_trial["delta_m"] = delta_m_against_erm(trials, split)
+    per_trial["delta_m"] = results.per_trial["delta_m"].to_numpy()
     order = list(dict.fromkeys(trials["variant"]))
     keys = [*metrics, "delta_m"]
     rows = summarize(per_trial, "variant", keys, order).rename(columns={"variant": "row"})
@@ -466,8 +477,15 @@ def utility_table(trials: pd.DataFrame, split: str) -> Table:
         )
         for m in metrics
     ]
-    columns.append(Column("delta_m", "Δm% vs ERM", r"$\Delta_m\%$ vs ERM", "higher", digits=2))
-    title = f"All utility metrics ({split} split), mean ± sample std over seeds. {DELTA_M_NOTE}"
+    options = results.delta_m
+    against = " vs ERM" if options.base == "erm" else ""
+    better = "higher" if options.sign == "higher" else "lower"
+    latex = r"$\Delta_m\%$" + against
+    columns.append(Column("delta_m", f"Δm%{against}", latex, better, digits=2))
+    title = (
+        f"All utility metrics ({split} split), mean ± sample std over seeds. "
+        f"{delta_m_note(options)}"
+    )
     return Table("utility", title, "label", columns, rows)
 
 

@@ -27,6 +27,10 @@ with the ERM trial of the same seed, per seed and as the mean over seeds:
   lambda_max; from the trials' traces): a controller pinned at a bound for most of a run is
   not controlling.
 
+Each row's detail ends with the report's verdict over seeds (`analysis.paired`: the Student-t
+interval over seeds of the paired log ratio, or of the difference with the equivalence test of
+Worst and Macro within ±0.02): the targets judge the mean, the verdict what the seeds show.
+
 Targets on the mean over seeds (`TARGETS`, issue 25; never loosened): relif-st <= 0.35x ERM's
 Bias under (a) and under (c), clipped shares <= ERM's + 0.05, Worst >= ERM's - 0.02; relif
 <= 0.5x under (a), Worst and Macro >= ERM's - 0.02. Every other row is information.
@@ -194,15 +198,42 @@ def run_report(experiment: Path, out: Path, flags: tuple[str, ...]) -> Reports:
         status = relif(command)
     if status != 0:
         raise RuntimeError(f"relif {' '.join(command)} failed: {err.getvalue()[-3000:]}")
-    return Reports(pd.read_csv(out / "per_trial.csv"), pd.read_csv(out / "interface_per_trial.csv"))
+    tables = out / "tables"
+    return Reports(
+        pd.read_csv(out / "per_trial.csv"),
+        pd.read_csv(out / "interface_per_trial.csv"),
+        pd.read_csv(tables / "paired.csv", dtype={"delta": str}, keep_default_na=False),
+        pd.read_csv(tables / "interfaces.csv"),
+    )
 
 
 @dataclass(frozen=True)
 class Reports:
-    """The report's per_trial.csv (paper's interface) and interface_per_trial.csv."""
+    """The report's per_trial.csv (paper's interface), interface_per_trial.csv, and its
+    verdicts over seeds: tables/paired.csv and the cut over seeds of tables/interfaces.csv."""
 
     trials: pd.DataFrame
     interfaces: pd.DataFrame
+    paired: pd.DataFrame
+    cuts: pd.DataFrame
+
+    def verdict(self, label: str, metric: str, delta: str = "") -> str:
+        """paired.csv's verdict of one comparison, with its estimate and interval."""
+        paired = self.paired
+        row = paired[
+            (paired["label"] == label) & (paired["metric"] == metric) & (paired["delta"] == delta)
+        ].iloc[0]
+        scale = "x" if metric in ("bias", "vr") else ""
+        text = f"over seeds: {row['verdict']}, {float(row['estimate']):.3f}{scale}"
+        if row["ci_low"]:  # empty with one seed
+            text += f" [{float(row['ci_low']):.3f}, {float(row['ci_high']):.3f}]"
+        return text
+
+    def cut(self, label: str, interface: str) -> str:
+        """interfaces.csv's cut over seeds of one label under one interface."""
+        cuts = self.cuts
+        chosen = cuts[(cuts["method"] == label) & (cuts["interface"] == interface_name(interface))]
+        return f"over seeds: {chosen['cut'].iloc[0]}"
 
 
 def per_seed(trials: pd.DataFrame, label: str, column: str) -> dict[int, float]:
@@ -251,11 +282,19 @@ def seeds_text(values: dict[int, float]) -> str:
 
 
 def judged(
-    group: str, label: str, measure: str, name: str, values: dict[int, float], unit: str
+    group: str,
+    label: str,
+    measure: str,
+    name: str,
+    values: dict[int, float],
+    unit: str,
+    over_seeds: str = "",
 ) -> Row:
-    """A row of the mean over seeds of `values`, judged where `TARGETS` has (label, measure)."""
+    """A row of the mean over seeds of `values`, judged where `TARGETS` has (label, measure);
+    its detail: the per-seed values, then `over_seeds` (the report's verdict over seeds)."""
     mean = statistics.mean(values.values())
-    return target_row(group, label, measure, name, mean, unit, seeds_text(values), values)
+    detail = "; ".join(part for part in (seeds_text(values), over_seeds) if part)
+    return target_row(group, label, measure, name, mean, unit, detail, values)
 
 
 def target_row(
@@ -307,6 +346,7 @@ def label_rows(
             f"Bias@delta_p75 {label} / ERM {interface_name(interface)}",
             interface_ratios(reports.interfaces, label, interface),
             "x",
+            reports.cut(label, interface),
         )
         for interface in AUDIT_INTERFACES
     ]
@@ -314,11 +354,13 @@ def label_rows(
     name = f"clipped shares {label} - ERM (largest)"
     rows.append(target_row(group, label, "clipped", name, excess, "", shares, by_seed))
     vr = compare(trials, label, "vr_p75", ratio=True)
-    rows.append(judged(group, label, "vr", f"VR@delta_p75 {label} / ERM", vr, "x"))
+    name = f"VR@delta_p75 {label} / ERM"
+    rows.append(judged(group, label, "vr", name, vr, "x", reports.verdict(label, "vr", "p75")))
     for metric in ("worst", "macro"):
         difference = compare(trials, label, metric, ratio=False)
         name = f"{metric.capitalize()} {label} - ERM"
-        rows.append(judged(group, label, metric, name, difference, ""))
+        over_seeds = reports.verdict(label, metric)
+        rows.append(judged(group, label, metric, name, difference, "", over_seeds))
     if experiment is not None:
         shares = lambda_at_bounds(experiment, label)
         name = f"share of {label} steps with lambda at a bound"

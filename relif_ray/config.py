@@ -124,6 +124,12 @@ class TrainConfig:
         The rate changes at the end of each complete epoch only (see
         `relif_ray.engine.build_lr_scheduler`). Not to be confused with the sweeps'
         `--scheduler` flag (Ray Tune's trial scheduler, ASHA), which stops trials early.
+    epoch_test_metrics: also evaluate the test split (where the data set has one) after every
+        epoch and record its metrics (`test_<metric>`) in the epoch's result, as the NYUv2
+        literature's tables average test metrics over the last epochs (Nash-MTL, FAMO) or take
+        them at the best validation epoch (LibMTL). What `relif report --delta-m-epochs best`
+        and `last:K` read on the test split; off by default (a test pass per epoch costs about
+        a validation pass).
     """
 
     epochs: int | None = 1
@@ -145,6 +151,7 @@ class TrainConfig:
     scheduler_gamma: float = 0.5
     scheduler_epochs: int | None = None
     scheduler_min_lr: float = 0.0
+    epoch_test_metrics: bool = False
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:

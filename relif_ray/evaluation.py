@@ -9,7 +9,8 @@ still works on this one. `SplitCollector.result` then copies each quantity to th
 per split and builds the tables (`EvalResult`): one pandas frame, not one per batch and task.
 
 The rows of `EvalResult.scores` come batch by batch and, within a batch, task by task, as the
-per-batch evaluation before this one wrote them.
+per-batch evaluation before this one wrote them. Tasks that declare outcomes (`Task.outcomes`:
+the clinical ones) also leave their labels and predictions per example, for the group audit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from relif_ray.experiment.outputs import OUTCOME_COLUMNS
 from relif_ray.squash import squash_bounds
 from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task, worst_and_macro
 
@@ -34,12 +36,19 @@ class EvalResult:
     metrics: flat dict, e.g. seg_miou, depth_rmse, seg_score (normalized), worst, macro.
     scores: one row per (task, example): task, example_id, score (raw p_k), valid.
     representations: (N, D) float32, row i belongs to example_ids[i].
+    outcomes: one row per counted entry of a task with outcomes (`Task.outcomes`): task,
+        example_id, position (the step, or the label of a multi-label task; 0 for a per-stay
+        label), label, prediction (float32); empty where no task has outcomes.
+    names: the split's example names (`Split.example_names`: a stay's file or id), indexed
+        by example_id; None where the split has none.
     """
 
     metrics: dict[str, float]
     scores: pd.DataFrame
     representations: np.ndarray
     example_ids: np.ndarray
+    outcomes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OUTCOME_COLUMNS))
+    names: list[str] | None = None
 
     def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
         """task -> [q10, q90] of its valid raw scores here: on an ERM reference run's
@@ -63,6 +72,9 @@ class SplitCollector:
     scores: list[Tensor] = field(default_factory=list)
     """Per batch and task, in that order: the raw audit scores (B,)."""
     valid: list[Tensor] = field(default_factory=list)
+    outcomes: dict[str, list[dict[str, Tensor]]] = field(default_factory=dict)
+    """Per task with outcomes, per batch: its flattened example_id, position, label,
+    prediction and keep tensors."""
 
     def __post_init__(self) -> None:
         self.accumulators = {task.name: task.new_metrics() for task in self.tasks}
@@ -72,10 +84,24 @@ class SplitCollector:
         self.example_ids.append(batch["example_id"])
         self.representations.append(output.representation.float())
         for task in self.tasks:
-            self.accumulators[task.name].update(output.predictions[task.name], batch[task.name])
+            prediction, target = output.predictions[task.name], batch[task.name]
+            self.accumulators[task.name].update(prediction, target)
             score, valid = task.audit_score(output, batch)
             self.scores.append(score.float())
             self.valid.append(valid)
+            outcome = task.outcomes(prediction, target)
+            if outcome is not None:
+                rows, width = outcome.keep.shape
+                positions = torch.arange(width, device=outcome.keep.device)
+                self.outcomes.setdefault(task.name, []).append(
+                    {
+                        "example_id": batch["example_id"][:, None].expand(rows, width).flatten(),
+                        "position": positions.expand(rows, width).flatten(),
+                        "label": outcome.label.float().flatten(),
+                        "prediction": outcome.prediction.float().flatten(),
+                        "keep": outcome.keep.flatten(),
+                    }
+                )
 
     def result(self) -> EvalResult:
         """Every quantity copied to the host once: metrics, scores table, representations."""
@@ -93,7 +119,20 @@ class SplitCollector:
             scores=self._scores_table(ids),
             representations=torch.cat(self.representations).cpu().numpy(),
             example_ids=np.concatenate(ids),
+            outcomes=self._outcomes_table(),
         )
+
+    def _outcomes_table(self) -> pd.DataFrame:
+        """The counted entries of every task with outcomes, task by task, batch-major."""
+        frames = []
+        for task, parts in self.outcomes.items():
+            columns = {key: torch.cat([p[key] for p in parts]).cpu().numpy() for key in parts[0]}
+            keep = columns.pop("keep").astype(bool)
+            frame = pd.DataFrame({key: values[keep] for key, values in columns.items()})
+            frames.append(frame.assign(task=task))
+        if not frames:
+            return pd.DataFrame(columns=OUTCOME_COLUMNS)
+        return pd.concat(frames, ignore_index=True)[OUTCOME_COLUMNS]
 
     def _scores_table(self, ids: list[np.ndarray]) -> pd.DataFrame:
         """One row per (batch, task, example), batch-major (see the module docstring)."""

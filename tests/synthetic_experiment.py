@@ -7,7 +7,10 @@ Labels mean what they mean to a sweep (`relif_ray.sweep.labels`: `variant`, and
 `uses_controller` for which labels are crossed with the controller grid), and a ReLiF trial's
 trace comes from the library's own `ViolationController` fed a synthetic violation rate. The
 numbers are random but shaped like real ones: NYUv2 trials store seg probabilities and raw
-(unsquashed) depth/normal feature norms, clinical trials store probabilities.
+(unsquashed) depth/normal feature norms, clinical trials store probabilities, and their
+outcomes and stay names as the clinical tasks store them (`Task.outcomes`), named like the
+stays of the synthetic data writers (`STAY_NAMES`), so that a group audit can join them to
+the attributes of `relif make-data` folders with at least `n_examples` patients.
 """
 
 from __future__ import annotations
@@ -24,17 +27,27 @@ import pandas as pd
 import torch
 
 from relif_ray.config import ExperimentConfig, ReLiFConfig
-from relif_ray.engine import EvalResult
+from relif_ray.data.mimic3 import NUM_PHENOTYPES
+from relif_ray.evaluation import EvalResult
 from relif_ray.experiment.outputs import write_trial_outputs
 from relif_ray.relif.controller import ViolationController
 from relif_ray.sweep.labels import uses_controller, variant
 from relif_ray.sweep.trial_config import apply_overrides
+from relif_ray.tasks.clinical import LOS_BIN_EDGES_HOURS, NUM_LOS_BINS
 
 TASKS = {
     "nyuv2": ("seg", "depth", "normal"),
-    "mimic3": ("mortality", "decompensation", "los", "phenotype"),
-    "eicu": ("mortality", "los"),
+    "mimic3": ("mortality", "decompensation", "length_of_stay", "phenotype"),
+    "eicu": ("mortality", "length_of_stay"),
 }
+STAY_NAMES = {
+    "mimic3": "{}_episode1_timeseries.csv".format,  # the first stay of patient 10000 + i
+    "eicu": str,  # the unit stay 141000 + i
+}
+STAY_NUMBERS = {"mimic3": 10000, "eicu": 141000}
+"""The name of example i: what the synthetic writers call the stay of their i-th patient."""
+OUTCOME_STEPS = 3
+"""Labelled steps per stay of the per-step clinical tasks."""
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DEMO_EXPERIMENT = Path("relif-results") / "nyuv2-demo"
@@ -141,10 +154,17 @@ def _write_trial(
     (folder / "params.json").write_text(json.dumps({"seed": config["seed"], "label": label}))
     tasks = TASKS[config["data"]["dataset"]]
     spread = 0.5 if config["relif"]["enabled"] else 1.0
+    dataset = config["data"]["dataset"]
     results = {
-        split: _eval_result(config["data"]["dataset"], rng, valid, spread, representation_dim)
+        split: _eval_result(dataset, rng, valid, spread, representation_dim)
         for split, valid in masks.items()
     }
+    if dataset in STAY_NAMES:  # their own random stream: the other numbers stay as they were
+        outcome_rng = np.random.default_rng([index, zlib.crc32(label.encode()), 11])
+        for result in results.values():
+            result.outcomes = _outcomes(dataset, outcome_rng, len(result.example_ids))
+            number = STAY_NUMBERS[dataset]
+            result.names = [STAY_NAMES[dataset](number + i) for i in result.example_ids]
     info = {
         "trial_id": f"{root.name}_{index:05d}",
         "label": label,
@@ -229,6 +249,36 @@ def _eval_result(
     offset = rng.normal(0.0, 1.0, representation_dim)
     matrix = offset + rng.normal(0.0, 1.0 + spread, (n_examples, representation_dim))
     return EvalResult(metrics, pd.concat(parts, ignore_index=True), matrix.astype(np.float32), ids)
+
+
+def _outcomes(dataset: str, rng: np.random.Generator, n_examples: int) -> pd.DataFrame:
+    """Outcomes shaped like the clinical tasks' (`relif_ray.tasks.clinical`): a logit per
+    stay (mortality), per step (decompensation) or per phenotype, with labels it predicts
+    better than chance; remaining hours and a predicted bin near the true one per step."""
+    frames = []
+    widths = {"mortality": 1, "decompensation": OUTCOME_STEPS, "phenotype": NUM_PHENOTYPES}
+    for task in TASKS[dataset]:
+        width = widths.get(task, OUTCOME_STEPS)
+        ids = np.repeat(np.arange(n_examples), width)
+        if task == "length_of_stay":
+            label = rng.exponential(120.0, ids.size)
+            true_bin = np.searchsorted(LOS_BIN_EDGES_HOURS, label, side="right")
+            prediction = np.clip(true_bin + rng.integers(-1, 2, ids.size), 0, NUM_LOS_BINS - 1)
+        else:
+            label = (rng.random(ids.size) < 0.3).astype(float)
+            prediction = rng.normal(2.0 * label - 1.0, 1.5)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "task": task,
+                    "example_id": ids,
+                    "position": np.tile(np.arange(width), n_examples),
+                    "label": label.astype(np.float32),
+                    "prediction": prediction.astype(np.float32),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
 
 
 def _metrics(dataset: str, normalized: dict[str, float]) -> dict[str, float]:

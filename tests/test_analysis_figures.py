@@ -150,11 +150,27 @@ def test_rank_shift_figure_draws_the_shift_tables_ranks(results):
     assert top < bottom  # rank 1 on top
 
 
-def test_pareto_legend_explains_seed_dots_and_error_bars(results):
+def test_pareto_legend_explains_the_marks_and_each_front_share(results):
+    """The key names every mark, the front's line only where two or more means are joined;
+    each method's entry gives the share of seed resamples with its mean on the front."""
     texts = {t.get_text() for t in drawn_texts(pareto_figure(results))}
-    assert {"one seed (trial)", "mean ± sample std over seeds"} <= texts
-    assert {"mean on the Pareto front", "front (non-dominated means)"} <= texts
-    assert "ERM" in texts and "PCGrad+ReLiF (r*=0.2, eta=0.001)" in texts
+    assert {"one seed (trial)", "mean ± sample std over seeds", "mean on the Pareto front"} <= texts
+    means = analysis.pareto_means(results)
+    assert ("front (non-dominated means)" in texts) == (means["on_front"].sum() > 1)
+    assert means["front_share"].between(0, 1).all()
+    for row in means.itertuples():
+        share = f"(front in {row.front_share:.0%} of seed resamples)"
+        assert f"{display_text(row.variant)} {share}" in texts
+    assert any(text.startswith("PCGrad+ReLiF (r*=0.2, eta=0.001) (front") for text in texts)
+
+
+def test_the_controller_figure_names_the_lambda_bounds_and_r_star(experiment):
+    variant = controller_variants(experiment)[0]
+    relif = experiment.trials.loc[experiment.trials["variant"] == variant, "config"].iloc[0]
+    relif = relif["relif"]
+    texts = {t.get_text() for t in drawn_texts(controller_figure(experiment, variant))}
+    assert f"$\\lambda$ bounds ({relif['lambda_min']:g}, {relif['lambda_max']:g})" in texts
+    assert f"target $r^\\star$ = {relif['r_star']:g}" in texts
 
 
 def test_delta_refs_are_named_in_the_legend(results):

@@ -12,7 +12,12 @@ from nbclient import NotebookClient
 
 import analysis
 from analysis.breakdown import OVERALL, by_pair
-from analysis.figures import controller_variants
+from analysis.figures import controller_grid, controller_variants
+from analysis.fronts import hypervolume_table
+from analysis.groups import GroupOptions
+from analysis.interfaces import interface_table
+from analysis.tables import CISettings
+from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from tests.synthetic_experiment import (
     DEMO_EXPERIMENT,
     example_experiment,
@@ -28,18 +33,24 @@ BANNER = "RELIF_EXPERIMENT is not set: this notebook shows "
 
 
 def run_notebook(
-    environment: dict[str, str], monkeypatch, code_cells: int | None = None
+    environment: dict[str, str],
+    monkeypatch,
+    code_cells: int | None = None,
+    only: list[int] | None = None,
 ) -> list[list[dict]]:
-    """Execute the notebook (its first `code_cells` code cells; all by default) with its own
-    folder as the working folder; the outputs of each code cell."""
-    for name in ("RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT"):
+    """Execute the notebook (its first `code_cells` code cells, or the code cells numbered in
+    `only`; all by default) with its own folder as the working folder; the outputs of each
+    code cell run."""
+    for name in ("RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT", "RELIF_ATTRIBUTES"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
     if code_cells is not None:
-        code = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
         notebook.cells = notebook.cells[: code[code_cells - 1] + 1]
+    if only is not None:
+        notebook.cells = [notebook.cells[code[number]] for number in only]
     NotebookClient(
         notebook,
         kernel_name="python3",
@@ -63,12 +74,19 @@ def shown(outputs: list[dict]) -> str:
     return text(outputs) + "".join(d.get("text/markdown", d.get("text/plain", "")) for d in data)
 
 
-def test_notebook_is_stored_without_outputs():
+def test_notebook_is_stored_with_the_demos_outputs():
+    """It opens with its tables and figures shown: docs/figures/make_figures.py executed every
+    code cell, top to bottom, on the demo's experiment (no banner, no error), after its last
+    edit (the outputs belong to the cells as they are: one execution per cell, in order)."""
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     assert notebook.metadata["kernelspec"]["name"] == "python3"
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    assert text(code[0].outputs).startswith("experiment: ")
+    assert text(code[0].outputs).rstrip().endswith("nyuv2-demo")
+    assert BANNER not in shown(code[0].outputs)
+    assert not any(out.get("output_type") == "error" for cell in code for out in cell.outputs)
+    assert sum(images(cell.outputs) for cell in code) >= 8  # the figures are shown
 
 
 def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypatch):
@@ -89,14 +107,58 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
     assert text(outputs[2]) == f"non-dominated methods: {front}\n"
     assert all(variant in outputs[2][-1]["data"]["text/plain"] for variant in expected["variant"])
     assert images(outputs[3]) == 1  # Pareto front
-    assert images(outputs[4]) == 1  # learning curves
-    assert images(outputs[5]) == len(controller_variants(experiment)) == 4
-    table = outputs[6][-1]["data"]["text/html"]
+    beside = outputs[4][-1]["data"]["text/html"]  # the front beside the verdicts over seeds
+    front = analysis.front_with_verdicts(results)
+    assert list(front.columns)[-3:] == ["front_share", "bias_vs_erm", "worst_vs_erm"]
+    for row in front.itertuples():
+        assert f"<td>{row.bias_vs_erm}</td>" in beside and f"{row.front_share:.3f}" in beside
+    assert "not shown with 2 seeds" in beside and "reference" in beside
+    assert images(outputs[5]) == 2  # delta sensitivity and the rank shift
+    interfaces = interface_table(results, CISettings(n_boot=0)).markdown()
+    assert shown(outputs[6]) == interfaces  # the audit-interface check, cut over seeds
+    hypervolume = hypervolume_table(results).markdown()
+    assert hypervolume in shown(outputs[7])  # hypervolume, then Delta-M% with its verdict
+    delta_m = results.per_trial.groupby("variant", sort=False)["delta_m"].mean()
+    assert all(f"{value:.6f}" in outputs[7][-1]["data"]["text/html"] for value in delta_m)
+    assert images(outputs[8]) == 1  # controller sensitivity heatmaps over (r*, eta)
+    grid = controller_grid(results)
+    assert set(grid.index.get_level_values("label")) == {"relif", "pcgrad+relif"}
+    assert len(grid) == 4 and (grid["n_seeds"] == 2).all()
+    assert images(outputs[9]) == 1  # learning curves
+    assert images(outputs[10]) == len(controller_variants(experiment)) == 4
+    table = outputs[11][-1]["data"]["text/html"]
     pairs = by_pair(results)
     assert all(f"<th>{pair}</th>" in table for pair in pairs.index)
     assert f"{pairs.loc[OVERALL].iloc[0]:.6f}" in table
-    assert images(outputs[7]) == 1  # Bias per task pair
-    assert images(outputs[8]) == 1  # score distributions
+    assert images(outputs[12]) == 1  # Bias per task pair
+    assert images(outputs[13]) == 1  # score distributions
+    assert shown(outputs[14]) == "Group fairness skipped: nyuv2: no patient attributes to audit."
+
+
+def test_the_notebook_shows_the_group_tables_of_the_api(tmp_path, monkeypatch):
+    """Section 6 on a generated eICU experiment shows the tables `analysis.group_tables` gives
+    (what the report writes); without an attribute folder the audit says in one line that the
+    trials' data folder is not here."""
+    root = write_synthetic_experiment(
+        tmp_path / "exp", labels=("erm", "relif"), seeds=2, dataset="eicu", n_examples=120
+    )
+    attributes = write_synthetic_eicu(tmp_path / "eicu", patients=120, seed=0)
+    experiment = analysis.load(root)
+    groups = analysis.group_audit(experiment, "val", GroupOptions(str(attributes)))
+    tables = analysis.group_tables(groups)
+    assert [table.name for table in tables] == [
+        "groups_mortality", "groups_length_of_stay", "group_disparities",
+    ]  # fmt: skip
+    assert groups.per_trial["compared"].max() >= 2  # some disparities are numbers
+    assert analysis.group_audit(experiment).skipped.startswith(
+        "eicu: the trials' data folder is not readable here (/synthetic/all_data.csv: not found"
+    )
+    environment = {"RELIF_EXPERIMENT": str(root), "RELIF_ATTRIBUTES": str(attributes)}
+    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    group_cell = sum(cell.cell_type == "code" for cell in cells) - 1
+    outputs = run_notebook(environment, monkeypatch, only=[0, 1, group_cell])[-1]
+    displayed = [out["data"]["text/markdown"] for out in outputs]
+    assert displayed == [f"**{table.title}**\n\n{table.markdown()}" for table in tables]
 
 
 def test_without_an_experiment_the_notebook_says_what_it_shows_instead(monkeypatch):

@@ -434,6 +434,7 @@ def test_report_writes_every_table_and_the_checklist(experiment_dir, direct, tmp
     assert status == 0 and stdout.strip() == str(out / "report.md")
     for name in (
         "main",
+        "paired",
         "violation",
         "drift",
         "shift",
@@ -467,7 +468,10 @@ def test_report_writes_every_table_and_the_checklist(experiment_dir, direct, tmp
         "same checkpoint",
         "## Controller settings",
         "RuntimeError: synthetic 0",
-        "bootstrap interval",
+        "bootstrap interval of the seed mean over the audit's sampled pairs, 50 replicates: "
+        "the pair-sampling uncertainty only, not an interval over seeds",
+        "## Summary: verdicts over seeds",
+        "## Paired comparisons with same-seed ERM, over seeds",
     ):
         assert fragment in report, fragment
     record = json.loads((out / "delta_ref.json").read_text())
@@ -538,6 +542,10 @@ def test_report_lists_an_experiment_of_errored_trials_only(tmp_path, capsys):
         ("ok", ["--delta", "0.2", "--delta", "0.2"], "the same threshold is given twice"),
         ("ok", ["--delta-from", "erm:75"], "the quantile must look like p75"),
         ("ok", ["--sensitivity-deltas", "0.1,x"], "--sensitivity-deltas value must be a number"),
+        ("ok", ["--equivalence-margin", "0"], "equivalence margin: must be a positive number"),
+        ("ok", ["--delta-m-epochs", "sometimes"], "--delta-m-epochs: final, best or last:K"),
+        ("ok", ["--delta-m-epochs", "last:0"], "--delta-m-epochs: K must be a positive integer"),
+        ("ok", ["--delta-m-base", "nosuch.json"], "--delta-m-base: no such file: nosuch.json"),
         ("mixed", [], "several data sets"),
     ],
 )

@@ -122,13 +122,14 @@ def test_wide_latex_tables_span_both_columns(report_dir: Path):
     main = (report_dir / "tables" / "main.tex").read_text()
     assert main.startswith("\\begin{table*}[!t]\n\\centering\n\\caption{")
     assert main.rstrip().endswith("\\end{table*}")
-    # method + 7 stat columns + the text column "Saturated" (NYUv2 scores are squashed)
-    assert "\\begin{tabular}{lcccccccc}" in main and "\\toprule" in main
+    # method + 7 stat columns + the two verdict columns and "Saturated" (NYUv2 scores are
+    # squashed)
+    assert "\\begin{tabular}{lcccccccccc}" in main and "\\toprule" in main
     violation = (report_dir / "tables" / "violation.tex").read_text()
     assert violation.startswith("\\begin{table}[!t]") and "\\begin{tabular}{lcc}" in violation
     body = main.split("\\midrule\n")[1].split("\\bottomrule")[0].strip().splitlines()
     assert len(body) == 2 + 3 * 3  # ERM, PCGrad, three ReLiF variants x three settings
-    assert all(line.count(" & ") == 8 and line.endswith("\\\\") for line in body)
+    assert all(line.count(" & ") == 10 and line.endswith("\\\\") for line in body)
 
 
 class Terminal(io.StringIO):
@@ -150,6 +151,6 @@ def test_progress_bars_on_a_terminal_only(experiment_dir, tmp_path, monkeypatch,
     if terminal:
         assert re.search(r"eICU: +\d+%.*/40 ", written)
         assert re.search(r"loading trials: +\d+%.*/23 ", written)  # 22 trials, 1 errored
-        assert re.search(r"relif report: tables: +\d+%.*/12 ", written)
+        assert re.search(r"relif report: tables: +\d+%.*/13 ", written)
     else:
         assert written == ""

@@ -264,6 +264,11 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
         assert worst.per_seed == pytest.approx((trial["worst"] - erm["worst"]).to_dict())
         macro = by_name[f"Macro {label} - ERM"]
         assert macro.per_seed == pytest.approx((trial["macro"] - erm["macro"]).to_dict())
+        # each row ends with the report's verdict over seeds: with one seed, nothing is shown
+        assert paper.detail.endswith("over seeds: not shown with 1 seed")
+        assert "; over seeds: not shown with 1 seed, " in vr.detail
+        for row in (worst, macro):
+            assert "; over seeds: not shown either way with 1 seed, " in row.detail
         at_bound = by_name[f"share of {label} steps with lambda at a bound"]
         lam = traces[traces["trial"].isin(trial["trial"])]["lambda"]
         assert at_bound.value == pytest.approx(float(((lam <= 0.01) | (lam >= 1.0)).mean()))

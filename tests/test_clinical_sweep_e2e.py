@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 import analysis
+from analysis.groups import GroupOptions
 from relif_ray.cli.sweep import CLINICAL, base_config, build_parser
 from relif_ray.cli.sweep import main as sweep_main
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
@@ -66,7 +67,10 @@ def mimic3_experiment(mimic3_search: tuple[Path, Path]) -> tuple[Path, str]:
 def eicu_experiment(ray_session, sweep_folder: Path) -> tuple[Path, str]:
     data = write_synthetic_eicu(sweep_folder / "eicu" / "data", patients=40, seed=0)
     storage = sweep_folder / "eicu-results"
-    return sweep("eicu", data, storage, "eicu", "--methods", "erm")  # default seeds: 3
+    return sweep(
+        "eicu", data, storage, "eicu", "--methods", "erm",  # default seeds: 3
+        "--set", "train.epoch_test_metrics=true",
+    )  # fmt: skip
 
 
 def test_paper_settings_are_the_clinical_defaults(tmp_path: Path) -> None:
@@ -156,17 +160,69 @@ def test_eicu_sweep_uses_three_seeds_by_default(eicu_experiment: tuple[Path, str
 
 
 @pytest.mark.slow
-def test_report_turns_both_sweeps_into_utility_tables(
-    mimic3_experiment: tuple[Path, str], eicu_experiment: tuple[Path, str], tmp_path: Path
+def test_per_epoch_test_metrics_feed_the_delta_m_epoch_rules(
+    eicu_experiment: tuple[Path, str], tmp_path: Path
 ) -> None:
+    """train.epoch_test_metrics: every epoch's result has the test metrics, and the one
+    epoch's equal the final outputs'; so `--delta-m-epochs last:K` and `best` give the final
+    checkpoint's Delta-M% (against fixed numbers, where ERM's own is not 0)."""
+    from relif_ray.cli import main
+
+    experiment, _ = eicu_experiment
+    loaded = analysis.load(experiment)
+    epochs = loaded.epochs.set_index("trial")
+    for row in loaded.trials.itertuples():
+        assert epochs.loc[row.trial, "test_mortality_auroc"] == row.test_mortality_auroc
+        assert epochs.loc[row.trial, "test_length_of_stay_mad"] == row.test_length_of_stay_mad
+    base = tmp_path / "base.json"
+    base.write_text(
+        '{"mortality_auroc": 0.7, "mortality_auprc": 0.3, "length_of_stay_kappa": 0.2, '
+        '"length_of_stay_mad": 90.0}'
+    )
+    values = {}
+    for rule in ("final", "best", "last:3"):
+        out = tmp_path / rule.replace(":", "")
+        flags = ["--delta-m-base", str(base), "--delta-m-epochs", rule, "--n-boot", "0"]
+        assert main(["report", str(experiment), "--out", str(out), *flags, "--no-figures"]) == 0
+        values[rule] = pd.read_csv(out / "per_trial.csv")["delta_m"].tolist()
+    assert values["best"] == values["final"] == values["last:3"]
+    assert all(math.isfinite(value) and value != 0 for value in values["final"])
+
+
+@pytest.mark.slow
+def test_report_turns_both_sweeps_into_utility_tables(
+    mimic3_search: tuple[Path, Path],
+    mimic3_experiment: tuple[Path, str],
+    eicu_experiment: tuple[Path, str],
+    tmp_path: Path,
+) -> None:
+    """Both reports have their utility tables and a group audit: eICU's attributes from the
+    trials' own data folder, MIMIC-III's from the root/ folder given. The group audit
+    recomputes each task's metric from the stored outcomes exactly as the trial computed it,
+    and the report's group tables are the API's (`analysis.group_tables`, shown on eICU's)."""
     from relif_ray.cli import main  # `relif report` (its script runs end to end elsewhere)
 
-    for experiment, _ in (mimic3_experiment, eicu_experiment):
+    root = mimic3_search[0] / "root"
+    for (experiment, _), flags in (
+        (mimic3_experiment, ["--attributes", str(root), "--min-group-size", "5"]),
+        (eicu_experiment, ["--min-group-size", "5"]),
+    ):
         out = tmp_path / experiment.name
-        assert main(["report", str(experiment), "--out", str(out)]) == 0
+        assert main(["report", str(experiment), "--out", str(out), *flags]) == 0
         header = (out / "tables" / "utility.csv").read_text().splitlines()[0]
         assert header.startswith("label,n_seeds,worst_mean,worst_std,macro_mean")
         assert "mortality_auroc_mean" in header and "length_of_stay_mad_mean" in header
+        loaded = analysis.load(experiment)
+        per_trial = pd.read_csv(out / "group_per_trial.csv")
+        assert set(per_trial["task"]) == set(loaded.scores["task"])
+        trials = loaded.trials.set_index("trial")
+        for row in per_trial.itertuples():
+            expected = trials.loc[row.trial, f"test_{row.task}_{row.metric}"]
+            assert row.overall == pytest.approx(expected, abs=1e-9), (row.trial, row.task)
+    assert "## Group fairness: patient groups" in (out / "report.md").read_text()
+    groups = analysis.group_audit(loaded, "test", GroupOptions(min_group_size=5))  # eICU's
+    for table in analysis.group_tables(groups):
+        assert (out / "tables" / f"{table.name}.md").read_text() == table.markdown()
 
 
 def test_unknown_dataset_is_rejected_before_ray_starts(tmp_path: Path, capsys, no_sweep) -> None:

@@ -5,7 +5,10 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import yaml
+
+from analysis.verdicts import VerdictSettings, compare_differences, compare_ratios
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,8 +44,7 @@ def test_the_readme_fits_a_first_screen_budget():
 
 def test_the_readme_figures_are_the_demos_with_their_machine_and_commit():
     """The two images are PNGs that docs/figures/make_figures.py made from the demo's report;
-    the caption names the commit, machine and date it recorded, and the first screen's
-    sentence on the demo quotes its numbers (mean over seeds, ReLiF against ERM)."""
+    the caption names the commit, machine and date it recorded."""
     text = README.read_text()
     record = json.loads((FIGURES / "demo.json").read_text())
     for name in ("pareto.png", "controller.png"):
@@ -50,11 +52,40 @@ def test_the_readme_figures_are_the_demos_with_their_machine_and_commit():
         assert (FIGURES / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     caption = " ".join(text.split("*The demo's report:", 1)[1].split("*\n", 1)[0].split())
     assert f"at commit {record['commit']} on {record['machine']} ({record['date']})" in caption
-    erm, relif = record["methods"]["erm"], record["methods"]["relif"]
-    first_screen = " ".join(text.split("## Quickstart", 1)[0].split())
-    ratio, worst = relif["bias_p75"] / erm["bias_p75"], relif["worst"] - erm["worst"]
-    assert f"cuts the fixed-delta Bias to {ratio:.2f}x ERM's" in first_screen
-    assert f"at a Worst {abs(worst):.3f} {'lower' if worst < 0 else 'higher'}" in first_screen
+
+
+def test_the_first_claim_states_the_verdicts_with_their_seeds():
+    """The first screen's claim: the demo's per-seed Bias ratios and its verdict over seeds
+    (docs/figures/demo.json, from the demo report's paired.csv), and the fidelity benchmark's
+    verdicts with its seeds (docs/figures/fidelity.json, its --json output), each recomputed
+    here from the per-seed values with `analysis.verdicts`."""
+    first_screen = " ".join(README.read_text().split("## Status", 1)[0].split())
+    relif = json.loads((FIGURES / "demo.json").read_text())["verdicts"]["relif"]
+    bias = relif["bias"]
+    ratios = [bias["per_seed"][seed] for seed in sorted(bias["per_seed"])]
+    recomputed = compare_ratios(np.array(ratios), VerdictSettings())
+    assert recomputed.verdict == bias["verdict"] and recomputed.n == bias["n_seeds"]
+    per_seed = " and ".join(f"{ratio:.2f}x" for ratio in ratios)
+    claim = f"ReLiF's fixed-delta Bias is {per_seed} ERM's on the demo's {len(ratios)} seeds"
+    assert claim in first_screen
+    if bias["verdict"].startswith("not shown"):
+        interval = f"{bias['ci_low']:.2f}x to {bias['ci_high']:.2f}x"
+        shown = f"{len(ratios)} seeds cannot show the cut (95% interval over seeds {interval}"
+        assert shown in first_screen
+        assert f"about {bias['seeds_needed']} seeds would show it" in first_screen
+    rows = {row["name"]: row for row in json.loads((FIGURES / "fidelity.json").read_text())["rows"]}
+    fidelity_bias = rows["Bias@delta_p75 relif / ERM (a) q10-q90"]["per_seed"]
+    fidelity_worst = rows["Worst relif - ERM"]["per_seed"]
+    cut = compare_ratios(np.array(list(fidelity_bias.values())), VerdictSettings())
+    worst = compare_differences(np.array(list(fidelity_worst.values())), VerdictSettings(), 0.02)
+    assert (
+        f"ReLiF's Bias {cut.estimate:.2f}x ERM's [{cut.ci_low:.2f}, {cut.ci_high:.2f}]: "
+        f"{cut.verdict}" in first_screen
+    )
+    assert (
+        f"its Worst {worst.estimate:+.3f} [{worst.ci_low:+.3f}, {worst.ci_high:+.3f}]: "
+        f"{worst.verdict}" in first_screen
+    )
 
 
 def test_commands_after_the_quickstart_assume_the_activated_venv():
@@ -77,3 +108,32 @@ def test_the_readme_bibtex_is_the_citation_file():
     assert fields["doi"] == paper["doi"] and fields["year"] == str(paper["year"])
     assert fields["title"].replace("$\\delta$", "delta") == paper["title"]
     assert fields["booktitle"] == paper["collection-title"]
+
+
+def test_the_first_screen_says_what_it_is_defines_its_terms_and_starts_with_the_quickstart():
+    """Within the first 45 lines: what relif-ray is and for whom, that it is an independent
+    implementation with the citation, Bias and Worst in a line each, then the Quickstart's two
+    commands before any figure, followed by where the report is and a CPU-only torch."""
+    lines = README.read_text().splitlines()
+    head = "\n".join(lines[:45])
+    flat = " ".join(head.split())
+    assert "It is for ML fairness and multi-task learning researchers" in flat
+    assert "an independent implementation (not the authors' code)" in flat
+    assert "[how to cite](#citing)" in flat
+    assert "- **Bias** (lower is better)" in head and "- **Worst** (higher is better)" in head
+    quickstart = head.index("## Quickstart")
+    block = head.index("```bash", quickstart)
+    assert "![" not in head[:block]
+    after = " ".join(head[block:].split())
+    assert "The report is `relif-results/nyuv2-demo-report/report.md`" in after
+    assert "--index-url https://download.pytorch.org/whl/cpu" in after
+
+
+def test_the_versions_agree_and_none_is_released():
+    import relif_ray
+
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    project = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert citation["version"] == project.group(1) == relif_ray.__version__
+    assert relif_ray.__version__.endswith(".dev0")  # nothing has been released
+    assert "No version has been released yet" in (REPO / "CHANGELOG.md").read_text()

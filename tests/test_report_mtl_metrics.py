@@ -108,7 +108,48 @@ def test_utility_table_delta_m_is_libmtls_count_improvement_by_hand(report, stor
     assert "Depth RMSE" in (report / "tables" / "utility.md").read_text()
     assert (table.loc["erm", "delta_m_mean"], table.loc["erm", "delta_m_std"]) == (0, 0)
     assert "Δm% vs ERM ↑" in (report / "tables" / "utility.md").read_text()
-    assert "Δm% vs ERM: LibMTL's count_improvement" in (report / "report.md").read_text()
+    note = "Δm%: 100 x the mean over tasks of the mean over each task's metrics (LibMTL)"
+    assert note in (report / "report.md").read_text()
+
+
+def test_relif_report_takes_the_literatures_delta_m_conventions(
+    experiment_dir, stored, tmp_path, capsys
+):
+    """`relif report --delta-m-base FILE --delta-m-sign lower --delta-m-average metric`:
+    against fixed numbers, lower is better, the plain mean over metrics (Nash-MTL's and
+    FAMO's convention), by hand from the trials' files; per_trial.csv has each trial's value
+    and paired.csv its difference from same-seed ERM's."""
+    from relif_ray.cli import main
+
+    base = {m: 0.5 + 0.1 * i for i, m in enumerate(m for t in NATIVE.values() for m in t)}
+    path = tmp_path / "single_task.json"
+    path.write_text(json.dumps(base))
+    out = tmp_path / "report"
+    flags = ["--delta-m-base", str(path), "--delta-m-sign", "lower", "--delta-m-average", "metric"]
+    common = ["--split", SPLIT, "--pool-size", "16", "--pairs", "128", "--n-boot", "0"]
+    assert main(["report", str(experiment_dir), "--out", str(out), *flags, *common,
+                 "--no-figures"]) == 0  # fmt: skip
+    capsys.readouterr()
+    directions = {m: h for task in NATIVE.values() for m, h in task.items()}
+
+    def by_hand(row: pd.Series) -> float:
+        changes = [(1 if h else -1) * (row[m] - base[m]) / base[m] for m, h in directions.items()]
+        return -100 * float(np.mean(changes))
+
+    per_trial = pd.read_csv(out / "per_trial.csv")
+    rows = stored.set_index(["label", "seed"])
+    for row in per_trial.itertuples():
+        expected = by_hand(rows.loc[(row.label, row.seed)])
+        assert row.delta_m == pytest.approx(expected, abs=1e-9)
+    paired = pd.read_csv(out / "tables" / "paired.csv")
+    relif = paired[(paired["label"] == "relif") & (paired["metric"] == "delta_m")].iloc[0]
+    erm = per_trial[per_trial["label"] == "erm"].set_index("seed")["delta_m"]
+    mine = per_trial[per_trial["label"] == "relif"].set_index("seed")["delta_m"]
+    assert relif["estimate"] == pytest.approx((mine - erm[mine.index]).mean(), abs=1e-9)
+    note = "Δm%: 100 x the plain mean over all metrics (Nash-MTL, FAMO) of the relative change "
+    note += "against the fixed metric values of single_task.json, signed so that lower is better"
+    assert note in (out / "report.md").read_text()
+    assert "Δm% ↓" in (out / "tables" / "utility.md").read_text()
 
 
 def _flat_mean(stored: pd.DataFrame, label: str, seed: int) -> float:

@@ -10,10 +10,13 @@ import warnings
 from analysis import delta as delta_options
 from analysis.delta import DISTRIBUTIONS
 from analysis.experiment import SkippedFile, load
+from analysis.groups import GroupOptions, MissingAttributes
+from analysis.mtl_metrics import DeltaMOptions, read_metric_vector
 from analysis.report import ReportOptions, write_report
 from analysis.results import SENSITIVITY_DELTAS, SPLITS
 from analysis.sections import running_note
 from analysis.tables import CISettings
+from analysis.verdicts import VerdictSettings
 from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import add_audit_flags, audit_settings, parse_floats
 from relif_ray.errors import UserError
@@ -56,18 +59,49 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="method the induced-threshold drift is compared to "
         "(default: relif if present, else the first method)",
     )
-    ci = CISettings()
-    parser.add_argument(
-        "--n-boot",
-        type=int,
-        default=ci.n_boot,
-        help=f"bootstrap replicates for Bias intervals (0: none; {ci.n_boot})",
-    )
-    parser.add_argument(
-        "--ci-level", type=float, default=ci.level, help=f"interval level ({ci.level:g})"
-    )
+    add_interval_flags(parser)
+    add_delta_m_flags(parser)
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    add_group_flags(parser)
     parser.set_defaults(handler=run_report)
+
+
+def add_group_flags(parser: argparse.ArgumentParser) -> None:
+    """The group audit of clinical experiments (`analysis.groups.GroupOptions`)."""
+    groups = GroupOptions()
+    parser.add_argument(
+        "--attributes",
+        metavar="DIR",
+        help="folder with the stays' sensitive attributes: MIMIC-III's benchmark root/ "
+        "folder (needed for its group audit); eICU: a folder with all_data.csv (default: "
+        "the trials' data folder)",
+    )
+    parser.add_argument(
+        "--group-threshold",
+        type=float,
+        default=groups.threshold,
+        help=f"probability at which a binary task predicts positive ({groups.threshold:g})",
+    )
+    parser.add_argument(
+        "--long-stay-hours",
+        type=float,
+        default=groups.long_stay_hours,
+        help="remaining stay (hours, a length-of-stay bin edge) from which a stay is long "
+        f"({groups.long_stay_hours:g})",
+    )
+    parser.add_argument(
+        "--age-bands",
+        default=",".join(f"{age:g}" for age in groups.age_bands),
+        help="inner edges of the age bands in years (comma-separated; "
+        f"{','.join(f'{age:g}' for age in groups.age_bands)})",
+    )
+    parser.add_argument(
+        "--min-group-size",
+        type=int,
+        default=groups.min_group_size,
+        help="groups with fewer stays are flagged and left out of the disparities "
+        f"({groups.min_group_size})",
+    )
 
 
 def add_delta_flags(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +140,84 @@ def add_delta_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_interval_flags(parser: argparse.ArgumentParser) -> None:
+    """The bootstrap replicates, the level of every interval and test, and the equivalence
+    margin of the verdicts over seeds (`analysis.verdicts.VerdictSettings`)."""
+    ci = CISettings()
+    parser.add_argument(
+        "--n-boot",
+        type=int,
+        default=ci.n_boot,
+        help="bootstrap replicates of the Bias intervals over the audit's pairs, the "
+        "hierarchical bootstrap over seeds and the front shares (0: none; "
+        f"{ci.n_boot})",
+    )
+    parser.add_argument(
+        "--ci-level",
+        type=float,
+        default=ci.level,
+        help=f"level of every interval and test of the report ({ci.level:g})",
+    )
+    verdicts = VerdictSettings()
+    parser.add_argument(
+        "--equivalence-margin",
+        type=float,
+        default=verdicts.margin,
+        metavar="M",
+        help="margin of the equivalence test of Worst and Macro against same-seed ERM, on the "
+        f"normalized scores ({verdicts.margin:g})",
+    )
+
+
+def add_delta_m_flags(parser: argparse.ArgumentParser) -> None:
+    """How Delta-M% is computed (`analysis.mtl_metrics.DeltaMOptions`; the defaults are
+    LibMTL's against same-seed ERM)."""
+    parser.add_argument(
+        "--delta-m-base",
+        default="erm",
+        metavar="erm|FILE",
+        help="Delta-M%% base: the same-seed ERM trial (erm, default) or a JSON file of fixed "
+        'metric values, e.g. single-task numbers {"seg_miou": 0.383, ...}',
+    )
+    parser.add_argument(
+        "--delta-m-sign",
+        choices=("higher", "lower"),
+        default="higher",
+        help="higher: positive is better (LibMTL, default); lower: lower is better "
+        "(Nash-MTL, FAMO)",
+    )
+    parser.add_argument(
+        "--delta-m-average",
+        choices=("task", "metric"),
+        default="task",
+        help="task: per task, then over tasks (LibMTL, default); metric: over all metrics "
+        "(Nash-MTL, FAMO)",
+    )
+    parser.add_argument(
+        "--delta-m-epochs",
+        default="final",
+        metavar="final|best|last:K",
+        help="the values of each trial: its final checkpoint (default), its epoch with the "
+        "best validation Macro, or the mean of its last K epochs (the test split's need "
+        "train.epoch_test_metrics: true)",
+    )
+
+
+def delta_m_options(args: argparse.Namespace) -> DeltaMOptions:
+    """`--delta-m-*` as options; a malformed `--delta-m-epochs` is a one-line UserError."""
+    rule, _, count = args.delta_m_epochs.partition(":")
+    if rule not in ("final", "best", "last") or bool(count) != (rule == "last"):
+        raise UserError(f"--delta-m-epochs: final, best or last:K, got {args.delta_m_epochs!r}")
+    last_k = 10
+    if count:
+        if not count.isdigit() or int(count) < 1:
+            raise UserError(f"--delta-m-epochs: K must be a positive integer, got {count!r}")
+        last_k = int(count)
+    if args.delta_m_base != "erm":
+        read_metric_vector(args.delta_m_base)  # a bad file fails before the experiment loads
+    return DeltaMOptions(args.delta_m_base, args.delta_m_sign, args.delta_m_average, rule, last_k)
+
+
 def options_from_args(args: argparse.Namespace) -> ReportOptions:
     """Validate the flags (one-line errors) and build the options."""
     settings = audit_settings(args)
@@ -124,7 +236,18 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
         sensitivity=tuple(sensitivity),
         drift_baseline=args.drift_baseline,
         ci=CISettings(args.n_boot, args.ci_level),
+        verdicts=VerdictSettings(
+            level=args.ci_level, margin=args.equivalence_margin, n_boot=args.n_boot
+        ),
+        delta_m=delta_m_options(args),
         figures=not args.no_figures,
+        groups=GroupOptions(
+            attributes=args.attributes,
+            threshold=args.group_threshold,
+            long_stay_hours=args.long_stay_hours,
+            age_bands=tuple(parse_floats(args.age_bands, "--age-bands")),
+            min_group_size=args.min_group_size,
+        ),
     )
 
 
@@ -134,6 +257,7 @@ def run_report(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     with warnings.catch_warnings():
         warnings.simplefilter("always", SkippedFile)
+        warnings.simplefilter("always", MissingAttributes)
         warnings.showwarning = show_skipped
         experiment = load(*args.experiments)
         report = write_report(experiment, args.out, options)
@@ -146,8 +270,9 @@ def run_report(args: argparse.Namespace) -> int:
 
 def show_skipped(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
     """`warnings.showwarning` of `relif report`: a skipped file is the one line
-    `relif: warning: <what was skipped>: <file>: damaged file (<why>)`."""
-    if issubclass(category, SkippedFile):
+    `relif: warning: <what was skipped>: <file>: damaged file (<why>)`, stays without
+    attributes `relif: warning: <how many> stays ... have no attribute row in <folder>: ...`."""
+    if issubclass(category, (SkippedFile, MissingAttributes)):
         print(f"relif: warning: {message}", file=sys.stderr)
     else:
         SHOW_WARNING(message, category, filename, lineno, file, line)

@@ -17,7 +17,8 @@ paper. This reader takes the extraction output folder as `root`:
         admissionheight, admissionweight, age, gender   static, repeated on every row
         hospitaldischargestatus  1 died in hospital, 0 alive, 2 unknown
         unitdischargeoffset      minutes from unit admission to unit discharge
-      (other columns the benchmark writes - ethnicity, apacheadmissiondx, ... - are ignored)
+        ethnicity                read only for the group audit (`read_eicu_attributes`)
+      (other columns the benchmark writes - apacheadmissiondx, ... - are ignored)
     root/splits.csv     optional: patientunitstayid,split with split in train/val/test
 
 The benchmark evaluates by 5-fold cross-validation and ships no fixed split. Without
@@ -40,7 +41,8 @@ sample std over all steps of the training stays, and a charted flag (1 if the ho
 An hour without a row, or an empty cell, carries the previous value forward; before the first
 value it takes the benchmark imputer's normal value. age and gender have no normal value and
 must be present. ethnicity and the ~400-level admission diagnosis are nominal codes and are
-not used.
+not features; gender, age and ethnicity are the sensitive attributes of the group audit
+(`read_eicu_attributes`).
 
 Input problems raise a one-line `UserError` naming the file and line.
 """
@@ -48,11 +50,13 @@ Input problems raise a one-line `UserError` naming the file and line.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from relif_ray.data.attributes import ATTRIBUTE_COLUMNS, UNKNOWN
 from relif_ray.data.sequences import SequenceSplit, Standardizer, build_split, carry_forward
 from relif_ray.errors import UserError, first_line
 
@@ -93,25 +97,8 @@ SPLITS = ("train", "val", "test")
 
 
 def read_all_data(path: Path) -> pd.DataFrame:
-    """The required columns of all_data.csv as floats (NaN = empty cell), validated.
-
-    pandas' C parser reads the numbers; a column that does not parse as numbers is searched
-    for its first bad cell, so the error names the line.
-    """
-    if not path.is_file():
-        raise UserError(f"{path}: not found (the eICU benchmark's all_data.csv)")
-    try:
-        header = pd.read_csv(path, nrows=0).columns
-        missing = [column for column in REQUIRED_COLUMNS if column not in header]
-        if missing:
-            raise UserError(f"{path}: line 1: missing column '{missing[0]}'")
-        raw = pd.read_csv(path, usecols=list(REQUIRED_COLUMNS), low_memory=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        reason = first_line(error, fallback="unreadable")
-        raise UserError(f"{path}: not a readable CSV file: {reason}") from None
-    if raw.empty:
-        raise UserError(f"{path}: line 2: no rows after the header")
-    table = pd.DataFrame({column: _numbers(raw[column], path) for column in REQUIRED_COLUMNS})
+    """The required columns of all_data.csv as floats (NaN = empty cell), validated."""
+    table = _numeric_columns(path, REQUIRED_COLUMNS)
     for column in (*ID_COLUMNS, *STATIC_REQUIRED):
         _check(table[column].notna(), path, f"missing value in column '{column}'")
     for column in ("patientunitstayid", "itemoffset"):
@@ -122,6 +109,28 @@ def read_all_data(path: Path) -> pd.DataFrame:
         "hospitaldischargestatus must be 0, 1 or 2",
     )
     return table
+
+
+def _numeric_columns(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """`columns` of all_data.csv as floats (NaN = empty cell).
+
+    pandas' C parser reads the numbers; a column that does not parse as numbers is searched
+    for its first bad cell, so the error names the line.
+    """
+    if not path.is_file():
+        raise UserError(f"{path}: not found (the eICU benchmark's all_data.csv)")
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+        missing = [column for column in columns if column not in header]
+        if missing:
+            raise UserError(f"{path}: line 1: missing column '{missing[0]}'")
+        raw = pd.read_csv(path, usecols=list(columns), low_memory=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        reason = first_line(error, fallback="unreadable")
+        raise UserError(f"{path}: not a readable CSV file: {reason}") from None
+    if raw.empty:
+        raise UserError(f"{path}: line 2: no rows after the header")
+    return pd.DataFrame({column: _numbers(raw[column], path) for column in columns})
 
 
 def _numbers(cells: pd.Series, path: Path) -> pd.Series:
@@ -262,3 +271,44 @@ def read_eicu(root: str | Path) -> tuple[dict[str, SequenceSplit], Standardizer]
         for split, members in stays.items()
     }
     return splits, standardizer
+
+
+GENDERS = {1: "female", 2: "male", 0: "other/unknown"}
+"""The eICU benchmark's gender codes (its `transform_gender`: Female 1, Male 2, and 0 for
+Unknown, Other and empty alike)."""
+ETHNICITIES = {
+    1: "asian",
+    2: "african american",
+    3: "caucasian",
+    4: "hispanic",
+    5: "native american",
+    0: "other/unknown",
+}
+"""The eICU benchmark's ethnicity codes (its `transform_ethnicity`; 0 for Other/Unknown and
+empty alike)."""
+ATTRIBUTE_SOURCE_COLUMNS = ("patientunitstayid", "gender", "age", "ethnicity")
+
+
+def read_eicu_attributes(root: str | Path, stays: Iterable[str] = ()) -> pd.DataFrame:
+    """One row (`relif_ray.data.attributes.ATTRIBUTE_COLUMNS`) per stay of all_data.csv, from
+    its first row: gender and ethnicity by the benchmark's codes (`GENDERS`, `ETHNICITIES`;
+    an empty ethnicity cell is `UNKNOWN`), age in years. Every stay is read; `stays` (the
+    stays an audit asks for) is accepted for the common signature and not needed. A code the
+    benchmark does not write is a one-line error naming the line."""
+    path = Path(root) / "all_data.csv"
+    table = _numeric_columns(path, ATTRIBUTE_SOURCE_COLUMNS)
+    _check(table["patientunitstayid"].notna(), path, "missing value in column 'patientunitstayid'")
+    for column, codes in (("gender", GENDERS), ("ethnicity", ETHNICITIES)):
+        empty_allowed = column == "ethnicity"  # gender is a feature: never empty
+        known = table[column].isin(list(codes)) | (empty_allowed & table[column].isna())
+        _check(known, path, f"{column} must be one of the benchmark's codes {sorted(codes)}")
+    first = table.drop_duplicates("patientunitstayid")
+    return pd.DataFrame(
+        {
+            "stay": [str(int(stay)) for stay in first["patientunitstayid"]],
+            "gender": first["gender"].map(GENDERS).to_numpy(),
+            "age": first["age"].to_numpy(dtype=np.float64),
+            "ethnicity": first["ethnicity"].map(ETHNICITIES).fillna(UNKNOWN).to_numpy(),
+        },
+        columns=list(ATTRIBUTE_COLUMNS),
+    )

@@ -47,6 +47,9 @@ class SequenceSplit(Split):
     def lengths(self) -> Tensor:
         return self.offsets[1:] - self.offsets[:-1]
 
+    def example_names(self) -> list[str]:
+        return self.names
+
     def batch(self, index: Tensor) -> Batch:
         starts = self.offsets[index]
         lengths = self.offsets[index + 1] - starts

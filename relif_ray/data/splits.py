@@ -27,6 +27,12 @@ class Split(ABC):
     def batch(self, index: Tensor) -> Batch:
         """The examples at `index` (a 1-D long tensor), including "example_id"."""
 
+    def example_names(self) -> list[str] | None:
+        """Each example's name in the source data, indexed by example id (a clinical stay's
+        file or id), or None where examples have none: trials store them beside their
+        outcomes so that an audit can join the examples to other files without the data."""
+        return None
+
 
 @dataclass(eq=False)  # compared and hashed by identity: a per-process cache keys on splits
 class TensorSplit(Split):

@@ -18,17 +18,34 @@ gaps. Labels are derived from the stay exactly as the benchmark's create_multita
 them (masks after hour 4 and after the first event, 48-hour mortality mask, death within 24 h).
 Patients are split 20% test, 15% validation (by patient, as split_train_val.py does), the rest
 training; every split gets at least one patient.
+
+Beside the multitask files, `root/{train,test}/<subject>/` holds what the benchmark's root
+folder holds for the group audit (`relif_ray.data.mimic3_root`): the subject's `stays.csv`
+with every column of the benchmark's, and one `episode<k>.csv` per stay with its first eight
+columns (the benchmark's 128 `Diagnosis <ICD9>` columns are not written: the reader finds
+columns by name and reads only Icustay). Gender is F or M, ethnicity one of MIMIC-III's texts
+(a tenth of them UNKNOWN/NOT SPECIFIED), age grows with severity, and ages over 89 are
+written as MIMIC-III's date shift leaves them (about 300). These come from their own random
+stream, so the multitask files are the same bytes with or without them.
 """
 
 from __future__ import annotations
 
+import csv
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 
 from relif_ray.data.atomic_dir import atomic_directory
 from relif_ray.data.mimic3 import CHANNELS, EPS, LISTFILE_HEADER, NUM_PHENOTYPES
+from relif_ray.data.mimic3_root import (
+    EPISODE_COLUMNS,
+    STAYS_COLUMNS,
+    STAYS_FILE,
+    aggregated_ethnicity,
+)
 from relif_ray.errors import UserError
 from relif_ray.progress import progress
 
@@ -66,7 +83,30 @@ VERBAL_BY_SCORE = {
 }
 
 
-LAYOUT = frozenset({"train", "test", "train_listfile.csv", "val_listfile.csv", "test_listfile.csv"})
+ETHNICITY_TEXTS = {
+    "WHITE": 0.55,
+    "BLACK/AFRICAN AMERICAN": 0.1,
+    "HISPANIC OR LATINO": 0.04,
+    "HISPANIC/LATINO - PUERTO RICAN": 0.03,
+    "ASIAN - CHINESE": 0.03,
+    "WHITE - RUSSIAN": 0.02,
+    "UNKNOWN/NOT SPECIFIED": 0.1,
+    "UNABLE TO OBTAIN": 0.03,
+    "PATIENT DECLINED TO ANSWER": 0.02,
+    "OTHER": 0.05,
+    "AMERICAN INDIAN/ALASKA NATIVE": 0.01,
+    "MULTI RACE ETHNICITY": 0.02,
+}
+"""MIMIC-III ETHNICITY texts of the synthetic stays, and how often each is drawn."""
+ETHNICITY_CODES = {"ASIAN": 1, "BLACK": 2, "HISPANIC": 3, "WHITE": 4}
+"""The benchmark's episode-file code of an ethnicity's leading word (0: any other)."""
+DIAGNOSES = ("SEPSIS", "PNEUMONIA", "CHEST PAIN, R/O MI")
+ATTRIBUTE_STREAM = 1
+"""The attributes' random stream: `default_rng([seed, ATTRIBUTE_STREAM])`."""
+
+LAYOUT = frozenset(
+    {"train", "test", "train_listfile.csv", "val_listfile.csv", "test_listfile.csv", "root"}
+)
 """The top-level names the writer creates (what --force may replace)."""
 
 
@@ -83,21 +123,26 @@ def write_synthetic_mimic3(
     phenotype_weights = rng.normal(0.0, 1.5, size=(NUM_PHENOTYPES, 3))
     phenotype_bias = rng.normal(-1.0, 0.5, size=NUM_PHENOTYPES)
     split_of = _assign_splits(patients, rng)
+    attribute_rng = np.random.default_rng([seed, ATTRIBUTE_STREAM])
     with atomic_directory(out, overwrite=overwrite, replaceable=LAYOUT) as folder:
         rows: dict[str, list[str]] = {"train": [], "val": [], "test": []}
         for patient in progress(range(patients), "MIMIC-III", unit="patient"):
             subject = str(10000 + patient)
             split = split_of[patient]
-            episode_dir = folder / ("test" if split == "test" else "train")
+            partition = "test" if split == "test" else "train"
+            episode_dir = folder / partition
             episode_dir.mkdir(exist_ok=True)
             traits = rng.normal(size=3)
+            stays = []
             for episode in range(1, int(rng.integers(1, 3)) + 1):
                 filename = f"{subject}_episode{episode}_timeseries.csv"
-                rows[split].append(
-                    _write_episode(
-                        episode_dir / filename, traits, phenotype_weights, phenotype_bias, rng
-                    )
+                row, los, died = _write_episode(
+                    episode_dir / filename, traits, phenotype_weights, phenotype_bias, rng
                 )
+                rows[split].append(row)
+                stays.append((los, died))
+            subject_dir = folder / "root" / partition / subject
+            _write_subject(subject_dir, patient, float(traits[0]), stays, attribute_rng)
         header = ",".join(LISTFILE_HEADER)
         _write_lines(folder / "train" / "listfile.csv", header, rows["train"] + rows["val"])
         _write_lines(folder / "train_listfile.csv", header, rows["train"])
@@ -130,8 +175,8 @@ def _write_episode(
     phenotype_weights: np.ndarray,
     phenotype_bias: np.ndarray,
     rng: np.random.Generator,
-) -> str:
-    """Write one episode file and return its listfile row."""
+) -> tuple[str, float, bool]:
+    """Write one episode file; return its listfile row, length of stay (hours), death."""
     severity, metabolic, respiratory = traits
     los = float(np.clip(np.exp(3.9 + 0.6 * severity + 0.3 * rng.normal()), 5.0, 500.0))
     los = round(los, 6)
@@ -152,7 +197,55 @@ def _write_episode(
     path.write_text("\n".join(lines) + "\n")
 
     phenotypes = rng.random(NUM_PHENOTYPES) < _sigmoid(phenotype_weights @ traits + phenotype_bias)
-    return _listfile_row(path.name, los, died, float(times[0]), phenotypes)
+    return _listfile_row(path.name, los, died, float(times[0]), phenotypes), los, died
+
+
+def _write_subject(
+    folder: Path,
+    patient: int,
+    severity: float,
+    stays: list[tuple[float, bool]],
+    rng: np.random.Generator,
+) -> None:
+    """The subject's stays.csv and episode<k>.csv (module docstring): one admission per
+    stay, `stays` being each stay's (length of stay in hours, death in the unit)."""
+    folder.mkdir(parents=True)
+    gender = "F" if rng.random() < 0.5 else "M"
+    age = 65.0 + 8.0 * severity + 12.0 * rng.normal()
+    born = datetime(2100, 1, 1) + timedelta(days=int(rng.integers(0, 3650)))
+    texts, weights = zip(*ETHNICITY_TEXTS.items(), strict=True)
+    stay_rows, episode_rows = [], []
+    for episode, (los, died) in enumerate(stays, 1):
+        ethnicity = str(rng.choice(texts, p=weights))
+        real = max(age + 2.0 * (episode - 1), 18.0)
+        years = 300.0 + real / 10 if real > 89.0 else real  # MIMIC-III's shifted ages
+        intime = born + timedelta(days=round(365.25 * real))
+        outtime = intime + timedelta(seconds=round(los * 3600))
+        death = str(outtime) if died else ""
+        icustay, admission = 200000 + 10 * patient + episode, 100000 + 10 * patient + episode
+        stay_rows.append(
+            [
+                10000 + patient, admission, icustay, "MICU", "metavision", intime, outtime,
+                f"{los / 24:.4f}", intime - timedelta(hours=2),
+                outtime if died else outtime + timedelta(days=1), death, ethnicity,
+                DIAGNOSES[int(rng.integers(len(DIAGNOSES)))], gender, born, death,
+                f"{years:.4f}", int(died), int(died), int(died),
+            ]
+        )  # fmt: skip
+        code = ETHNICITY_CODES.get(aggregated_ethnicity(ethnicity), 0)
+        sex = 1 if gender == "F" else 2
+        episode_rows.append(
+            [icustay, code, sex, f"{years:.4f}", "", "", f"{los / 24:.4f}", int(died)]
+        )
+        _write_csv(folder / f"episode{episode}.csv", EPISODE_COLUMNS, episode_rows[-1:])
+    _write_csv(folder / STAYS_FILE, STAYS_COLUMNS, stay_rows)
+
+
+def _write_csv(path: Path, header: tuple[str, ...], rows: list[list[object]]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 def _chart_values(

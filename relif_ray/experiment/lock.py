@@ -162,6 +162,6 @@ def running_sweep(experiment: str | Path) -> LockHolder | None:
     return None
 
 
-def still_running(trial_folders: list[str]) -> str:
+def still_running(folders: list[str]) -> str:
     """The trials of a running sweep that a reader left out, named in one line."""
-    return f"{len(trial_folders)} trial(s) still running ({', '.join(trial_folders)})"
+    return f"{len(folders)} trial(s) still running ({', '.join(folders)})"

@@ -10,6 +10,11 @@ persistence, and analysis needs nothing but a copy of that directory:
     trace.parquet         one row per training step: step, lr (the learning rate it used),
                           loss_<task>, weight_<task>, and the ReLiF statistics (lambda, r,
                           r_ema, tau, kappa, loss_lip) when enabled
+    outcomes.parquet      where tasks store outcomes (the clinical ones, `Task.outcomes`):
+                          split, task, example_id, position, label, prediction - what a group
+                          audit recomputes each task's metric and decisions from
+    examples.parquet      where the splits name their examples (a stay's file or id):
+                          split, example_id, name - what joins the outcomes to other files
 
 The folder is written under a temporary name and renamed, so it is complete or absent where
 the trial writes it. Tune then copies the checkpoint into storage file by file, so a reader of
@@ -36,13 +41,17 @@ from relif_ray.experiment import storage
 from relif_ray.experiment.storage import Location
 
 if TYPE_CHECKING:
-    from relif_ray.engine import EvalResult
+    from relif_ray.evaluation import EvalResult
 
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"
 SCORES_FILE = "scores.parquet"
 REPRESENTATIONS_FILE = "representations.parquet"
 TRACE_FILE = "trace.parquet"
+OUTCOMES_FILE = "outcomes.parquet"
+EXAMPLES_FILE = "examples.parquet"
+OUTCOME_COLUMNS = ["task", "example_id", "position", "label", "prediction"]
+"""The columns of a split's outcomes (`relif_ray.evaluation.EvalResult.outcomes`)."""
 TRIAL_KEYS = ("trial_id", "label", "method", "relif", "seed", "steps", "config", "metrics")
 """What every trial.json holds (analysis reads them; more keys are descriptive)."""
 FILES_KEY = "files"
@@ -71,6 +80,19 @@ def write_trial_outputs(
         pq.write_table(_representation_table(splits), staging / REPRESENTATIONS_FILE)
     with storage.writing(staging / TRACE_FILE):
         pd.DataFrame(trace).to_parquet(staging / TRACE_FILE, index=False)
+    outcomes = [out.outcomes.assign(split=name) for name, out in splits.items()]
+    if any(len(frame) for frame in outcomes):
+        table = pd.concat(outcomes, ignore_index=True)
+        with storage.writing(staging / OUTCOMES_FILE):
+            table[["split", *OUTCOME_COLUMNS]].to_parquet(staging / OUTCOMES_FILE, index=False)
+    names = [
+        pd.DataFrame({"split": name, "example_id": np.arange(len(out.names)), "name": out.names})
+        for name, out in splits.items()
+        if out.names is not None
+    ]
+    if names:
+        with storage.writing(staging / EXAMPLES_FILE):
+            pd.concat(names, ignore_index=True).to_parquet(staging / EXAMPLES_FILE, index=False)
     sizes = {path.name: path.stat().st_size for path in sorted(staging.iterdir())}
     record = dict(info, metrics={name: out.metrics for name, out in splits.items()})
     with storage.writing(staging / TRIAL_FILE):
@@ -131,3 +153,23 @@ def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.
     width = column.type.list_size
     matrix = column.flatten().to_numpy().reshape(-1, width)
     return table.column("example_id").to_numpy(), matrix
+
+
+def read_outcomes(outputs: Location, split: str) -> pd.DataFrame | None:
+    """The outcomes of one split (task, example_id, position, label, prediction) with each
+    example's `name` where the trial stored names (else None in that column); None where the
+    trial stored no outcomes. `storage.DamagedFile` names a damaged file."""
+    place = storage.join(outputs, OUTCOMES_FILE)
+    if storage.file_type(place) != pa.fs.FileType.File:
+        return None
+    outcomes = storage.read_parquet(place, filters=[("split", "=", split)]).to_pandas()
+    outcomes = outcomes.drop(columns="split")
+    names = storage.join(outputs, EXAMPLES_FILE)
+    if storage.file_type(names) != pa.fs.FileType.File:
+        return outcomes.assign(name=None)
+    examples = storage.read_parquet(names, filters=[("split", "=", split)]).to_pandas()
+    with storage.reading(names):
+        name_of = examples.set_index("example_id")["name"]
+        if not outcomes["example_id"].isin(name_of.index).all():
+            raise ValueError(f"no name for some example ids of the {split} split")
+    return outcomes.assign(name=name_of.reindex(outcomes["example_id"]).to_numpy())

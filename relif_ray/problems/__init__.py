@@ -23,11 +23,11 @@ import importlib
 import os
 import pkgutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relif_ray.config import HARD_SHARING, DataConfig, ModelConfig
 from relif_ray.data.splits import Batch, Split, TensorSplit
@@ -36,6 +36,9 @@ from relif_ray.errors import UserError
 from relif_ray.models.base import MultiTaskModel
 from relif_ray.plugins import PROBLEMS_PATH, import_plugins, plugin_name
 from relif_ray.tasks.base import Task
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PATH_VARIABLE = PROBLEMS_PATH
 """Environment variable: extra directories searched for benchmark modules."""
@@ -138,6 +141,25 @@ class DataWriter:
 
 
 @dataclass(frozen=True)
+class AttributeSource:
+    """Where the sensitive attributes of a benchmark's stays are, for the group audit
+    (`analysis.groups`).
+
+    read: (folder, the stays' names) -> one row per stay found
+        (`relif_ray.data.attributes.ATTRIBUTE_COLUMNS`); a malformed file is a `UserError`.
+    in_data_root: True where the data folder the trials read holds them (eICU's
+        all_data.csv): the audit reads them there unless given another folder; False where a
+        folder must be given (MIMIC-III's root/, beside the multitask folder the trials read).
+    folder: what that folder is, in words, for the line that says why a report has no group
+        audit.
+    """
+
+    read: Callable[[str, Sequence[str]], pd.DataFrame]
+    in_data_root: bool
+    folder: str
+
+
+@dataclass(frozen=True)
 class ReportMetric:
     """A native metric column of the report's main table: `<task>_<metric>` and its headers
     (Markdown, LaTeX). Its direction is the one the task's metric declares."""
@@ -167,6 +189,8 @@ class Benchmark:
     delta_m_metrics: the native metrics (`<task>_<metric>`) Delta-M% averages, where the
         literature's tables average a set of their own (NYUv2: LibMTL's nine, without our depth
         RMSE); empty: every native metric (`analysis.mtl_metrics`).
+    attributes: where the stays' sensitive attributes are (`AttributeSource`); None: the
+        benchmark has no patient groups to audit.
     """
 
     load: Callable[[str], Problem]
@@ -177,6 +201,7 @@ class Benchmark:
     check: Callable[[str], None] | None = None
     model: Callable[[ModelConfig], MultiTaskModel] | None = None
     delta_m_metrics: tuple[str, ...] = ()
+    attributes: AttributeSource | None = None
 
     @property
     def name(self) -> str:
@@ -256,6 +281,7 @@ def _cached_problem(dataset: str, root: str) -> Problem:
 
 
 __all__ = [
+    "AttributeSource",
     "Batch",
     "Benchmark",
     "DataWriter",

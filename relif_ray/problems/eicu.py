@@ -6,11 +6,17 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from relif_ray.data.eicu import MORTALITY_HOURS, NUM_FEATURES, check_eicu, read_eicu
+from relif_ray.data.eicu import (
+    MORTALITY_HOURS,
+    NUM_FEATURES,
+    check_eicu,
+    read_eicu,
+    read_eicu_attributes,
+)
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.models.architectures import build_clinical_model
 from relif_ray.models.clinical import HeadSpec
-from relif_ray.problems import Benchmark, DataWriter, Problem, WriterOption
+from relif_ray.problems import AttributeSource, Benchmark, DataWriter, Problem, WriterOption
 from relif_ray.problems.mimic3 import DEFAULTS as MIMIC3_DEFAULTS
 from relif_ray.tasks.base import Task
 from relif_ray.tasks.clinical import NUM_LOS_BINS, LengthOfStayTask, MortalityTask
@@ -57,6 +63,11 @@ BENCHMARK = Benchmark(
     defaults=DEFAULTS,
     check=check_eicu,
     model=MODEL,
+    attributes=AttributeSource(
+        read=read_eicu_attributes,
+        in_data_root=True,
+        folder="the eICU folder with all_data.csv",
+    ),
     synthetic=DataWriter(
         write=write_synthetic_eicu,
         help="synthetic ICU stays in the eICU benchmark layout (Sheikhalishahi et al.)",

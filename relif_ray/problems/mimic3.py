@@ -12,10 +12,18 @@ from relif_ray.data.mimic3 import (
     check_mimic3,
     read_mimic3,
 )
+from relif_ray.data.mimic3_root import read_mimic3_attributes
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.models.architectures import build_clinical_model
 from relif_ray.models.clinical import HeadSpec
-from relif_ray.problems import Benchmark, DatasetDefaults, DataWriter, Problem, WriterOption
+from relif_ray.problems import (
+    AttributeSource,
+    Benchmark,
+    DatasetDefaults,
+    DataWriter,
+    Problem,
+    WriterOption,
+)
 from relif_ray.tasks.base import Task
 from relif_ray.tasks.clinical import (
     NUM_LOS_BINS,
@@ -95,6 +103,11 @@ BENCHMARK = Benchmark(
     defaults=DEFAULTS,
     check=check_mimic3,
     model=MODEL,
+    attributes=AttributeSource(
+        read=read_mimic3_attributes,
+        in_data_root=False,
+        folder="the benchmark's per-subject root/ folder (its data/root, beside multitask/)",
+    ),
     synthetic=DataWriter(
         write=write_synthetic_mimic3,
         help="synthetic ICU stays in the MIMIC-III multitask benchmark layout (Harutyunyan et al.)",

@@ -99,16 +99,38 @@ class MetricAccumulator(ABC):
     def compute(self) -> dict[str, float]: ...
 
 
+OUTCOME_KINDS = ("binary", "multilabel", "length_of_stay")
+"""How a task's stored outcomes (`Task.outcomes`) read, for the group-fairness audit
+(`analysis.groups`): "binary" - label 0/1 and the logit of the positive class per labelled
+stay or step; "multilabel" - the same per stay and label, `position` being the label's index;
+"length_of_stay" - the remaining stay in hours and the arg-max bin per labelled step."""
+
+
+@dataclass
+class Outcomes:
+    """A task's per-example outcomes on one batch, each (B, K): the label, the prediction the
+    decision is made from, and which entries count (K: 1 for a per-stay label, the steps of a
+    per-step task, the labels of a multi-label one). Kept on the device like the metrics."""
+
+    label: Tensor
+    prediction: Tensor
+    keep: Tensor
+
+
 class Task(ABC):
     """One task of a multi-task problem.
 
     score_is_probability: whether the raw audit score already lies in [0, 1]; a task whose
     score does not (NYUv2 depth/normal feature norms) is squashed by the audit's shared
     `relif_ray.squash.squash`, in training (ReLiF) and at analysis time alike.
+    outcome_kind: one of `OUTCOME_KINDS` where the task stores its per-example outcomes
+    (`outcomes`) for the group-fairness audit; None where it stores none (NYUv2's dense tasks:
+    no patient groups to audit).
     """
 
     name: str
     score_is_probability: bool = True
+    outcome_kind: str | None = None
 
     @abstractmethod
     def loss(self, prediction: Tensor, target: Tensor) -> Tensor:
@@ -125,6 +147,12 @@ class Task(ABC):
     @abstractmethod
     def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
         """Per-example raw audit score p_k(x) (differentiable) and a bool validity mask, (B,)."""
+
+    def outcomes(self, prediction: Tensor, target: Tensor) -> Outcomes | None:
+        """Labels and predictions per example of one batch, as `outcome_kind` says: what a
+        group audit needs to recompute the task's metric and its decisions per patient group
+        without the model. None (the default): the task stores no outcomes."""
+        return None
 
 
 def worst_and_macro(scores: dict[str, float]) -> tuple[float, float]:

@@ -55,6 +55,7 @@ from relif_ray.tasks.base import (
     Batch,
     MetricAccumulator,
     ModelOutput,
+    Outcomes,
     Task,
     masked_mean,
     masked_mean_per_example,
@@ -232,6 +233,8 @@ class LengthOfStayMetrics(MetricAccumulator):
 class MortalityTask(Task):
     """In-hospital mortality from the first 48 hours: one logit per stay, (B,)."""
 
+    outcome_kind = "binary"
+
     def __init__(self, name: str = "mortality") -> None:
         self.name = name
 
@@ -249,9 +252,15 @@ class MortalityTask(Task):
         target = batch[self.name]
         return torch.sigmoid(output.predictions[self.name]), target[:, 0] > 0.5
 
+    def outcomes(self, prediction: Tensor, target: Tensor) -> Outcomes:
+        """The label and logit of every labelled stay."""
+        return Outcomes(target[:, 1:2], prediction[:, None], target[:, 0:1] > 0.5)
+
 
 class DecompensationTask(Task):
     """Death within the next 24 hours, at every hourly step: logits (B, T)."""
+
+    outcome_kind = "binary"
 
     def __init__(self, name: str = "decompensation") -> None:
         self.name = name
@@ -271,9 +280,15 @@ class DecompensationTask(Task):
         probabilities = torch.sigmoid(output.predictions[self.name])
         return masked_mean_per_example(probabilities, mask)
 
+    def outcomes(self, prediction: Tensor, target: Tensor) -> Outcomes:
+        """The label and logit of every labelled step (the steps the metric pools)."""
+        return Outcomes(target[..., 1], prediction, target[..., 0] > 0.5)
+
 
 class LengthOfStayTask(Task):
     """Remaining length of stay in 10 bins, at every hourly step: logits (B, T, 10)."""
+
+    outcome_kind = "length_of_stay"
 
     def __init__(self, name: str = "length_of_stay") -> None:
         self.name = name
@@ -294,9 +309,16 @@ class LengthOfStayTask(Task):
         confidence = torch.softmax(output.predictions[self.name], dim=-1).amax(dim=-1)
         return masked_mean_per_example(confidence, mask)
 
+    def outcomes(self, prediction: Tensor, target: Tensor) -> Outcomes:
+        """The remaining hours and the predicted (arg-max) bin of every labelled step: what
+        kappa and MAD compare."""
+        return Outcomes(target[..., 1], prediction.argmax(dim=-1), target[..., 0] > 0.5)
+
 
 class PhenotypeTask(Task):
     """25 acute-care phenotypes of the stay (multi-label): logits (B, 25)."""
+
+    outcome_kind = "multilabel"
 
     def __init__(self, name: str = "phenotype") -> None:
         self.name = name
@@ -314,3 +336,7 @@ class PhenotypeTask(Task):
         probabilities = torch.sigmoid(output.predictions[self.name])
         valid = torch.ones(probabilities.shape[0], dtype=torch.bool, device=probabilities.device)
         return probabilities.amax(dim=-1), valid
+
+    def outcomes(self, prediction: Tensor, target: Tensor) -> Outcomes:
+        """The 25 labels and logits of every stay."""
+        return Outcomes(target, prediction, torch.ones_like(target, dtype=torch.bool))

@@ -257,6 +257,7 @@ class ReLiFTrainable(tune.Trainable):
         self.squashed_tasks = [t.name for t in self.run.tasks if not t.score_is_probability]
         self.is_reference = is_reference(run_config)
         self.last_eval = None
+        self.last_test = None  # this epoch's test evaluation, where train.epoch_test_metrics
         self.checkpoint_seconds = math.nan
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
@@ -277,6 +278,10 @@ class ReLiFTrainable(tune.Trainable):
                 self.last_eval.scores, self.probability_tasks, self.delta, constants
             )
         metrics = {f"val_{key}": value for key, value in self.last_eval.metrics.items()}
+        if self.run.config.train.epoch_test_metrics and "test" in self.run.problem.splits:
+            with timer("evaluate_test"):
+                self.last_test = self.run.evaluate("test")
+            metrics.update({f"test_{key}": v for key, v in self.last_test.metrics.items()})
         if self.is_reference and self.run.finished:
             metrics["squash_constants"] = self.last_eval.squash_constants(self.squashed_tasks)
         return {
@@ -376,8 +381,9 @@ class ReLiFTrainable(tune.Trainable):
         self.restored = True
 
     def _write_outputs(self, directory: Path) -> None:
+        latest = {"val": self.last_eval, "test": self.last_test}
         splits = {
-            name: self.last_eval if name == "val" and self.last_eval else self.run.evaluate(name)
+            name: latest[name] if latest[name] is not None else self.run.evaluate(name)
             for name in EVAL_SPLITS
             if name in self.run.problem.splits
         }

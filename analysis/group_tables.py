@@ -1,0 +1,185 @@
+"""The group-fairness section of a clinical report (`analysis.groups`), as tables.
+
+- `groups_<task>`: per method, attribute and group, the group's size (stays; positives of the
+  task's decision), the task's own metric, TPR and FPR at the task's threshold, mean ± sample
+  std over seeds, and whether the group is small (fewer than the minimum size of stays);
+- `group_disparities`: per method, task, attribute and disparity (Fairlearn's demographic-
+  parity and equalized-odds differences and the gap in the task's metric over the compared
+  groups): its value over seeds, its paired difference from the same-seed ERM trial's with
+  the Student-t interval over seeds, and the verdict (`analysis.verdicts`).
+
+`group_tables` builds them for `relif report` (written with the other tables) and for the
+notebook and the API alike, so that both show the same numbers.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.groups import ATTRIBUTES, DISPARITIES, GroupAudit, band_names
+from analysis.render import Column, Table, summarize
+from analysis.sections import link, section
+from analysis.tables import CISettings, Skipped
+from relif_ray.data.attributes import UNKNOWN
+
+TITLE = "Group fairness: patient groups"
+METRIC_HEADERS = {"auroc": "AUROC", "auroc_macro": "Macro AUROC", "kappa": "Kappa"}
+DISPARITY_NAMES = {
+    "demographic_parity_difference": "DP difference",
+    "equalized_odds_difference": "EO difference",
+    "metric_gap": "metric gap",
+}
+"""How the tables name the disparities."""
+FILES = ("group_per_group.csv", "group_per_trial.csv", "group_paired.csv", "group_verdicts.csv")
+"""The report's files of the group audit: `GroupAudit.per_group`, `.per_trial`, `.paired`,
+`.verdicts`."""
+
+
+def group_tables(audit: GroupAudit) -> list[Table | Skipped]:
+    """One table per task and the disparity table; one `Skipped` saying why when the audit
+    did not run."""
+    if audit.skipped is not None:
+        return [Skipped("groups", TITLE, audit.skipped)]
+    tasks = list(dict.fromkeys(audit.per_group["task"]))
+    return [task_table(audit, task) for task in tasks] + [disparity_table(audit)]
+
+
+def ordered(frame: pd.DataFrame, audit: GroupAudit) -> pd.DataFrame:
+    """`frame` (columns among task, attribute, group, metric, variant) in the audit's order:
+    tasks and methods as the trials list them, attributes as `ATTRIBUTES`, disparities as
+    `DISPARITIES`, age bands by age, other groups by name, unknown groups last."""
+    ranks = {
+        "task": list(dict.fromkeys(audit.per_trial["task"])),
+        "attribute": list(ATTRIBUTES),
+        "metric": list(DISPARITIES),
+        "variant": list(dict.fromkeys(audit.per_trial["variant"])),
+    }
+    bands = band_names(audit.options.age_bands)
+    keys = pd.DataFrame(index=frame.index)
+    for column in ("task", "attribute", "group", "metric", "variant"):
+        if column not in frame:
+            continue
+        if column == "group":
+            keys["band"] = [bands.index(g) if g in bands else len(bands) for g in frame[column]]
+            keys["unknown"] = [UNKNOWN in g for g in frame[column]]
+            keys["group"] = frame[column]
+        else:
+            keys[column] = frame[column].map({v: i for i, v in enumerate(ranks[column])})
+    order = keys.sort_values(list(keys.columns), kind="stable").index
+    return frame.loc[order].reset_index(drop=True)
+
+
+def task_table(audit: GroupAudit, task: str) -> Table:
+    chosen = audit.per_group[audit.per_group["task"] == task]
+    keys = ["value", "tpr", "fpr"]
+    by = ["attribute", "group", "variant"]
+    rows = summarize(chosen, by, [*keys, "stays", "positives"])
+    small = chosen.groupby(by, sort=False)["small"].any()
+    rows["small"] = ["small" if small[tuple(r)] else "" for r in rows[by].itertuples(index=False)]
+    rows["stays"], rows["positives"] = rows["stays_mean"], rows["positives_mean"]
+    rows = ordered(rows, audit).rename(columns={"variant": "row"})
+    metric = chosen["metric"].iloc[0]
+    columns = [
+        Column("attribute", "Attribute", "Attribute", kind="text"),
+        Column("group", "Group", "Group", kind="text"),
+        Column("stays", "Stays", "Stays", kind="number", digits=0),
+        Column("positives", "Positives", "Positives", kind="number", digits=0),
+        Column("value", METRIC_HEADERS[metric], METRIC_HEADERS[metric], digits=3),
+        Column("tpr", "TPR", "TPR", digits=3),
+        Column("fpr", "FPR", "FPR", digits=3),
+        Column("small", "Small", "Small", kind="text"),
+    ]
+    title = (
+        f"{task} by patient group ({audit.split} split): stays, positives of the decision "
+        f"({decision_words(metric, audit)}), {METRIC_HEADERS[metric]}, TPR and FPR, "
+        f"mean ± sample std over seeds; small: fewer than {audit.options.min_group_size} "
+        "stays, left out of the disparities. TPR ('–'): no positives; FPR: no negatives."
+    )
+    return Table(f"groups_{task}", title, "Method", columns, rows)
+
+
+def decision_words(metric: str, audit: GroupAudit) -> str:
+    """What the task's decision calls a positive."""
+    if metric == "kappa":
+        return f"remaining stay of at least {audit.options.long_stay_hours:g} h"
+    every = " per phenotype" if metric == "auroc_macro" else ""
+    return f"probability >= {audit.options.threshold:g}{every}"
+
+
+def disparity_table(audit: GroupAudit) -> Table:
+    """Per method, task, attribute and disparity: its value over seeds, its paired difference
+    from same-seed ERM with the Student-t interval over seeds, and the verdict."""
+    keys = ["task", "attribute", "variant"]
+    long = audit.per_trial.melt(
+        [*keys, "compared"], list(DISPARITIES), var_name="metric", value_name="value"
+    )
+    by = [*keys, "metric"]
+    rows = summarize(long, by, ["value"])
+    compared = long.groupby(by, sort=False)["compared"].agg(
+        lambda counts: " / ".join(dict.fromkeys(str(c) for c in counts))
+    )
+    index = pd.MultiIndex.from_frame(rows[by])
+    rows["compared"] = compared.reindex(index).to_numpy()
+    verdicts = audit.verdicts.set_index(by).reindex(index)
+    for column in ("estimate", "ci_low", "ci_high", "std", "n_seeds", "seeds_needed"):
+        rows[f"difference_{column}"] = verdicts[column].to_numpy()
+    rows["difference"] = [
+        "–"
+        if pd.isna(row.estimate)
+        else f"{row.estimate:+.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]"
+        for row in verdicts.itertuples()
+    ]
+    compared_with_erm = set(audit.paired["variant"])
+    rows["verdict"] = [
+        verdict if variant in compared_with_erm else "reference"
+        for variant, verdict in zip(rows["variant"], verdicts["verdict"].fillna("–"), strict=True)
+    ]
+    rows["disparity"] = rows["metric"].map(DISPARITY_NAMES)
+    rows = ordered(rows, audit).rename(columns={"variant": "row"})
+    columns = [
+        Column("task", "Task", "Task", kind="text"),
+        Column("attribute", "Attribute", "Attribute", kind="text"),
+        Column("disparity", "Disparity", "Disparity", kind="text"),
+        Column("compared", "Groups compared", "Groups", kind="text"),
+        Column("value", "Value", "Value", digits=3),
+        Column("difference", "Δ vs same-seed ERM [interval]", r"$\Delta$ vs ERM", kind="text"),
+        Column("verdict", "Verdict over seeds", "Verdict", kind="text"),
+    ]
+    title = (
+        f"Group disparities ({audit.split} split) over the groups of at least "
+        f"{audit.options.min_group_size} stays with both classes of the decision (Fairlearn): "
+        "DP difference, the largest gap in selection rate; EO difference, the larger of the "
+        "largest gaps in TPR and FPR; metric gap, the largest gap in the task's metric. "
+        "Value: mean ± sample std over seeds. Δ vs same-seed ERM: the mean over seeds of each "
+        f"seed's difference from its ERM trial's [{audit.level:.0%} Student-t interval over "
+        "seeds]; the verdict says whether the method's gap is lower or higher than ERM's over "
+        "seeds (lower: narrower)."
+    )
+    return Table("group_disparities", title, "Method", columns, rows)
+
+
+def group_section(audit: GroupAudit, tables: list[Table | Skipped], ci: CISettings) -> str:
+    """The report's group-fairness section: what was audited, then the tables."""
+    heading = f"## {TITLE}\n"
+    if audit.skipped is not None:
+        return heading + f"Skipped: {audit.skipped}.\n"
+    options = audit.options
+    lines = [
+        heading,
+        "Group fairness within each task (Fairlearn's MetricFrame and disparity metrics), "
+        "beside the fixed-δ audit's individual fairness across tasks: gender, age in bands "
+        f"({', '.join(band_names(options.age_bands))}) and ethnicity, each missing or "
+        f"unknown value in its own group. Decisions: probability >= {options.threshold:g} "
+        f"(binary tasks); remaining stay >= {options.long_stay_hours:g} h (length of stay). "
+        "Each method's disparities are compared with its same-seed ERM trial's over seeds, "
+        "with the verdicts of the summary. docs/clinical.md says which groups and what this "
+        "measures that the fixed-δ audit does not.",
+        *(f"- {note}" for note in audit.notes),
+        "",
+    ]
+    for table in tables:
+        title = "Disparities" if table.name == "group_disparities" else table.name[7:]
+        lines.append(section(title, table, ci, level=3))
+    files = ", ".join(link(name) for name in FILES)
+    lines.append(f"Per group, per trial, per seed pair and per comparison over seeds: {files}.\n")
+    return "\n".join(lines)
