@@ -29,7 +29,7 @@ import torch
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.data.mimic3 import NUM_PHENOTYPES
 from relif_ray.evaluation import EvalResult
-from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.experiment.outputs import FILES_KEY, TRIAL_FILE, write_trial_outputs
 from relif_ray.relif.controller import ViolationController
 from relif_ray.sweep.labels import uses_controller, variant
 from relif_ray.sweep.trial_config import apply_overrides
@@ -176,6 +176,16 @@ def _write_trial(
         "config": config,
     }
     write_trial_outputs(checkpoint, info, results, _trace(tasks, config["relif"], rng, trace_steps))
+
+
+def rewrite_output(path: Path, frame: pd.DataFrame) -> None:
+    """Replace one parquet file of a trial's outputs as the trial would have written it: its
+    trial.json lists the new size (`FILES_KEY`), so the folder still reads as whole."""
+    frame.to_parquet(path)
+    record = path.parent / TRIAL_FILE
+    info = json.loads(record.read_text())
+    info[FILES_KEY][path.name] = path.stat().st_size
+    record.write_text(json.dumps(info, indent=2, sort_keys=True))
 
 
 def _write_results(

@@ -30,7 +30,7 @@ from relif_ray.audit import (
     validate_scores,
 )
 from relif_ray.errors import UserError
-from tests.synthetic_experiment import write_synthetic_experiment
+from tests.synthetic_experiment import rewrite_output, write_synthetic_experiment
 
 SETTINGS = AuditSettings(pool_size=16, pairs=256, pair_seed=42, eval_seed=0)
 """Pools smaller than the 30 examples per task, so the pool draw is exercised."""
@@ -309,7 +309,7 @@ def test_scores_outside_unit_interval_name_the_trial(tmp_path):
     scores = root / "ReLiFTrainable_00000/checkpoint_000000/outputs/scores.parquet"
     frame = pd.read_parquet(scores)
     frame.loc[3, "score"] = 1.5
-    frame.to_parquet(scores)
+    rewrite_output(scores, frame)
     with pytest.raises(UserError, match=r"trial m_00000 \(val\).*\[0, 1\]"):
         ExperimentAudit(analysis.load(root)).gaps("val")
 
