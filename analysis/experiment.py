@@ -32,6 +32,7 @@ from relif_ray.experiment.layout import (
     final_outputs,
     final_outputs_relative,
     outputs_sizes,
+    running_statuses,
     trial_folders,
 )
 from relif_ray.experiment.lock import running_sweep
@@ -43,6 +44,7 @@ from relif_ray.experiment.outputs import (
     read_outcomes,
     read_representations,
     read_trial_info,
+    scheduler_snapshot,
 )
 from relif_ray.experiment.storage import DamagedFile, Location
 from relif_ray.progress import progress
@@ -157,6 +159,7 @@ def load(*paths: str | Path) -> Experiment:
             raise UserError(f"experiment directory not found: {storage.display(root)}")
         roots.append(root)
         running = running_sweep(root) is not None
+        statuses = running_statuses(root) if running else {}
         folders = trial_folders(root)
         selected = _selected_labels(root)
         for trial_dir, files in progress(folders.items(), "loading trials", "trial", len(folders)):
@@ -175,6 +178,9 @@ def load(*paths: str | Path) -> Experiment:
                 if not running and not isinstance(error, DamagedFile):
                     raise
                 problems.append(_unreadable(trial_dir, files, running, error))
+                continue
+            if running and scheduler_snapshot(info, statuses):  # the trial runs on
+                problems.append(_problem(trial_dir, files, running))
                 continue
             trial = info["trial_id"]
             if trial in outputs:

@@ -243,11 +243,21 @@ def test_outputs_still_being_copied_are_running_while_the_sweep_runs_and_damaged
 ):
     """Tune copies a finished trial's checkpoint into storage file by file: trial.json can be
     there before a file it lists is whole. Such a trial is running while the sweep runs (report
-    and export leave it out and name it) and damaged after (a warning; export stops)."""
+    and export leave it out and name it) and damaged after (a warning; export stops). So is,
+    while the sweep runs, the snapshot an ASHA rung wrote of a trial that Tune runs on."""
     trial = synthetic_experiment / "ReLiFTrainable_00003"  # relif, seed 1
     scores = trial / "checkpoint_000000" / "outputs" / "scores.parquet"
     whole = scores.read_bytes()
     scores.write_bytes(whole[: len(whole) // 2])  # the copy is half way
+    statuses = {"ReLiFTrainable_00002": "RUNNING", "ReLiFTrainable_00001": "TERMINATED"}
+    trial_data = []
+    for folder, status in statuses.items():  # both wrote their outputs at an ASHA rung
+        record = synthetic_experiment / folder / "checkpoint_000000" / "outputs" / "trial.json"
+        info = {**json.loads(record.read_text()), "status": "stopped"}
+        record.write_text(json.dumps(info))
+        trial_data.append([json.dumps({"trial_id": info["trial_id"], "status": status}), "{}"])
+    state = synthetic_experiment / "experiment_state-2026-01-01_00-00-00.json"
+    state.write_text(json.dumps({"trial_data": trial_data}))
     holder = hold_lock(tmp_path, "exp")
     try:
         _, err = report(synthetic_experiment, tmp_path / "running", capsys)
@@ -256,14 +266,15 @@ def test_outputs_still_being_copied_are_running_while_the_sweep_runs_and_damaged
     finally:
         holder.kill()
         holder.wait()
-    running = "ReLiFTrainable_00003, ReLiFTrainable_00004_broken, ReLiFTrainable_00005_broken"
-    note = f"relif: note: A sweep is still running: 3 trial(s) still running ({running})"
-    assert err.strip() == f"{note}, not in this report; it covers the 3 finished trial(s)"
-    assert len(pd.read_csv(tmp_path / "running" / "per_trial.csv")) == 3
+    running = "ReLiFTrainable_00002, ReLiFTrainable_00003, ReLiFTrainable_00004_broken, "
+    running += "ReLiFTrainable_00005_broken"
+    note = f"relif: note: A sweep is still running: 4 trial(s) still running ({running})"
+    assert err.strip() == f"{note}, not in this report; it covers the 2 finished trial(s)"
+    assert len(pd.read_csv(tmp_path / "running" / "per_trial.csv")) == 2
     assert captured.err.strip() == f"{note}, not exported"
-    assert captured.out.startswith("exported 3 trial(s) (3 with outputs): ")
+    assert captured.out.startswith("exported 2 trial(s) (2 with outputs): ")
     copied = sorted(p.name for p in (tmp_path / "copy").iterdir() if p.is_dir())
-    assert copied == ["ReLiFTrainable_00000", "ReLiFTrainable_00001", "ReLiFTrainable_00002"]
+    assert copied == ["ReLiFTrainable_00000", "ReLiFTrainable_00001"]
 
     cut = f"{scores}: damaged file ({len(whole) // 2} of its {len(whole)} bytes)"
     _, err = report(synthetic_experiment, tmp_path / "stopped", capsys)  # the sweep has ended

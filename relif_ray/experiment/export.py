@@ -37,10 +37,11 @@ from relif_ray.experiment.layout import (
     check_file,
     final_outputs_relative,
     outputs_sizes,
+    running_statuses,
     trial_folders,
 )
 from relif_ray.experiment.lock import running_sweep
-from relif_ray.experiment.outputs import check_complete, read_trial_info
+from relif_ray.experiment.outputs import check_complete, read_trial_info, scheduler_snapshot
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,10 @@ def export_experiment(experiment: str, destination: str | Path) -> ExportSummary
     """Copy what analysis needs of `experiment` to the new local folder `destination`.
 
     While a sweep still writes the experiment (it holds the lock: `running_sweep`), only its
-    finished trials are copied, those whose outputs are all there (`check_complete`); the
-    others are left out and named in the summary. Ray Tune's records, which the running sweep
-    rewrites at each snapshot, are read again where one is caught cut off
-    (`storage.read_settled`), so no copied file is ever a partial one."""
+    finished trials are copied, those whose outputs are all there (`check_complete`) and final
+    (`_unfinished`); the others are left out and named in the summary. Ray Tune's records,
+    which the running sweep rewrites at each snapshot, are read again where one is caught cut
+    off (`storage.read_settled`), so no copied file is ever a partial one."""
     root = storage.location(experiment, "EXP")
     if storage.file_type(root) != pafs.FileType.Directory:
         raise UserError(f"experiment directory not found: {storage.display(root)}")
@@ -75,6 +76,7 @@ def export_experiment(experiment: str, destination: str | Path) -> ExportSummary
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     running = running_sweep(root) is not None
+    statuses = running_statuses(root) if running else None
     trials = finished = 0
     left_out: list[str] = []
     staging.mkdir(parents=True)
@@ -85,12 +87,12 @@ def export_experiment(experiment: str, destination: str | Path) -> ExportSummary
             if not copied and outputs is None:
                 continue  # not a trial folder
             folder = Path(storage.display(trial_dir)).name
-            damaged = _incomplete(trial_dir, files, outputs)
-            if running and (outputs is None or damaged):
+            unfinished = _unfinished(trial_dir, files, outputs, statuses)
+            if running and (outputs is None or unfinished):
                 left_out.append(folder)
                 continue
-            if damaged:
-                raise UserError(f"{damaged}; nothing was exported")
+            if unfinished:
+                raise UserError(f"{unfinished}; nothing was exported")
             if outputs is not None:
                 finished += 1
                 copied += sorted(name for name in files if name.startswith(f"{outputs}/"))
@@ -110,22 +112,29 @@ def export_experiment(experiment: str, destination: str | Path) -> ExportSummary
     return ExportSummary(trials, finished, left_out, copied_bytes, _size(root))
 
 
-def _incomplete(
-    trial_dir: storage.Location, files: dict[str, int], outputs: str | None
-) -> storage.DamagedFile | None:
-    """Why the outputs folder `outputs` of a trial is not whole (its trial.json damaged, or a
-    file it lists missing or of another size: `check_complete`); None where it is, or where the
-    trial has none. A running sweep's trial is still running then; elsewhere it stops the
-    export."""
+def _unfinished(
+    trial_dir: storage.Location,
+    files: dict[str, int],
+    outputs: str | None,
+    statuses: dict[str, str] | None,
+) -> str | None:
+    """Why the outputs folder `outputs` of a trial is not its finished trial's (None where it
+    is, or where the trial has none): its trial.json damaged, or a file it lists missing or of
+    another size (`check_complete`); while a sweep runs (`statuses`: Tune's trial statuses),
+    also a snapshot that a scheduler's rung made of a trial running on (`scheduler_snapshot`).
+    A running sweep's trial is still running then; elsewhere it stops the export."""
     if outputs is None:
         return None
     place = storage.join(trial_dir, *outputs.split("/"))
     try:
-        check_complete(place, read_trial_info(place), outputs_sizes(files, outputs))
+        info = read_trial_info(place)
+        check_complete(place, info, outputs_sizes(files, outputs))
     except storage.DamagedFile as damaged:
-        return damaged
+        return str(damaged)
     except FileNotFoundError:  # deleted by the running sweep since it was listed
-        return storage.DamagedFile(place, "deleted while read")
+        return f"{storage.display(place)}: deleted while read"
+    if statuses is not None and scheduler_snapshot(info, statuses):
+        return f"{storage.display(place)}: a scheduler's snapshot of a running trial"
     return None
 
 

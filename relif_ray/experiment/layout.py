@@ -94,6 +94,27 @@ def tune_trials(experiment: Location) -> dict[str, dict[str, Any]]:
     `EXPERIMENT_STATE_FILES` (Tune's trial list, which `--resume` continues: its "trial_data"
     holds each trial's state as a JSON text); none without one. `storage.DamagedFile` if the
     file is not such a list."""
+    return {trial: dict(state["config"]) for trial, state in _tune_trial_states(experiment).items()}
+
+
+def tune_statuses(experiment: Location) -> dict[str, str]:
+    """trial id -> status in the experiment's newest trial list (PENDING, RUNNING, TERMINATED,
+    ERROR, ...; as `tune_trials`)."""
+    return {trial: str(state["status"]) for trial, state in _tune_trial_states(experiment).items()}
+
+
+def running_statuses(experiment: Location) -> dict[str, str]:
+    """`tune_statuses` of an experiment that a running sweep writes: Tune rewrites its trial
+    list at each snapshot, so one caught cut off is read again (`storage.read_settled`); {}
+    where it stays unreadable, or there is none yet."""
+    try:
+        return storage.read_settled(lambda: tune_statuses(experiment), rewritten=True)
+    except storage.DamagedFile:
+        return {}
+
+
+def _tune_trial_states(experiment: Location) -> dict[str, dict[str, Any]]:
+    """trial id -> Tune's state of the trial, from the newest trial list (see `tune_trials`)."""
     newest = [
         name for name in newest_driver_state(experiment) if fnmatch(name, EXPERIMENT_STATE_FILES)
     ]
@@ -103,7 +124,7 @@ def tune_trials(experiment: Location) -> dict[str, dict[str, Any]]:
     state = storage.read_json(place)
     with storage.reading(place):
         trials = [json.loads(trial) for trial, _ in state["trial_data"]]
-        return {str(trial["trial_id"]): dict(trial["config"]) for trial in trials}
+        return {str(trial["trial_id"]): trial for trial in trials}
 
 
 def check_file(place: Location) -> None:

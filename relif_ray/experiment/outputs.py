@@ -144,6 +144,14 @@ def check_complete(outputs: Location, info: dict[str, Any], sizes: dict[str, int
             raise storage.DamagedFile(storage.join(outputs, name), reason)
 
 
+def scheduler_snapshot(info: dict[str, Any], statuses: dict[str, str]) -> bool:
+    """Whether outputs (their trial.json, `info`) are the snapshot that a trial wrote where a
+    scheduler (ASHA) may stop it (status "stopped") while the trial runs on: not yet the trial's
+    last, unless Tune's trial list (`statuses`, `relif_ray.experiment.layout.tune_statuses`)
+    has ended it. Asked only while a sweep runs."""
+    return info.get("status") == "stopped" and statuses.get(info["trial_id"]) != "TERMINATED"
+
+
 def read_representations(outputs: Location, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(example_ids, (N, D) float32 matrix) of one split."""
     table = storage.read_parquet(

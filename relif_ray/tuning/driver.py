@@ -25,7 +25,8 @@ from relif_ray.tuning import launch
 
 def run(request: SweepRequest) -> str:
     """Run (or resume) the sweep; return its experiment directory (a path or a URI). Raises
-    `TrialsErrored` when trials errored (`relif_ray.sweep.exit_status`)."""
+    `TrialsErrored` when trials errored, `SweepStopped` when a stop signal or its storage
+    stopped it (`relif_ray.sweep.exit_status`)."""
     if request.resume:
         check_resumable(request.storage, request.name)
     else:
