@@ -246,9 +246,9 @@ def test_outputs_still_being_copied_are_running_while_the_sweep_runs_and_damaged
     and export leave it out and name it) and damaged after (a warning; export stops). So is,
     while the sweep runs, the snapshot an ASHA rung wrote of a trial that Tune runs on."""
     trial = synthetic_experiment / "ReLiFTrainable_00003"  # relif, seed 1
-    scores = trial / "checkpoint_000000" / "outputs" / "scores.parquet"
-    whole = scores.read_bytes()
-    scores.write_bytes(whole[: len(whole) // 2])  # the copy is half way
+    trace = trial / "checkpoint_000000" / "outputs" / "trace.parquet"  # read by the report last
+    whole = trace.read_bytes()
+    trace.write_bytes(whole[: len(whole) // 2])  # the copy is half way
     statuses = {"ReLiFTrainable_00002": "RUNNING", "ReLiFTrainable_00001": "TERMINATED"}
     trial_data = []
     for folder, status in statuses.items():  # both wrote their outputs at an ASHA rung
@@ -276,7 +276,7 @@ def test_outputs_still_being_copied_are_running_while_the_sweep_runs_and_damaged
     copied = sorted(p.name for p in (tmp_path / "copy").iterdir() if p.is_dir())
     assert copied == ["ReLiFTrainable_00000", "ReLiFTrainable_00001"]
 
-    cut = f"{scores}: damaged file ({len(whole) // 2} of its {len(whole)} bytes)"
+    cut = f"{trace}: damaged file ({len(whole) // 2} of its {len(whole)} bytes)"
     _, err = report(synthetic_experiment, tmp_path / "stopped", capsys)  # the sweep has ended
     assert err.strip() == f"relif: warning: skipped trial ReLiFTrainable_00003: {cut}"
     assert relif_main(["export", str(synthetic_experiment), str(tmp_path / "copy2")]) == 2
