@@ -307,13 +307,16 @@ def stopping(stop: StopSignals, experiment_dir: str) -> Iterator[None]:
     Tune's loop, or a second one during its graceful stop: `relif_ray.tuning.stop`), and where
     Ray Tune, or the driver's own records, could not reach the storage: Tune tolerates a failed
     upload of its state (it logs it and tries again at its next snapshot), but a listing or
-    download that fails, such as the one that ends its run, escapes `Tuner.fit` as an OSError.
-    Trials go on failing and being retried on their own (`--max-failures`)."""
+    download that fails, such as the one that ends its run, escapes `Tuner.fit` as an OSError
+    (Ray's own ConnectionError, an OSError too, is not the storage's and stands). Trials go on
+    failing and being retried on their own (`--max-failures`)."""
     try:
         yield
     except KeyboardInterrupt:
         signals = stop.received or ["SIGINT"]
         raise stopped(experiment_dir, by_signals(signals, at_once=True)) from None
+    except ConnectionError:
+        raise
     except OSError as error:
         raise stopped(experiment_dir, by_storage(first_line(error))) from error
 

@@ -15,12 +15,11 @@ callback (`GracefulStop`, whose `setup` runs after Tune installed its own handle
 Tune's SIGINT handler as the graceful stop and owns them again. Signal handlers belong to the
 process, so the sweep's `StopSignals` is the process's (`stop_signals`): the callback holds no
 state of its own, because Tune pickles a sweep's callbacks with the sweep and a resumed run
-unpickles them. The first signal of any of the
-three is recorded and passed to Tune's graceful stop; a second raises KeyboardInterrupt, Tune's
-hard stop, which still leaves the state Tune saved last (every experiment checkpoint, at least
-every few seconds). Outside Tune's loop (connecting, checking the cluster) the first signal
-stops at once: there is nothing to save yet. The launch turns either end into
-`relif_ray.sweep.exit_status.SweepStopped`.
+unpickles them. The first signal of any of the three is recorded and passed to Tune's graceful
+stop; a second raises KeyboardInterrupt, Tune's hard stop, which still leaves the state Tune
+saved last (every experiment checkpoint, at least every few seconds). Outside Tune's loop
+(connecting, checking the cluster) the first signal stops at once: there is nothing to save
+yet. The launch turns either end into `relif_ray.sweep.exit_status.SweepStopped`.
 """
 
 from __future__ import annotations
@@ -57,6 +56,8 @@ class StopSignals:
                 signal.signal(number, self.handle)
 
     def handle(self, number: int, frame: FrameType | None) -> None:
+        """The handler of every stop signal: the first is the graceful stop where Tune's loop
+        runs; any other stops at once (KeyboardInterrupt, raised where the driver is)."""
         self.received.append(signal.Signals(number).name)
         if len(self.received) == 1 and callable(self.graceful):
             logger.warning(
