@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -235,12 +236,15 @@ def test_a_lost_worker_node_costs_nothing(
         out = tmp_path / "report-running"
         report = ["report", str(experiment), "--out", str(out), "--no-figures", "--n-boot", "0"]
         assert relif_main(report) == 0
-        note = capsys.readouterr().err
-        assert note.strip() == (
-            "relif: note: A sweep is still running: 1 trial(s) still running, not in this "
-            "report; it covers the 1 finished trial(s)"
+        note = capsys.readouterr().err.strip()
+        named = re.fullmatch(
+            r"relif: note: A sweep is still running: 1 trial\(s\) still running \((\S+)\), "
+            r"not in this report; it covers the 1 finished trial\(s\)",
+            note,
         )
-        assert len(pd.read_csv(out / "per_trial.csv")) == 1
+        assert named and (experiment / named.group(1)).is_dir(), note
+        finished = pd.read_csv(out / "per_trial.csv", dtype={"trial": str})
+        assert len(finished) == 1 and not named.group(1).endswith(finished["trial"][0])
         assert driver.wait(timeout=400) == 0, log.read_text()[-3000:]
     finally:
         if driver.poll() is None:
