@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 6
 FILE_SIZE_LIMIT = 20_000_000
 """Bytes a trial worker may write to one file once its disk is "full": its outputs fit, the
-90 MB checkpoint state of a ResNet-18 with SGD's momentum does not."""
+checkpoint state of a ResNet-18 with SGD's momentum (about 100 MB) does not."""
 OUTAGE_BUCKET = "relif-outage"
 COMPARED = ["worst", "macro", "seg_miou", "depth_rmse", "normal_angle_mean"]
 """Columns of the report's per_trial.csv that are the trial's own numbers."""
