@@ -13,18 +13,27 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
+import torch
 
 import analysis
+from relif_ray.config import ExperimentConfig
+from relif_ray.engine import TrainingRun
+from relif_ray.sweep.exit_status import EXIT_STOPPED
 from tests.conftest import TINY_DATA
 from tests.local_cluster import free_port, listening_addresses
+from tests.test_cluster_e2e import has_checkpoint
+from tests.test_sweeps import trial_records
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +56,7 @@ fi
 exec "$@"
 """,
     "scontrol": """#!/bin/bash
+if [[ $1 == requeue ]]; then echo "requeue $2" >> "$SLURM_FAKE_LOG.scontrol"; exit 0; fi
 [[ $1 == show && $2 == hostnames ]] || exit 1
 seq -f "node%g" 1 "$SLURM_JOB_NUM_NODES"
 """,
@@ -54,8 +64,11 @@ seq -f "node%g" 1 "$SLURM_JOB_NUM_NODES"
 echo 127.0.0.1
 """,
 }
-TINY_SWEEP = ["--methods", "erm", "--seeds", "1", "--epochs", "1", "--backbone", "resnet18",
-              "--batch-size", "6", "--lr", "1e-3"]  # fmt: skip
+TINY_SWEEP = ["--methods", "erm", "--seeds", "1", "--epochs", "8", "--backbone", "resnet18",
+              "--batch-size", "6", "--lr", "1e-3", "--checkpoint-interval", "0",
+              "--keep-checkpoints", "1", "--set", "train.optimizer=sgd"]  # fmt: skip
+"""One ERM trial of 8 one-step epochs with a checkpoint each (SGD: less to write than Adam):
+long enough to be stopped mid-way."""
 
 
 def fake_slurm(folder: Path) -> Path:
@@ -88,14 +101,16 @@ def allocation(tmp_path) -> dict[str, str]:
         **env,
         "PATH": path,
         "PYTHONPATH": str(REPO),
+        "SLURM_JOB_ID": "4242",
         "SLURM_JOB_NODELIST": "node[1-2]",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_GPUS_ON_NODE": "0",
         "SLURM_FAKE_LOG": str(tmp_path / "srun.log"),
         "DATA_DIR": str(data),
         "STORAGE": str(tmp_path / "results"),
         "NAME": "slurm",
-        "GPUS_PER_NODE": "0",
+        "TUNE_GLOBAL_CHECKPOINT_S": "0",  # Tune saves its state every loop step: we wait on it
         "RAY_PORT": str(free_port()),
         "RAY_TMPDIR": ray_tmp,
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # "this node" is 127.0.0.1 (local_cluster.py)
@@ -106,8 +121,11 @@ def allocation(tmp_path) -> dict[str, str]:
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def run_watching_sockets(env: dict[str, str], log: Path) -> tuple[int, set[str]]:
-    """Run the script; meanwhile collect the addresses its processes listen on."""
+def run_watching_sockets(
+    env: dict[str, str], log: Path, signal_when: Callable[[], bool] | None = None
+) -> tuple[int, set[str]]:
+    """Run the script; meanwhile collect the addresses its processes listen on, and send it
+    USR1 (Slurm's early warning of the time limit) once `signal_when()` holds."""
     with log.open("w") as output:
         script = subprocess.Popen(
             ["bash", str(SCRIPT), *TINY_SWEEP], cwd=REPO, env=env, stdout=output,
@@ -118,18 +136,48 @@ def run_watching_sockets(env: dict[str, str], log: Path) -> tuple[int, set[str]]
     while script.poll() is None:
         assert time.monotonic() < deadline, "the Slurm script did not finish"
         listening |= set(listening_addresses(root))
+        if signal_when is not None and signal_when():
+            script.send_signal(signal.SIGUSR1)
+            signal_when = None
         time.sleep(0.5)
     return script.returncode, listening
 
 
-def test_the_slurm_script_starts_ray_sweeps_and_stops_ray(allocation, tmp_path):
-    returncode, listening = run_watching_sockets(allocation, tmp_path / "job.log")
-    assert returncode == 0, (tmp_path / "job.log").read_text()[-3000:]
+def running_with_a_checkpoint(experiment: Path) -> bool:
+    """The trial runs and Tune's state records a checkpoint of it: mid-way."""
+    return any(
+        state["status"] == "RUNNING" and has_checkpoint(meta)
+        for state, meta in trial_records(experiment)
+    )
+
+
+def assert_ray_stopped(ray_tmp: str) -> None:
+    deadline = time.monotonic() + 60
+    while ray_processes(ray_tmp):  # the stop lines ended every Ray process
+        assert time.monotonic() < deadline, ray_processes(ray_tmp)
+        time.sleep(0.5)
+
+
+def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_numbers(
+    allocation, tmp_path
+):
+    """The job as Slurm runs it twice: the first run starts Ray (a head, a worker joining it,
+    one token, loopback only) and the sweep, gets USR1 mid-trial (the time limit's warning),
+    stops the sweep gracefully (exit 75), requeues itself and stops Ray; the requeued run,
+    the same command, resumes the sweep, whose trial ends with the numbers of the same config
+    trained here without interruption, step by step."""
+    experiment = Path(allocation["STORAGE"]) / "slurm"
+    returncode, listening = run_watching_sockets(
+        allocation, tmp_path / "job.log", lambda: running_with_a_checkpoint(experiment)
+    )
+    assert returncode == EXIT_STOPPED, (tmp_path / "job.log").read_text()[-3000:]
     assert listening == {"127.0.0.1"}  # the head, the worker and the driver: loopback only
+    assert (tmp_path / "srun.log.scontrol").read_text() == "requeue 4242\n"
+    assert "resume with: " in (tmp_path / "job.log").read_text()
     steps = [line.split(" ", 3) for line in (tmp_path / "srun.log").read_text().splitlines()]
     port = allocation["RAY_PORT"]
     assert [step[3] for step in steps] == [
-        "--nodes=1 --ntasks=1 -w node1 hostname --ip-address",
+        "--nodes=1 --ntasks=1 -w node1 hostname --all-ip-addresses",
         f"--nodes=1 --ntasks=1 -w node1 ray start --head --block --node-ip-address=127.0.0.1 "
         f"--port={port} --num-cpus=1 --num-gpus=0",
         f"--nodes=1 --ntasks=1 --exclude=node1 ray start --block --address=127.0.0.1:{port} "
@@ -137,9 +185,21 @@ def test_the_slurm_script_starts_ray_sweeps_and_stops_ray(allocation, tmp_path):
     ]
     # token authentication: every step got the job's one 64-character token
     assert {tuple(step[:3]) for step in steps} == {("token", "64", steps[0][2])}
-    trials = analysis.load(Path(allocation["STORAGE"]) / "slurm").trials
-    assert list(trials["label"]) == ["erm"] and trials["val_worst"].notna().all()
-    deadline = time.monotonic() + 60
-    while ray_processes(allocation["RAY_TMPDIR"]):  # the stop lines ended every Ray process
-        assert time.monotonic() < deadline, ray_processes(allocation["RAY_TMPDIR"])
-        time.sleep(0.5)
+    assert_ray_stopped(allocation["RAY_TMPDIR"])
+    assert analysis.load(experiment).trials.empty  # stopped mid-way: no finished trial
+
+    returncode, _ = run_watching_sockets(allocation, tmp_path / "requeued.log")
+    assert returncode == 0, (tmp_path / "requeued.log").read_text()[-3000:]
+    assert_ray_stopped(allocation["RAY_TMPDIR"])
+    loaded = analysis.load(experiment)
+    (row,) = [row for _, row in loaded.trials.iterrows()]
+    assert row["label"] == "erm" and row["steps"] == 8
+    run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
+    assert torch.get_num_threads() == 1  # set in conftest.py, as in a 1-CPU trial
+    while not run.finished:
+        run.train_epoch()
+    for name, value in run.evaluate("val").metrics.items():
+        assert row[f"val_{name}"] == value, name
+    trace = pd.DataFrame(run.trace)
+    stored = loaded.trace(row["trial"]).drop(columns="trial")
+    pd.testing.assert_frame_equal(stored[trace.columns], trace, check_exact=True)

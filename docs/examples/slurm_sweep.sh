@@ -6,8 +6,10 @@
 #
 # Every node needs the same Python environment (activate it before sbatch: srun passes the
 # environment on), the data at DATA_DIR and STORAGE on a shared file system (NFS, Lustre), or
-# an s3:// or gs:// URI. The settings below are the only lines a site changes; the flags given
-# to sbatch after the script's name are added to the sweep (e.g. --methods erm,relif).
+# an s3:// or gs:// URI. The #SBATCH lines and the settings below are the only lines a site
+# changes (the GPU and CPU counts come from Slurm's own variables); the flags given to sbatch
+# after the script's name are added to the sweep (e.g. --methods erm,relif). The sweep's
+# output is unbuffered, so the job's log follows it.
 # Five minutes before the time limit Slurm sends USR1 to this script, which stops the sweep
 # gracefully and requeues the job; the requeued job runs the same command, which resumes it.
 # docs/cluster.md explains each step; tests/test_slurm_recipe.py runs this script with a
@@ -28,8 +30,14 @@ set -euo pipefail
 DATA_DIR=${DATA_DIR:-/data/nyuv2}             # the same path on every node
 STORAGE=${STORAGE:-/nfs/relif-results}        # seen by every node
 NAME=${NAME:-nyuv2-table1}
-GPUS_PER_NODE=${GPUS_PER_NODE:-8}             # as --gpus-per-node above
 RAY_PORT=${RAY_PORT:-6379}                    # the head's GCS port, inside the cluster only
+HEAD_WAIT=${HEAD_WAIT:-300}                   # seconds the Ray head may take to listen
+
+# The resources as Slurm granted them: its variables, not a second copy of #SBATCH's numbers.
+GPUS_PER_NODE=${SLURM_GPUS_ON_NODE:-0}
+CPUS_PER_NODE=${SLURM_CPUS_PER_TASK}
+# Ray's sockets and logs in a folder of this job's own (short: Unix socket paths are limited).
+export RAY_TMPDIR=${RAY_TMPDIR:-/tmp/ray-$SLURM_JOB_ID}
 
 # Token authentication: one random token for this job, known to every step through the
 # environment that srun passes on; it is never written to disk.
@@ -40,7 +48,15 @@ export RAY_AUTH_TOKEN
 # The allocation: the first node is the head, the others are workers.
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 head_node=${nodes[0]}
-head_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk '{print $1}')
+# The head's IPv4 address on the cluster's network: `hostname --all-ip-addresses` lists the
+# node's addresses without the loopback ones (127.0.1.1 from /etc/hosts), IPv6 ones may come
+# first, and Ray's --node-ip-address takes the first IPv4 one here.
+head_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --all-ip-addresses \
+    | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || true)
+if [[ -z $head_ip ]]; then
+    echo "slurm_sweep.sh: $head_node has no IPv4 address (hostname --all-ip-addresses)" >&2
+    exit 1
+fi
 workers=$((SLURM_JOB_NUM_NODES - 1))
 
 steps=()
@@ -66,20 +82,33 @@ EOF
 
 srun --nodes=1 --ntasks=1 -w "$head_node" \
     ray start --head --block --node-ip-address="$head_ip" --port="$RAY_PORT" \
-    --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS_PER_NODE" &
+    --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" &
 steps+=($!)
-until (exec 3<>"/dev/tcp/$head_ip/$RAY_PORT") 2>/dev/null; do sleep 1; done
+# The head's port, while its step lives and for at most HEAD_WAIT seconds: a head that
+# failed to start ends the job now, not at its time limit.
+deadline=$((SECONDS + HEAD_WAIT))
+until (exec 3<>"/dev/tcp/$head_ip/$RAY_PORT") 2>/dev/null; do
+    if ! kill -0 "${steps[0]}" 2>/dev/null; then
+        echo "slurm_sweep.sh: the Ray head on $head_node exited before listening" >&2
+        exit 1
+    fi
+    if ((SECONDS > deadline)); then
+        echo "slurm_sweep.sh: no Ray head on $head_ip:$RAY_PORT after ${HEAD_WAIT}s" >&2
+        exit 1
+    fi
+    sleep 1
+done
 if ((workers > 0)); then
     srun --nodes="$workers" --ntasks="$workers" --exclude="$head_node" \
         ray start --block --address="$head_ip:$RAY_PORT" \
-        --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS_PER_NODE" &
+        --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" &
     steps+=($!)
 fi
 wait_for_nodes "$SLURM_JOB_NUM_NODES"
 
 # The sweep, on the head node (the batch script runs there), as the cluster's driver; in a
 # requeued job, the same command continues it (--resume-if-present).
-python sweeps/nyuv2.py --address "$head_ip:$RAY_PORT" --data-dir "$DATA_DIR" \
+python -u sweeps/nyuv2.py --address "$head_ip:$RAY_PORT" --data-dir "$DATA_DIR" \
     --storage "$STORAGE" --name "$NAME" --num-gpus $((SLURM_JOB_NUM_NODES * GPUS_PER_NODE)) \
     --resume-if-present "$@" &
 driver=$!
