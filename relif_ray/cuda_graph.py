@@ -29,6 +29,7 @@ task order, RLW's host generator) stay eager, and the trial's log says why in on
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -36,6 +37,7 @@ from torch import Tensor
 
 from relif_ray.errors import first_line
 
+LOGGER = logging.getLogger(__name__)
 CAPTURE_WARMUP_STEPS = 3
 """Eager steps on a side stream before the capture (PyTorch's notes use 3)."""
 
@@ -100,7 +102,7 @@ class GraphedStep:
         except RuntimeError as error:
             self.graph, self.capture = None, False
             reason = first_line(error)
-            print(f"train.cuda_graph auto: eager steps: the capture failed ({reason})", flush=True)
+            LOGGER.warning("train.cuda_graph auto: eager steps: the capture failed (%s)", reason)
             return False
         return True
 

@@ -24,6 +24,7 @@ that re-evaluates the step's batch, used by FAMO), and after the last step of ev
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 
 import torch
@@ -41,6 +42,8 @@ from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.tasks.base import Batch, ModelOutput
 from relif_ray.transfer import move_batch, move_tensor, resident_split
+
+LOGGER = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -187,7 +190,7 @@ class TrainingRun:
             and config.train.cuda_graph == "auto"
             and self.graphed is None
         ):
-            print(f"train.cuda_graph auto: eager steps, {self.eager_reason}", flush=True)
+            LOGGER.info("train.cuda_graph auto: eager steps, %s", self.eager_reason)
         self.steps_per_epoch = self._steps_per_epoch(len(self.train_split))
         self.total_steps = step_budget(
             config.train.epochs, config.train.max_steps, self.steps_per_epoch

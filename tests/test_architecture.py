@@ -150,6 +150,20 @@ def test_the_graphed_step_knows_nothing_of_the_engine():
     assert "relif_ray.engine" not in imported and "TrainingRun" not in ast.unparse(tree)
 
 
+def test_the_library_logs_and_only_the_command_line_prints():
+    """`print` is called only by the command-line package and by `relif_ray.messages`, whose
+    handler shows the library's log records on the terminal; the rest logs."""
+    printing = []
+    for path in [*(REPO / "relif_ray").rglob("*.py"), *(REPO / "analysis").rglob("*.py")]:
+        relative = path.relative_to(REPO).as_posix()
+        if relative.startswith("relif_ray/cli/") or relative == "relif_ray/messages.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                printing.append(f"{relative}:{node.lineno}")
+    assert printing == []
+
+
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     """Every name `start` imports, directly or through the library's own modules."""
     seen, todo = set(), [start]

@@ -12,6 +12,7 @@ from typing import Any
 
 from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError, finite_number
+from relif_ray.messages import show_messages
 
 EXIT_USER_ERROR = 2
 """Exit status of a user mistake found before anything ran."""
@@ -68,8 +69,10 @@ def given_text(text: str) -> str:
 
 
 def run_command(prog: str, command: Callable[[], int]) -> int:
-    """Run a command line; a user mistake (`UserError`) is the one line `<prog>: error:
-    <message>` on stderr and exit status 2, with no traceback."""
+    """Run a command line; the library's messages are its lines (`relif_ray.messages`), a user
+    mistake (`UserError`) the one line `<prog>: error: <message>` on stderr and exit status 2,
+    with no traceback."""
+    show_messages()
     try:
         return command()
     except UserError as error:

@@ -13,6 +13,7 @@ Ray on 127.0.0.1 before Ray is imported.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
@@ -21,6 +22,8 @@ from relif_ray.sweep.preflight import check_data, check_resumable, check_storage
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import record_selection
 from relif_ray.tuning import launch
+
+LOGGER = logging.getLogger(__name__)
 
 
 def run(request: SweepRequest) -> str:
@@ -54,7 +57,7 @@ def run(request: SweepRequest) -> str:
         record_selection(experiment_dir, request.selection)
     if request.defaults.delta_ref is not None and not request.resume:
         delta_ref = request.defaults.delta_ref
-        print(f"fixed-delta audit threshold of the paper: delta_ref = {delta_ref:g}")
+        LOGGER.info("fixed-delta audit threshold of the paper: delta_ref = %g", delta_ref)
     return experiment_dir
 
 

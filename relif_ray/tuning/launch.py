@@ -7,6 +7,7 @@ planned and checked before, without Ray, in `relif_ray.sweep.plan`.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -60,6 +61,8 @@ from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.stop import GracefulStop, StopSignals, stop_signals
 from relif_ray.tuning.trainable import CHECKPOINT_SECONDS, ReLiFTrainable
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
+
+LOGGER = logging.getLogger(__name__)
 
 PROGRESS_PARAMETERS = {"seed": "seed"}
 PROGRESS_METRICS = {
@@ -286,7 +289,7 @@ def reference_order(
     space: SweepSpace, search: OptunaPlan | None, experiment_dir: str, reference: str | None
 ) -> TrialOrder:
     """The sweep's `TrialOrder`; with `reference`, that experiment's squash constants are copied
-    into this one first, and its seeds wait for nothing. Prints the ERM trials it adds."""
+    into this one first, and its seeds wait for nothing. Logs the ERM trials it adds."""
     ready: dict[str, dict[str, list[float]]] = {}
     if reference:
         ready = lent_constants(reference)
@@ -294,9 +297,10 @@ def reference_order(
     order = trial_order(space, search, set(ready))
     if order.added_references:
         seeds = ", ".join(order.added_references)
-        print(
-            f"added ERM reference trials for seed(s) {seeds}: ReLiF trains on the squash "
-            "constants of the same-seed ERM validation run (paper appendix A.3)"
+        LOGGER.info(
+            "added ERM reference trials for seed(s) %s: ReLiF trains on the squash constants "
+            "of the same-seed ERM validation run (paper appendix A.3)",
+            seeds,
         )
     return order
 
@@ -402,9 +406,9 @@ def run_sweep(
         callbacks.append(GracefulStop())
         if resume:
             for file_name in repair_driver_state(experiment_dir):
-                print(
-                    f"--resume: {file_name} was cut off by the killed driver; "
-                    "put back its full copy"
+                LOGGER.warning(
+                    "--resume: %s was cut off by the killed driver; put back its full copy",
+                    file_name,
                 )
             tuner = tune.Tuner.restore(experiment_dir, with_resources, resume_errored=True)
         else:

@@ -56,6 +56,7 @@ from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.messages import show_messages
 from relif_ray.reference import (
     SQUASH_CONSTANTS_FILE,
     config_reference_key,
@@ -241,6 +242,7 @@ class ReLiFTrainable(tune.Trainable):
     state, and the final one the trial's outputs."""
 
     def setup(self, config: dict[str, Any]) -> None:
+        show_messages()  # a trial's log lines, as its command's (relif_ray.messages)
         cpus = self.trial_resources.required_resources.get("CPU", 1)
         torch.set_num_threads(max(1, int(cpus)))
         self.label = config["label"]
