@@ -149,6 +149,7 @@ def sweep_request(
         defaults, datasets, checks=checks, offer_checks=controller_checks is None, prog=prog
     )
     args = parser.parse_args(argv)
+    check_storage(args.storage)  # once per sweep, before anything reads it
     if args.resume_if_present and not args.resume:
         args.resume = present(args, defaults, CHECKS_SUFFIX if checks else "")
     seeds = seeds_of(args, defaults)
@@ -166,7 +167,6 @@ def sweep_request(
 def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) -> bool:
     """`--resume-if-present`: whether the experiment holds a sweep to continue (then the sweep
     resumes it, as with `--resume`, and says so), else the flags start it."""
-    check_storage(args.storage)
     name = experiment_name(args, defaults, suffix)
     if not sweep_exists(args.storage, name):
         return False
@@ -192,11 +192,10 @@ def request_of(
     planner: Planner,
     selection: Selection | None,
 ) -> SweepRequest:
-    """The checked request: resources, storage, name, then (unless resuming) the data, the base
-    config and the trials."""
+    """The checked request (its storage is checked already, `sweep_request`): resources, name,
+    then (unless resuming) the data, the base config and the trials."""
     limits = resources(args)
     check_delta(args.delta, "--delta")
-    check_storage(args.storage)
     common: dict[str, Any] = {
         "defaults": defaults,
         "name": experiment_name(args, defaults, suffix),

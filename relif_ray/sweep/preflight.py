@@ -134,8 +134,7 @@ def check_resumable(storage: str, name: str) -> None:
     (its trial list, `relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), our searcher's
     snapshot must be the JSON we write (a pickle is refused, never loaded; a cut-off one is
     left to `relif_ray.tuning.resume`) and its squash constants readable: all found before
-    Ray starts."""
-    check_storage(storage)
+    Ray starts (the storage itself is checked once, when the command reads its flags)."""
     experiment = join(resolved(storage), name)
     newest = newest_driver_state(experiment)
     if not sweep_exists(storage, name):

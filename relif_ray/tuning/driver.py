@@ -18,7 +18,7 @@ from pathlib import Path
 
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.problems import DatasetDefaults, benchmark
-from relif_ray.sweep.preflight import check_data, check_resumable, check_storage, lent_constants
+from relif_ray.sweep.preflight import check_data, check_resumable, lent_constants
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import record_selection
 from relif_ray.tuning import launch
@@ -62,9 +62,8 @@ def run(request: SweepRequest) -> str:
 
 
 def check_inputs(request: SweepRequest) -> None:
-    """Before the lock: the storage, the lent squash constants and the data set (unless the
-    demo writes it)."""
-    check_storage(request.storage)
+    """Before the lock: the lent squash constants and the data set (unless the demo writes it);
+    the command checked the storage when it made the request."""
     if request.reference:
         lent_constants(request.reference)  # run_sweep copies them into the experiment
     if not request.writes_demo_data:
