@@ -1,7 +1,7 @@
 """Load and audit 1,000 trials of generated outputs (target: under 10 s on 2 cores).
 
 The trials are GENERATED in the exact on-disk format of finished sweeps
-(`tests.synthetic_experiment`, written with
+(`relif_ray.testing.synthetic_experiment`, written with
 `relif_ray.experiment.outputs.write_trial_outputs`): NYUv2-shaped, 3 tasks x 654 validation
 examples (the real NYUv2 val size), 5 methods x 200 seeds. Timed, in one process after imports:
 `analysis.load` (trial.json + scores of every trial) and the audit (the shared squash with
@@ -17,12 +17,10 @@ the validation-induced thresholds (reads every representation file).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 TARGET_SECONDS = 10.0
 LABELS = ("erm", "pcgrad", "gradnorm", "fairgrad", "relif")
 DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
@@ -30,8 +28,7 @@ DELTAS = (0.15, 0.20, 0.275, 0.35, 0.45)
 
 def generate(root: Path, trials: int, examples: int) -> float:
     """Write the experiment unless `root` already holds it; return the seconds spent."""
-    sys.path.insert(0, str(REPO))  # the fixture writer lives with the tests
-    from tests.synthetic_experiment import write_synthetic_experiment
+    from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
     if root.is_dir() and sum(1 for _ in root.iterdir()) == trials:
         return 0.0

@@ -3,7 +3,8 @@
 One process, NYUv2-shaped synthetic data, one batch. For each architecture
 (`relif_ray.models.architectures`) our dense model (the architecture's trunk + the simple heads)
 and LibMTL's architecture class of the same name built on that model's own encoders
-(`libmtl_reference.libmtl_architecture`: the very same modules, so the same weights and work)
+(`relif_ray.testing.libmtl_reference.libmtl_architecture`: the very same modules, so the
+same weights and work)
 with our heads as its decoders (each resized to the image as ours is). One step of each is:
 forward, the three NYUv2 task losses (normals L2-normalized on LibMTL's side, as our model
 does in its forward), their sum (plus DSelect-k's regularizer on our side; LibMTL's forward
@@ -27,7 +28,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from libmtl_reference import LIBMTL_NAMES, libmtl_architecture
 from timing import Step, interleaved_times, ratio_with_interval, verdict_at_most
 from torch import Tensor, nn
 
@@ -36,6 +36,7 @@ from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.models.architectures import ARCHITECTURES, RESNET, build_dense_model
 from relif_ray.problems import load_problem
 from relif_ray.tasks.base import Batch
+from relif_ray.testing.libmtl_reference import LIBMTL_NAMES, libmtl_architecture
 from relif_ray.transfer import move_batch
 
 TARGET = 1.0

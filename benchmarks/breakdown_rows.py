@@ -79,7 +79,7 @@ def evaluation_row(label: str, size: object, measured: dict) -> Row:
     host, device = measured["evaluate_host_s"], measured["evaluate_device_s"]
     detail = (
         f"{device:.3f} s against {host:.3f} s, the same model ({size.val} images), the faster "
-        "of 2 after a warm-up; host path: tests/host_evaluation.py"
+        "of 2 after a warm-up; host path: relif_ray.testing.host_evaluation"
     )
     return Row(GROUP, f"{label}: validation pass, device path / host path", device / host, "x",
                "<= 1.0", verdict(device <= host), detail)  # fmt: skip

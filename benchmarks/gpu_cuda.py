@@ -4,14 +4,11 @@ drift per key)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator
 from pathlib import Path
 
-import torch
 from gpu_common import OUT_OF_TIME, REPO, Check, drift, run_command
 from rows import Row
 
@@ -45,29 +42,16 @@ def pytest_case_rows(junit: Path) -> list[Row]:
     return rows
 
 
-@contextlib.contextmanager
-def every_run_on(device: torch.device) -> Iterator[None]:
-    """Every `TrainingRun` built inside runs on `device`, whatever its config says."""
-    import relif_ray.engine as engine
-
-    original = engine.resolve_device
-    engine.resolve_device = lambda name: device
-    try:
-        yield
-    finally:
-        engine.resolve_device = original
-
-
 def pinned_rows(check: Check) -> None:
-    """The pinned numbers recomputed with every run on the check's device: each key's max
-    absolute and relative drift from `tests/pinned_numbers.json`."""
-    if str(REPO) not in sys.path:
-        sys.path.append(str(REPO))
-    from tests.test_pinned_numbers import PINS, compute
-
-    pins = json.loads(PINS.read_text())
-    with every_run_on(check.device):
-        computed = json.loads(json.dumps(compute(check.workdir / "pins")))
+    """The pinned trials run on the check's device (`python -m tests.pinned --compute`): each
+    key's max absolute and relative drift from `tests/pinned_numbers.json`."""
+    out = check.workdir / "pinned_on_device.json"
+    command = [sys.executable, "-m", "tests.pinned", "--compute", str(out)]
+    command += [str(check.workdir / "pins"), "--device", check.device.type]
+    if run_command(check, command) != 0:
+        raise RuntimeError("python -m tests.pinned --compute failed (see the log)")
+    pins = json.loads((REPO / "tests" / "pinned_numbers.json").read_text())
+    computed = json.loads(out.read_text())
     for key in sorted(pins):
         name = f"pinned numbers drift on {check.device.type}, {key}"
         try:

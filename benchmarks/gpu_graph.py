@@ -7,9 +7,7 @@ eager path's own difference between two runs."""
 
 from __future__ import annotations
 
-import sys
-
-from gpu_common import OUT_OF_TIME, REPO, Check
+from gpu_common import OUT_OF_TIME, Check
 from memory_rows import gpu_rows, plain_loop_rows, setting_text, timed_worker
 from timing import verdict
 from utilisation import warm_up_gpu
@@ -74,10 +72,7 @@ def numeric_rows(check: Check) -> None:
     largest relative difference of every traced number and weight."""
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
-
-    if str(REPO) not in sys.path:
-        sys.path.append(str(REPO))
-    from tests.test_cuda_graph import largest_relative_difference
+    from relif_ray.testing.runs import largest_relative_difference
 
     context = check.context()
     config = trial_config(context, data_root(context, gpu=True), "relif", gpu=True)

@@ -20,7 +20,8 @@ and the table compares ours with it (target: ratio <= 1.0): TorchJD's aggregator
 FairGrad, UPGrad, MGDA, CAGrad, IMTL-G, Aligned-MTL, DualProj, Nash-MTL) run through
 `torchjd.autojac.mtl_backward` (features: the encoder's output map, the heads' input) +
 `jac_to_grad`, TorchJD's `UW` scalarizer for Uncertainty weighting, and the LibMTL 1.1.5
-package's DWA and RLW (`libmtl_reference.py`; DWA past its first two epochs, so that it
+package's DWA and RLW (`relif_ray.testing.libmtl_reference`; DWA past its first two epochs, so
+that it
 computes the loss-ratio weights). FAMO and DB-MTL are in no package (LibMTL 1.1.5 predates
 them). ERM+ReLiF is not timed here (see the ReLiF benchmarks); peak memory per method is the
 memory section of `run.py` (one process per method).
@@ -50,7 +51,6 @@ from pathlib import Path
 
 import torch
 import torchjd.aggregation as jd
-from libmtl_reference import libmtl_weighting
 from timing import Step, interleaved_times, ratio_with_interval, verdict_at_most
 from torch import Tensor
 from torchjd.autojac import jac_to_grad, mtl_backward
@@ -62,6 +62,7 @@ from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method
 from relif_ray.methods.registry import missing_requirements
 from relif_ray.problems import Problem, load_problem
 from relif_ray.tasks.base import Batch
+from relif_ray.testing.libmtl_reference import libmtl_weighting
 from relif_ray.transfer import move_batch
 
 ALL_METHODS = sorted(

@@ -13,7 +13,7 @@ sweep's own, instrumented only to record when each step and each save starts and
 - train share: train / span.
 
 Then, on the trial's final state loaded in this process, the before and the after in one run:
-the validation pass of the host path the device path replaced (`tests/host_evaluation.py`)
+the validation pass of the host path the device path replaced (`relif_ray.testing.host_evaluation`)
 and of the device path, and the checkpoint's size, with the share of an epoch the trial's own
 checkpoint took at one checkpoint after every epoch (before) and at the cadence that keeps
 checkpoints under `CHECKPOINT_SHARE` of a trial's time (after).
@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,8 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -154,10 +151,8 @@ def before_and_after(trial_dir: Path, workdir: Path, cuda: bool) -> dict[str, fl
     state, then Tune's copy into storage), its size and seconds."""
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
+    from relif_ray.testing.host_evaluation import host_evaluate
     from relif_ray.tuning.trainable import write_state
-
-    sys.path.insert(0, str(REPO))
-    from tests.host_evaluation import host_evaluate
 
     checkpoint = max(trial_dir.glob("checkpoint_*"), key=lambda path: path.name)
     config = json.loads((checkpoint / "outputs" / "trial.json").read_text())["config"]

@@ -30,7 +30,7 @@ from relif_ray.audit import (
     validate_scores,
 )
 from relif_ray.errors import UserError
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
 SETTINGS = AuditSettings(pool_size=16, pairs=256, pair_seed=42, eval_seed=0)
 """Pools smaller than the 30 examples per task, so the pool draw is exercised."""

@@ -15,7 +15,7 @@ from analysis.breakdown import OVERALL, by_pair
 from analysis.figures import controller_variants
 from analysis.groups import GroupOptions
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
-from tests.synthetic_experiment import (
+from relif_ray.testing.synthetic_experiment import (
     DEMO_EXPERIMENT,
     example_experiment,
     write_synthetic_experiment,

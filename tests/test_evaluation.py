@@ -15,8 +15,8 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.evaluation import EvalResult
 from relif_ray.tasks.base import count_bins
+from relif_ray.testing.host_evaluation import host_evaluate
 from tests.conftest import needs_cuda
-from tests.host_evaluation import host_evaluate
 from tests.host_sync import no_host_sync
 from tests.test_fast_path import clinical_values, dense_values
 

@@ -49,14 +49,13 @@ STAY_NUMBERS = {"mimic3": 10000, "eicu": 141000}
 OUTCOME_STEPS = 3
 """Labelled steps per stay of the per-step clinical tasks."""
 
-REPOSITORY = Path(__file__).resolve().parents[1]
 DEMO_EXPERIMENT = Path("relif-results") / "nyuv2-demo"
 """Where the NYUv2 demo sweep writes its experiment, relative to the folder it runs in."""
 
 
-def example_experiment(repository: Path = REPOSITORY, scratch: Path | None = None) -> str:
+def example_experiment(repository: Path, scratch: Path | None = None) -> str:
     """An experiment to look at when none is named: the demo sweep's (`python sweeps/nyuv2.py
-    --demo` run in the repository writes `relif-results/nyuv2-demo`), else a generated one in
+    --demo` run in `repository` writes `relif-results/nyuv2-demo`), else a generated one in
     a new temporary folder (in `scratch`, default the system's), so that the notebook opens
     as-is from any working folder."""
     demo = repository / DEMO_EXPERIMENT
