@@ -30,6 +30,7 @@ from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.data.mimic3 import NUM_PHENOTYPES
 from relif_ray.engine import EvalResult
 from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.relif import STAT_KEYS
 from relif_ray.relif.controller import ViolationController
 from relif_ray.sweep.labels import uses_controller, variant
 from relif_ray.sweep.trial_config import apply_overrides
@@ -310,15 +311,7 @@ def _trace(
         if controller is not None:
             r = float(np.clip(rng.normal(0.3, 0.1), 0.0, 1.0))
             lam = float(controller.update(torch.tensor(r)))
-            row.update(
-                {
-                    "lambda": lam,
-                    "r": r,
-                    "r_ema": float(controller.r_ema),
-                    "tau": 0.2,
-                    "kappa": 0.1,
-                    "loss_lip": float(rng.gamma(1.0, 0.1)),
-                }
-            )
+            values = (lam, r, float(controller.r_ema), 0.2, 0.1, float(rng.gamma(1.0, 0.1)))
+            row.update(zip(STAT_KEYS[:6], values, strict=True))  # all but the clipped share
         rows.append(row)
     return rows

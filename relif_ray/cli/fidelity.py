@@ -1,14 +1,14 @@
 """Fidelity: does ReLiF cut the fixed-delta Bias of a multi-task model at equal utility, and
-does the cut survive wider audit interfaces?
+does the cut survive wider audit interfaces? A science experiment beside the sweeps
+(`sweeps/fidelity.py`), with targets and the report's verdicts over seeds.
 
-    python benchmarks/fidelity.py              # the decisive table (erm, relif, relif-st)
-    python benchmarks/fidelity.py --more       # + a second table of the other ReLiF labels
-    python benchmarks/fidelity.py --json       # the same rows as JSON, with the machine
-    python benchmarks/fidelity.py --out DIR    # keep the data, experiment and report in DIR
-    python benchmarks/fidelity.py --quick      # a smoke run: tiny data, 1 seed, 4 steps
-    python benchmarks/run.py --only fidelity   # the decisive rows through the suite's runner
+    python sweeps/fidelity.py              # the decisive table (erm, relif, relif-st)
+    python sweeps/fidelity.py --more       # + a second table of the other ReLiF labels
+    python sweeps/fidelity.py --json       # the same rows as JSON, with the machine
+    python sweeps/fidelity.py --out DIR    # keep the data, experiment, report and rows in DIR
+    python sweeps/fidelity.py --quick      # a smoke run: tiny data, 1 seed, 2 steps
 
-Not part of `benchmarks/run.py`'s default run. Everything goes through the real code:
+Everything goes through the real code:
 synthetic NYUv2 at the NYUv2 demo's image size from `relif make-data`'s writer, one
 `sweeps/nyuv2.py` sweep (ERM; `relif`, the paper's squash with its clip gradient; `relif-st`,
 the straight-through squash gradient; resnet18, batch 8, Adam 1e-3 as the demo; 400 steps per
@@ -31,9 +31,12 @@ Each row's detail ends with the report's verdict over seeds (`analysis.paired`: 
 interval over seeds of the paired log ratio, or of the difference with the equivalence test of
 Worst and Macro within ±0.02): the targets judge the mean, the verdict what the seeds show.
 
-Targets on the mean over seeds (`TARGETS`, issue 25; never loosened): relif-st <= 0.35x ERM's
-Bias under (a) and under (c), clipped shares <= ERM's + 0.05, Worst >= ERM's - 0.02; relif
-<= 0.5x under (a), Worst and Macro >= ERM's - 0.02. Every other row is information.
+Targets on the mean over seeds (`TARGETS`; never loosened): relif-st <= 0.35x ERM's Bias
+under (a) and under (c), clipped shares <= ERM's + 0.05, Worst >= ERM's - 0.02; relif <= 0.5x
+under (a), Worst and Macro >= ERM's - 0.02. Every other row is information, and so is every
+row of a run at another size than the targets were set for (`--no-targets`: the GPU check runs
+the same experiment at the paper's NYUv2 size with `--data-dir`, `--backbone resnet50` and the
+sweep's GPU flags after `--`).
 """
 
 from __future__ import annotations
@@ -42,16 +45,17 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import json
 import os
+import platform
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
-from rows import Row, emit, machine, print_table
-from timing import verdict
 
 from analysis.interfaces import interface_name
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
@@ -64,14 +68,8 @@ STRAIGHT_THROUGH = "relif-st"
 """ReLiF with the straight-through squash gradient (`relif_ray.sweep.labels.RELIF_LABELS`)."""
 DECISIVE = ("relif", STRAIGHT_THROUGH)
 """The decisive table: the paper's ReLiF and its straight-through squash gradient."""
-MORE = (
-    "relif-running",
-    "relif-noalign",
-    "relif-static",
-    "relif-nolip",
-    "pcgrad+relif",
-    f"pcgrad+{STRAIGHT_THROUGH}",
-)
+MORE = ("relif-running", "relif-noalign", "relif-static", "relif-nolip", "pcgrad+relif",
+        f"pcgrad+{STRAIGHT_THROUGH}")  # fmt: skip
 """The second table (`--more`): the running squash, the three ablations and two hybrids."""
 TARGETS: dict[tuple[str, str], tuple[str, float]] = {
     ("relif", "bias q10-q90"): ("<=", 0.5),
@@ -79,7 +77,7 @@ TARGETS: dict[tuple[str, str], tuple[str, float]] = {
     ("relif", "macro"): (">=", -0.02),
     (STRAIGHT_THROUGH, "bias q10-q90"): ("<=", 0.35),
     (STRAIGHT_THROUGH, "bias ecdf"): ("<=", 0.35),
-    (STRAIGHT_THROUGH, "clipped"): ("<=", 0.05),
+    (STRAIGHT_THROUGH, "clipped shares"): ("<=", 0.05),
     (STRAIGHT_THROUGH, "worst"): (">=", -0.02),
 }
 """(label, measure) -> (comparison, bound) on the mean over seeds."""
@@ -87,10 +85,25 @@ AUDITED_TASKS = ("depth", "normal")
 """The regression tasks whose scores the squash clips (NYUv2's segmentation score is bounded)."""
 
 
+@dataclass
+class Row:
+    """One row of the fidelity table: a mean over seeds with its target and result (pass /
+    FAIL / info) and the per-seed values; the benchmark harness's rows have the same fields."""
+
+    group: str
+    name: str
+    value: float | None
+    unit: str
+    target: str
+    result: str
+    detail: str = ""
+    per_seed: dict[int, float] | None = None
+
+
 @dataclass(frozen=True)
 class Size:
     """Data, model, budget and resources of one fidelity run; `judged`: whether its rows are
-    judged by `TARGETS` (the CPU run's), or information only (the GPU check's real size)."""
+    judged by `TARGETS` (the CPU run's), or information only (another size)."""
 
     train: int
     val: int
@@ -106,31 +119,16 @@ class Size:
     judged: bool = True
 
 
-FULL = Size(
-    train=320,
-    val=128,
-    height=NYUV2.demo_data["height"],
-    width=NYUV2.demo_data["width"],
-    seeds=3,
-    steps=400,
-    labels=DECISIVE,
-)
+DEMO_IMAGE = (NYUV2.demo_data["height"], NYUV2.demo_data["width"])
+FULL = Size(320, 128, *DEMO_IMAGE, seeds=3, steps=400, labels=DECISIVE)
 """3 seeds x 400 steps of erm, relif and relif-st: 9 trials, two at a time on 2 cores, the
 ReLiF trials after their seed's ERM trial. 320 training images make 10 epochs (a validation
 audit and a checkpoint each); 128 validation images are the audit's pools. Single-thread CPU
 time measured under load: about 0.25 s per ReLiF step, 1 s per validation pass; see
-docs/benchmarks.md for the measured wall time."""
-QUICK = Size(
-    train=16,
-    val=8,
-    height=FULL.height,
-    width=FULL.width,
-    seeds=1,
-    steps=2,
-    labels=DECISIVE,
-    report_flags=("--no-figures", "--n-boot", "0"),
-    sweep_flags=("--num-cpus", "2", "--max-concurrent-trials", "1"),
-)
+docs/relif.md for the measured wall time."""
+QUICK = Size(16, 8, *DEMO_IMAGE, seeds=1, steps=2, labels=DECISIVE,
+             report_flags=("--no-figures", "--n-boot", "0"),
+             sweep_flags=("--num-cpus", "2", "--max-concurrent-trials", "1"))  # fmt: skip
 """The smoke run: one epoch of 2 steps per trial, no bootstrap intervals, one trial at a time
 (Tune reuses one trial worker; a second would take longer to start, about 4.5 s of CPU for
 Python, torch and Ray Tune, than the two-step trials it could take over)."""
@@ -166,21 +164,14 @@ def run_nyuv2_sweep(argv: list[str]) -> None:
     on a local Ray that it starts and stops again, so that every sweep gets the resources its
     flags ask for and nothing of Ray stays behind to load what runs next."""
     from relif_ray.cli.sweep import main as sweep
-    from relif_ray.tuning import keep_local_ray_on_loopback
+    from relif_ray.tuning import local_ray_for_this_block
 
-    keep_local_ray_on_loopback()  # before Ray is imported, as the script's driver does
-    import ray
-
-    started_here = not ray.is_initialized()
-    try:
-        with (
-            contextlib.redirect_stdout(io.StringIO()),
-            contextlib.redirect_stderr(io.StringIO()) as err,
-        ):
-            status = sweep(argv, datasets=("nyuv2",))
-    finally:
-        if started_here:
-            ray.shutdown()
+    with (
+        local_ray_for_this_block(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()) as err,
+    ):
+        status = sweep(argv, datasets=("nyuv2",))
     if status != 0:
         raise RuntimeError(f"sweeps/nyuv2.py {' '.join(argv)} failed: {err.getvalue()[-3000:]}")
 
@@ -188,7 +179,7 @@ def run_nyuv2_sweep(argv: list[str]) -> None:
 def run_report(experiment: Path, out: Path, flags: tuple[str, ...]) -> Reports:
     """`relif report EXPERIMENT --out OUT`, in this process (the `relif` console script's
     `main`: no second start of Python, torch and torchvision); its per-trial numbers."""
-    from relif_ray.cli import main as relif
+    from relif_ray.cli.console import main as relif
 
     command = ["report", str(experiment), "--out", str(out), *flags]
     with (
@@ -281,24 +272,23 @@ def seeds_text(values: dict[int, float]) -> str:
     return ", ".join(f"seed {seed} {value:.3f}" for seed, value in values.items())
 
 
-def judged(
-    group: str,
+def seed_row(
     label: str,
     measure: str,
     name: str,
     values: dict[int, float],
     unit: str,
     over_seeds: str = "",
+    judge: bool = True,
 ) -> Row:
-    """A row of the mean over seeds of `values`, judged where `TARGETS` has (label, measure);
-    its detail: the per-seed values, then `over_seeds` (the report's verdict over seeds)."""
+    """A row of the mean over seeds of `values`, judged (`judge`) where `TARGETS` has (label,
+    measure); its detail: the per-seed values, then `over_seeds` (the verdict over seeds)."""
     mean = statistics.mean(values.values())
     detail = "; ".join(part for part in (seeds_text(values), over_seeds) if part)
-    return target_row(group, label, measure, name, mean, unit, detail, values)
+    return target_row(label, measure, name, mean, unit, detail, values, judge)
 
 
 def target_row(
-    group: str,
     label: str,
     measure: str,
     name: str,
@@ -306,13 +296,15 @@ def target_row(
     unit: str,
     detail: str,
     values: dict[int, float],
+    judge: bool,
 ) -> Row:
-    target = TARGETS.get((label, measure)) if group.startswith("fidelity") else None
+    target = TARGETS.get((label, measure)) if judge else None
     if target is None:
-        return Row(group, name, value, unit, "-", "info", detail, values)
+        return Row("", name, value, unit, "-", "info", detail, values)
     comparison, bound = target
     passed = value <= bound if comparison == "<=" else value >= bound
-    return Row(group, name, value, unit, f"{comparison} {bound:g}", verdict(passed), detail, values)
+    result = "pass" if passed else "FAIL"
+    return Row("", name, value, unit, f"{comparison} {bound:g}", result, detail, values)
 
 
 def lambda_at_bounds(experiment: object, label: str) -> dict[int, float]:
@@ -330,49 +322,44 @@ def lambda_at_bounds(experiment: object, label: str) -> dict[int, float]:
     return shares
 
 
-def label_rows(
-    reports: Reports, label: str, experiment: object = None, group: str | None = None
-) -> list[Row]:
-    """The Bias (three interfaces), clipping, VR, Worst and Macro rows of one label, and with
-    the `experiment` the share of its steps with lambda at a bound; `group` None: the
-    fidelity run's (judged by `TARGETS`)."""
-    group = group or ("fidelity" if label in DECISIVE else "fidelity-more")
+def label_rows(reports: Reports, label: str, experiment: object, judge: bool) -> list[Row]:
+    """The Bias (three interfaces), clipping, VR, Worst and Macro rows of one label and the
+    share of its steps with lambda at a bound (`experiment`: the loaded `analysis.Experiment`);
+    group "fidelity" (the decisive labels) or "fidelity-more"."""
     trials = reports.trials
     rows = [
-        judged(
-            group,
+        seed_row(
             label,
             f"bias {interface}",
             f"Bias@delta_p75 {label} / ERM {interface_name(interface)}",
             interface_ratios(reports.interfaces, label, interface),
             "x",
             reports.cut(label, interface),
+            judge,
         )
         for interface in AUDIT_INTERFACES
     ]
     excess, by_seed, shares = clipped_excess(trials, label)
     name = f"clipped shares {label} - ERM (largest)"
-    rows.append(target_row(group, label, "clipped", name, excess, "", shares, by_seed))
-    vr = compare(trials, label, "vr_p75", ratio=True)
-    name = f"VR@delta_p75 {label} / ERM"
-    rows.append(judged(group, label, "vr", name, vr, "x", reports.verdict(label, "vr", "p75")))
+    rows.append(target_row(label, "clipped shares", name, excess, "", shares, by_seed, judge))
+    vr, verdict = compare(trials, label, "vr_p75", ratio=True), reports.verdict(label, "vr", "p75")
+    rows.append(seed_row(label, "vr", f"VR@delta_p75 {label} / ERM", vr, "x", verdict, judge))
     for metric in ("worst", "macro"):
         difference = compare(trials, label, metric, ratio=False)
         name = f"{metric.capitalize()} {label} - ERM"
-        over_seeds = reports.verdict(label, metric)
-        rows.append(judged(group, label, metric, name, difference, "", over_seeds))
-    if experiment is not None:
-        shares = lambda_at_bounds(experiment, label)
-        name = f"share of {label} steps with lambda at a bound"
-        rows.append(judged(group, label, "lambda at a bound", name, shares, ""))
+        rows.append(
+            seed_row(label, metric, name, difference, "", reports.verdict(label, metric), judge)
+        )
+    shares = lambda_at_bounds(experiment, label)
+    name = f"share of {label} steps with lambda at a bound"
+    rows.append(seed_row(label, "lambda at a bound", name, shares, "", "", judge))
+    for row in rows:
+        row.group = "fidelity" if label in DECISIVE else "fidelity-more"
     return rows
 
 
-def fidelity_rows(
-    size: Size, workdir: Path, data: Path | None = None, group: str | None = None
-) -> list[Row]:
-    """Sweep, report, and every label's rows against the same-seed ERM trial (`group`: of
-    every row; None: the fidelity run's, judged by `TARGETS`)."""
+def fidelity_rows(size: Size, workdir: Path, data: Path | None = None) -> list[Row]:
+    """Sweep, report, and every label's rows against the same-seed ERM trial."""
     import analysis
 
     experiment = run_sweep(size, workdir, data)
@@ -383,62 +370,98 @@ def fidelity_rows(
         f"{size.backbone}, batch {BATCH_SIZE}, Adam {size.lr:g}, {size.steps} steps, eta "
         f"{eta:g}, warmup {warmup}, {size.seeds} seed(s)"
     )
-    rows = [Row(group or "fidelity", "setting", None, "", "-", "info", setting)]
+    rows = [Row("fidelity", "setting", None, "", "-", "info", setting)]
     loaded = analysis.load(experiment)
     for label in size.labels:
-        rows += label_rows(reports, label, loaded, group)
+        rows += label_rows(reports, label, loaded, size.judged)
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    description = "ReLiF's fixed-delta Bias against same-seed ERM, through the sweep and report."
+    parser = argparse.ArgumentParser(prog="sweeps/fidelity.py", description=description)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny data, 1 seed")
     parser.add_argument("--more", action="store_true", help="also the other ReLiF labels")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--out", type=Path, help="keep data, experiment and report here")
-    parser.add_argument(
-        "--steps", type=int, help=f"steps per trial (default: {FULL.steps}; --quick: {QUICK.steps})"
-    )
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, help="keep data, report and fidelity.json here")
+    parser.add_argument("--steps", type=int, help=f"steps per trial (default: {FULL.steps})")
+    parser.add_argument("--seeds", type=int, help=f"seeds (default: {FULL.seeds}; --quick: 1)")
+    parser.add_argument("--data-dir", type=Path, help="NYUv2 data to use (default: written anew)")
+    parser.add_argument("--backbone", help=f"default {FULL.backbone}")
+    parser.add_argument("--lr", type=float, help=f"default {FULL.lr:g}")
+    parser.add_argument("--n-boot", type=int, help="bootstrap resamples of the report (0: none)")
+    parser.add_argument("--no-targets", action="store_true", help="rows without targets")
+    flags = "after --: flags of sweeps/nyuv2.py instead of --num-cpus 2"
+    parser.add_argument("sweep_flags", nargs=argparse.REMAINDER, help=flags)
+    return parser
+
+
+def chosen_size(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Size:
+    """The size the flags ask for: --quick's or the full one, with what the flags change."""
     size = QUICK if args.quick else FULL
-    if args.steps is not None:
-        if args.steps <= 0:
-            parser.error(f"--steps must be positive, got {args.steps}")
-        size = dataclasses.replace(size, steps=args.steps)
+    for name in ("steps", "seeds"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            parser.error(f"--{name} must be positive, got {value}")
+    changes = {key: getattr(args, key) for key in ("steps", "seeds", "backbone", "lr")}
+    changes = {key: value for key, value in changes.items() if value is not None}
     if args.more:
-        size = dataclasses.replace(size, labels=(*DECISIVE, *MORE))
+        changes["labels"] = (*DECISIVE, *MORE)
+    if args.data_dir is not None:
+        images = {split: sorted((args.data_dir / split / "image").glob("*.npy"))
+                  for split in ("train", "val")}  # fmt: skip
+        changes.update({split: len(files) for split, files in images.items()})
+        shape = np.load(images["train"][0], mmap_mode="r").shape
+        changes.update(height=shape[0], width=shape[1])
+    if args.n_boot is not None:
+        changes["report_flags"] = ("--no-figures", "--n-boot", str(args.n_boot))
+    if [flag for flag in args.sweep_flags if flag != "--"]:
+        changes["sweep_flags"] = tuple(flag for flag in args.sweep_flags if flag != "--")
+    return dataclasses.replace(size, **changes, judged=not args.no_targets)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    size = chosen_size(args, parser)
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         parser.error(f"--out {args.out}: must be a new or empty folder")
-    info = machine_info()
+    info = machine()
     start = time.perf_counter()
-    if args.out is not None:
-        rows = fidelity_rows(size, args.out)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            rows = fidelity_rows(size, Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = fidelity_rows(size, args.out or Path(tmp), args.data_dir)
     info["wall_s"] = round(time.perf_counter() - start)
     info["load_average_end"] = os.getloadavg()[0]
+    payload = {"machine": info, "quick": args.quick, "rows": [dataclasses.asdict(r) for r in rows]}
+    if args.out is not None:
+        (args.out / "fidelity.json").write_text(json.dumps(payload, indent=2) + "\n")
     if args.json:
-        return emit(rows, info, args.quick, True)
-    print_tables(rows, info, args.quick)
+        print(json.dumps(payload, indent=2))
+    else:
+        print_tables(rows, info)
     return 1 if any(row.result == "FAIL" for row in rows) else 0
 
 
-def print_tables(rows: list[Row], info: dict[str, object], quick: bool) -> None:
+def print_tables(rows: list[Row], info: dict[str, object]) -> None:
     """The decisive table, then (with --more) the other labels' table, then the wall time."""
-    print_table([row for row in rows if row.group == "fidelity"], info, quick)
+    print(f"{info['cpu']}, {info['cores']} cores, load {info['load_average']:.1f}")
     more = [row for row in rows if row.group == "fidelity-more"]
-    if more:
-        print("\nThe other ReLiF labels at the same steps (information):")
-        print_table(more, info, quick)
+    for row in [row for row in rows if row.group == "fidelity"] + more:
+        if more and row is more[0]:
+            print("\nThe other ReLiF labels at the same steps (information):")
+        value = "-" if row.value is None else f"{row.value:.3f}{row.unit}"
+        print(f"{row.name:<50}  {value:>10}  {row.target:<10}  {row.result:<6}  {row.detail}")
     print(f"\nwall time {info['wall_s']} s; load average at the end {info['load_average_end']:.1f}")
 
 
-def machine_info() -> dict[str, object]:
+def machine() -> dict[str, object]:
+    """Where the rows come from."""
     import torch
 
-    return machine(torch.device("cpu"))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return {"cpu": names[0] if names else platform.machine(), "cores": os.cpu_count(),
+            "load_average": os.getloadavg()[0], "gpu": None, "torch": torch.__version__,
+            "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
+            }  # fmt: skip
