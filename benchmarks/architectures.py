@@ -1,14 +1,6 @@
 """The `architectures` suite: each NYUv2 architecture's step time against LibMTL 1.1.5's
-architecture of the same name, and its peak memory per trial (one ERM worker each).
-
-For each architecture (`relif_ray.models.architectures`), our dense model and LibMTL's class
-of the same name built on that model's own encoders (`relif_ray.testing.libmtl_reference`: the
-very same modules, so the same weights and work) with our heads as its decoders, each resized
-to the image as ours is. One step of each: forward, the three NYUv2 task losses (normals
-L2-normalised on LibMTL's side, as our model does in its forward), their sum (plus DSelect-k's
-regulariser on ours; LibMTL's forward backpropagates its own), backward, SGD with learning rate
-0; interleaved round by round.
-"""
+architecture of the same name built on the same encoders (`relif_ray.testing.libmtl_reference`:
+the very same modules, so the same weights and work), and its peak memory per trial."""
 
 from __future__ import annotations
 

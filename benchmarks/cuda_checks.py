@@ -1,7 +1,5 @@
-"""The GPU check's last suites: `cuda` (the CUDA-only tests, `pytest -m cuda tests/`, one row per
-test case, and the pinned numbers recomputed on the device: each key's largest drift from
-`tests/pinned_numbers.json`) and `repeatability` (the same config and seed twice, in two
-worker processes, with `cudnn_benchmark` on and off: the largest difference of the traces)."""
+"""The GPU check's last suites: `cuda` (the CUDA-only tests, one row per test, and the pinned
+numbers recomputed on the device) and `repeatability` (the same seed twice in two processes)."""
 
 from __future__ import annotations
 

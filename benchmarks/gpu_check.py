@@ -1,26 +1,17 @@
-"""The prepared GPU check: the suites of `run.py` that have a cap, at the real size on CUDA, in
-their priority order, within one budget of at most 9 minutes.
+"""The prepared GPU check: the suites of `run.SUITES` that have a cap, at the real size on CUDA,
+in their priority order ((a) profile to (h) compile, then `cuda` and `repeatability` as time
+remains), within one budget of at most 9 minutes.
 
-    benchmarks/gpu_check.sh OUT                       # on the lent GPU machine (see there)
-    python benchmarks/gpu_check.py --out DIR          # where Ray etc. are installed
+    bash benchmarks/gpu_check.sh OUT                  # on the lent GPU machine (see there)
     python benchmarks/gpu_check.py --out DIR --only graph fidelity    # some suites only
     python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy size (minutes on 2 cores)
 
-(a) profile, (b) graph, (c) default, (d) breakdown, (e) fidelity, (f) packing, (g) methods,
-(h) compile, then as time remains `cuda` (the CUDA-only tests and the pinned numbers on CUDA)
-and `repeatability` (`run.SUITES` says what each measures). Each suite runs in a process of its
-own with a deadline (its share of `--budget-s`, 540 s by default; a longer budget does not
-lengthen it, see `cap_scale`): one that would start with less than it needs is recorded as
-"skipped: time budget", one that overruns is killed (its rows so far are kept). The real-size
-data (795 / 654 synthetic NYUv2 images at 288x384) are written in the background from the
-start, while the first suites use the GPU. Every speed ratio is taken within the run.
-
-Everything lands in DIR: `gpu_check.json` (every row, the machine, each suite's status),
-`gpu_check.md` (the same as tables), `gpu_check.log` (every command's output) and the fidelity
-reports `report_bf16.md`, `report_fp32.md`; the JSON and Markdown are rewritten after every
-suite, so a run killed from outside still returns what it measured. Nothing is downloaded
-(models start from random weights). `--dry-run` runs the orchestration and every suite at toy
-size on the CPU, with one logical GPU for Ray; what needs CUDA is recorded as skipped.
+Each suite runs in a process of its own with a deadline (its cap's share of `--budget-s`): one
+that would start with less than it needs is recorded as skipped, one that overruns is killed
+and keeps its rows. The real-size data are written in the background from the start. DIR gets
+`gpu_check.json` and `.md` (rewritten after every suite, so a killed run still returns what it
+measured), `gpu_check.log` and the fidelity reports; nothing is downloaded. `--dry-run` runs
+every suite at toy size on the CPU, with one logical GPU for Ray.
 """
 
 from __future__ import annotations
@@ -39,14 +30,13 @@ import time
 from pathlib import Path
 
 import torch
-from harness import OUT_OF_TIME, REPO, Context, Record, Row, format_value
+from harness import OUT_OF_TIME, REPO, Context, Record, Row, markdown
 from run import BY_NAME, SUITES, Suite
 
-BUDGET_S = 540.0
-"""The whole check on one GPU: 9 minutes."""
+BUDGET_S = 540.0  # The whole check on one GPU: 9 minutes.
 KILL_GRACE_S = 30.0
 """A suite's process gets this long past its deadline to end its own commands first."""
-CHECKED = tuple(suite for suite in SUITES if suite.cap_s)
+CHECKED = tuple(suite for suite in SUITES if suite.gpu[0])
 LOG_FILE = "gpu_check.log"
 
 
@@ -94,10 +84,10 @@ def run_all(args: argparse.Namespace) -> int:
     try:
         for suite in chosen:
             start = time.time()
-            if end - start <= suite.min_s:
+            if end - start <= suite.gpu[1]:
                 record.add(suite.name, suite.title, OUT_OF_TIME, 0.0, [])
                 continue
-            deadline = start + min(suite.cap_s * scale, end - start)
+            deadline = start + min(suite.gpu[0] * scale, end - start)
             status, rows = section_process(args, suite, workdir, deadline, log)
             record.add(suite.name, suite.title, status, time.time() - start, rows)
             print(f"{suite.name}: {status} in {time.time() - start:.0f} s", flush=True)
@@ -109,7 +99,7 @@ def run_all(args: argparse.Namespace) -> int:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     record.finish()
-    print_summary(record.payload)
+    print("\n" + markdown(record.payload))  # the summary, last in the output
     failed = [s for s in record.payload["sections"] if s["status"] not in ("done", OUT_OF_TIME)]
     missed = [r for r in record.payload["rows"] if r["result"] == "FAIL"] and not args.dry_run
     return 1 if failed or missed else 0
@@ -139,17 +129,6 @@ def section_process(args: argparse.Namespace, suite: Suite, workdir: Path, deadl
         status = "timed out (killed at its deadline)"
     lines = rows_file.read_text().splitlines() if rows_file.exists() else []
     return status, [json.loads(line) for line in lines]
-
-
-def print_summary(payload: dict) -> None:
-    """The suites and every row with a value or a verdict, last in the output."""
-    print("\n" + "=" * 30 + " gpu_check summary " + "=" * 30)
-    for section in payload["sections"]:
-        print(f"[{section['name']}] {section['status']} ({section['seconds']} s)")
-        for row in payload["rows"]:
-            if row["group"] == section["name"]:
-                value = format_value(row["value"], row["unit"])
-                print(f"  {row['name']}: {value} (target {row['target']}) {row['result']}")
 
 
 def main(argv: list[str] | None = None) -> int:

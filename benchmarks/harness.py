@@ -1,12 +1,8 @@
-"""What every suite of the benchmarks shares: the row, the context a suite is given, the
-interleaved timer, the machine record and the one JSON (and Markdown) record of a run.
-
-A suite is a function `suite(ctx: Context) -> None` that adds its rows to the context as they
-come (`ctx.add`, `ctx.row`): `run.py` runs suites in its own process, `gpu_check.py` each in a
-process of its own with a deadline, whose rows so far survive a kill. The context's size says
-how large the suite measures: `toy` (seconds: the GPU check's dry run, the tests), `demo` (the
-CPU's `--quick`: minutes on 2 cores) or `real` (the full run: on CUDA the paper's NYUv2 size,
-ResNet-50 at 288x384, batch 8; on a CPU the largest sizes a CPU run takes).
+"""What every suite shares: the row, the context a suite is given (its size, `toy` for the dry
+run and the tests, `demo` for the CPU's `--quick`, `real` for the full run, the paper's NYUv2
+size on CUDA; its device; its deadline), the interleaved timer, the machine record and the one
+JSON (and Markdown) record of a run. A suite is `suite(ctx) -> None`: it adds its rows to the
+context as they come, so that a suite killed at its deadline keeps those it wrote.
 """
 
 from __future__ import annotations
@@ -53,10 +49,8 @@ class Row:
     target: str = "-"
     result: str = "info"
     detail: str = ""
-    group: str = ""
-    """The suite that wrote it."""
-    per_seed: dict[int, float] | None = None
-    """Seed -> value, for rows that aggregate seeds."""
+    group: str = ""  # the suite that wrote it
+    per_seed: dict[int, float] | None = None  # seed -> value, for rows that aggregate seeds
 
 
 @dataclass
@@ -66,15 +60,11 @@ class Context:
     size: str
     device: torch.device
     workdir: Path
-    deadline: float = math.inf
-    """time.time() by which the suite must be done (the GPU check's sections)."""
-    rows_file: Path | None = None
-    """Rows are appended here as JSON lines when they come (a section process of the check)."""
-    out: Path | None = None
-    """Where a suite keeps files for the record (the check's fidelity reports)."""
+    deadline: float = math.inf  # time.time() by which the suite must be done
+    rows_file: Path | None = None  # rows are appended here as they come (the check's suites)
+    out: Path | None = None  # where a suite keeps files for the record (the fidelity reports)
     group: str = ""
-    earlier: list[Row] = field(default_factory=list)
-    """The rows earlier suites of the run wrote (a suite may build on them)."""
+    earlier: list[Row] = field(default_factory=list)  # earlier suites' rows: a suite may use them
     rows: list[Row] = field(default_factory=list)
 
     @property
@@ -127,11 +117,11 @@ class Context:
     def skip(self, what: str, why: str) -> None:
         self.row(what, None, result=why)
 
-    def run(self, command: list[str], env: dict[str, str] | None = None) -> int:
+    def run(self, command: list[str]) -> int:
         """Run `command` in the repository root, killed at the deadline; its exit status (-9
         when killed). At toy size Ray is given one logical GPU, so GPU flags run unchanged."""
         print(f"$ {' '.join(command)}", flush=True)
-        environment = {**os.environ, **(env or {})}
+        environment = dict(os.environ)
         if self.toy:
             environment.setdefault("RAY_OVERRIDE_RESOURCES", json.dumps({"GPU": 1}))
         process = subprocess.Popen(command, cwd=REPO, env=environment, preexec_fn=die_with_parent)
@@ -285,20 +275,23 @@ def caption(payload: dict) -> str:
     """The record's command, date, machine, software, commit and load, in one line."""
     info = payload["machine"]
     gpu = f"{info['gpu']} (driver {info.get('driver')})" if info.get("gpu") else "no GPU"
-    load = f"load average {info['load_average']}"
-    if info.get("load_average_end") is not None:
-        load += f" to {info['load_average_end']}"
+    flags = f", {info['cpu_flags']}" if info.get("cpu_flags") else ""
+    load = "load average not recorded"
+    if info.get("load_average") is not None:
+        load = f"load average {info['load_average']}"
+        load += f" to {info['load_average_end']}" if info.get("load_average_end") else ""
+    note = f"; {payload['transcribed']}" if payload.get("transcribed") else ""
     return (
-        f"`{payload['command']}`, {str(info['date'])[:10]}, {info['cpu']} ({info['cores']} "
-        f"cores), {gpu}; torch {info['torch']}, Ray {info.get('ray') or '-'}, Python "
-        f"{info['python']}; commit {info.get('commit') or '-'}; {load}"
+        f"`{payload['command']}`, {str(info['date'])[:10]}, {info['cpu']} ({info['cores']} cores"
+        f"{flags}), {gpu}; torch {info['torch']}, Ray {info.get('ray') or '-'}, Python "
+        f"{info['python']}; commit {info.get('commit') or '-'}; {load}{note}"
     )
 
 
 def markdown(payload: dict, groups: tuple[str, ...] | None = None) -> str:
-    """The record as Markdown: its caption, its sections and a table of its rows (of `groups`)."""
+    """The record as Markdown: its caption, its suites (all rows) or the rows of `groups`."""
     lines = [caption(payload), ""]
-    if payload.get("sections"):
+    if payload.get("sections") and groups is None:
         lines += ["| suite | status | seconds |", "|---|---|---|"]
         lines += [f"| {s['name']} | {s['status']} | {s['seconds']} |" for s in payload["sections"]]
         lines.append("")

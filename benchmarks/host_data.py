@@ -1,29 +1,16 @@
-"""Host work on NYUv2's real size, on the CPU (neither suite is in a default run):
-
-- `host-batch`: taking one training batch (288x384, batch 8) on the host path against
-  `train.data_on_device`, interleaved. A GPU step whose host work outlasts its GPU work leaves
-  the GPU idle. The host path: `TensorSplit.batch` on the host plus one copy of the batch
-  (standing in for the copy into pinned memory, which needs a GPU driver). On the device: the
-  same gathers with the split and the permutation on PyTorch's "meta" device, which computes
-  nothing, so what is timed is the host's share alone (a GPU adds its launch cost).
-- `preflight`: the NYUv2 check a sweep's driver runs before Ray starts
-  (`relif_ray.data.nyuv2.check_nyuv2`: every file's header, and the values of every label,
-  depth and normal map) on a data set of the real size (795 train / 654 val at 288x384,
-  float32; the images are sparse files of the right size, since only their headers are read):
-  once with the files evicted from the page cache, twice warm.
-"""
+"""Host work at NYUv2's real size on the CPU, in no default run: `host-batch` (one training batch
+on the host path against `train.data_on_device`, whose gathers run on the "meta" device so that
+only the host's share is timed) and `preflight` (the NYUv2 check a sweep's driver runs before
+Ray starts, at the real size, with the files evicted from the page cache and warm)."""
 
 from __future__ import annotations
 
 import os
 import statistics
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 from harness import Context, interleaved_times, ratio_with_interval
-from numpy.lib.format import open_memmap
 
 from relif_ray.data.splits import TensorSplit
 
@@ -75,33 +62,13 @@ def host_batch_suite(ctx: Context) -> None:
             f"(gathers dispatched); {rounds} rounds")  # fmt: skip
 
 
-def write_dataset(root: Path, sizes: dict[str, int], height: int, width: int) -> None:
-    """Valid NYUv2 files: random labels in -1..12, positive depth, unit normals."""
-    rng = np.random.default_rng(0)
-    normals = rng.normal(size=(height, width, 3)).astype(np.float32)
-    normals /= np.linalg.norm(normals, axis=-1, keepdims=True)
-    for split, count in sizes.items():
-        for modality in ("image", "label", "depth", "normal"):
-            (root / split / modality).mkdir(parents=True)
-        for index in range(count):
-            name = f"{index}.npy"
-            image = open_memmap(root / split / "image" / name, "w+", np.float32, (height, width, 3))
-            image.flush()  # a sparse file with a valid header: only the header is ever read
-            label = rng.integers(-1, 13, size=(height, width)).astype(np.float32)
-            np.save(root / split / "label" / name, label)
-            depth = rng.uniform(0.5, 10.0, size=(height, width, 1)).astype(np.float32)
-            np.save(root / split / "depth" / name, depth)
-            np.save(root / split / "normal" / name, np.roll(normals, index, axis=0))
-
-
 def preflight_suite(ctx: Context) -> None:
+    """On the real-size data the sweep suites share (written by `relif make-data`)."""
+    from sweep import REAL_DATA, TOY_DATA, real_data
+
     from relif_ray.data.nyuv2 import check_nyuv2
 
-    sizes, (height, width) = {"train": 795, "val": 654}, (288, 384)
-    if ctx.toy:
-        sizes, (height, width) = {"train": 4, "val": 2}, (32, 40)
-    root = ctx.workdir / "preflight"
-    write_dataset(root, sizes, height, width)
+    root, sizes = real_data(ctx), TOY_DATA if ctx.toy else REAL_DATA
     scanned = sum(p.stat().st_size for p in root.rglob("*.npy") if p.parent.name != "image")
     for path in root.rglob("*.npy"):  # evicted from the page cache
         descriptor = os.open(path, os.O_RDONLY)
@@ -112,6 +79,6 @@ def preflight_suite(ctx: Context) -> None:
         check_nyuv2(root)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         ctx.row(f"NYUv2 preflight check, {state}", wall, "s",
-                f"{cpu:.2f} s of CPU; {sizes['train']} + {sizes['val']} examples at {height}x"
-                f"{width}, float32; label, depth and normal files {scanned / 1e9:.2f} GB"
-                )  # fmt: skip
+                f"{cpu:.2f} s of CPU; {sizes['train']} + {sizes['val']} examples at "
+                f"{sizes['height']}x{sizes['width']}; label, depth and normal files "
+                f"{scanned / 1e9:.2f} GB")  # fmt: skip

@@ -1,28 +1,15 @@
-"""The `methods` suite: every MTL method's step time over ERM's and over the same method in
-TorchJD or the LibMTL 1.1.5 package, the representation-gradient modes' step times and update
-cosines; with the GPU rows, each method's images/s and memory in a worker first.
-
-One process, the project's dense NYUv2 model and task losses, one fixed batch of synthetic
-NYUv2. All variants share the one model instance (memory placement favours none) and each has
-its own SGD optimiser with learning rate 0 (the step runs at full cost, the parameters stay
-fixed). A step is zero_grad -> forward -> task losses -> the method's (or the package's)
-backward -> optimiser step -> the engine's hooks (`after_step`: FAMO's re-evaluation;
-`end_epoch`, every step being an epoch of this one batch: DWA's epoch means). Variants are
-timed interleaved (`harness.interleaved_times`). Package counterparts: TorchJD's aggregators
-through `mtl_backward` (features: the encoder's output, the heads' input) + `jac_to_grad`,
-TorchJD's `UW` scalariser for Uncertainty weighting, LibMTL 1.1.5's DWA (past its first two
-epochs) and RLW. FAMO and DB-MTL are in no package.
-
-Representation mode (`method.gradient_source: representation`): its step time over ERM's and
-the cosine between its update and the exact one, both modes side by side on the same model
-and batch (each method keeping its own state), per step over the full parameter gradients.
-"""
+"""The `methods` suite: every method's step time over ERM's and over the same method in TorchJD
+or LibMTL 1.1.5, and the representation-gradient modes' step times and update cosines; with the
+GPU rows, each method's images/s and memory in a worker first. All variants share one model
+and one batch, each with its own SGD at learning rate 0 (full cost, fixed parameters), so that
+every variant is timed at the same point (docs/benchmarks.md says what a step holds)."""
 
 from __future__ import annotations
 
 import statistics
 import tempfile
 from collections.abc import Callable
+from importlib.util import find_spec
 from pathlib import Path
 
 import torch
@@ -165,13 +152,6 @@ def counterpart_step(method: str, setup: Setup) -> Step:
     return sgd_step(list(model.parameters()), jd_backward)
 
 
-def has_counterpart(method: str) -> bool:
-    from importlib.util import find_spec
-
-    package = COUNTERPART.get(method, "")
-    return package.startswith("torchjd") or (package and find_spec("LibMTL") is not None)
-
-
 def update_cosines(name: str, setup: Setup, steps: int) -> list[float]:
     """Per step, the cosine between the exact and the representation-mode parameter gradient
     on the same (fixed) model and batch; each mode's method keeps its own state."""
@@ -218,7 +198,9 @@ def measure(ctx: Context, methods: list[str] | None = None) -> tuple[str, dict, 
     setup = Setup(problem, model, size["batch"], ctx.device)
     steps = {name: our_step(name, setup) for name in names}
     steps |= {f"{n}-representation": our_step(n, setup, "representation") for n in representation}
-    steps |= {COUNTERPART[n]: counterpart_step(n, setup) for n in names if has_counterpart(n)}
+    libmtl = find_spec("LibMTL") is not None  # its variants are timed where it is installed
+    packaged = [n for n in names if n in COUNTERPART and (libmtl or "libmtl" not in COUNTERPART[n])]
+    steps |= {COUNTERPART[n]: counterpart_step(n, setup) for n in packaged}
     times = interleaved_times(steps, size["rounds"], warmup=2, cuda=ctx.cuda)
     cosines = {name: update_cosines(name, setup, size["cosine_steps"]) for name in representation}
     description = (f"{size['backbone']}, head_channels {size['heads']}, batch {size['batch']}x3x"

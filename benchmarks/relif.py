@@ -1,19 +1,14 @@
-"""What ReLiF costs a training step: the `relif` suite (ERM + ReLiF step time over ERM's, dense
-NYUv2 model and clinical LSTM, real `TrainingRun`s timed interleaved) and the `relif-ops`
-suite (the ATen calls and device kernel launches of one regularizer forward + backward).
-
-The counts are not times: on a GPU every ATen call costs host time, and a step whose host work
-outlasts its GPU work leaves the GPU idle. Both counts are deterministic for a torch version,
-so `tests/test_benchmarks.py` holds them to their targets (`targets.TARGETS`).
-"""
+"""What ReLiF costs a training step: the `relif` suite (ERM + ReLiF step time over ERM's,
+interleaved) and the `relif-ops` suite (the ATen calls and device kernel launches of one
+regulariser forward + backward: on a GPU each costs host time, and both counts are
+deterministic for a torch version, so `tests/test_benchmarks.py` holds them to their targets)."""
 
 from __future__ import annotations
 
 import contextlib
 import statistics
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from harness import Context, interleaved_times, ratio_with_interval
@@ -29,85 +24,48 @@ from relif_ray.engine import TrainingRun
 from relif_ray.relif.regularizer import ReLiFRegularizer
 
 
-@dataclass
-class StepSetting:
-    """What is timed: the dense model (a CPU-sized stand-in for ResNet-50 at 288x384 unless
-    on CUDA) or the paper's clinical LSTM (2 layers, hidden 256)."""
-
-    model: str
-    device: str
-    rounds: int
-    batch_size: int
-    backbone: str = "resnet18"
-    height: int = 96
-    width: int = 128
-    patients: int = 120
-    train: dict = field(default_factory=dict)
-
-    @property
-    def shape(self) -> str:
-        dense = f"{self.backbone} {self.height}x{self.width}"
-        return dense if self.model == "dense" else "LSTM 2x256"
-
-
-def step_settings(ctx: Context) -> list[StepSetting]:
-    rounds = 60 if ctx.size == "real" else 20
-    fast = GPU_FAST_PATH if ctx.gpu_rows else {}
-    if ctx.cuda:
-        dense = StepSetting("dense", "cuda", rounds, 8, "resnet50", 288, 384, train=fast)
-    else:
-        height, width = {"toy": TOY_IMAGE, "demo": (64, 80), "real": (96, 128)}[ctx.size]
-        dense = StepSetting("dense", "cpu", rounds, 8, height=height, width=width, train=fast)
-    batch, patients = {"toy": (4, 12), "demo": (16, 40), "real": (64, 120)}[ctx.size]
-    if ctx.cuda:
-        batch, patients = 64, 120
-    return [dense, StepSetting("lstm", ctx.device.type, rounds, batch, patients=patients)]
-
-
-def write_data(setting: StepSetting, folder: str) -> dict:
-    """The data config of synthetic data with at least 4 batches of training examples."""
-    if setting.model == "lstm":
-        root = write_synthetic_mimic3(f"{folder}/mimic3", patients=setting.patients, seed=0)
-        return {"dataset": "mimic3", "root": str(root)}
-    root = write_synthetic_nyuv2(f"{folder}/nyuv2", train=4 * setting.batch_size, val=2,
-                                 height=setting.height, width=setting.width, seed=0)  # fmt: skip
-    return {"dataset": "nyuv2", "root": str(root)}
-
-
-def training_run(setting: StepSetting, data: dict, relif: bool) -> TrainingRun:
-    model = {"hidden_size": 256, "num_layers": 2}
-    if setting.model == "dense":
-        model = {"backbone": setting.backbone, "head_channels": 128}
-    return TrainingRun(ExperimentConfig.from_dict({
-        "device": setting.device, "data": data, "model": model,
-        "train": {"epochs": 1000, "batch_size": setting.batch_size, **setting.train},
-        "relif": {"enabled": relif, "warmup_steps": 0, "squash_constants": TIMING_SQUASH_BAND},
-    }))  # fmt: skip
-
-
-def measure_step(setting: StepSetting) -> dict[str, float]:
-    """Median seconds per step of ERM and ERM + ReLiF (same model, data and batch), the
-    median per-round ratio and its interval."""
-    with tempfile.TemporaryDirectory() as tmp:
-        data = write_data(setting, tmp)
-        runs = {name: training_run(setting, data, name == "relif") for name in ("erm", "relif")}
+def measure_step(config: dict, rounds: int) -> dict[str, float]:
+    """Median seconds per step of ERM and ERM + ReLiF (`config` with ReLiF off and on: the
+    same model, data and batch), the median per-round ratio and its interval."""
+    relif = {"warmup_steps": 0, "squash_constants": TIMING_SQUASH_BAND}
+    configs = {name: {**config, "relif": {**relif, "enabled": name == "relif"}}
+               for name in ("erm", "relif")}  # fmt: skip
+    runs = {name: TrainingRun(ExperimentConfig.from_dict(c)) for name, c in configs.items()}
     steps = {name: (lambda run=run: run.train_steps(1)) for name, run in runs.items()}
-    times = interleaved_times(steps, setting.rounds, 3, setting.device == "cuda")
+    times = interleaved_times(steps, rounds, 3, config["device"] == "cuda")
     ratio, lower, upper = ratio_with_interval(times, "relif", "erm")
     erm, relif = (statistics.median(times[name]) for name in ("erm", "relif"))
     return {"ratio": ratio, "low": lower, "high": upper, "erm_s": erm, "relif_s": relif}
 
 
 def relif_suite(ctx: Context) -> None:
-    for setting in step_settings(ctx):
-        label = "dense" if setting.model == "dense" else "clinical LSTM"
+    """The dense NYUv2 model (a CPU-sized stand-in for ResNet-50 at 288x384 unless on CUDA,
+    with the GPU rows' fast path) and the paper's clinical LSTM (2 x 256)."""
+    size = "real" if ctx.cuda else ctx.size
+    rounds = 60 if size == "real" else 20
+    image = {"toy": TOY_IMAGE, "demo": (64, 80), "real": (96, 128)}[size]
+    backbone, (height, width) = "resnet18", image
+    if ctx.cuda:
+        backbone, height, width = "resnet50", 288, 384
+    batch, patients = {"toy": (4, 12), "demo": (16, 40), "real": (64, 120)}[size]
+    nyuv2 = write_synthetic_nyuv2(ctx.workdir / f"relif-nyuv2-{height}x{width}", train=32, val=2,
+                                  height=height, width=width, seed=0)  # fmt: skip
+    mimic3 = write_synthetic_mimic3(ctx.workdir / f"mimic3-{patients}", patients=patients, seed=0)
+    settings = {  # label: data, model, batch, train fields, shape
+        "dense": ({"dataset": "nyuv2", "root": str(nyuv2)}, {"backbone": backbone,
+                  "head_channels": 128}, 8, GPU_FAST_PATH if ctx.gpu_rows else {},
+                  f"{backbone} {height}x{width}"),
+        "clinical LSTM": ({"dataset": "mimic3", "root": str(mimic3)}, {"hidden_size": 256,
+                          "num_layers": 2}, batch, {}, "LSTM 2x256"),
+    }  # fmt: skip
+    for label, (data, model, batch_size, train, shape) in settings.items():
         with ctx.step(f"ERM+ReLiF / ERM step time, {label}"):
-            m = measure_step(setting)
-            detail = (
-                f"[{m['low']:.3f}, {m['high']:.3f}]; {setting.shape}, batch {setting.batch_size}; "
-                f"ERM {1e3 * m['erm_s']:.1f} ms, ReLiF {1e3 * m['relif_s']:.1f} ms; "
-                f"{setting.rounds} rounds"
-            )
+            train = {"epochs": 1000, "batch_size": batch_size, **train}
+            config = {"device": ctx.device.type, "data": data, "model": model, "train": train}
+            m = measure_step(config, rounds)
+            detail = (f"[{m['low']:.3f}, {m['high']:.3f}]; {shape}, batch {batch_size}; ERM "
+                      f"{1e3 * m['erm_s']:.1f} ms, ReLiF {1e3 * m['relif_s']:.1f} ms; {rounds} "
+                      "rounds")  # fmt: skip
             ctx.judged("ERM+ReLiF / ERM step time", f"ERM+ReLiF / ERM step time, {label}",
                        m["ratio"], "x", detail, (m["low"], m["high"]))  # fmt: skip
 

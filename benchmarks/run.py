@@ -5,13 +5,9 @@
     python benchmarks/run.py --only relif audit --json    # some suites, as JSON
     python benchmarks/run.py --quick --out DIR            # DIR/benchmarks.json and .md
 
-Each row has its target (`targets.py`) and a result: pass / FAIL / "within noise" (a ratio past
-its target whose ~95% interval still holds it) / info (no target). Ratios are taken in one
-process, variants interleaved step by step, so machine noise hits both sides alike; the CPU
-rows use one torch thread. The GPU check (`gpu_check.py`) runs the suites marked with a cap at
-the real size on CUDA, each in a process of its own within its time budget, in this order.
-Suites are imported when they run, so one runs without another's dependencies (TorchJD for the
-methods' counterparts, Ray for the sweep suites).
+Ratios are taken in one process, variants interleaved, on one torch thread; docs/benchmarks.md
+says what each suite measures. Suites are imported when they run, so one runs without another's
+dependencies (TorchJD for the methods' counterparts, Ray for the sweep suites).
 """
 
 from __future__ import annotations
@@ -34,14 +30,10 @@ from harness import SIZES, Context, Record, Row, markdown
 class Suite:
     name: str
     title: str
-    function: str
-    """module.function of the suite, imported when it runs."""
-    cpu: bool = False
-    """In `run.py`'s default run."""
-    cap_s: float = 0.0
-    """Its cap of the GPU check's 540-s budget on an H100 (0: not in the check)."""
-    min_s: float = 0.0
-    """The GPU check skips it when less than this is left (seconds on the H100)."""
+    function: str  # module.function of the suite, imported when it runs
+    cpu: bool = False  # in run.py's default run
+    gpu: tuple[float, float] = (0.0, 0.0)
+    """In the GPU check: its cap of the 540-s budget and the least it needs (s on an H100)."""
 
     def run(self, ctx: Context) -> None:
         module, function = self.function.rsplit(".", 1)
@@ -49,39 +41,30 @@ class Suite:
 
 
 SUITES = (
-    Suite("relif", "ERM+ReLiF step time over ERM's", "relif.relif_suite", cpu=True),
-    Suite("relif-ops", "ReLiF's ATen calls and kernel launches", "relif.relif_ops_suite", cpu=True),
-    Suite("profile", "(a) one eager ERM and ERM+ReLiF step, profiled", "step_profile.profile_suite",
-          cap_s=40, min_s=20),
-    Suite("graph", "(b) the step as one CUDA graph against eager", "throughput.graph_suite",
-          cap_s=95, min_s=40),
-    Suite("default", "(c) the default sweep trial against no fast path", "throughput.default_suite",
-          cap_s=40, min_s=25),
-    Suite("audit", "fixed-delta audit throughput", "audit.audit_suite", cpu=True),
-    Suite("analysis", "load and audit generated trials", "audit.analysis_suite", cpu=True),
-    Suite("sweep", "sweep efficiency on local Ray", "sweep.sweep_suite", cpu=True),
-    Suite("breakdown", "(d) where a trial's time goes", "sweep.breakdown_suite", cpu=True,
-          cap_s=75, min_s=45),
-    Suite("fidelity", "(e) ReLiF at real size, bf16 then fp32", "realsize.fidelity_suite",
-          cap_s=290, min_s=240),
-    Suite("packing", "(f) 1, 2 and 3 trials per GPU", "packing.packing_suite", cpu=True,
-          cap_s=180, min_s=60),
-    Suite("methods", "(g) each method's step time, and on a GPU its images/s",
-          "methods.methods_suite", cpu=True, cap_s=90, min_s=20),
-    Suite("compile", "(h) torch.compile reduce-overhead against the graph",
-          "throughput.compile_suite", cap_s=90, min_s=90),
-    Suite("memory", "peak memory per trial", "throughput.memory_suite", cpu=True),
-    Suite("architectures", "each architecture against LibMTL's",
-          "architectures.architectures_suite", cpu=True),
-    Suite("cuda", "CUDA-only tests and pinned numbers on CUDA", "cuda_checks.cuda_suite",
-          cap_s=90, min_s=30),
-    Suite("repeatability", "same seed twice on one GPU", "cuda_checks.repeatability_suite",
-          cap_s=60, min_s=20),
-    Suite("host-batch", "a batch's host time, host path against data_on_device",
-          "host_data.host_batch_suite"),
-    Suite("preflight", "the NYUv2 preflight check at the real size", "host_data.preflight_suite"),
+    Suite("relif", "ERM+ReLiF step time over ERM's", "relif.relif_suite", True),
+    Suite("relif-ops", "ReLiF's ATen calls and kernel launches", "relif.relif_ops_suite", True),
+    Suite("profile", "(a) an eager ERM and ERM+ReLiF step, profiled", "throughput.profile_suite",
+          gpu=(40, 20)),
+    Suite("graph", "(b) the step as one CUDA graph", "throughput.graph_suite", gpu=(95, 40)),
+    Suite("default", "(c) the default sweep trial", "throughput.default_suite", gpu=(40, 25)),
+    Suite("audit", "fixed-delta audit throughput", "audit.audit_suite", True),
+    Suite("analysis", "load and audit generated trials", "audit.analysis_suite", True),
+    Suite("sweep", "sweep efficiency on local Ray", "sweep.sweep_suite", True),
+    Suite("breakdown", "(d) where a trial's time goes", "sweep.breakdown_suite", True, (75, 45)),
+    Suite("fidelity", "(e) ReLiF at real size", "real_size.fidelity_suite", gpu=(290, 240)),
+    Suite("packing", "(f) 1, 2 and 3 trials per GPU", "real_size.packing_suite", True, (180, 60)),
+    Suite("methods", "(g) the methods' step times", "methods.methods_suite", True, (90, 20)),
+    Suite("compile", "(h) torch.compile against the graph", "throughput.compile_suite",
+          gpu=(90, 90)),
+    Suite("memory", "peak memory per trial", "throughput.memory_suite", True),
+    Suite("architectures", "the architectures against LibMTL's",
+          "architectures.architectures_suite", True),
+    Suite("cuda", "CUDA-only tests, pinned numbers", "cuda_checks.cuda_suite", gpu=(90, 30)),
+    Suite("repeatability", "same seed twice", "cuda_checks.repeatability_suite", gpu=(60, 20)),
+    Suite("host-batch", "a batch's host time", "host_data.host_batch_suite"),
+    Suite("preflight", "the NYUv2 preflight check", "host_data.preflight_suite"),
 )  # fmt: skip
-"""Every suite, the GPU check's in its priority order."""
+"""Every suite, the GPU check's (those with a cap) in its priority order."""
 BY_NAME = {suite.name: suite for suite in SUITES}
 
 

@@ -1,21 +1,7 @@
-"""Real trials through the sweep's Trainable on local Ray: the `sweep` suite (busy trial time
-over wall time x slots of a grid) and the `breakdown` suite (where one trial's time goes,
-epoch by epoch); and the real-size data that the sweep suites share.
-
-Both time the sweep's own `ReLiFTrainable`, subclassed only to record when each set-up, step
-and save starts and ends (`TimedTrainable`, given to `run_sweep`). `sweep`: busy time is the
-actors' set-up, steps (an epoch of training, validation, live audit) and saves (checkpoint
-written and persisted); wall time is the whole `run_sweep` call, Ray started; what is neither
-(Tuner start, actor start and imports, scheduling gaps, clean-up) is the sweep system's
-overhead. Trial length is calibrated first: one step and one validation pass timed in `slots`
-Ray workers at once, then the training split sized for trials of about `trial_seconds`.
-
-`breakdown`, per epoch: train, evaluate, audit (the seconds the Trainable reports), checkpoint
-(the save that followed the epoch), rest (the epoch's span less those: Tune's bookkeeping) and
-the train share. Then, on the trial's final state in this process, the before and the after of
-one run: the validation pass of the host path the device path replaced
-(`relif_ray.testing.host_evaluation`) and of the device path, and one checkpoint's size.
-"""
+"""Real trials through the sweep's own Trainable on local Ray, subclassed only to record when
+each set-up, step and save starts and ends (`TimedTrainable`): the `sweep` suite (busy trial
+time over wall time x slots) and the `breakdown` suite (where one trial's time goes, epoch by
+epoch); and the real-size data the sweep suites share."""
 
 from __future__ import annotations
 
@@ -46,42 +32,36 @@ REAL_DATA_PID = "real-data.pid"
 """In the work folder while `relif make-data` writes the real-size data in the background."""
 
 
-def real_data_root(workdir: Path, toy: bool) -> Path:
+def make_data(workdir: Path, toy: bool) -> tuple[Path, list[str]]:
+    """The real-size data's folder (toy size at toy size) and the command that writes it."""
     sizes = TOY_DATA if toy else REAL_DATA
-    return workdir / f"data-{sizes['train']}-{sizes['val']}-{sizes['height']}x{sizes['width']}"
-
-
-def make_data_command(root: Path, toy: bool) -> list[str]:
+    root = workdir / f"data-{sizes['train']}-{sizes['val']}-{sizes['height']}x{sizes['width']}"
     command = [sys.executable, "-m", "relif_ray.cli", "make-data", "nyuv2", "--out", str(root)]
-    for name, value in (TOY_DATA if toy else REAL_DATA).items():
-        command += [f"--{name}", str(value)]
-    return command + ["--seed", "0"]
+    return root, command + [f"--{k}={v}" for k, v in sizes.items()] + ["--seed", "0"]
 
 
 def start_real_data(workdir: Path, toy: bool, log: object) -> subprocess.Popen | None:
     """Start writing the real-size data in the background (the CPU writes while the first
-    suites use the GPU); None when it is there. `relif make-data` renames the folder into
-    place when it is complete."""
-    root = real_data_root(workdir, toy)
+    suites use the GPU; `relif make-data` renames the folder into place when it is complete);
+    None when it is there."""
+    root, command = make_data(workdir, toy)
     if root.exists():
         return None
-    command = make_data_command(root, toy)
     process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     (workdir / REAL_DATA_PID).write_text(str(process.pid))
     return process
 
 
 def real_data(ctx: Context) -> Path:
-    """The real-size data (toy size at toy size): waited for while the background writer
-    runs, else written now."""
-    root = real_data_root(ctx.workdir, ctx.toy)
+    """The real-size data: waited for while the background writer runs, else written now."""
+    root, command = make_data(ctx.workdir, ctx.toy)
     pid_file = ctx.workdir / REAL_DATA_PID
     while not root.exists() and pid_file.exists() and _alive(int(pid_file.read_text())):
         if ctx.left() <= 0:
             break
         time.sleep(1.0)
     if not root.exists():
-        ctx.run(make_data_command(root, ctx.toy))
+        ctx.run(command)
     return root
 
 

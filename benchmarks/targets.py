@@ -14,12 +14,9 @@ class Target:
     comparison: str
     """"<=" or ">=" a number; ">" or "<=" another figure of the same run (`bound` names it)."""
     bound: float | str
-    device: str = "any"
-    """cpu, cuda or any."""
-    size: str = "any"
-    """toy, demo, real or any (`harness.SIZES`)."""
-    rows: str = ""
-    """Which rows it judges, when the name does not say."""
+    device: str = "any"  # cpu, cuda or any.
+    size: str = "any"  # toy, demo, real or any (`harness.SIZES`).
+    rows: str = ""  # Which rows it judges, when the name does not say.
 
     @property
     def text(self) -> str:

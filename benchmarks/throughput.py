@@ -1,21 +1,19 @@
-"""Trials in worker processes (`workers.py`): the `memory` suite (each variant's peak memory,
-and on the GPU its images/s and utilisation), `graph` (the step as one CUDA graph against
-eager steps and a plain fp32 loop, and their numbers from one state), `default` (the trial
-`sweeps/nyuv2.py --num-gpus 8` runs by default against `--no-gpu-fast-path`) and `compile`
+"""A training step's speed and memory: the `profile` suite (where one eager step's time goes,
+host and GPU, from torch.profiler over steps issued back to back as in training: when the
+host's time to issue a step exceeds its GPU time, the GPU waits for the host), and trials in
+worker processes: `memory` (each variant's peak memory, and with the GPU rows its images/s),
+`graph` (the step as one CUDA graph against eager steps and a plain fp32 loop), `default` (the
+trial `sweeps/nyuv2.py --num-gpus 8` runs, with and without the fast path) and `compile`
 (torch.compile's reduce-overhead mode against the engine's graph)."""
 
 from __future__ import annotations
 
+import time
+
+import torch
 from harness import NEEDS_GPU, OUT_OF_TIME, Context
-from workers import (
-    data_root,
-    setting_text,
-    timed_worker,
-    trial_config,
-    variants,
-    warm_up_gpu,
-    worker_rows,
-)
+from torch.profiler import ProfilerActivity, profile
+from workers import data_root, setting_text, timed_worker, trial_config, variants, worker_rows
 
 PLAIN_LOOP = "plain fp32 loop"
 """The same model trained by a hand-written fp32 loop (`workers.py --loop plain`)."""
@@ -50,6 +48,19 @@ def memory_suite(ctx: Context) -> None:
     if not ctx.gpu_rows:
         for variant in variants():
             ctx.row(f"training images/s, {variant}", None, "img/s", result=NEEDS_GPU)
+
+
+def warm_up_gpu(device: torch.device, seconds: float = 3.0) -> None:
+    """Keep the GPU busy with matrix products for `seconds`, so that the first worker timed
+    after an idle spell does not meet it at idle clocks."""
+    a = torch.randn(4096, 4096, device=device)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(10):
+            a = torch.tanh(a @ a)
+        torch.cuda.synchronize(device)
+    del a
+    torch.cuda.empty_cache()
 
 
 def graph_suite(ctx: Context) -> None:
@@ -188,3 +199,78 @@ def compile_suite(ctx: Context) -> None:
         ctx.row("ERM images/s, compile (reduce-overhead) / one CUDA graph",
                 result["images_per_s"] / graphed.value, "x", f"{how}; compilation's steps are "
                 "not timed", target=">= 1.0 would favour compile")  # fmt: skip
+
+
+PROFILED_STEPS = 5
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+"""The CUDA runtime and driver calls that launch a kernel, as the profiler names them."""
+FIGURES = {
+    "host_ms": ("host time to issue a step", "ms"),
+    "wall_ms": ("step time", "ms"),
+    "kernel_ms": ("GPU time of a step (kernels, copies)", "ms"),
+    "launches": ("kernel launches per step", ""),
+    "aten_calls": ("ATen calls per step", ""),
+}
+
+
+def profile_steps(run, steps: int) -> dict[str, float | None]:  # noqa: ANN001
+    """Per-step figures of `steps` eager steps of the `TrainingRun` `run` (the module doc). It
+    issues the steps one by one (`_train_step`) and reads their trace afterwards, as
+    `train_steps` does, so that the host's issue time is not mixed with the trace's sync."""
+    cuda = run.device.type == "cuda"
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    synchronize()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as profiler:
+        start = time.perf_counter()
+        for _ in range(steps):
+            run._train_step()
+        issued = time.perf_counter()
+        synchronize()
+        done = time.perf_counter()
+    run._flush_trace()
+    events = profiler.events()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernel_us = sum(e.time_range.elapsed_us() for e in kernels)
+    return {
+        "host_ms": 1e3 * (issued - start) / steps,
+        "wall_ms": 1e3 * (done - start) / steps,
+        "kernel_ms": kernel_us / 1e3 / steps if cuda else None,
+        "launches": sum(e.name in LAUNCH_CALLS for e in events) / steps if cuda else None,
+        "aten_calls": sum(e.name.startswith("aten::") for e in events) / steps,
+    }
+
+
+def profile_suite(ctx: Context) -> None:
+    measured = {}
+    for variant in ("erm", "relif"):
+        with ctx.step(f"step profile, {variant}"):
+            measured[variant] = profile_variant(ctx, variant)
+    if len(measured) == 2:
+        for key, (title, unit) in FIGURES.items():
+            erm, relif = measured["erm"][key], measured["relif"][key]
+            if erm is not None and relif is not None:
+                ctx.row(f"{title}, ERM+ReLiF - ERM", relif - erm, unit, "eager steps")
+
+
+def profile_variant(ctx: Context, variant: str) -> dict:
+    """`PROFILED_STEPS` eager steps of `variant` after the workers' warm-up, as rows."""
+    from workers import WORKER_WARMUP_STEPS
+
+    from relif_ray.config import ExperimentConfig
+    from relif_ray.engine import TrainingRun
+
+    config = trial_config(ctx, data_root(ctx, gpu=True), variant, gpu=True)
+    config["train"]["cuda_graph"] = "off"
+    run = TrainingRun(ExperimentConfig.from_dict(config))
+    run.train_steps(WORKER_WARMUP_STEPS if ctx.cuda else 1)
+    figures = profile_steps(run, PROFILED_STEPS)
+    detail = (f"{config['model']['backbone']}, batch {config['train']['batch_size']}, bf16, "
+              f"channels-last, data on the device, eager; mean of {PROFILED_STEPS} steps issued "
+              "back to back (host time: until the last call returned; step time: until the GPU "
+              "finished)")  # fmt: skip
+    for key, (title, unit) in FIGURES.items():
+        value = figures[key]
+        ctx.row(f"{title}, {variant}", value, unit, detail,
+                result="info" if value is not None else "needs CUDA")  # fmt: skip
+    return figures

@@ -1,20 +1,8 @@
-"""Trial workers: one `TrainingRun` in a process of its own, so that its peak memory is its
-alone and several can share a GPU. What a worker trains (`trial_config`, `data_root`,
-`variants`), how one is run and timed (`timed_worker`, with the GPU's utilisation sampled
-meanwhile) and the rows of its result (`worker_rows`); run as a script, this file is the
-worker, which prints one JSON line:
-
-    images_per_s      training examples per second over the timed steps
-    step_s            median over the timed chunks of seconds per step
-    steps             timed steps (the device is synchronised every --chunk steps)
-    rss_imports_mb    peak resident memory after the imports; peak_rss_mb: of the process
-    cuda_peak_mb      torch.cuda.max_memory_allocated (null on the CPU)
-    timed_from, timed_to    wall clock of the timed steps (the utilisation's window)
-    trace             with --trace: every step's trace row (losses, weights, ReLiF state)
-
-`--loop plain` trains the same model with a plain fp32 PyTorch loop instead of the engine
-(`PlainLoop`): the baseline of the GPU speed target.
-"""
+"""Trial workers: one `TrainingRun` in a process of its own, so that its peak memory is its alone
+and several can share a GPU; what a worker trains, how it is run and timed (with the GPU's
+utilisation sampled meanwhile) and its rows. Run as a script, this file is the worker: it
+prints one JSON line (images/s, median step, peak memory, the timed window; `--trace`: every
+step's trace row); `--loop plain` trains with a plain fp32 PyTorch loop (`PlainLoop`)."""
 
 from __future__ import annotations
 
@@ -22,7 +10,6 @@ import argparse
 import functools
 import json
 import math
-import resource
 import statistics
 import subprocess
 import sys
@@ -40,8 +27,7 @@ GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8
 """The paper's NYUv2 size: every GPU row's model, images and batch."""
 GPU_FAST_PATH = {"precision": "bf16", "channels_last": True, "data_on_device": True}
 """The `train` fields of the GPU rows: the sweep's default where trials get a GPU."""
-TOY_IMAGE = (32, 40)
-"""Image size of the GPU rows at toy size (the check's dry run on a CPU)."""
+TOY_IMAGE = (32, 40)  # Image size of the GPU rows at toy size (the check's dry run on a CPU).
 TIMING_SQUASH_BAND = {"depth": [0.0, 10.0], "normal": [0.0, 10.0]}
 """Depth/normal squash constants of timed ReLiF runs on NYUv2 (a sweep takes them from the
 same-seed ERM validation run; where the band lies changes no amount of work in a step)."""
@@ -95,11 +81,11 @@ def variants() -> tuple[str, ...]:
     return (*paper, *further)
 
 
-def run_worker(config: dict, warmup: int, steps: int | None = None, **options: object) -> dict:
-    """One worker process; its JSON result. `options` are further flags: `seconds=30` gives
-    `--seconds 30`, `trace=True` gives `--trace`."""
+def run_worker(config: dict, warmup: int, steps: int, **options: object) -> dict:
+    """One worker process; its JSON result. `options` are further flags: `loop="plain"` gives
+    `--loop plain`, `trace=True` gives `--trace`."""
     command = [sys.executable, __file__, "--config", json.dumps(config), "--warmup", str(warmup)]
-    command += ["--steps", str(steps)] if steps is not None else []
+    command += ["--steps", str(steps)]
     for key, value in options.items():
         flag = f"--{key.replace('_', '-')}"
         command += [flag] if value is True else [flag, str(value)]
@@ -114,7 +100,7 @@ def timed_worker(ctx: Context, config: dict, **options: object) -> dict:
     "gpu_utilisation" the GPU's mean utilisation (%) over them, sampled every 0.1 s (None
     without a reading): well below 100% means the GPU waits for host work. On a CPU only the
     memory counts: 3 steps, then 2."""
-    sampler = UtilisationSampler(ctx.device, time.time(), math.inf, 0.1) if ctx.cuda else None
+    sampler = UtilisationSampler(ctx.device, 0.1) if ctx.cuda else None
     if sampler is not None:
         sampler.start()
     try:
@@ -164,27 +150,13 @@ def worker_rows(ctx: Context, name: str, result: dict, setting: str, note: str =
 # --- the GPU's utilisation --------------------------------------------------------------------
 
 
-def warm_up_gpu(device: torch.device, seconds: float = 3.0) -> None:
-    """Keep the GPU busy with matrix products for `seconds`, so that the first worker timed
-    after an idle spell does not meet it at idle clocks."""
-    a = torch.randn(4096, 4096, device=device)
-    end = time.time() + seconds
-    while time.time() < end:
-        for _ in range(10):
-            a = torch.tanh(a @ a)
-        torch.cuda.synchronize(device)
-    del a
-    torch.cuda.empty_cache()
-
-
 class UtilisationSampler(threading.Thread):
-    """GPU utilisation (%) every `period` s inside [start_at, start_at + seconds] (NVML through
-    torch.cuda.utilization, else nvidia-smi), as (time.time(), percent) samples."""
+    """GPU utilisation (%) every `period` s until stopped (NVML through torch.cuda.utilization,
+    else nvidia-smi), as (time.time(), percent) samples."""
 
-    def __init__(self, device: torch.device, start_at: float, seconds: float, period: float):
+    def __init__(self, device: torch.device, period: float):
         super().__init__(daemon=True)
-        self.index = device.index or 0
-        self.start_at, self.seconds, self.period = start_at, seconds, period
+        self.index, self.period = device.index or 0, period
         self.samples: list[tuple[float, float]] = []
         self.stopped = threading.Event()
 
@@ -201,8 +173,7 @@ class UtilisationSampler(threading.Thread):
             return float(lines[0]) if lines else None
 
     def run(self) -> None:
-        time.sleep(max(0.0, self.start_at - time.time()))
-        while time.time() < self.start_at + self.seconds and not self.stopped.is_set():
+        while not self.stopped.is_set():
             value = self.read()
             if value is not None:
                 self.samples.append((time.time(), value))
@@ -218,15 +189,10 @@ class UtilisationSampler(threading.Thread):
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory (MiB): VmHWM, which starts afresh at exec (getrusage
-    carries the parent's peak across fork + exec); elsewhere ru_maxrss."""
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+    """This process's peak resident memory (MiB): Linux's VmHWM, which starts afresh at exec
+    (getrusage's ru_maxrss would carry a large parent's peak across fork + exec)."""
+    status = Path("/proc/self/status").read_text().splitlines()
+    return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
 
 class PlainLoop:
@@ -267,22 +233,19 @@ class PlainLoop:
         self.trace += [{"loss": float(loss)} for loss in losses]
 
 
-def timed_chunks(run, steps: int | None, seconds: float | None, chunk: int) -> list[tuple]:  # noqa: ANN001
-    """(steps, seconds) of each chunk of up to `chunk` steps: `steps` in all, or as many chunks
-    as start within `seconds`. On CUDA the device is synchronised between chunks only, so the
-    host queues steps ahead of the GPU as in a real run (a sync per step would leave the GPU
-    idle while the host prepares the next batch)."""
+def timed_chunks(run, steps: int, chunk: int) -> list[tuple[int, float]]:  # noqa: ANN001
+    """(steps, seconds) of each chunk of up to `chunk` of `steps` steps. On CUDA the device is
+    synchronised between chunks only, so the host queues steps ahead of the GPU as in a real
+    run (a sync per step would leave the GPU idle while the host prepares the next batch)."""
     chunks: list[tuple[int, float]] = []
-    done, deadline = 0, time.perf_counter() + (seconds or math.inf)
     synchronize = torch.cuda.synchronize if run.device.type == "cuda" else (lambda: None)
-    while (steps is None or done < steps) and time.perf_counter() < deadline:
-        count = chunk if steps is None else min(chunk, steps - done)
+    for done in range(0, steps, chunk):
+        count = min(chunk, steps - done)
         synchronize()
         start = time.perf_counter()
         run.train_steps(count)
         synchronize()
         chunks.append((count, time.perf_counter() - start))
-        done += count
     return chunks
 
 
@@ -290,16 +253,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="One trial worker: throughput and peak memory.")
     parser.add_argument("--config", required=True, help="ExperimentConfig as JSON")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps")
-    parser.add_argument("--seconds", type=float, default=None, help="or: time this long")
+    parser.add_argument("--steps", type=int, required=True, help="timed steps")
     parser.add_argument("--chunk", type=int, default=10, help="steps between device syncs")
     parser.add_argument("--loop", choices=["engine", "plain"], default="engine")
     parser.add_argument("--trace", action="store_true", help="print every step's trace row")
     parser.add_argument("--compile-backend", help="torch.compile backend (eager: a dry run)")
     parser.add_argument("--compile-mode", help="torch.compile mode, e.g. reduce-overhead")
     args = parser.parse_args()
-    if args.steps is None and args.seconds is None:
-        parser.error("give --steps or --seconds")
     torch.set_num_threads(1)
     options = {"backend": args.compile_backend, "mode": args.compile_mode}
     if any(options.values()):
@@ -312,7 +272,7 @@ def main() -> None:
     run = TrainingRun(config) if args.loop == "engine" else PlainLoop(config)
     run.train_steps(args.warmup)
     timed_from = time.time()
-    chunks = timed_chunks(run, args.steps, args.seconds, args.chunk)
+    chunks = timed_chunks(run, args.steps, args.chunk)
     timed_to, steps = time.time(), sum(count for count, _ in chunks)
     cuda = run.device.type == "cuda"
     result = {

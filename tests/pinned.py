@@ -329,7 +329,7 @@ def _cpu_name() -> str:
     return names[0] if names else platform.processor() or "unknown CPU"
 
 
-USAGE = "usage: python -m tests.pinned --write | --measure-drift"
+USAGE = "usage: python -m tests.pinned --write | --measure-drift | --compute OUT DIR [--device D]"
 
 
 def main(argv: list[str]) -> None:

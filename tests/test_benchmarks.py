@@ -162,7 +162,7 @@ def test_trial_worker_times_whole_chunks_of_steps(load, toy) -> None:
     config = workers.trial_config(toy, workers.data_root(toy, gpu=False), "erm", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
     training = TrainingRun(ExperimentConfig.from_dict(config))
-    chunks = workers.timed_chunks(training, steps=5, seconds=None, chunk=2)
+    chunks = workers.timed_chunks(training, steps=5, chunk=2)
     assert [count for count, _ in chunks] == [2, 2, 1] and training.step == 5
     assert len(training.trace) == 5 and all(seconds > 0 for _, seconds in chunks)
 
@@ -207,8 +207,8 @@ def test_the_gpu_check_runs_the_suites_with_a_cap_in_their_priority_order(load) 
         "profile", "graph", "default", "breakdown", "fidelity", "packing", "methods", "compile",
         "cuda", "repeatability",
     ]  # fmt: skip
-    assert sum(suite.cap_s for suite in check.CHECKED[:5]) == check.BUDGET_S
-    assert all(suite.min_s <= suite.cap_s for suite in check.CHECKED)
+    assert sum(suite.gpu[0] for suite in check.CHECKED[:5]) == check.BUDGET_S
+    assert all(least <= cap for cap, least in (suite.gpu for suite in check.CHECKED))
 
 
 def test_gpu_check_drift_names_the_largest_difference_and_its_place(load) -> None:
@@ -402,3 +402,18 @@ def test_trial_breakdown_attributes_each_epochs_span_to_its_parts(load, tmp_path
     without = 8.25 - 1.0 - 2.5  # train, audit and rest per epoch
     assert totals["train_share_before"] == pytest.approx(3.5 / (without + 2.0 + 2.5))
     assert totals["checkpoint_share_every_epoch"] == pytest.approx(2.5 / (without + 1.0 + 2.5))
+
+
+def test_the_benchmark_document_agrees_with_the_committed_results(load) -> None:
+    """docs/benchmarks.md is what `benchmarks/document.py` makes of docs/results/: every
+    record it shows, with its command, date, machine, commit and load, and every row."""
+    document = load("document")
+    text = document.DOCUMENT.read_text()
+    assert document.render(text) == text, "run: python benchmarks/document.py"
+    shown = {match[1] for match in document.BLOCK.findall(text)}
+    records = {f"results/{path.name}" for path in document.RESULTS.glob("*.json")}
+    assert records <= {spec.split()[0] for spec in shown}, "a committed record is not shown"
+    assert {"suites", "targets"} <= shown
+    for path in document.RESULTS.glob("*.json"):
+        machine = json.loads(path.read_text())["machine"]
+        assert {"date", "cpu", "cores", "gpu", "torch", "commit", "load_average"} <= set(machine)

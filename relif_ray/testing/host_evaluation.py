@@ -1,6 +1,6 @@
 """The host-side evaluation that the device path replaced, kept as the reference the device
 path is checked against (`tests/test_evaluation.py`) and as the "before" of
-`benchmarks/trial_breakdown.py`.
+the benchmarks' `breakdown` suite.
 
 Per batch it copies ids, representations, scores and validity to the host and builds a pandas
 frame per task; its metric accumulators copy predictions and targets to the host and select
