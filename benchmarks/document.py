@@ -22,7 +22,7 @@ from targets import TARGETS
 
 DOCUMENT = REPO / "docs" / "benchmarks.md"
 RESULTS = REPO / "docs" / "results"
-BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n).*?(<!-- end -->)", re.S)
+BLOCK = re.compile(r"^(<!-- generated: (.+?) -->\n).*?^(<!-- end -->)", re.S | re.M)
 
 
 def table(header: str, rows: list[tuple]) -> str:
