@@ -38,11 +38,6 @@ def squashed_tasks(dataset: str) -> frozenset[str]:
     return benchmark(dataset, "data set of the trials").squashed_tasks
 
 
-def needs_squash(dataset: str, task: str) -> bool:
-    """Whether `task` of `dataset` stores a raw, non-probability audit score."""
-    return task in squashed_tasks(dataset)
-
-
 def is_erm(trials: pd.DataFrame) -> pd.Series:
     """Which trials are plain ERM (`relif_ray.reference.is_plain_erm`): the squash reference."""
     plain = [

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -111,7 +112,7 @@ def _pareto_key(joined: bool) -> list:
 
 def controller_figure(experiment: Experiment, variant: str) -> Figure:
     """lambda_t and the smoothed violation rate r~_t against the step, one line per seed,
-    with r* and the lambda bounds dashed."""
+    with r* and the lambda bounds dashed and named with their values in the legends."""
     trials = experiment.trials[experiment.trials["variant"] == variant]
     relif = trials["config"].iloc[0]["relif"]
     figure, (lam_axes, rate_axes) = _figure(10.0, 3.8, columns=2)
@@ -123,10 +124,16 @@ def controller_figure(experiment: Experiment, variant: str) -> Figure:
         positive &= bool((trace["lambda"] > 0).all())
         lam_axes.plot(trace["step"], trace["lambda"], linewidth=1, label=f"seed {row.seed}")
         rate_axes.plot(trace["step"], trace["r_ema"], linewidth=1, label=f"seed {row.seed}")
-    for bound in (relif["lambda_min"], relif["lambda_max"]):
-        lam_axes.axhline(bound, color="grey", linestyle=":", linewidth=1)
+    bounds = (relif["lambda_min"], relif["lambda_max"])
+    for index, bound in enumerate(bounds):
+        label = rf"$\lambda$ bounds ({bounds[0]:g}, {bounds[1]:g})" if index == 0 else None
+        lam_axes.axhline(bound, color="grey", linestyle=":", linewidth=1, label=label)
     rate_axes.axhline(
-        relif["r_star"], color="black", linestyle="--", linewidth=1, label=r"$r^\star$"
+        relif["r_star"],
+        color="black",
+        linestyle="--",
+        linewidth=1,
+        label=rf"target $r^\star$ = {relif['r_star']:g}",
     )
     if positive:
         lam_axes.set_yscale("log")
@@ -300,4 +307,63 @@ def score_distributions_figure(results: Results, bins: int = 20) -> Figure:
     handles, labels = panels[0].get_legend_handles_labels()
     figure.legend(handles, labels, fontsize=7, loc="outside right upper")
     figure.suptitle(f"Audit score distributions ({results.split}, pooled over seeds)")
+    return figure
+
+
+def controller_grid(results: Results) -> pd.DataFrame:
+    """Per label whose lambda the adaptive controller sets and per (r*, eta) it ran at: the
+    mean over seeds of Bias at the primary delta_ref and of Worst, and the seeds: columns
+    label, r_star, eta, bias, worst, n_seeds (from each trial's own config)."""
+    configs = results.audit.experiment.trials.set_index("trial")["config"]
+    per_trial = results.per_trial
+    bias = per_trial[f"bias_{results.primary.key}"]
+    rows = []
+    for trial, label, value, worst in zip(
+        per_trial["trial"], per_trial["label"], bias, per_trial["worst"], strict=True
+    ):
+        relif = configs[trial]["relif"]
+        if relif["enabled"] and relif["controller"] == "adaptive" and relif["lipschitz_branch"]:
+            rows.append((label, relif["r_star"], relif["eta"], value, worst))
+    frame = pd.DataFrame(rows, columns=["label", "r_star", "eta", "bias", "worst"])
+    grouped = frame.groupby(["label", "r_star", "eta"], sort=True)
+    return grouped.agg(bias=("bias", "mean"), worst=("worst", "mean"), n_seeds=("bias", "size"))
+
+
+def controller_grid_figure(results: Results) -> Figure:
+    """The controller-sensitivity heatmaps: per adaptive ReLiF label (a row), the mean Bias at
+    the primary delta_ref (left) and the mean Worst (right) over its (r*, eta) grid, each cell
+    annotated with its value and seed count (`controller_grid`; the report's controller table
+    has the same means with their spread)."""
+    grid = controller_grid(results)
+    labels = list(dict.fromkeys(grid.index.get_level_values("label")))
+    figure = Figure(figsize=(9.0, 3.2 * max(len(labels), 1)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(max(len(labels), 1), 2, squeeze=False)
+    if not labels:
+        for ax in axes[0]:
+            ax.set_axis_off()
+        axes[0][0].text(0, 0.5, "no ReLiF trials with the adaptive controller", fontsize=9)
+        return figure
+    for row, label in zip(axes, labels, strict=True):
+        cells = grid.loc[label]
+        for ax, (column, name, cmap) in zip(
+            row,
+            (
+                ("bias", f"Bias@{results.primary.symbol}", "viridis_r"),
+                ("worst", "Worst", "viridis"),
+            ),
+            strict=True,
+        ):
+            table = cells[column].unstack("eta")
+            seeds = cells["n_seeds"].unstack("eta")
+            image = ax.imshow(table.to_numpy(dtype=float), cmap=cmap, aspect="auto")
+            for (i, j), value in np.ndenumerate(table.to_numpy(dtype=float)):
+                if np.isfinite(value):
+                    text = f"{value:.3f}\n({int(seeds.iloc[i, j])} seeds)"
+                    box = {"facecolor": "white", "alpha": 0.7, "linewidth": 0}
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7, bbox=box)
+            ax.set_xticks(range(table.shape[1]), [f"{eta:g}" for eta in table.columns])
+            ax.set_yticks(range(table.shape[0]), [f"{r:g}" for r in table.index])
+            ax.set(xlabel=r"$\eta$", ylabel=r"$r^\star$", title=f"{display_text(label)}: {name}")
+            figure.colorbar(image, ax=ax, shrink=0.8)
     return figure

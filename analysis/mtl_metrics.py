@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 from analysis.audit_scores import erm_partner
-from analysis.render import summarize
 from relif_ray.errors import UserError, last_line
 from relif_ray.problems import benchmark
 from relif_ray.sweep.selection import hypervolume
@@ -313,16 +312,6 @@ def _epoch_values(
             chosen = records.tail(options.last_k)
         values.append(chosen[columns].to_numpy(dtype=np.float64).mean(axis=0))
     return np.array(values).reshape(len(trials), len(columns))
-
-
-def delta_m_summary(per_trial: pd.DataFrame, by: str = "variant") -> pd.DataFrame:
-    """Mean and sample std of `delta_m` over the seeds where it is defined, per `by` group in
-    first-appearance order: columns `by`, n_seeds, delta_m_mean, delta_m_std."""
-    order = list(dict.fromkeys(per_trial[by]))
-    defined = per_trial.dropna(subset=["delta_m"])
-    table = summarize(defined, by, ["delta_m"])
-    table = table.set_index(by).reindex(order).fillna({"n_seeds": 0})
-    return table.astype({"n_seeds": int}).reset_index()
 
 
 def hypervolumes(points: pd.DataFrame, by: str = "variant") -> pd.DataFrame:

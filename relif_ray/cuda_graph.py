@@ -29,48 +29,40 @@ task order, RLW's host generator) stay eager, and the trial's log says why in on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from relif_ray.data.splits import TensorSplit
 from relif_ray.errors import first_line
-
-if TYPE_CHECKING:
-    from relif_ray.engine import TrainingRun
 
 CAPTURE_WARMUP_STEPS = 3
 """Eager steps on a side stream before the capture (PyTorch's notes use 3)."""
 
 
-def eager_reason(run: TrainingRun) -> str | None:
-    """Why `run`'s steps stay eager under `train.cuda_graph: auto` (None: they are captured);
-    `off` is always eager."""
-    train = run.config.train
-    if train.cuda_graph == "off":
-        return "train.cuda_graph is off"
-    if run.device.type != "cuda":
-        return "a CUDA graph needs a CUDA device"
-    if not run.method.capturable:
-        return f"method {run.method.name} {run.method.eager_reason}"
-    if not (train.data_on_device and isinstance(run.train_split, TensorSplit)):
-        return "its batches come from the host (train.data_on_device is false)"
-    if train.compile:
-        return "train.compile is on (torch.compile makes its own graphs)"
-    return None
-
-
 class GraphedStep:
-    """The training step of a `TrainingRun` replayed from one CUDA graph (module docstring).
+    """A training step replayed from one CUDA graph (module docstring). It knows only what it
+    replays: `update`, the step on the train split's rows at a device index (the batch
+    gathered on the device, forward, losses, ReLiF, the method's backward, the optimiser's
+    step) returning the step's trace row as tensors, and the `optimizer` it steps; the engine
+    decides whether its steps are graphed (`relif_ray.engine.eager_reason`).
 
     capture=False runs the same static-buffer step without capturing it (on a CPU, in tests:
     everything here but the graph itself is checked against the eager step)."""
 
-    def __init__(self, run: TrainingRun, capture: bool = True) -> None:
-        self.run = run
+    def __init__(
+        self,
+        update: Callable[[Tensor], dict[str, Tensor]],
+        optimizer: torch.optim.Optimizer,
+        batch_size: int,
+        device: torch.device,
+        capture: bool = True,
+    ) -> None:
+        self.update = update
+        self.optimizer = optimizer
+        self.device = device
         self.capture = capture
-        self.index = torch.zeros(run.config.train.batch_size, dtype=torch.long, device=run.device)
+        self.index = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.warm = 0
         self.row: Tensor | None = None
@@ -86,18 +78,18 @@ class GraphedStep:
         """Forget the graph (its tensors are replaced): warm up and capture again."""
         self.graph, self.warm = None, 0
 
-    def step(self, index: Tensor) -> None:
-        """One training step on the train split's rows `index` (a device tensor)."""
+    def step(self, index: Tensor, number: int) -> None:
+        """Training step `number` on the train split's rows `index` (a device tensor)."""
         self.index.copy_(index)
         if self.graph is None and (self.warm < CAPTURE_WARMUP_STEPS or not self.capture):
             self.warm += 1
-            self._record(self._eager())
+            self._record(self._eager(), number)
             return
         if self.graph is None and not self._captured():
-            self._record(self._body())
+            self._record(self._body(), number)
             return
         self.graph.replay()
-        self._record(self.row)
+        self._record(self.row, number)
 
     def _captured(self) -> bool:
         """Capture the step; where an operation cannot be captured, say so in one line and
@@ -115,15 +107,15 @@ class GraphedStep:
     def _eager(self) -> Tensor:
         if not self.capture:
             return self._body()
-        side = torch.cuda.Stream(self.run.device)
-        side.wait_stream(torch.cuda.current_stream(self.run.device))
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             row = self._body()
-        torch.cuda.current_stream(self.run.device).wait_stream(side)
+        torch.cuda.current_stream(self.device).wait_stream(side)
         return row
 
     def _capture(self) -> None:
-        self.run.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.row = self._body()
@@ -131,25 +123,24 @@ class GraphedStep:
     def _body(self) -> Tensor:
         """The step on the static index: the batch gathered on the device, forward, losses,
         ReLiF, backward, clipping, the optimiser's step; the trace row as one vector."""
-        run = self.run
-        row = run._update(run._to_device(run.train_split.batch(self.index)))
+        row = self.update(self.index)
         if not self.keys:
             self._layout(row)
         values = [row[key].to(torch.float64).reshape(()) for key in self.device_keys]
-        values.append(torch.as_tensor(run.optimizer.param_groups[0]["lr"]).double().reshape(()))
+        values.append(torch.as_tensor(self.optimizer.param_groups[0]["lr"]).double().reshape(()))
         return torch.stack(values)
 
     def _layout(self, row: dict[str, Tensor]) -> None:
         """Which trace values live on the device; the others (host tensors: a method's
         constant weights) are read once, here."""
         self.keys = list(row)
-        self.device_keys = [key for key in row if row[key].device == self.run.device]
+        self.device_keys = [key for key in row if row[key].device == self.device]
         self.constants = {
             key: float(value) for key, value in row.items() if key not in self.device_keys
         }
 
-    def _record(self, row: Tensor) -> None:
-        """Copy the step's row into the trace buffer (on the device; grown as needed)."""
+    def _record(self, row: Tensor, number: int) -> None:
+        """Copy step `number`'s row into the trace buffer (on the device; grown as needed)."""
         if self.buffer is None or self.filled == len(self.buffer):
             grown = torch.empty((max(64, 2 * self.filled), len(row)), dtype=row.dtype,
                                 device=row.device)  # fmt: skip
@@ -158,7 +149,7 @@ class GraphedStep:
             self.buffer = grown
         self.buffer[self.filled].copy_(row)
         self.filled += 1
-        self.steps.append(self.run.step)
+        self.steps.append(number)
 
     def take_rows(self) -> list[dict[str, float]]:
         """The trace rows of the steps since the last call, read from the device at once, in

@@ -31,11 +31,10 @@ from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 
 from relif_ray.config import ExperimentConfig, TrainConfig
-from relif_ray.cuda_graph import GraphedStep, eager_reason
+from relif_ray.cuda_graph import GraphedStep
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
-from relif_ray.evaluation import EvalResult as EvalResult
-from relif_ray.evaluation import SplitCollector
+from relif_ray.evaluation import EvalResult, SplitCollector
 from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
@@ -131,6 +130,23 @@ def build_lr_scheduler(
     return None
 
 
+def eager_reason(run: TrainingRun) -> str | None:
+    """Why `run`'s steps stay eager under `train.cuda_graph: auto` (None: they are captured as
+    one CUDA graph, `relif_ray.cuda_graph`); `off` is always eager. The engine decides."""
+    train = run.config.train
+    if train.cuda_graph == "off":
+        return "train.cuda_graph is off"
+    if run.device.type != "cuda":
+        return "a CUDA graph needs a CUDA device"
+    if not run.method.capturable:
+        return f"method {run.method.name} {run.method.eager_reason}"
+    if not (train.data_on_device and isinstance(run.train_split, TensorSplit)):
+        return "its batches come from the host (train.data_on_device is false)"
+    if train.compile:
+        return "train.compile is on (torch.compile makes its own graphs)"
+    return None
+
+
 class TrainingRun:
     """Model + method (+ ReLiF) + optimiser for one config; `train_epoch` and `evaluate`."""
 
@@ -165,7 +181,7 @@ class TrainingRun:
         self.train_split = self.split("train")
         self.eager_reason = eager_reason(self)
         self.optimizer = self._build_optimizer(graph=self.eager_reason is None)
-        self.graphed = GraphedStep(self) if self.eager_reason is None else None
+        self.graphed = self.graphed_step() if self.eager_reason is None else None
         if (
             self.device.type == "cuda"
             and config.train.cuda_graph == "auto"
@@ -287,7 +303,7 @@ class TrainingRun:
 
     def _train_step(self) -> None:
         if self.graphed is not None:
-            self.graphed.step(self._train_index())
+            self.graphed.step(self._train_index(), self.step)
         else:
             self._eager_step()
         self.step += 1
@@ -295,6 +311,17 @@ class TrainingRun:
             self.method.end_epoch()
             if self.lr_scheduler is not None:
                 self.lr_scheduler.step()
+
+    def graphed_step(self, capture: bool = True) -> GraphedStep:
+        """This run's training step as a `GraphedStep` (capture=False: the same static-buffer
+        step without the graph, which the CPU tests compare with the eager step)."""
+        return GraphedStep(
+            lambda index: self._update(self._to_device(self.train_split.batch(index))),
+            self.optimizer,
+            self.config.train.batch_size,
+            self.device,
+            capture,
+        )
 
     def _eager_step(self) -> None:
         batch = self._train_batch()

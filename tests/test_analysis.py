@@ -1,7 +1,7 @@
 """analysis.load, the shared audit interface (squash), experiment audits and delta_ref.
 
-Experiments are GENERATED trial output folders (`tests.synthetic_experiment`, written with
-`relif_ray.experiment.outputs.write_trial_outputs`). The helpers at the top recompute
+Experiments are GENERATED trial output folders (`relif_ray.testing.synthetic_experiment`,
+written with `relif_ray.experiment.outputs.write_trial_outputs`). The helpers at the top recompute
 everything directly from those files with numpy and `relif_ray.audit` only; the tests compare
 `analysis` to them.
 """
@@ -19,7 +19,7 @@ import pytest
 
 import analysis
 from analysis import delta as delta_options
-from analysis.audit_scores import audit_scores, needs_squash, squash_quantiles, squashed_tasks
+from analysis.audit_scores import audit_scores, squash_quantiles, squashed_tasks
 from analysis.experiment_audit import AuditSettings, ExperimentAudit
 from relif_ray.audit import (
     audit_gaps,
@@ -217,8 +217,8 @@ def test_squashed_tasks_are_the_tasks_without_probability_scores():
 
     raw = {task.name for task in nyuv2_tasks() if not task.score_is_probability}
     assert squashed_tasks("nyuv2") == raw == {"depth", "normal"}
-    assert needs_squash("nyuv2", "depth") and not needs_squash("nyuv2", "seg")
-    assert not needs_squash("mimic3", "mortality")
+    assert "depth" in squashed_tasks("nyuv2") and "seg" not in squashed_tasks("nyuv2")
+    assert "mortality" not in squashed_tasks("mimic3")
 
 
 def test_squash_uses_the_same_seed_erm_validation_quantiles(loaded, stored):

@@ -164,6 +164,15 @@ def test_pareto_legend_explains_the_marks_and_each_front_share(results):
     assert any(text.startswith("PCGrad+ReLiF (r*=0.2, eta=0.001) (front") for text in texts)
 
 
+def test_the_controller_figure_names_the_lambda_bounds_and_r_star(experiment):
+    variant = controller_variants(experiment)[0]
+    relif = experiment.trials.loc[experiment.trials["variant"] == variant, "config"].iloc[0]
+    relif = relif["relif"]
+    texts = {t.get_text() for t in drawn_texts(controller_figure(experiment, variant))}
+    assert f"$\\lambda$ bounds ({relif['lambda_min']:g}, {relif['lambda_max']:g})" in texts
+    assert f"target $r^\\star$ = {relif['r_star']:g}" in texts
+
+
 def test_delta_refs_are_named_in_the_legend(results):
     texts = {t.get_text() for t in drawn_texts(sensitivity_figure(results))}
     for delta in results.deltas:

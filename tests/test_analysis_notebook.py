@@ -12,8 +12,11 @@ from nbclient import NotebookClient
 
 import analysis
 from analysis.breakdown import OVERALL, by_pair
-from analysis.figures import controller_variants
+from analysis.figures import controller_grid, controller_variants
+from analysis.fronts import hypervolume_table
 from analysis.groups import GroupOptions
+from analysis.interfaces import interface_table
+from analysis.tables import CISettings
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.testing.synthetic_experiment import (
     DEMO_EXPERIMENT,
@@ -71,12 +74,19 @@ def shown(outputs: list[dict]) -> str:
     return text(outputs) + "".join(d.get("text/markdown", d.get("text/plain", "")) for d in data)
 
 
-def test_notebook_is_stored_without_outputs():
+def test_notebook_is_stored_with_the_demos_outputs():
+    """It opens with its tables and figures shown: docs/figures/make_figures.py executed every
+    code cell, top to bottom, on the demo's experiment (no banner, no error), after its last
+    edit (the outputs belong to the cells as they are: one execution per cell, in order)."""
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     assert notebook.metadata["kernelspec"]["name"] == "python3"
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    assert text(code[0].outputs).startswith("experiment: ")
+    assert text(code[0].outputs).rstrip().endswith("nyuv2-demo")
+    assert BANNER not in shown(code[0].outputs)
+    assert not any(out.get("output_type") == "error" for cell in code for out in cell.outputs)
+    assert sum(images(cell.outputs) for cell in code) >= 8  # the figures are shown
 
 
 def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypatch):
@@ -103,15 +113,26 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
     for row in front.itertuples():
         assert f"<td>{row.bias_vs_erm}</td>" in beside and f"{row.front_share:.3f}" in beside
     assert "not shown with 2 seeds" in beside and "reference" in beside
-    assert images(outputs[5]) == 1  # learning curves
-    assert images(outputs[6]) == len(controller_variants(experiment)) == 4
-    table = outputs[7][-1]["data"]["text/html"]
+    assert images(outputs[5]) == 2  # delta sensitivity and the rank shift
+    interfaces = interface_table(results, CISettings(n_boot=0)).markdown()
+    assert shown(outputs[6]) == interfaces  # the audit-interface check, cut over seeds
+    hypervolume = hypervolume_table(results).markdown()
+    assert hypervolume in shown(outputs[7])  # hypervolume, then Delta-M% with its verdict
+    delta_m = results.per_trial.groupby("variant", sort=False)["delta_m"].mean()
+    assert all(f"{value:.6f}" in outputs[7][-1]["data"]["text/html"] for value in delta_m)
+    assert images(outputs[8]) == 1  # controller sensitivity heatmaps over (r*, eta)
+    grid = controller_grid(results)
+    assert set(grid.index.get_level_values("label")) == {"relif", "pcgrad+relif"}
+    assert len(grid) == 4 and (grid["n_seeds"] == 2).all()
+    assert images(outputs[9]) == 1  # learning curves
+    assert images(outputs[10]) == len(controller_variants(experiment)) == 4
+    table = outputs[11][-1]["data"]["text/html"]
     pairs = by_pair(results)
     assert all(f"<th>{pair}</th>" in table for pair in pairs.index)
     assert f"{pairs.loc[OVERALL].iloc[0]:.6f}" in table
-    assert images(outputs[8]) == 1  # Bias per task pair
-    assert images(outputs[9]) == 1  # score distributions
-    assert shown(outputs[10]) == "Group fairness skipped: nyuv2: no patient attributes to audit."
+    assert images(outputs[12]) == 1  # Bias per task pair
+    assert images(outputs[13]) == 1  # score distributions
+    assert shown(outputs[14]) == "Group fairness skipped: nyuv2: no patient attributes to audit."
 
 
 def test_the_notebook_shows_the_group_tables_of_the_api(tmp_path, monkeypatch):

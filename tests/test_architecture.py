@@ -136,6 +136,20 @@ def test_the_import_graph_is_acyclic(graph):
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
 
 
+def test_the_graphed_step_knows_nothing_of_the_engine():
+    """The engine decides whether a step is graphed and gives `GraphedStep` the step to
+    replay: relif_ray/cuda_graph.py names the engine in no import, not even one for type
+    checking only."""
+    tree = ast.parse((REPO / "relif_ray" / "cuda_graph.py").read_text())
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert "relif_ray.engine" not in imported and "TrainingRun" not in ast.unparse(tree)
+
+
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     """Every name `start` imports, directly or through the library's own modules."""
     seen, todo = set(), [start]

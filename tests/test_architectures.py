@@ -401,7 +401,6 @@ def test_each_architectures_step_can_be_a_cuda_graph(
     ERM + ReLiF steps never wait for the device (nothing read back, no data-dependent shape),
     and the static-index step of the graph, run without capturing, gives the eager step's
     trace and weights bit for bit (DSelect-k's regularizer included)."""
-    from relif_ray.cuda_graph import GraphedStep
     from tests.host_sync import no_host_sync
 
     values = {"relif": {**RELIF, "squash_constants": SQUASH}}
@@ -420,7 +419,7 @@ def test_each_architectures_step_can_be_a_cuda_graph(
     eager = graph_ready()
     eager.train_steps(2)
     graphed = graph_ready()
-    graphed.graphed = GraphedStep(graphed, capture=False)
+    graphed.graphed = graphed.graphed_step(capture=False)
     graphed.train_steps(2)
     assert without_nan(graphed.trace) == without_nan(eager.trace)
     for ours, theirs in zip(graphed.model.parameters(), eager.model.parameters(), strict=True):

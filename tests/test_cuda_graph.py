@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.cuda_graph import CAPTURE_WARMUP_STEPS, GraphedStep, eager_reason
+from relif_ray.cuda_graph import CAPTURE_WARMUP_STEPS
 from relif_ray.data.splits import TensorSplit
-from relif_ray.engine import TrainingRun, build_lr_scheduler
+from relif_ray.engine import TrainingRun, build_lr_scheduler, eager_reason
 from relif_ray.methods import METHODS, MTLMethod
 from relif_ray.methods.registry import missing_requirements
 from relif_ray.testing.runs import largest_relative_difference
@@ -139,11 +139,11 @@ def test_the_graphed_steps_plumbing_gives_the_eager_numbers_on_the_cpu(nyuv2_dir
     eager = graph_ready_run(dense_values(nyuv2_dir, method))
     eager.train_steps(10)
     graphed = graph_ready_run(dense_values(nyuv2_dir, method))
-    graphed.graphed = GraphedStep(graphed, capture=False)
+    graphed.graphed = graphed.graphed_step(capture=False)
     graphed.train_steps(4)
     state = graphed.state_dict()
     resumed = graph_ready_run(dense_values(nyuv2_dir, method))
-    resumed.graphed = GraphedStep(resumed, capture=False)
+    resumed.graphed = resumed.graphed_step(capture=False)
     resumed.load_state_dict(state)
     resumed.train_steps(6)
     assert [row["lr"] for row in eager.trace][::4] == pytest.approx([1e-3, 5e-4, 2.5e-4])
@@ -156,9 +156,9 @@ def test_the_graphed_steps_plumbing_gives_the_eager_numbers_on_the_cpu(nyuv2_dir
 
 def test_the_trace_buffer_grows_and_is_read_once_per_call(nyuv2_dir) -> None:
     run = graph_ready_run(dense_values(nyuv2_dir))
-    run.graphed = GraphedStep(run, capture=False)
+    run.graphed = run.graphed_step(capture=False)
     for _ in range(3):
-        run.graphed.step(run._train_index())
+        run.graphed.step(run._train_index(), run.step)
         run.step += 1
     assert run.graphed.filled == 3 and run.graphed.buffer.shape[0] >= 3
     rows = run.graphed.take_rows()

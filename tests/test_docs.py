@@ -45,6 +45,7 @@ OTHER_TOOLS_FLAGS = {
     "--optim": "LibMTL's examples/nyu/train_nyu.py",
     "--aug": "LibMTL's examples/nyu/train_nyu.py",
     "--arch": "LibMTL's LibMTL/config.py",
+    "--index-url": "pip install",
 }
 """Flags of other tools that the docs name in prose, with the tool."""
 

@@ -1,6 +1,6 @@
 """Evaluation on the device (`relif_ray.evaluation`): the same numbers as the host path it
-replaced (`tests/host_evaluation.py`) on the same model, no host synchronisation inside its
-loop, and its split held on the device under the train split's rule."""
+replaced (`relif_ray.testing.host_evaluation`) on the same model, no host synchronisation
+inside its loop, and its split held on the device under the train split's rule."""
 
 from __future__ import annotations
 

@@ -19,8 +19,14 @@ IMAGE_REPOSITORY = "/workspace/relif-ray"
 """Where the manifest's image holds this repository (its pods' working directory)."""
 
 
+def documents() -> list[dict]:
+    return list(yaml.safe_load_all(MANIFEST.read_text()))
+
+
 def manifest() -> dict:
-    return yaml.safe_load(MANIFEST.read_text())
+    """The RayJob (after the claims it mounts)."""
+    (job,) = [document for document in documents() if document["kind"] == "RayJob"]
+    return job
 
 
 def entrypoint_argv() -> list[str]:
@@ -67,11 +73,7 @@ def test_the_entrypoint_passes_the_sweeps_own_checks(tmp_path):
     and the preflight's model included), with the pod paths mapped to this checkout and a
     temporary folder, and random weights for the ImageNet ones (tests download nothing)."""
     argv = entrypoint_argv()
-    local = {
-        "/data/nyuv2": str(tmp_path),
-        "/results": str(tmp_path / "results"),
-        f"{IMAGE_REPOSITORY}/configs/nyuv2-libmtl.yaml": str(REPO / "configs/nyuv2-libmtl.yaml"),
-    }
+    local = {"/data/nyuv2": str(tmp_path), "/results": str(tmp_path / "results")}
     argv = [local.get(word, word) for word in argv] + ["--pretrained", "none"]
     request = sweep_request(argv, None, tuple(DATASETS), None)
     assert request.name == "nyuv2-table1"
@@ -92,5 +94,35 @@ def test_the_cluster_has_the_gpus_and_the_paths_the_entrypoint_names():
         mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
         assert {values["--data-dir"], values["--storage"]} <= mounts
         assert container["workingDir"] == IMAGE_REPOSITORY
-        assert values["--config"].startswith(IMAGE_REPOSITORY + "/")
-    assert (REPO / values["--config"].removeprefix(IMAGE_REPOSITORY + "/")).is_file()
+    assert "--config" not in values  # the paper's Table 1 grid, as the README's 8-GPU command
+
+
+def test_the_claims_are_defined_with_their_access_modes_and_mounted_as_such():
+    """The data claim is read by every pod (ReadOnlyMany, mounted read-only), the results
+    claim written by every pod (ReadWriteMany); both are defined in the file itself."""
+    claims = {
+        document["metadata"]["name"]: document["spec"]["accessModes"]
+        for document in documents()
+        if document["kind"] == "PersistentVolumeClaim"
+    }
+    assert claims == {"nyuv2-data": ["ReadOnlyMany"], "relif-results": ["ReadWriteMany"]}
+    for pod, _ in pod_groups():
+        volumes = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"]}
+        assert volumes["nyuv2"] == {"claimName": "nyuv2-data", "readOnly": True}
+        assert volumes["results"] == {"claimName": "relif-results"}
+
+
+def test_the_image_is_pinned_and_built_on_rays_image_of_the_clusters_version():
+    """Every pod runs one pinned tag (never :latest); docs/examples/Dockerfile builds it on
+    Ray's own image at the cluster's rayVersion, which has the bash and wget of KubeRay's
+    probes; the head advertises no CPUs, so that trials run on the workers."""
+    cluster = manifest()["spec"]["rayClusterSpec"]
+    images = {container["image"] for pod, _ in pod_groups() for container in pod["containers"]}
+    (image,) = images
+    tag = image.rsplit(":", 1)[1]
+    assert tag != "latest" and tag.endswith(f"ray{cluster['rayVersion']}")
+    dockerfile = (REPO / "docs" / "examples" / "Dockerfile").read_text()
+    (base,) = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
+    assert base.startswith(f"rayproject/ray:{cluster['rayVersion']}-")
+    assert f"-t {image}" in dockerfile  # its build command makes the manifest's tag
+    assert cluster["headGroupSpec"]["rayStartParams"] == {"num-cpus": "0"}

@@ -630,7 +630,7 @@ def test_uncertainty_is_stationary_at_log_of_the_loss_and_agrees_with_torchjd_uw
     values = torch.stack([losses[t] for t in TASKS])
     with torch.no_grad():
         method.log_variances.copy_(values.log())
-    objective, _ = method.objective(losses)
+    objective, _ = method.weighted_loss(values)
     (grad,) = torch.autograd.grad(objective, method.log_variances, retain_graph=True)
     torch.testing.assert_close(grad, torch.zeros(3), atol=1e-6, rtol=0)
 
@@ -638,7 +638,7 @@ def test_uncertainty_is_stationary_at_log_of_the_loss_and_agrees_with_torchjd_uw
     with torch.no_grad():
         reference.log_var.copy_(torch.tensor([0.3, -1.0, 0.0]))
         method.log_variances.copy_(reference.log_var)
-    torch.testing.assert_close(method.objective(losses)[0], reference(values))
+    torch.testing.assert_close(method.weighted_loss(values)[0], reference(values))
 
 
 def test_uncertainty_log_variances_are_parameters_initialised_from_the_option():

@@ -59,16 +59,15 @@ def test_the_first_claim_states_the_verdicts_with_their_seeds():
     (docs/figures/demo.json, from the demo report's paired.csv), and the fidelity experiment's
     verdicts with its seeds (docs/figures/fidelity.json, its --json output), each recomputed
     here from the per-seed values with `analysis.verdicts`."""
-    first_screen = " ".join(README.read_text().split("## Quickstart", 1)[0].split())
+    first_screen = " ".join(README.read_text().split("## Status", 1)[0].split())
     relif = json.loads((FIGURES / "demo.json").read_text())["verdicts"]["relif"]
     bias = relif["bias"]
     ratios = [bias["per_seed"][seed] for seed in sorted(bias["per_seed"])]
     recomputed = compare_ratios(np.array(ratios), VerdictSettings())
     assert recomputed.verdict == bias["verdict"] and recomputed.n == bias["n_seeds"]
     per_seed = " and ".join(f"{ratio:.2f}x" for ratio in ratios)
-    assert (
-        f"ReLiF a fixed-delta Bias of {per_seed} ERM's on its {len(ratios)} seeds" in first_screen
-    )
+    claim = f"ReLiF's fixed-delta Bias is {per_seed} ERM's on the demo's {len(ratios)} seeds"
+    assert claim in first_screen
     if bias["verdict"].startswith("not shown"):
         interval = f"{bias['ci_low']:.2f}x to {bias['ci_high']:.2f}x"
         shown = f"{len(ratios)} seeds cannot show the cut (95% interval over seeds {interval}"
@@ -109,3 +108,32 @@ def test_the_readme_bibtex_is_the_citation_file():
     assert fields["doi"] == paper["doi"] and fields["year"] == str(paper["year"])
     assert fields["title"].replace("$\\delta$", "delta") == paper["title"]
     assert fields["booktitle"] == paper["collection-title"]
+
+
+def test_the_first_screen_says_what_it_is_defines_its_terms_and_starts_with_the_quickstart():
+    """Within the first 45 lines: what relif-ray is and for whom, that it is an independent
+    implementation with the citation, Bias and Worst in a line each, then the Quickstart's two
+    commands before any figure, followed by where the report is and a CPU-only torch."""
+    lines = README.read_text().splitlines()
+    head = "\n".join(lines[:45])
+    flat = " ".join(head.split())
+    assert "It is for ML fairness and multi-task learning researchers" in flat
+    assert "an independent implementation (not the authors' code)" in flat
+    assert "[how to cite](#citing)" in flat
+    assert "- **Bias** (lower is better)" in head and "- **Worst** (higher is better)" in head
+    quickstart = head.index("## Quickstart")
+    block = head.index("```bash", quickstart)
+    assert "![" not in head[:block]
+    after = " ".join(head[block:].split())
+    assert "The report is `relif-results/nyuv2-demo-report/report.md`" in after
+    assert "--index-url https://download.pytorch.org/whl/cpu" in after
+
+
+def test_the_versions_agree_and_none_is_released():
+    import relif_ray
+
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    project = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert citation["version"] == project.group(1) == relif_ray.__version__
+    assert relif_ray.__version__.endswith(".dev0")  # nothing has been released
+    assert "No version has been released yet" in (REPO / "CHANGELOG.md").read_text()

@@ -1,14 +1,17 @@
-"""The README's two figures, made by the demo. Regenerate them with
+"""The README's two figures and claim, and the analysis notebook's outputs, made from the demo.
+Regenerate them with
 
     python docs/figures/make_figures.py
 
 It runs the Quickstart's demo (`sweeps/nyuv2.py --demo`: a real Ray Tune sweep of ERM and ReLiF,
 2 seeds of 240 steps, on synthetic NYUv2) and `relif report` in a temporary folder, copies the
-report's Pareto figure and ReLiF's controller figure here (pareto.png, controller.png), and
-writes demo.json: the machine, the commit, the date, the seconds the demo and its report took,
-and the numbers the README quotes: per method the mean over seeds of Bias@delta_p75 and Worst,
-and per compared method the report's verdicts over seeds against same-seed ERM of
-Bias@delta_p75 and Worst (its tables/paired.csv rows, with the per-seed values).
+report's Pareto figure and ReLiF's controller figure here (pareto.png, controller.png),
+executes the analysis notebook on the demo's experiment and stores it with its outputs (so that
+it opens with its figures shown), and writes demo.json: the machine, the commit, the date, the
+seconds the demo and its report took, and the numbers the README quotes: per method the mean
+over seeds of Bias@delta_p75 and Worst, and per compared method the report's verdicts over
+seeds against same-seed ERM of Bias@delta_p75 and Worst (its tables/paired.csv rows, with the
+per-seed values).
 tests/test_readme.py holds the README's caption and its sentence on the demo to demo.json. The
 demo takes minutes on 2 cores (docs/benchmarks.md); another CPU gives other numbers, as another
 seed would.
@@ -31,6 +34,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = Path(__file__).resolve().parent
+NOTEBOOK = REPO / "analysis" / "notebooks" / "explore_experiment.ipynb"
 SHOWN = {"pareto.png": "pareto.png", "controller.png": "controller_relif.png"}
 """README figure -> the report's figure it copies."""
 
@@ -49,13 +53,16 @@ def machine() -> str:
 
 
 def commit() -> str:
-    """The short commit of the code, marked when a file other than Markdown or this folder's
-    differs from it (text does not change the demo's numbers)."""
+    """The short commit of the code, marked when a file other than Markdown, a notebook or this
+    folder's differs from it (text and the notebook's outputs do not change the demo's
+    numbers)."""
     git = ["git", "-C", str(REPO)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     changed = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
     paths = [line[3:] for line in changed.stdout.splitlines()]
-    dirty = [path for path in paths if not (path.endswith(".md") or "docs/figures/" in path)]
+    dirty = [
+        path for path in paths if not (path.endswith((".md", ".ipynb")) or "docs/figures/" in path)
+    ]
     return head.stdout.strip() + (" with uncommitted changes" if dirty else "")
 
 
@@ -116,8 +123,28 @@ def main() -> None:
             "methods": demo_numbers(report),
             "verdicts": demo_verdicts(report),
         }
+        execute_notebook(storage / "nyuv2-demo")
     (FIGURES / "demo.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
+
+
+def execute_notebook(experiment: Path) -> None:
+    """Run analysis/notebooks/explore_experiment.ipynb top to bottom on the demo's experiment
+    (from its own folder, as Jupyter starts it) and store it with its outputs, so that it
+    opens with its tables and figures shown."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    os.environ["RELIF_EXPERIMENT"] = str(experiment)
+    for name in ("RELIF_DELTA", "RELIF_SPLIT", "RELIF_ATTRIBUTES"):
+        os.environ.pop(name, None)
+    client = NotebookClient(
+        notebook, kernel_name="python3", timeout=600,
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )  # fmt: skip
+    client.execute()
+    nbformat.write(notebook, NOTEBOOK)
 
 
 def version(package: str) -> str:

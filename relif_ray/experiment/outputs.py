@@ -36,7 +36,7 @@ from relif_ray.experiment import storage
 from relif_ray.experiment.storage import Location
 
 if TYPE_CHECKING:
-    from relif_ray.engine import EvalResult
+    from relif_ray.evaluation import EvalResult
 
 OUTPUTS_DIR = "outputs"
 TRIAL_FILE = "trial.json"

@@ -10,7 +10,7 @@ package's import (so a process started with the variable, e.g. a Ray worker, see
 import importlib
 import pkgutil
 
-from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.base import LossWeighting, MTLMethod, StepContext
 from relif_ray.methods.registry import METHODS, build_method, methods, register
 
 for _module in pkgutil.iter_modules(__path__):
@@ -18,4 +18,12 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")
 methods()
 
-__all__ = ["METHODS", "MTLMethod", "StepContext", "build_method", "methods", "register"]
+__all__ = [
+    "METHODS",
+    "LossWeighting",
+    "MTLMethod",
+    "StepContext",
+    "build_method",
+    "methods",
+    "register",
+]

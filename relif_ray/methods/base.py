@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+import torch
 from torch import Tensor, nn
 
 from relif_ray.config import GradientSource
@@ -129,3 +130,27 @@ class MTLMethod(nn.Module):
         overrides it; the property is then tested for that method.
         """
         return False
+
+
+class LossWeighting(MTLMethod):
+    """A loss-weighting method: one backward of a weighted sum of the task losses, with the
+    ReLiF term added after the weighting, never weighted. Subclasses implement
+    `weighted_loss`; a method that needs more than the losses (GradNorm's gradient norms)
+    implements `backward` itself."""
+
+    kind = LOSS_WEIGHTING
+
+    def weighted_loss(self, losses: Tensor) -> tuple[Tensor, Tensor]:
+        """The scalar to backpropagate and the (K,) task weights it used (detached), from the
+        (K,) task losses in `task_names` order."""
+        raise NotImplementedError
+
+    def backward(
+        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        losses = torch.stack([task_losses[name] for name in self.task_names])
+        total, weights = self.weighted_loss(losses)
+        if extra_loss is not None:
+            total = total + extra_loss
+        total.backward()
+        return dict(zip(self.task_names, weights, strict=True))

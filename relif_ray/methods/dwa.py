@@ -32,7 +32,7 @@ from torch import Tensor
 
 from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
-from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.base import LossWeighting
 from relif_ray.methods.registry import register
 
 
@@ -43,7 +43,7 @@ def dwa_weights(older_means: Tensor, newer_means: Tensor, temperature: float) ->
 
 
 @register
-class DWA(MTLMethod):
+class DWA(LossWeighting):
     """Dynamic Weight Average of the task losses by their per-epoch rate of descent."""
 
     name = "dwa"
@@ -75,18 +75,12 @@ class DWA(MTLMethod):
         weights = dwa_weights(self.epoch_means[0], self.epoch_means[1], self.temperature)
         return torch.where(self.epochs_done >= 2, weights, torch.ones_like(weights))
 
-    def backward(
-        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        losses = torch.stack([task_losses[name] for name in self.task_names])
+    def weighted_loss(self, losses: Tensor) -> tuple[Tensor, Tensor]:
+        """sum_k w_k L_k with this epoch's weights; the step's losses join the epoch's sums."""
         weights = self.current_weights()
-        total = (weights * losses).sum()
-        if extra_loss is not None:
-            total = total + extra_loss
-        total.backward()
         self.loss_sums.add_(losses.detach().to(self.loss_sums))
         self.steps_in_epoch.add_(1)
-        return dict(zip(self.task_names, weights, strict=True))
+        return (weights * losses).sum(), weights
 
     def end_epoch(self) -> None:
         """The epoch's mean losses become the newer of the two kept; the sums start again."""

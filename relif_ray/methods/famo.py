@@ -47,7 +47,7 @@ from torch import Tensor
 
 from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
-from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.base import LossWeighting
 from relif_ray.methods.registry import register
 
 EPS = 1e-8
@@ -64,7 +64,7 @@ def famo_logit_gradient(logits: Tensor, delta: Tensor) -> Tensor:
 
 
 @register
-class FAMO(MTLMethod):
+class FAMO(LossWeighting):
     """Loss weights from softmax logits that favour the slowest-improving log loss."""
 
     name = "famo"
@@ -95,20 +95,12 @@ class FAMO(MTLMethod):
         self.register_buffer("step_losses", torch.ones(num_tasks))
         """The losses of the current step (before the optimizer step)."""
 
-    def backward(
-        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        losses = torch.stack([task_losses[name] for name in self.task_names])
+    def weighted_loss(self, losses: Tensor) -> tuple[Tensor, Tensor]:
         shifted = losses + EPS
         z = torch.softmax(self.logits, dim=0).to(losses)
         scale = (z / shifted).sum().detach()
-        total = (z * shifted.log()).sum() / scale
-        if extra_loss is not None:
-            total = total + extra_loss
-        total.backward()
         self.step_losses.copy_(losses.detach())
-        weights = (z / (scale * shifted)).detach()
-        return dict(zip(self.task_names, weights, strict=True))
+        return (z * shifted.log()).sum() / scale, (z / (scale * shifted)).detach()
 
     def after_step(self, batch_losses: Callable[[], dict[str, Tensor]]) -> None:
         """One Adam step of the logits on delta = log L(theta_t) - log L(theta_{t+1})."""

@@ -23,12 +23,12 @@ import torch
 from torch import Tensor
 
 from relif_ray.config import GradientSource
-from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.base import LossWeighting
 from relif_ray.methods.registry import register
 
 
 @register
-class RLW(MTLMethod):
+class RLW(LossWeighting):
     """Random task weights softmax(z), z ~ N(0, I), drawn every step from a seeded generator."""
 
     name = "rlw"
@@ -45,16 +45,9 @@ class RLW(MTLMethod):
         """softmax(z) for a fresh z ~ N(0, I_K) from the method's generator (CPU)."""
         return torch.softmax(torch.randn(len(self.task_names), generator=self.generator), dim=0)
 
-    def backward(
-        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        losses = torch.stack([task_losses[name] for name in self.task_names])
+    def weighted_loss(self, losses: Tensor) -> tuple[Tensor, Tensor]:
         weights = self.draw_weights().to(losses)
-        total = (weights * losses).sum()
-        if extra_loss is not None:
-            total = total + extra_loss
-        total.backward()
-        return dict(zip(self.task_names, weights.detach(), strict=True))
+        return (weights * losses).sum(), weights.detach()
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

@@ -1,4 +1,4 @@
-"""TorchJD's weightings as methods of this project: one adapter, one registry line each.
+"""TorchJD's weightings as methods of this project: one adapter, one small named class each.
 
 TorchJD (Quinton & Rey, "Jacobian Descent for Multi-Objective Optimization", 2024; the
 `torchjd` package, pinned to 0.18 by the `mtl` install extra) splits every aggregator of the
@@ -11,7 +11,7 @@ aggregation are `GradientAggregator`'s (see `relif_ray.methods.gradients`; cost:
 passes, +1 for the ReLiF term). TorchJD's own `mtl_backward` + `jac_to_grad` gives the same
 parameter gradients (tested for every line below).
 
-A new Gramian weighting is one `torchjd_method(...)` line: its config name, the TorchJD class,
+A new Gramian weighting is one small registered class: its config name, the TorchJD class,
 its citation, its options with their defaults (the keyword arguments of the TorchJD class,
 settable as `method.options`), the modules it needs and the gradient sources it offers. Our
 conventions on the options:
@@ -84,6 +84,8 @@ class TorchJDWeighting(GradientAggregator):
 
     torchjd_class: ClassVar[str]
     defaults: ClassVar[dict[str, Any]]
+    requires: ClassVar[tuple[str, ...]] = ("torchjd",)
+    eager_reason = "computes TorchJD's weighting from the Gramian on the host each step"
     projector: ClassVar[bool] = False
     """Whether `norm_eps`/`reg_eps` are the options of TorchJD's dual-cone projector."""
     non_conflicting: ClassVar[bool] = False
@@ -188,61 +190,90 @@ class TorchJDJacobianWeighting(TorchJDWeighting):
             weighting._init_optim_problem()
 
 
-def torchjd_method(
-    name: str,
-    torchjd_class: str,
-    citation: str,
-    defaults: dict[str, Any],
-    requires: tuple[str, ...] = ("torchjd",),
-    gradient_sources: tuple[GradientSource, ...] = ("parameters",),
-    adapter: type[TorchJDWeighting] = TorchJDWeighting,
-    projector: bool = False,
-    non_conflicting: bool = False,
-) -> type[TorchJDWeighting]:
-    """Register the TorchJD weighting `torchjd_class` as the method `name` (one line each)."""
-    attributes = {
-        "name": name,
-        "torchjd_class": torchjd_class,
-        "citation": citation,
-        "eager_reason": "computes TorchJD's weighting from the Gramian on the host each step",
-        "defaults": defaults,
-        "requires": requires,
-        "gradient_sources": gradient_sources,
-        "projector": projector,
-        "non_conflicting": non_conflicting,
-        "__module__": __name__,
-        "__doc__": f"TorchJD's {torchjd_class} ({citation}); see the module docstring.",
-    }
-    return register(type(f"TorchJD_{name}", (adapter,), attributes))
-
-
 DUAL_CONE = {"pref_vector": None, "norm_eps": 1e-4, "reg_eps": 1e-4}
-BOTH = ("parameters", "representation")
+BOTH: tuple[GradientSource, ...] = ("parameters", "representation")
 
-torchjd_method(
-    "upgrad", "UPGradWeighting", "Quinton & Rey, 2024 (UPGrad)", DUAL_CONE, QUADPROG,
-    projector=True, non_conflicting=True,
-)  # fmt: skip
-torchjd_method(
-    "mgda", "MGDAWeighting", "Sener & Koltun, NeurIPS 2018 (Frank-Wolfe, Algorithm 2)",
-    {"epsilon": 0.001, "max_iters": 100}, gradient_sources=BOTH,
-)  # fmt: skip
-torchjd_method(
-    "cagrad", "CAGradWeighting", "Liu et al., NeurIPS 2021", {"c": 0.4, "norm_eps": 1e-4}, CLARABEL
-)
-torchjd_method(
-    "imtlg", "IMTLGWeighting", "Liu et al., ICLR 2021 (IMTL-G)", {}, gradient_sources=BOTH
-)
-torchjd_method(
-    "alignedmtl", "AlignedMTLWeighting", "Senushkin et al., CVPR 2023",
-    {"pref_vector": None, "scale_mode": "min"}, gradient_sources=BOTH,
-)  # fmt: skip
-torchjd_method(
-    "dualproj", "DualProjWeighting", "Lopez-Paz & Ranzato, NeurIPS 2017 (GEM Eq. 11)",
-    DUAL_CONE, QUADPROG, projector=True,
-)  # fmt: skip
-torchjd_method(
-    "nashmtl", "NashMTL", "Navon et al., ICML 2022",
-    {"max_norm": 1.0, "update_weights_every": 1, "optim_niter": 20}, ECOS,
-    adapter=TorchJDJacobianWeighting,
-)  # fmt: skip
+
+@register
+class UPGrad(TorchJDWeighting):
+    """TorchJD's UPGradWeighting: the mean of the task gradients projected onto the dual cone
+    of all of them; never conflicts with a task."""
+
+    name = "upgrad"
+    torchjd_class = "UPGradWeighting"
+    citation = "Quinton & Rey, 2024 (UPGrad)"
+    defaults = DUAL_CONE
+    requires = QUADPROG
+    projector = True
+    non_conflicting = True
+
+
+@register
+class MGDA(TorchJDWeighting):
+    """TorchJD's MGDAWeighting: the min-norm point of the task gradients' convex hull."""
+
+    name = "mgda"
+    torchjd_class = "MGDAWeighting"
+    citation = "Sener & Koltun, NeurIPS 2018 (Frank-Wolfe, Algorithm 2)"
+    defaults = {"epsilon": 0.001, "max_iters": 100}
+    gradient_sources = BOTH
+
+
+@register
+class CAGrad(TorchJDWeighting):
+    """TorchJD's CAGradWeighting: the best worst-case improvement within a ball of radius c
+    times the mean gradient's norm (`c` 0.4, the CAGrad authors' later default)."""
+
+    name = "cagrad"
+    torchjd_class = "CAGradWeighting"
+    citation = "Liu et al., NeurIPS 2021"
+    defaults = {"c": 0.4, "norm_eps": 1e-4}
+    requires = CLARABEL
+
+
+@register
+class IMTLG(TorchJDWeighting):
+    """TorchJD's IMTLGWeighting: the update with equal projections on every task gradient."""
+
+    name = "imtlg"
+    torchjd_class = "IMTLGWeighting"
+    citation = "Liu et al., ICLR 2021 (IMTL-G)"
+    defaults: ClassVar[dict[str, Any]] = {}
+    gradient_sources = BOTH
+
+
+@register
+class AlignedMTL(TorchJDWeighting):
+    """TorchJD's AlignedMTLWeighting: the task gradients aligned by the Gramian's condition
+    number."""
+
+    name = "alignedmtl"
+    torchjd_class = "AlignedMTLWeighting"
+    citation = "Senushkin et al., CVPR 2023"
+    defaults = {"pref_vector": None, "scale_mode": "min"}
+    gradient_sources = BOTH
+
+
+@register
+class DualProj(TorchJDWeighting):
+    """TorchJD's DualProjWeighting: the mean gradient projected onto the task gradients' dual
+    cone (GEM's Eq. 11)."""
+
+    name = "dualproj"
+    torchjd_class = "DualProjWeighting"
+    citation = "Lopez-Paz & Ranzato, NeurIPS 2017 (GEM Eq. 11)"
+    defaults = DUAL_CONE
+    requires = QUADPROG
+    projector = True
+
+
+@register
+class NashMTL(TorchJDJacobianWeighting):
+    """TorchJD's NashMTL aggregator: the Nash bargaining solution of the task gradients,
+    recomputed every `update_weights_every` steps (its state is checkpointed)."""
+
+    name = "nashmtl"
+    torchjd_class = "NashMTL"
+    citation = "Navon et al., ICML 2022"
+    defaults = {"max_norm": 1.0, "update_weights_every": 1, "optim_niter": 20}
+    requires = ECOS

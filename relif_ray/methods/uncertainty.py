@@ -29,12 +29,12 @@ from torch import Tensor, nn
 
 from relif_ray.config import GradientSource
 from relif_ray.errors import UserError
-from relif_ray.methods.base import MTLMethod, StepContext
+from relif_ray.methods.base import LossWeighting
 from relif_ray.methods.registry import register
 
 
 @register
-class Uncertainty(MTLMethod):
+class Uncertainty(LossWeighting):
     """Homoscedastic-uncertainty task weighting with learned log-variances."""
 
     name = "uncertainty"
@@ -55,17 +55,7 @@ class Uncertainty(MTLMethod):
             )
         self.log_variances = nn.Parameter(torch.full((len(task_names),), float(init_log_variance)))
 
-    def objective(self, task_losses: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    def weighted_loss(self, losses: Tensor) -> tuple[Tensor, Tensor]:
         """L = sum_k 0.5 exp(-s_k) L_k + 0.5 s_k (the module docstring's), and the weights."""
-        losses = torch.stack([task_losses[name] for name in self.task_names])
         weights = 0.5 * torch.exp(-self.log_variances)
         return (weights * losses + 0.5 * self.log_variances).sum(), weights.detach()
-
-    def backward(
-        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        loss, weights = self.objective(task_losses)
-        if extra_loss is not None:
-            loss = loss + extra_loss
-        loss.backward()
-        return dict(zip(self.task_names, weights, strict=True))
