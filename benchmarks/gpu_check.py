@@ -34,8 +34,7 @@ from harness import OUT_OF_TIME, REPO, Context, Record, Row, markdown
 from run import BY_NAME, SUITES, Suite
 
 BUDGET_S = 540.0  # The whole check on one GPU: 9 minutes.
-KILL_GRACE_S = 30.0
-"""A suite's process gets this long past its deadline to end its own commands first."""
+KILL_GRACE_S = 30.0  # a suite's process gets this long past its deadline to end its commands
 CHECKED = tuple(suite for suite in SUITES if suite.gpu[0])
 LOG_FILE = "gpu_check.log"
 

@@ -8,6 +8,7 @@ trial `sweeps/nyuv2.py --num-gpus 8` runs, with and without the fast path) and `
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -121,8 +122,8 @@ def numeric_rows(ctx: Context) -> None:
     def trained(mode: str, state: dict | None, steps: int) -> TrainingRun:
         train = {**config["train"], "cuda_graph": mode}
         run = TrainingRun(ExperimentConfig.from_dict({**config, "train": train}))
-        if state is not None:
-            run.load_state_dict(state)
+        if state is not None:  # a copy: loading keeps the optimiser's tensors, training moves them
+            run.load_state_dict(copy.deepcopy(state))
         run.train_steps(steps)
         return run
 
