@@ -1,20 +1,12 @@
 """Where a command's CPU time goes, by kind of process (Linux; reads /proc).
 
     python benchmarks/cpu_by_process.py -- .venv/bin/python -m pytest -q
-    python benchmarks/cpu_by_process.py -- .venv/bin/python sweeps/nyuv2.py --demo
 
-Runs the command and samples every process of the machine every `--interval` seconds. A
-process started after the command did is charged to a kind read from its command line: Ray's
-trial and idle workers, Ray's own services (GCS, raylet, dashboard, monitors, agents), our
-command-line drivers (sweeps/, benchmarks/, `relif`), pytest and its workers, and other. A
-process's CPU time is its user + system time at its last sample, so a process that lived
-shorter than one interval is missed and the last interval of each is lost: the table is a lower
-bound, to compare kinds, not to add up to the second. The machine-wide busy time of the same
-run is printed beside it. Ray renames a worker when it takes an actor (`ray::IDLE` becomes
-`ray::ReLiFTrainable...`), so a worker counts under the last name it had.
-
-Measured on the test suite and the demo: docs/benchmarks.md, "Where the test suite's and the
-demo's time goes".
+Samples every process every `--interval` seconds; one started after the command is charged to a
+kind read from its command line (Ray's trial and idle workers, its services, our drivers, pytest
+and its workers, other) with its user + system time at its last sample: a lower bound, to
+compare kinds, not to add up to the second. Ray renames a worker that takes an actor, so a
+worker counts under the last name it had.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ DRIVERS = ("sweeps/", "benchmarks/", "relif_ray.cli", "bin/relif")
 
 @dataclass
 class ProcessSample:
-    started: int
-    """Start time in clock ticks since boot: with the pid, it names one process."""
+    started: int  # Start time in clock ticks since boot: with the pid, it names one process.
     cpu_ticks: int
     command: str
 

@@ -1,19 +1,13 @@
 """Build `.whl/`: the wheels a bare GPU machine with no network needs for `gpu_check.py`.
 
-The lent GPU machine (see `benchmarks/gpu_check.sh`) has Python 3.12 with torch, torchvision,
-pandas, pyarrow, numpy, scipy, matplotlib, jinja2, pyyaml, pytest and most of Ray's own
-requirements (click, filelock, msgpack, protobuf, requests, fsspec, attrs), but not Ray, Optuna,
-tensorboardX, TorchJD and its solvers or LibMTL, and it cannot reach a package index. Only the
-repository's working tree travels there (64 MiB in all, carried paths included), so this
-script, run on a machine that reaches the index, downloads the missing wheels for CPython 3.12
-on manylinux x86_64 into `.whl/` (ignored by git; carry it), one pinned version each (`WHEELS`,
-the versions of the tested development environment), without their dependencies (each one
-needed is listed). The `mtl` extra's wheels add about 7 MB (cvxpy without its other solvers:
-SCS alone is 43 MB).
-
-Ray's wheel is 79 MB, mostly the Java runtime (`ray/jars`, 31 MB compressed) and libraries a
-Tune sweep never imports; `slim_wheel` repacks it without `RAY_UNUSED` and with a RECORD that
-matches its files, so it stays a valid wheel (about 40 MB).
+The lent GPU machine (`benchmarks/gpu_check.sh`) has Python 3.12 with torch and most of the
+scientific stack and of Ray's own requirements, but not Ray, Optuna, tensorboardX, TorchJD and
+its solvers or LibMTL, and it reaches no package index; only the working tree travels there (64
+MiB in all). This script, run where the index is reachable, downloads the missing wheels for
+CPython on manylinux x86_64 (`WHEELS`: one pinned version each, the tested ones, without their
+dependencies) into `.whl/` (ignored by git; carry it). Ray's 79 MB wheel is mostly libraries a
+Tune sweep never imports: `slim_wheel` repacks it without `RAY_UNUSED`, with a RECORD that
+matches (about 40 MB).
 
     python benchmarks/gpu_bundle.py                      # .whl/ for the GPU machine
     python benchmarks/gpu_bundle.py --python-version 3.11 --out /tmp/whl311   # same set, 3.11
@@ -61,18 +55,12 @@ WHEELS = {
     "cvxpy==1.9.3": "torchjd: Nash-MTL (mtl extra; its solvers other than ECOS are left out)",
     "ecos==2.0.14": "cvxpy: the solver Nash-MTL asks for",
     "qdldl==0.1.9.post1": "cvxpy imports it",
-    "LibMTL==1.1.5": "benchmarks/methods_step_time.py: the LibMTL rows of DWA and RLW",
+    "LibMTL==1.1.5": "the methods suite: the LibMTL rows of DWA and RLW",
 }
 """name==version: why it is needed. The GPU machine has the rest (KINDS.md's package list)."""
-RAY_UNUSED = (
-    "ray/jars/",  # the Java worker runtime
-    "ray/dashboard/client/",  # the dashboard's web UI (sweeps run without the dashboard)
-    "ray/rllib/",
-    "ray/serve/",
-    "ray/llm/",
-)
-"""Parts of the Ray wheel that a Tune sweep never imports (checked by running a sweep on the
-slim wheel: `tests/test_gpu_check.py` documents how)."""
+RAY_UNUSED = ("ray/jars/", "ray/dashboard/client/", "ray/rllib/", "ray/serve/", "ray/llm/")
+"""Parts of the Ray wheel that a Tune sweep never imports (a sweep ran on the slim wheel): the
+Java worker runtime, the dashboard's web client (sweeps run without it), RLlib, Serve, LLM."""
 
 
 def download(requirement: str, out: Path, python_version: str) -> Path:

@@ -2,10 +2,10 @@
 # The GPU check on a lent GPU machine with no network: install the wheels carried in .whl/
 # (built here by `python benchmarks/gpu_bundle.py`) into /tmp/site, then run gpu_check.py.
 #
-#   bash benchmarks/gpu_check.sh OUT [gpu_check.py flags, e.g. --only compile realsize]
+#   bash benchmarks/gpu_check.sh OUT [gpu_check.py flags, e.g. --only compile cuda]
 #
 # Writes OUT/gpu_check.json, .md, .log (+ report_bf16.md, report_fp32.md); exit status of
-# gpu_check.py (0: every section done and no row FAILed), 3 if the wheels did not install.
+# gpu_check.py (0: every suite done and no row FAILed), 3 if the wheels did not install.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/gpu_check.sh OUT [gpu_check.py flags]}

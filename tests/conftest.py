@@ -159,7 +159,7 @@ def s3_server(tmp_path_factory) -> dict:
     import pyarrow.fs as pafs
     from moto.server import ThreadedMotoServer
 
-    from tests.synthetic_experiment import write_synthetic_experiment
+    from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -23,8 +23,8 @@ files in its own commit and says why (a few minutes):
     .venv/bin/python -m tests.pinned --write
 
 (ReLiF trials on NYUv2 use the paper's squash, with the pinned ERM run's validation q10/q90.)
-`drift` and `exceeded` also compare a run on another device with the pins (benchmarks/ on a
-GPU); `compute(workdir, device="cuda")` runs the pinned trials there.
+`drift` and `exceeded` also compare a run on another device with the pins; the GPU check runs
+the pinned trials there with `python -m tests.pinned --compute OUT WORKDIR --device cuda`.
 """
 
 from __future__ import annotations
@@ -329,12 +329,14 @@ def _cpu_name() -> str:
     return names[0] if names else platform.processor() or "unknown CPU"
 
 
-USAGE = "usage: python -m tests.pinned --write | --measure-drift"
+USAGE = "usage: python -m tests.pinned --write | --measure-drift | --compute OUT DIR [--device D]"
 
 
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["--compute"] and len(argv) >= 3:
-        numbers = compute(Path(argv[2]), keys=argv[3:] or None)
+    if argv[:1] == ["--compute"] and len(argv) >= 3:  # OUT WORKDIR [--device D] [KEYS]
+        device = argv.pop(argv.index("--device") + 1) if "--device" in argv else "cpu"
+        keys = [key for key in argv[3:] if key != "--device"]
+        numbers = compute(Path(argv[2]), device, keys or None)
         Path(argv[1]).write_text(json.dumps(numbers))
         return
     if argv not in (["--write"], ["--measure-drift"]):

@@ -1,7 +1,7 @@
 """analysis.load, the shared audit interface (squash), experiment audits and delta_ref.
 
-Experiments are GENERATED trial output folders (`tests.synthetic_experiment`, written with
-`relif_ray.experiment.outputs.write_trial_outputs`). The helpers at the top recompute
+Experiments are GENERATED trial output folders (`relif_ray.testing.synthetic_experiment`,
+written with `relif_ray.experiment.outputs.write_trial_outputs`). The helpers at the top recompute
 everything directly from those files with numpy and `relif_ray.audit` only; the tests compare
 `analysis` to them.
 """
@@ -30,7 +30,7 @@ from relif_ray.audit import (
     validate_scores,
 )
 from relif_ray.errors import UserError
-from tests.synthetic_experiment import rewrite_output, write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import rewrite_output, write_synthetic_experiment
 
 SETTINGS = AuditSettings(pool_size=16, pairs=256, pair_seed=42, eval_seed=0)
 """Pools smaller than the 30 examples per task, so the pool draw is exercised."""
@@ -375,20 +375,3 @@ def test_python_delta_values():
     assert delta_options.as_spec(0.3) == delta_options.fixed("0.3")
     assert delta_options.as_spec("erm:p75").kind == "quantile"
     assert delta_options.as_spec("erm:0.1").kind == "conformal"
-
-
-def test_load_benchmark_measures_a_generated_experiment(tmp_path):
-    """benchmarks/analysis_load.py generates trials in the output format and times them."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "analysis_load.py"
-    spec = importlib.util.spec_from_file_location("analysis_load", path)
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
-    root = tmp_path / "bench"
-    assert benchmark.generate(root, trials=5, examples=12) > 0
-    assert benchmark.generate(root, trials=5, examples=12) == 0.0  # reused
-    result = benchmark.measure(root, induced=True)
-    assert result["trials"] == 5
-    assert result["total_s"] == pytest.approx(result["load_s"] + result["audit_s"])
-    assert set(result) == {"trials", "load_s", "audit_s", "total_s", "induced_s"}

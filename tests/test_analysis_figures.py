@@ -29,7 +29,7 @@ from analysis.figures import (
 from analysis.render import display_text
 from analysis.tables import CISettings, shift_table
 from relif_ray.audit import fixed_delta_audit
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
 
 

@@ -18,7 +18,7 @@ from analysis.groups import GroupOptions
 from analysis.interfaces import interface_table
 from analysis.tables import CISettings
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
-from tests.synthetic_experiment import (
+from relif_ray.testing.synthetic_experiment import (
     DEMO_EXPERIMENT,
     example_experiment,
     write_synthetic_experiment,

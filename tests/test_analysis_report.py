@@ -37,7 +37,7 @@ from analysis.tables import (
 from relif_ray.audit import fixed_delta_audit, induced_thresholds
 from relif_ray.cli import main
 from relif_ray.sweep.selection import non_dominated
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials
 
 NO_CI = CISettings(n_boot=0)

@@ -15,7 +15,7 @@ import analysis
 from analysis.render import display_text
 from relif_ray.cli import main as relif_main
 from relif_ray.sweep.labels import display_name
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

@@ -1,7 +1,7 @@
 """Every architecture against LibMTL 1.1.5's architecture of the same name, executed.
 
 LibMTL's architecture is built on our model's own encoders (its `encoder_class` hands out our
-encoders and experts in the order it calls it: `benchmarks/libmtl_reference.py`), so the two
+encoders and experts in the order it calls it: `relif_ray.testing.libmtl_reference`), so the two
 share those weights, and the parameters LibMTL creates itself (MTAN's attention, the gates,
 the cross-stitch units, DSelect-k's logits) get our values. With identity decoders LibMTL's
 forward returns each task's head input, which our trunk returns too; the same input then goes
@@ -40,7 +40,7 @@ from relif_ray.models.architectures import (
 )
 from relif_ray.models.clinical import HeadSpec, Stays
 from relif_ray.models.dense import TASK_CHANNELS
-from tests.test_method_references import load_libmtl_reference
+from relif_ray.testing import libmtl_reference
 
 TOLERANCE = {"rtol": 1e-9, "atol": 1e-9}
 """How far our forward outputs may be from LibMTL's, both in float64 (rounding of another
@@ -60,8 +60,8 @@ EXPERTS_ON_LSTM = [name for name, arch in ARCHITECTURES.items() if LSTM in arch.
 
 @pytest.fixture(scope="module")
 def libmtl():
-    """benchmarks/libmtl_reference.py, as the DWA and RLW comparisons load it."""
-    return load_libmtl_reference()
+    """LibMTL 1.1.5 as an executable reference (`relif_ray.testing.libmtl_reference`)."""
+    return libmtl_reference
 
 
 def identity_decoders(tasks) -> dict[str, nn.Module]:

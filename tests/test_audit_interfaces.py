@@ -29,7 +29,7 @@ from relif_ray.reference import (
     squash_bounds,
     write_squash_constants,
 )
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, StoredTrial, stored_trials
 
 CI = CISettings(n_boot=40)

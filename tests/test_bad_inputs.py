@@ -33,7 +33,7 @@ from relif_ray.methods import build_method, methods
 from relif_ray.methods.registry import missing_requirements
 from relif_ray.plugins import METHODS_PATH, PROBLEMS_PATH
 from relif_ray.reference import write_squash_constants
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["seg", "depth", "normal"]

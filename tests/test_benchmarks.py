@@ -1,10 +1,10 @@
-"""The benchmark suite's own logic: interval arithmetic, verdicts, the audit reference loop and
-the rows `benchmarks/run.py` prints on a machine without a GPU (no timings are asserted), and the
-fidelity benchmark's rows against the report's per-trial numbers."""
+"""The benchmarks' own logic: the timer's interval, the targets' verdicts, the audit's reference
+loop, the suites' rows at toy size (no timing is asserted), the GPU check's orchestration in a
+dry run, and the benchmark document against the committed results."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
 import subprocess
@@ -12,134 +12,140 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
-
-import analysis
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture
 def load(monkeypatch: pytest.MonkeyPatch):
-    """Import a benchmarks/ module by file name, with benchmarks/ on sys.path (as a script)."""
+    """Import a benchmarks/ module by name, with benchmarks/ first on the import path as when
+    its scripts run (they import each other by name)."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-
-    def importer(name: str):  # noqa: ANN202
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look it up there
-        spec.loader.exec_module(module)
-        return module
-
-    return importer
+    return importlib.import_module
 
 
-def test_ratio_interval_is_the_sign_test_interval(load) -> None:
-    timing = load("timing")
+@pytest.fixture
+def toy(load, tmp_path):
+    """A suite's context at toy size on the CPU."""
+    return load("harness").Context("toy", torch.device("cpu"), tmp_path)
+
+
+def test_ratio_interval_is_the_sign_test_interval_and_targets_judge_with_it(load) -> None:
+    harness, targets = load("harness"), load("targets")
     # per-round ratios 0.5, 0.6, ..., 1.4 (n = 10): k = floor(5 - 0.98 sqrt(10)) = 1
     times = {"a": [0.5 + 0.1 * i for i in range(10)], "b": [1.0] * 10}
-    median, lower, upper = timing.ratio_with_interval(times, "a", "b")
+    median, lower, upper = harness.ratio_with_interval(times, "a", "b")
     assert median == pytest.approx(0.95)
     assert (lower, upper) == (pytest.approx(0.6), pytest.approx(1.3))
-    assert timing.verdict_at_most(0.95, 0.6, 1.0) == "pass"
-    assert timing.verdict_at_most(1.1, 0.9, 1.0) == "within noise"
-    assert timing.verdict_at_most(1.1, 1.05, 1.0) == "FAIL"
+    at_most, at_least = targets.Target("x", "<=", 1.0), targets.Target("x", ">=", 1.0)
+    assert at_most.judge(0.95, (0.6, 1.3)) == "pass" and at_most.text == "<= 1"
+    assert at_most.judge(1.1, (0.9, 1.2)) == "within noise"
+    assert at_most.judge(1.1, (1.05, 1.2)) == at_most.judge(1.1) == "FAIL"
+    assert at_least.judge(0.9, (0.8, 1.1)) == "within noise" and at_least.judge(0.9) == "FAIL"
+    before = targets.Target("x", ">", "before")
+    assert before.judge(0.8, reference=0.7) == "pass" and before.judge(0.7, reference=0.7) == "FAIL"
+
+
+def test_every_target_names_a_suite_of_the_table_and_a_device_and_size(load) -> None:
+    suites = {suite.name for suite in load("run").SUITES}
+    for name, target in load("targets").TARGETS.items():
+        assert target.suite in suites, name
+        assert target.device in ("cpu", "cuda", "any") and target.size in (
+            "toy",
+            "demo",
+            "real",
+            "any",
+        )
 
 
 def test_interleaved_times_runs_every_variant_each_round(load) -> None:
-    timing = load("timing")
+    harness = load("harness")
     calls: list[str] = []
     steps = {name: (lambda name=name: calls.append(name)) for name in ("x", "y", "z")}
-    times = timing.interleaved_times(steps, rounds=4, warmup=1, cuda=False)
+    times = harness.interleaved_times(steps, rounds=4, warmup=1, cuda=False)
     assert {name: len(values) for name, values in times.items()} == {"x": 4, "y": 4, "z": 4}
     assert all(sorted(calls[3 * r : 3 * r + 3]) == ["x", "y", "z"] for r in range(5))
     assert calls[:3] != calls[3:6] or calls[3:6] != calls[6:9]  # the order is shuffled
 
 
-def test_relif_regularizer_stays_within_its_aten_call_and_kernel_budgets(load) -> None:
+def test_relif_regularizer_stays_within_its_aten_call_and_kernel_budgets(load, toy) -> None:
     """The regularizer's ATen calls and device kernel launches per forward + backward
-    (deterministic for one torch version) stay within the bounds the benchmark states, below
-    the counts before the rewrite; the benchmark's rows say so."""
-    op_count = load("relif_op_count")
-    calls = {setting.name: op_count.aten_calls(setting) for setting in op_count.SETTINGS}
-    kernels = {setting.name: op_count.device_kernels(setting) for setting in op_count.SETTINGS}
-    for name in ("NYUv2", "clinical"):
-        assert calls[name] <= op_count.LIMIT[name] < 0.65 * op_count.BEFORE[name], calls
-        assert kernels[name] <= op_count.KERNEL_LIMIT[name] < op_count.KERNELS_BEFORE[name]
-    rows = load("relif_op_count_rows").relif_op_count_rows(None)
-    assert [(row.value, row.result) for row in rows] == [
-        (calls["NYUv2"], "pass"),
-        (kernels["NYUv2"], "pass"),
-        (calls["clinical"], "pass"),
-        (kernels["clinical"], "pass"),
-    ]
+    (deterministic for one torch version) stay within the targets' bounds, below the counts
+    before the rewrite; the suite's rows say so."""
+    relif, targets = load("relif"), load("targets").TARGETS
+    for setting in relif.OP_SETTINGS:
+        calls, kernels = relif.aten_calls(setting), relif.device_kernels(setting)
+        assert calls <= targets[f"ReLiF ATen calls, {setting.name}"].bound
+        assert targets[f"ReLiF ATen calls, {setting.name}"].bound < 0.65 * setting.calls_before
+        assert kernels <= targets[f"ReLiF kernel launches, {setting.name}"].bound
+        assert targets[f"ReLiF kernel launches, {setting.name}"].bound < setting.kernels_before
+    relif.relif_ops_suite(toy)
+    assert [row.result for row in toy.rows] == ["pass"] * 4
+    assert toy.rows[0].name == "ReLiF regularizer ATen calls per step, NYUv2"
 
 
 def test_batch_host_time_times_both_paths_on_nyuv2_shaped_data(load) -> None:
-    """NYUv2's shapes and label dtype; both paths timed, the ratio with its interval (no
-    timing is asserted)."""
-    bench = load("batch_host_time")
-    split = bench.nyuv2_shaped_split(16)
+    """NYUv2's shapes and label dtype; both paths timed, the ratio with its interval."""
+    host = load("host_data")
+    split = host.nyuv2_shaped_split(16)
     assert split.tensors["image"].shape == (16, 3, 288, 384)
     assert split.tensors["seg"].dtype == torch.int8
-    result = bench.measure(examples=16, rounds=2)
+    result = host.measure_batch(examples=16, rounds=2)
     assert set(result) == {"host_s", "device_s", "ratio", "ratio_low", "ratio_high"}
     assert result["host_s"] > 0 and result["device_s"] > 0
 
 
 def test_python_reference_loop_matches_the_closed_form(load) -> None:
-    audit = load("audit_throughput")
+    audit = load("audit")
     scores = [0.1, 0.5, 0.95]
     # gaps |0.1-0.5| = 0.4, |0.5-0.95| = 0.45, |0.1-0.1| = 0 at delta 0.2
     bias, vr = audit.python_loop_audit(scores, [0, 1, 0], [1, 2, 0], 0.2)
     assert bias == pytest.approx((0.2 + 0.25) / 3) and vr == pytest.approx(2 / 3)
-    result = audit.measure(pairs=2**12, repeats=1)  # raises if the loop disagrees
+    result = audit.measure_audit(pairs=2**12, repeats=1)  # raises if the loop disagrees
     assert result["pairs"] == 3 * 2**12
     assert np.isfinite([result["pairs_per_s"], result["loop_pairs_per_s"]]).all()
 
 
-def test_run_prints_rows_with_target_and_result(load, capsys) -> None:
+def test_analysis_suite_generates_trials_in_the_output_format_and_times_them(load, toy) -> None:
+    audit = load("audit")
+    root = toy.workdir / "bench"
+    assert audit.generate(root, trials=5, examples=12) > 0
+    assert audit.generate(root, trials=5, examples=12) == 0.0  # reused
+    result = audit.measure_analysis(root, induced=True)
+    assert result["trials"] == 5
+    assert result["total_s"] == pytest.approx(result["load_s"] + result["audit_s"])
+    assert set(result) == {"trials", "load_s", "audit_s", "total_s", "induced_s"}
+
+
+def test_run_writes_one_record_with_the_machine_and_rows(load, tmp_path, capsys) -> None:
+    """Without a GPU the packing suite's rows say so; the record names the machine, the
+    software and the commit, and its Markdown is what the document shows."""
     run = load("run")
-    assert run.main(["--quick", "--device", "cpu", "--json", "--only", "packing"]) == 0
+    assert run.main(["--quick", "--device", "cpu", "--json", "--only", "packing",
+                     "--out", str(tmp_path)]) == 0  # fmt: skip
     payload = json.loads(capsys.readouterr().out)
-    assert payload["quick"] and payload["machine"]["cores"] >= 1
-    assert [row["name"] for row in payload["rows"]] == [
-        f"GPU utilisation, {k} ERM trial(s) packed" for k in (1, 2, 4)
-    ]
-    assert all(row["result"] == "needs a GPU" and row["value"] is None for row in payload["rows"])
-
-
-def test_sweep_row_uses_the_module_when_present(load, tmp_path, monkeypatch) -> None:
-    sweep = load("sweep_rows")
-    context = sweep.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    monkeypatch.setattr(sweep, "SWEEP_EFFICIENCY_MODULE", "no_such_benchmark_module")
-    (absent,) = sweep.sweep_rows(context)
-    assert (absent.value, absent.result) == (None, "not available")
-    (tmp_path / "fake_sweep_efficiency.py").write_text(
-        "TARGET = 0.97\n"
-        "def measure(trial_seconds):\n"
-        "    return {'ratio': 0.85, 'trials': 8, 'mean_trial_s': trial_seconds, 'slots': 2,\n"
-        "            'wall_s': 40.0, 'idle_start_s': 6.0, 'idle_between_s': 1.0,\n"
-        "            'idle_end_s': 5.0}\n"
+    assert payload == json.loads((tmp_path / "benchmarks.json").read_text())
+    assert payload["size"] == "demo" and payload["machine"]["cores"] >= 1
+    assert {"cpu_flags", "torch", "ray", "commit", "load_average_end"} <= set(payload["machine"])
+    names = [f"{what}, {k} trial(s) per GPU" for k in (1, 2, 3)
+             for what in ("sweep aggregate images/s", "GPU utilisation")]  # fmt: skip
+    assert [row["name"] for row in payload["rows"]] == names
+    assert all(
+        row["result"] == "needs a GPU" and row["group"] == "packing" for row in payload["rows"]
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sweep, "SWEEP_EFFICIENCY_MODULE", "fake_sweep_efficiency")
-    (present,) = sweep.sweep_rows(context)
-    assert (present.value, present.target, present.result) == (0.85, ">= 0.97", "FAIL")
-    assert "8 trials of 8.0 s on 2 slots" in present.detail
-    assert "6.0 before the first trial" in present.detail and "5.0 after the last" in present.detail
+    assert (
+        "| GPU utilisation, 3 trial(s) per GPU | - | - | needs a GPU |"
+        in (tmp_path / "benchmarks.md").read_text()
+    )
 
 
-def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path) -> None:
+def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, toy) -> None:
     workers = load("workers")
-    context = workers.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    root = workers.data_root(context, gpu=False)
-    config = workers.trial_config(context, root, "relif", gpu=False)
+    config = workers.trial_config(toy, workers.data_root(toy, gpu=False), "relif", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
     result = workers.run_worker(config, warmup=1, steps=2)
     assert result["steps"] == 2 and result["images_per_s"] > 0
@@ -147,38 +153,26 @@ def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, tmp_path)
     assert result["cuda_peak_mb"] is None
 
 
-def test_trial_worker_times_whole_chunks_of_steps(load, tmp_path) -> None:
+def test_trial_worker_times_whole_chunks_of_steps(load, toy) -> None:
     """Steps run in chunks (a device sync between chunks only); the last chunk is cut short."""
-    worker = load("trial_worker")
+    from relif_ray.config import ExperimentConfig
+    from relif_ray.engine import TrainingRun
+
     workers = load("workers")
-    context = workers.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    config = workers.trial_config(context, workers.data_root(context, gpu=False), "erm", gpu=False)
+    config = workers.trial_config(toy, workers.data_root(toy, gpu=False), "erm", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
-    training = worker.TrainingRun(worker.ExperimentConfig.from_dict(config))
-    chunks = worker.timed_chunks(training, steps=5, seconds=None, chunk=2)
+    training = TrainingRun(ExperimentConfig.from_dict(config))
+    chunks = workers.timed_chunks(training, steps=5, chunk=2)
     assert [count for count, _ in chunks] == [2, 2, 1] and training.step == 5
     assert len(training.trace) == 5 and all(seconds > 0 for _, seconds in chunks)
 
 
-def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
-    load, tmp_path, monkeypatch
-) -> None:
-    """The representation-mode rows of `run.py`: a step-time ratio judged against 1.3 and the
-    update cosine with the exact mode; the rows against TorchJD and LibMTL 1.1.5 (tiny sizes,
-    a few methods; no timing is asserted)."""
-    methods = load("methods_step_time")
-    measure = methods.measure
-
-    def tiny(device: str, quick: bool = False, **_: object):  # noqa: ANN202
-        picked = ["gradnorm", "pcgrad", "dwa", "famo", "nashmtl"]
-        return measure(device, quick, rounds=2, cosine_steps=3, methods=picked)
-
-    monkeypatch.setattr(methods, "measure", tiny)
-    monkeypatch.setitem(sys.modules, "methods_step_time", methods)
-    section = load("methods_rows")
-    context = section.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    rows = section.methods_rows(context)
-    by_name = {row.name: row for row in rows}
+def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(load, toy) -> None:
+    """The representation-mode rows: a step-time ratio judged against 1.3 and the update
+    cosine with the exact mode; the rows against TorchJD and LibMTL 1.1.5 (toy size, a few
+    methods)."""
+    load("methods").step_time_rows(toy, ["gradnorm", "pcgrad", "dwa", "famo", "nashmtl"])
+    by_name = {row.name: row for row in toy.rows}
     for name in ("gradnorm", "pcgrad"):
         timed = by_name[f"{name}-representation / ERM step time"]
         assert timed.target == "<= 1.3" and timed.result in {"pass", "within noise", "FAIL"}
@@ -189,134 +183,55 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(
     assert "first 1.0000" in by_name["gradnorm-representation update cosine with exact"].detail
     for name, package in [("dwa", "libmtl-dwa"), ("nashmtl", "torchjd-nashmtl")]:
         compared = by_name[f"{name} / {package} step time"]
-        assert compared.target == "<= 1.0" and compared.value > 0
+        assert compared.target == "<= 1" and compared.value > 0
     assert "famo / ERM step time" in by_name and not any(
         n.startswith("famo /") and "libmtl" in n for n in by_name
     )
 
 
-def test_fidelity_compares_each_label_with_the_same_seed_erm_trial(load) -> None:
-    fidelity = load("fidelity")
-    trials = pd.DataFrame(
-        {
-            "label": ["erm", "erm", "relif", "relif"],
-            "seed": [0, 1, 1, 0],
-            "bias_p75": [0.4, 0.2, 0.05, 0.1],
-            "worst": [0.3, 0.5, 0.48, 0.31],
-        }
-    )
-    assert fidelity.compare(trials, "relif", "bias_p75", ratio=True) == pytest.approx(
-        {0: 0.25, 1: 0.25}
-    )
-    assert fidelity.compare(trials, "relif", "worst", ratio=False) == pytest.approx(
-        {0: 0.01, 1: -0.02}
-    )
+def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_path) -> None:
+    """One architecture at the demo size: its step time over LibMTL's same architecture
+    (target <= 1.0) and its peak memory per trial, from its own worker process."""
+    harness = load("harness")
+    ctx = harness.Context("demo", torch.device("cpu"), tmp_path)
+    load("architectures").architectures_suite(ctx, names=("mmoe",), rounds=1)
+    timed, memory = ctx.rows
+    assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1"
+    assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}
+    assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100
 
 
-def test_run_reaches_fidelity_only_when_named(load, monkeypatch, capsys) -> None:
-    run = load("run")
-    assert "fidelity" in run.SECTIONS and "fidelity" not in run.DEFAULT_SECTIONS
-    sizes = []
-
-    def rows(size, workdir):  # noqa: ANN001, ANN202
-        sizes.append(size)
-        return [run.Row("fidelity", "stub", 0.25, "x", "<= 0.5", "pass", "", {0: 0.25})]
-
-    stub = SimpleNamespace(QUICK="quick size", FULL="full size", fidelity_rows=rows)
-    monkeypatch.setitem(sys.modules, "fidelity", stub)
-    assert run.main(["--quick", "--device", "cpu", "--json", "--only", "fidelity"]) == 0
-    payload = json.loads(capsys.readouterr().out)
-    assert sizes == ["quick size"]
-    assert payload["rows"][0]["per_seed"] == {"0": 0.25}
-
-
-@pytest.mark.slow
-def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
-    load, ray_session, tmp_path
-) -> None:
-    """The --quick size end to end through the real sweep and report: every row recomputed
-    from the report's per_trial.csv and interface_per_trial.csv, every target applied."""
-    fidelity = load("fidelity")
-    size = fidelity.QUICK
-    rows = fidelity.fidelity_rows(size, tmp_path)
-    trials = pd.read_csv(tmp_path / "report" / "per_trial.csv")
-    interfaces = pd.read_csv(tmp_path / "report" / "interface_per_trial.csv")
-    assert sorted(trials["label"]) == ["erm", "relif", "relif-st"] == sorted(size.labels + ("erm",))
-    erm = trials[trials["label"] == "erm"].set_index("seed")
-    by_name = {row.name: row for row in rows}
-    assert len(rows) == 1 + 8 * len(size.labels)
-    traces = analysis.load(tmp_path / "results" / "fidelity").traces
-    clip_columns = ["clip0_depth", "clip0_normal", "clip1_depth", "clip1_normal"]
-    for label in size.labels:
-        trial = trials[trials["label"] == label].set_index("seed")
-        paper = by_name[f"Bias@delta_p75 {label} / ERM (a) q10-q90"]
-        assert paper.per_seed == pytest.approx((trial["bias_p75"] / erm["bias_p75"]).to_dict())
-        for interface, letter in (("q1-q99", "(b)"), ("ecdf", "(c)")):
-            rows_of = interfaces[interfaces["interface"] == interface].set_index("trial")
-            mine = rows_of.loc[trial["trial"], "bias"].to_numpy()
-            reference = rows_of.loc[erm.loc[trial.index, "trial"], "bias"].to_numpy()
-            bias = by_name[f"Bias@delta_p75 {label} / ERM {letter} {interface}"]
-            assert list(bias.per_seed.values()) == pytest.approx(list(mine / reference))
-            assert bias.value == pytest.approx(np.mean(list(bias.per_seed.values())))
-        vr = by_name[f"VR@delta_p75 {label} / ERM"]
-        assert vr.per_seed == pytest.approx((trial["vr_p75"] / erm["vr_p75"]).to_dict())
-        worst = by_name[f"Worst {label} - ERM"]
-        assert worst.per_seed == pytest.approx((trial["worst"] - erm["worst"]).to_dict())
-        macro = by_name[f"Macro {label} - ERM"]
-        assert macro.per_seed == pytest.approx((trial["macro"] - erm["macro"]).to_dict())
-        # each row ends with the report's verdict over seeds: with one seed, nothing is shown
-        assert paper.detail.endswith("over seeds: not shown with 1 seed")
-        assert "; over seeds: not shown with 1 seed, " in vr.detail
-        for row in (worst, macro):
-            assert "; over seeds: not shown either way with 1 seed, " in row.detail
-        at_bound = by_name[f"share of {label} steps with lambda at a bound"]
-        lam = traces[traces["trial"].isin(trial["trial"])]["lambda"]
-        assert at_bound.value == pytest.approx(float(((lam <= 0.01) | (lam >= 1.0)).mean()))
-        clipped = by_name[f"clipped shares {label} - ERM (largest)"]
-        difference = trial[clip_columns] - erm.loc[trial.index, clip_columns]
-        assert clipped.per_seed == pytest.approx(difference.max(axis=1).to_dict())
-        assert clipped.value == pytest.approx(difference.mean().max())
-    judged = {row.name: row for row in rows if row.result in ("pass", "FAIL")}
-    bounds = {
-        "Bias@delta_p75 relif / ERM (a) q10-q90": ("<=", 0.5),
-        "Worst relif - ERM": (">=", -0.02),
-        "Macro relif - ERM": (">=", -0.02),
-        "Bias@delta_p75 relif-st / ERM (a) q10-q90": ("<=", 0.35),
-        "Bias@delta_p75 relif-st / ERM (c) ecdf": ("<=", 0.35),
-        "clipped shares relif-st - ERM (largest)": ("<=", 0.05),
-        "Worst relif-st - ERM": (">=", -0.02),
-    }
-    assert set(judged) == set(bounds)
-    for name, (comparison, bound) in bounds.items():
-        value = judged[name].value
-        passed = value <= bound if comparison == "<=" else value >= bound
-        assert judged[name].result == ("pass" if passed else "FAIL"), name
-    report = (tmp_path / "report" / "report.md").read_text()
-    section = report[report.index("## Audit-interface sensitivity") :]
-    assert "| ReLiF-ST | (c) ecdf |" in section and "Skipped" not in section.split("## ")[1]
+def test_the_gpu_check_runs_the_suites_with_a_cap_in_their_priority_order(load) -> None:
+    check = load("gpu_check")
+    assert [suite.name for suite in check.CHECKED] == [
+        "profile", "graph", "default", "breakdown", "fidelity", "packing", "methods", "compile",
+        "cuda", "repeatability",
+    ]  # fmt: skip
+    assert sum(suite.gpu[0] for suite in check.CHECKED[:5]) == check.BUDGET_S
+    assert all(least <= cap for cap, least in (suite.gpu for suite in check.CHECKED))
 
 
 def test_gpu_check_drift_names_the_largest_difference_and_its_place(load) -> None:
-    common = load("gpu_common")
+    drift = load("cuda_checks").drift
     nan = float("nan")
     pinned = {"trace": [{"a": 1.0, "b": nan}, {"a": -2.0, "b": 0.0}], "n": 4}
     computed = {"trace": [{"a": 1.5, "b": nan}, {"a": -2.0, "b": 0.25}], "n": 4}
-    assert {path: (diff, rel) for path, diff, rel in common.drift(pinned, computed)} == {
+    assert {path: (diff, rel) for path, diff, rel in drift(pinned, computed)} == {
         "/trace[0]/a": (0.5, 0.5),
         "/trace[0]/b": (0.0, 0.0),  # NaN against NaN: no drift
         "/trace[1]/a": (0.0, 0.0),
         "/trace[1]/b": (0.25, 0.25),  # relative to a pinned 0: the absolute difference
         "/n": (0.0, 0.0),
     }
-    assert list(common.drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
+    assert list(drift({"x": nan}, {"x": 1.0})) == [("/x", math.inf, math.inf)]
     with pytest.raises(ValueError, match=r"^/trace: 1 entries, 2 pinned$"):
-        list(common.drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
+        list(drift(pinned, {"trace": computed["trace"][:1], "n": 4}))
     with pytest.raises(ValueError, match=r"keys \['m'\] differ"):
-        list(common.drift({"m": 1.0}, {}))
+        list(drift({"m": 1.0}, {}))
 
 
 def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
-    cuda = load("gpu_cuda")
+    cuda = load("cuda_checks")
     junit = tmp_path / "report.xml"
     junit.write_text(
         '<testsuites><testsuite name="pytest">'
@@ -335,36 +250,35 @@ def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
     assert [row.result for row in cuda.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
 
 
-def test_gpu_check_out_of_budget_skips_every_section_and_still_reports(load, tmp_path) -> None:
+def test_gpu_check_out_of_budget_skips_every_suite_and_still_reports(load, tmp_path) -> None:
     check = load("gpu_check")
     assert check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "0"]) == 0
     payload = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert payload["dry_run"] and payload["rows"] == []
+    assert payload["dry_run"] and payload["rows"] == [] and payload["size"] == "toy"
     assert [(s["name"], s["status"]) for s in payload["sections"]] == [
-        (section.name, "skipped: time budget") for section in check.SECTIONS
+        (suite.name, "skipped: time budget") for suite in check.CHECKED
     ]
     markdown = (tmp_path / "gpu_check.md").read_text()
     assert "| fidelity | skipped: time budget | 0.0 |" in markdown
 
 
 def test_gpu_check_time_needs_do_not_follow_the_budget(load, tmp_path) -> None:
-    """A step's time on the H100 is the same whatever the budget: a section starts a step only
-    when that time is left. The budget sets the caps: a shorter one shrinks them in proportion,
-    a longer one leaves them, so its extra time reaches the last sections."""
-    check = load("gpu_check")
+    """A part's time on the H100 is the same whatever the budget: a suite starts a part only
+    when that time is left. The budget sets the caps: a shorter one shrinks them in
+    proportion, a longer one leaves them, so its extra time reaches the last suites."""
+    check, harness = load("gpu_check"), load("harness")
     assert check.cap_scale(270.0, dry_run=False) == 0.5
     assert check.cap_scale(810.0, dry_run=False) == 1.0
     assert check.cap_scale(1800.0, dry_run=True) == 1800.0 / check.BUDGET_S
-    common = load("gpu_common")
-    gpu = common.Check(tmp_path, tmp_path, False, time.time() + 100.0, tmp_path / "rows")
+    gpu = harness.Context("real", torch.device("cpu"), tmp_path, time.time() + 100.0)
     assert gpu.has_time(90.0) and not gpu.has_time(110.0)
-    toy = common.Check(tmp_path, tmp_path, True, time.time() + 1.0, tmp_path / "rows")
+    toy = harness.Context("toy", torch.device("cpu"), tmp_path, time.time() + 1.0)
     assert toy.has_time(1e6)
 
 
 def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
-    """The repeatability section of the dry run end to end: its section process, two trial
-    workers and the JSON and Markdown it writes. On a CPU the same seed gives the same numbers
+    """The repeatability suite of the dry run end to end: its process, two trial workers and
+    the JSON and Markdown it writes. On a CPU the same seed gives the same numbers
     (deterministic algorithms), so the row must say identical; the cuDNN setting that only
     CUDA has is recorded as skipped."""
     check = load("gpu_check")
@@ -374,7 +288,7 @@ def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
     rows = {row["name"]: row for row in payload["rows"]}
     name = "same seed twice, cudnn_benchmark on (default)"
     assert (rows[name]["value"], rows[name]["result"]) == (0.0, "identical")
-    assert rows["same seed twice, cudnn_benchmark off"]["result"] == load("gpu_common").NEEDS_CUDA
+    assert rows["same seed twice, cudnn_benchmark off"]["result"] == load("harness").NEEDS_CUDA
     markdown = (tmp_path / "gpu_check.md").read_text()
     assert f"| {name} | 0 max \\|diff\\| | - | identical |" in markdown
 
@@ -451,26 +365,12 @@ def test_cpu_by_process_charges_a_grandchilds_cpu_time(load) -> None:
     assert busy >= 1.0 and wall >= 1.0
 
 
-def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_path) -> None:
-    """`run.py`'s architectures section (`architecture_rows.py`) for one architecture at tiny
-    size: its step time over LibMTL's same architecture (target <= 1.0) and its peak memory
-    per trial, from its own worker process (no timing is asserted)."""
-    load("architectures_step_time")
-    section, rows_module = load("architecture_rows"), load("rows")
-    context = rows_module.Context(quick=True, device=torch.device("cpu"), workdir=tmp_path)
-    rows = section.architecture_rows(context, names=("mmoe",), rounds=1)
-    timed, memory = rows
-    assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1.0"
-    assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}
-    assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100
-
-
 def test_trial_breakdown_attributes_each_epochs_span_to_its_parts(load, tmp_path) -> None:
     """Two epochs: the second followed by the final save. The Trainable's reported parts,
     the save between two steps and the rest (the span less the parts) add up to the span;
     the final epoch ends with the final save; the before share swaps in the host evaluation
     and a checkpoint after every epoch."""
-    breakdown = load("trial_breakdown")
+    breakdown = load("sweep")
     trial, timing = tmp_path / "trial", tmp_path / "timing"
     trial.mkdir(), timing.mkdir()
     results = [
@@ -502,3 +402,18 @@ def test_trial_breakdown_attributes_each_epochs_span_to_its_parts(load, tmp_path
     without = 8.25 - 1.0 - 2.5  # train, audit and rest per epoch
     assert totals["train_share_before"] == pytest.approx(3.5 / (without + 2.0 + 2.5))
     assert totals["checkpoint_share_every_epoch"] == pytest.approx(2.5 / (without + 1.0 + 2.5))
+
+
+def test_the_benchmark_document_agrees_with_the_committed_results(load) -> None:
+    """docs/benchmarks.md is what `benchmarks/document.py` makes of docs/results/: every
+    record it shows, with its command, date, machine, commit and load, and every row."""
+    document = load("document")
+    text = document.DOCUMENT.read_text()
+    assert document.render(text) == text, "run: python benchmarks/document.py"
+    shown = {match[1] for match in document.BLOCK.findall(text)}
+    records = {f"results/{path.name}" for path in document.RESULTS.glob("*.json")}
+    assert records <= {spec.split()[0] for spec in shown}, "a committed record is not shown"
+    assert {"suites", "targets"} <= shown
+    for path in document.RESULTS.glob("*.json"):
+        machine = json.loads(path.read_text())["machine"]
+        assert {"date", "cpu", "cores", "gpu", "torch", "commit", "load_average"} <= set(machine)

@@ -23,6 +23,7 @@ from relif_ray.data.splits import TensorSplit
 from relif_ray.engine import TrainingRun, build_lr_scheduler, eager_reason
 from relif_ray.methods import METHODS, MTLMethod
 from relif_ray.methods.registry import missing_requirements
+from relif_ray.testing.runs import largest_relative_difference
 from tests.conftest import needs_cuda
 from tests.host_sync import no_host_sync
 from tests.test_fast_path import dense_values
@@ -172,19 +173,6 @@ def cuda_values(nyuv2_dir, cuda_graph: str) -> dict:
     values = dense_values(nyuv2_dir, device="cuda")
     values["train"].update(data_on_device=True, cuda_graph=cuda_graph, epochs=4)
     return values
-
-
-def largest_relative_difference(a: TrainingRun, b: TrainingRun) -> float:
-    """Over every traced number and every weight."""
-    worst = 0.0
-    for row_a, row_b in zip(a.trace, b.trace, strict=True):
-        for key, value in row_a.items():
-            scale = max(abs(value), abs(row_b[key]), 1e-12)
-            worst = max(worst, abs(value - row_b[key]) / scale)
-    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
-        scale = pa.detach().abs().max().clamp_min(1e-12)
-        worst = max(worst, float((pa - pb).abs().max() / scale))
-    return worst
 
 
 def trained(values: dict, steps: int, state: dict | None = None) -> TrainingRun:

@@ -1,6 +1,6 @@
 """Evaluation on the device (`relif_ray.evaluation`): the same numbers as the host path it
-replaced (`tests/host_evaluation.py`) on the same model, no host synchronisation inside its
-loop, and its split held on the device under the train split's rule."""
+replaced (`relif_ray.testing.host_evaluation`) on the same model, no host synchronisation
+inside its loop, and its split held on the device under the train split's rule."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.evaluation import EvalResult
 from relif_ray.tasks.base import count_bins
+from relif_ray.testing.host_evaluation import host_evaluate
 from tests.conftest import needs_cuda
-from tests.host_evaluation import host_evaluate
 from tests.host_sync import no_host_sync
 from tests.test_fast_path import clinical_values, dense_values
 

@@ -27,8 +27,8 @@ from relif_ray.experiment.lock import (
     prepare_new_experiment,
     running_sweep,
 )
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.conftest import BUCKET
-from tests.synthetic_experiment import write_synthetic_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 

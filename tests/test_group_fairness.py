@@ -43,7 +43,7 @@ from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
 from relif_ray.tasks.clinical import LOS_BIN_EDGES_HOURS
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
 # --- the numbers ------------------------------------------------------------------------
 

@@ -6,15 +6,13 @@ DWA's epoch means, FAMO's logits, DB-MTL's averages) takes part:
 
 - TorchJD's methods: TorchJD's own aggregator on the same Jacobian, through its
   `mtl_backward` + `jac_to_grad`;
-- DWA, RLW: the LibMTL 1.1.5 package's classes (benchmarks/libmtl_reference.py);
+- DWA, RLW: the LibMTL 1.1.5 package's classes (`relif_ray.testing.libmtl_reference`);
 - FAMO, DB-MTL (not in any package): the cited source, transcribed below by hand.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,18 +24,8 @@ from torchjd.linalg import QuadprogProjector
 
 from relif_ray.methods import METHODS
 from relif_ray.methods.torchjd_weightings import TorchJDWeighting
+from relif_ray.testing import libmtl_reference
 from tests.test_methods import TASKS, ToyModel, context, losses_and_extra, new_method, toy_data
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def load_libmtl_reference():
-    spec = importlib.util.spec_from_file_location(
-        "libmtl_reference", BENCHMARKS / "libmtl_reference.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def conflicting_data():
@@ -172,7 +160,7 @@ def test_nashmtl_state_changes_its_weights_and_is_checkpointed():
 
 def test_dwa_matches_libmtl_over_epochs():
     """Four epochs of two steps: LibMTL's DWA with the epoch means we record independently."""
-    libmtl = load_libmtl_reference()
+    libmtl = libmtl_reference
     x, y = conflicting_data()
     model, method = ToyModel(seed=1), new_method("dwa", temperature=1.5)
     epochs, steps = 4, 2
@@ -204,7 +192,7 @@ def test_dwa_matches_libmtl_over_epochs():
 def test_rlw_matches_libmtl_for_the_same_draws():
     """LibMTL 1.1.5's RLW (dist='Normal': softmax of a standard normal draw) given the draws of
     our seeded generator."""
-    libmtl = load_libmtl_reference()
+    libmtl = libmtl_reference
     x, y = conflicting_data()
     model, method = ToyModel(seed=1), new_method("rlw", seed=4)
     draws = torch.Generator().manual_seed(4)  # the same stream as the method's

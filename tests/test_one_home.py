@@ -30,8 +30,8 @@ from relif_ray.sweep.labels import (
     variant_name,
 )
 from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.conftest import ONE_TRIAL_AT_A_TIME
-from tests.synthetic_experiment import write_synthetic_experiment
 
 STATIC_LAMBDAS = (0.03, 0.3, 1.0)
 

@@ -20,7 +20,7 @@ from analysis.paired import PAIRED_COLUMNS, front_shares, hierarchical_intervals
 from analysis.report import ReportOptions, write_report
 from analysis.tables import CISettings
 from analysis.verdicts import VerdictSettings
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS
 
 VERDICTS = VerdictSettings(n_boot=200)

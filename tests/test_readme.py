@@ -56,7 +56,7 @@ def test_the_readme_figures_are_the_demos_with_their_machine_and_commit():
 
 def test_the_first_claim_states_the_verdicts_with_their_seeds():
     """The first screen's claim: the demo's per-seed Bias ratios and its verdict over seeds
-    (docs/figures/demo.json, from the demo report's paired.csv), and the fidelity benchmark's
+    (docs/figures/demo.json, from the demo report's paired.csv), and the fidelity experiment's
     verdicts with its seeds (docs/figures/fidelity.json, its --json output), each recomputed
     here from the per-seed values with `analysis.verdicts`."""
     first_screen = " ".join(README.read_text().split("## Status", 1)[0].split())

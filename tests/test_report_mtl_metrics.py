@@ -14,7 +14,7 @@ import pytest
 import analysis
 from analysis.report import ReportOptions
 from analysis.tables import CISettings
-from tests.synthetic_experiment import write_synthetic_experiment
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
 SPLIT = "test"
 NATIVE = {  # the generated NYUv2 trials' Delta-M% metrics, grouped by task, with directions

@@ -3,7 +3,8 @@ imports `analysis`.
 
 `relif` (the console script, `relif_ray.cli.console`): sweep, make-data, methods,
 architectures, audit, report, export. The sweep entry points `sweeps/*.py` call the same front
-door as `relif sweep` (`relif_ray.cli.sweep`, through `sweep_main`). User mistakes print one
+door as `relif sweep` (`relif_ray.cli.sweep`, through `sweep_main`); `sweeps/fidelity.py` runs
+the fidelity experiment (`relif_ray.cli.fidelity`, through `fidelity_main`). User mistakes print one
 line and exit 2, also those found while a command's module is imported (a plug-in that does
 not import: the registries import the plug-ins with the modules that use them).
 """
@@ -32,5 +33,17 @@ def sweep_main(**options: Any) -> int:
         from relif_ray.cli.sweep import main as sweep
 
         return sweep(**options)
+
+    return run_command(Path(sys.argv[0]).name, command)
+
+
+def fidelity_main() -> int:
+    """`sweeps/fidelity.py`: `relif_ray.cli.fidelity.main` on the process's arguments."""
+    from relif_ray.cli.parsing import run_command
+
+    def command() -> int:
+        from relif_ray.cli.fidelity import main
+
+        return main()
 
     return run_command(Path(sys.argv[0]).name, command)

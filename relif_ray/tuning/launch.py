@@ -359,8 +359,9 @@ def run_sweep(
     Checks that fail fast, before any trial starts: resources (`check_cluster`) and, on a
     multi-node cluster, shared storage (`check_storage_visible`). `resume` continues a killed
     sweep from its experiment state: finished trials are kept, unfinished and errored ones
-    continue from their last checkpoint. `trainable` may be an instrumented subclass (the
-    efficiency benchmark times its trials that way); a `UserError` in a trial ends it without
+    continue from their last checkpoint. `trainable` may be an instrumented subclass: it stays
+    for the benchmarks' sweep and breakdown suites, which time a trial's set-up, steps and saves
+    inside its actor, where nothing else sees them; a `UserError` in a trial ends it without
     retries (`relif_ray.tuning.user_errors`), and trials that end in ERROR raise
     `TrialsErrored` after the run (experiment state, outputs and `pareto.csv` are written).
     SIGTERM, SIGUSR1 and SIGINT stop the sweep gracefully (a second one at once) and raise
