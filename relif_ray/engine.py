@@ -24,6 +24,7 @@ that re-evaluates the step's batch, used by FAMO), and after the last step of ev
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 
@@ -438,9 +439,13 @@ class TrainingRun:
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from `state` (`state_dict`'s). The optimiser gets a copy of its part:
+        torch's `Optimizer.load_state_dict` keeps the given tensors where their device and
+        dtype already fit, so training would otherwise move the caller's state, and a second
+        run loaded from the same in-memory state would start elsewhere."""
         self.model.load_state_dict(state["model"])
         self.method.load_state_dict(state["method"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         if self.regularizer is not None:
             self.regularizer.load_state_dict(state["regularizer"])
         if self.lr_scheduler is not None:

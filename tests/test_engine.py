@@ -75,6 +75,20 @@ def test_resume_mid_epoch_matches_uninterrupted_run(nyuv2_dir):
     assert resumed.evaluate("val").metrics == uninterrupted.evaluate("val").metrics
 
 
+def test_two_runs_loaded_from_one_in_memory_state_train_alike(nyuv2_dir):
+    """Loading copies the optimiser's state: training the first loaded run leaves the state it
+    came from as it was, so a second run loaded from it trains the same steps."""
+    source = _run(nyuv2_dir)
+    source.train_steps(2)
+    state = source.state_dict()
+    first, second = _run(nyuv2_dir), _run(nyuv2_dir)
+    first.load_state_dict(state)
+    first.train_steps(2)
+    second.load_state_dict(state)
+    second.train_steps(2)
+    assert first.trace == second.trace
+
+
 def test_batch_order_depends_only_on_seed_and_epoch():
     assert torch.equal(epoch_permutation(10, 3, 1), epoch_permutation(10, 3, 1))
     assert not torch.equal(epoch_permutation(10, 3, 1), epoch_permutation(10, 3, 2))
