@@ -1,6 +1,6 @@
 """Offline analysis of relif-ray experiments.
 
-import analysis
+from relif_ray import analysis
 experiment = analysis.load("relif-results/nyuv2")        # or s3://, gs://, file:// URIs
 experiment.trials, experiment.epochs, experiment.traces   # per trial / epoch / step
 results = analysis.audit(experiment, ["erm:p75", "erm:p50"])  # fixed-delta audits
@@ -17,16 +17,17 @@ analysis.write_report(experiment, "report/")              # everything `relif re
 
 from __future__ import annotations
 
-from analysis.breakdown import by_pair, pair_audits
-from analysis.experiment import Experiment, load
-from analysis.fronts import front_with_verdicts, pareto_means, pareto_points
-from analysis.group_tables import group_tables
-from analysis.groups import GroupAudit, GroupOptions, group_audit
-from analysis.mtl_metrics import DeltaMOptions
-from analysis.paired import front_shares, paired_per_seed, paired_summary
-from analysis.report import write_report
-from analysis.results import Results, audit
-from analysis.verdicts import VerdictSettings
+from relif_ray.analysis.breakdown import by_pair, pair_audits
+from relif_ray.analysis.experiment import Experiment, load
+from relif_ray.analysis.fronts import front_with_verdicts, pareto_means, pareto_points
+from relif_ray.analysis.group_tables import group_tables
+from relif_ray.analysis.groups import GroupAudit, GroupOptions, group_audit
+from relif_ray.analysis.mtl_metrics import DeltaMOptions
+from relif_ray.analysis.paired import front_shares, paired_per_seed, paired_summary
+from relif_ray.analysis.report import write_report
+from relif_ray.analysis.results import Results, audit
+from relif_ray.analysis.verdicts import VerdictSettings
+
 from relif_ray.audit import AuditSettings
 from relif_ray.sweep.selection import non_dominated
 
@@ -34,8 +35,8 @@ from relif_ray.sweep.selection import non_dominated
 def pareto_figure(
     results: Results, title: str | None = None, settings: VerdictSettings | None = None
 ):
-    """The Pareto-front figure (matplotlib Figure); see `analysis.figures`."""
-    from analysis.figures import pareto_figure as draw
+    """The Pareto-front figure (matplotlib Figure); see `relif_ray.analysis.figures`."""
+    from relif_ray.analysis.figures import pareto_figure as draw
 
     return draw(results, title, settings)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from relif_ray.analysis.experiment import Experiment
 
-from analysis.experiment import Experiment
 from relif_ray.config import HARD_SHARING
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
@@ -50,8 +50,8 @@ def same_seed_erm(trials: pd.DataFrame) -> dict[str, tuple[list[str], bool]]:
     """For every trial, its same-seed ERM candidates: the plain ERM trials (`is_erm`) of its
     data set, architecture and seed from its own experiment directory, or, where that has
     none, from every loaded directory; and whether they are its own directory's. The squash
-    reference and the Delta-M% baseline (`analysis.mtl_metrics.delta_m_per_trial`) are this
-    one choice (`erm_partner`)."""
+    reference and the Delta-M% baseline (`relif_ray.analysis.mtl_metrics.delta_m_per_trial`) are
+    this one choice (`erm_partner`)."""
     erm: dict[tuple[str, str, int], list[tuple[str, str]]] = {}
     trials = with_architecture(trials)
     for row in trials[is_erm(trials)].itertuples():
@@ -68,8 +68,8 @@ def same_seed_erm(trials: pd.DataFrame) -> dict[str, tuple[list[str], bool]]:
 def erm_partner(trials: pd.DataFrame) -> dict[str, str | None]:
     """For every trial, THE same-seed ERM trial it is compared with (`same_seed_erm`): the
     one candidate, or None where there is none or several. Delta-M% and the paired
-    comparisons over seeds (`analysis.paired`) pair by this one rule; a plain ERM trial is its
-    own partner."""
+    comparisons over seeds (`relif_ray.analysis.paired`) pair by this one rule; a plain ERM trial is
+    its own partner."""
     return {
         trial: same[0] if len(same) == 1 else None
         for trial, (same, _) in same_seed_erm(trials).items()

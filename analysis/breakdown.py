@@ -7,8 +7,7 @@ unordered task pairs (a, b) whose cross-task gaps |p_a(x) - p_b(y)| the audit co
 from __future__ import annotations
 
 import pandas as pd
-
-from analysis.results import Results
+from relif_ray.analysis.results import Results
 
 OVERALL = "overall"
 """Row of `by_pair` holding the aggregate over task pairs (MetricFrame's `overall`)."""

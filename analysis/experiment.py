@@ -74,7 +74,7 @@ class Experiment:
         still writes the experiment, "incomplete", or "damaged": its trial.json or scores
         cannot be read, and a `SkippedFile` warning says which), error.
     outcomes(trial, split): a clinical trial's labels and predictions per stay (read when
-        asked for; the group audit, `analysis.groups`).
+        asked for; the group audit, `relif_ray.analysis.groups`).
     outputs: trial id -> its outputs folder (a `Path`, or a URI in object storage).
     paths: the experiment directories as loaded.
     """

@@ -1,7 +1,7 @@
 """Fixed-delta audits of every trial of an experiment, offline (paper Algorithm 1).
 
-`ExperimentAudit` applies the shared audit interface (`analysis.audit_scores`) and then the
-library's audit (`relif_ray.audit`) to every finished trial, with one set of audit settings
+`ExperimentAudit` applies the shared audit interface (`relif_ray.analysis.audit_scores`) and then
+the library's audit (`relif_ray.audit`) to every finished trial, with one set of audit settings
 (N_eval, S, pair_seed, eval_seed) for all of them:
 
 - `gaps(split)`: each trial's S sampled gaps |p_a(x) - p_b(y)| per task pair, reusable for any
@@ -10,7 +10,7 @@ library's audit (`relif_ray.audit`) to every finished trial, with one set of aud
   (1 - cos(f(x), f(y))) / 2 of the trial's own L2-normalised shared representations. Their
   mean per task pair is the method-induced threshold delta_m,ab of
   `relif_ray.audit.induced_thresholds` (a drift diagnostic, never the audit); those of a
-  reference label, pooled, are the distribution delta_ref is read from (`analysis.delta`).
+  reference label, pooled, are the distribution delta_ref is read from (`relif_ray.analysis.delta`).
 
 The pools and pairs depend only on each task's valid example ids and the seeds, so trials with
 the same valid examples share one sample: it is drawn once, by `relif_ray.audit.sample_pairs`,
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from relif_ray.analysis.audit_scores import audit_scores, categorical
+from relif_ray.analysis.experiment import Experiment
 
-from analysis.audit_scores import audit_scores, categorical
-from analysis.experiment import Experiment
 from relif_ray.audit import (
     AuditGaps,
     AuditSettings,

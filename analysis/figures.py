@@ -15,12 +15,11 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
-
-from analysis.experiment import Experiment
-from analysis.fronts import pareto_means, pareto_points
-from analysis.render import display_text
-from analysis.results import Results
-from analysis.verdicts import VerdictSettings
+from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.fronts import pareto_means, pareto_points
+from relif_ray.analysis.render import display_text
+from relif_ray.analysis.results import Results
+from relif_ray.analysis.verdicts import VerdictSettings
 
 DELTA_LINE_STYLES = (":", "-.", "--")
 """Line styles of the held-fixed delta_ref markers, in the order of the deltas."""
@@ -149,10 +148,10 @@ def controller_figure(experiment: Experiment, variant: str) -> Figure:
 def rank_shift_figure(results: Results) -> Figure:
     """The paper's headline claim drawn: each method's rank by mean Bias under its own
     method-induced thresholds (left) and under the held-fixed delta_ref (right), joined by a
-    line (`analysis.tables.rank_shift`, the shift table's numbers); crossing lines are
+    line (`relif_ray.analysis.tables.rank_shift`, the shift table's numbers); crossing lines are
     rankings that the method-induced thresholds move. Rank 1 (lowest Bias) is on top; each
     end is labelled "rank. method"."""
-    from analysis.tables import rank_shift
+    from relif_ray.analysis.tables import rank_shift
 
     rows = rank_shift(results)
     colors = _colors(results.variants)
@@ -250,8 +249,8 @@ def learning_curves_figure(
 
 def pair_bias_figure(results: Results, metric: str = "bias") -> Figure:
     """Fixed-delta Bias (or VR) per task pair and method: grouped horizontal bars of the
-    mean over seeds (`analysis.breakdown.by_pair`), the aggregate as the last group."""
-    from analysis.breakdown import by_pair
+    mean over seeds (`relif_ray.analysis.breakdown.by_pair`), the aggregate as the last group."""
+    from relif_ray.analysis.breakdown import by_pair
 
     table = by_pair(results, metric)
     colors = _colors(results.variants)

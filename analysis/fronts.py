@@ -5,12 +5,12 @@ the fixed reference point (Bias 1, Worst 0) (`relif_ray.sweep.selection.hypervol
 from __future__ import annotations
 
 import pandas as pd
+from relif_ray.analysis.mtl_metrics import hypervolumes
+from relif_ray.analysis.paired import front_shares, paired_summary, reference_variants, verdict_text
+from relif_ray.analysis.render import Column, Table
+from relif_ray.analysis.results import Results
+from relif_ray.analysis.verdicts import VerdictSettings
 
-from analysis.mtl_metrics import hypervolumes
-from analysis.paired import front_shares, paired_summary, reference_variants, verdict_text
-from analysis.render import Column, Table
-from analysis.results import Results
-from analysis.verdicts import VerdictSettings
 from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated
 
 ALL_TRIALS = "all trials"
@@ -32,8 +32,8 @@ def pareto_means(results: Results, settings: VerdictSettings | None = None) -> p
     """Per-method means: variant, bias / worst mean and sample std over seeds, n_seeds,
     on_front (non-dominated among the method means), hypervolume (of the method's per-seed
     points, `hypervolume_table`) and front_share: the share of seed-bootstrap resamples in
-    which the method's mean is on the front (`analysis.paired.front_shares`, `settings.n_boot`
-    resamples): how much of "on the front" the seeds can show."""
+    which the method's mean is on the front (`relif_ray.analysis.paired.front_shares`,
+    `settings.n_boot` resamples): how much of "on the front" the seeds can show."""
     points = pareto_points(results)
     grouped = points.groupby("variant", sort=False)
     means = pd.DataFrame(
@@ -77,8 +77,8 @@ def hypervolume_table(results: Results) -> Table:
 
 def front_with_verdicts(results: Results, settings: VerdictSettings | None = None) -> pd.DataFrame:
     """The utility-fairness front beside the verdicts over seeds, one row per variant: the
-    means (`analysis.fronts.pareto_means`: bias_mean, worst_mean, on_front, front_share) and
-    the verdicts against same-seed ERM of Bias at the primary delta_ref and of Worst
+    means (`relif_ray.analysis.fronts.pareto_means`: bias_mean, worst_mean, on_front, front_share)
+    and the verdicts against same-seed ERM of Bias at the primary delta_ref and of Worst
     ("reference" for plain ERM)."""
     settings = settings or VerdictSettings()
     means = pareto_means(results, settings)

@@ -1,4 +1,4 @@
-"""The group-fairness section of a clinical report (`analysis.groups`), as tables.
+"""The group-fairness section of a clinical report (`relif_ray.analysis.groups`), as tables.
 
 - `groups_<task>`: per method, attribute and group, the group's size (stays; positives of the
   task's decision), the task's own metric, TPR and FPR at the task's threshold, mean ± sample
@@ -6,7 +6,7 @@
 - `group_disparities`: per method, task, attribute and disparity (Fairlearn's demographic-
   parity and equalized-odds differences and the gap in the task's metric over the compared
   groups): its value over seeds, its paired difference from the same-seed ERM trial's with
-  the Student-t interval over seeds, and the verdict (`analysis.verdicts`).
+  the Student-t interval over seeds, and the verdict (`relif_ray.analysis.verdicts`).
 
 `group_tables` builds them for `relif report` (written with the other tables) and for the
 notebook and the API alike, so that both show the same numbers.
@@ -15,11 +15,11 @@ notebook and the API alike, so that both show the same numbers.
 from __future__ import annotations
 
 import pandas as pd
+from relif_ray.analysis.groups import ATTRIBUTES, DISPARITIES, GroupAudit, band_names
+from relif_ray.analysis.render import Column, Table, summarize
+from relif_ray.analysis.sections import link, section
+from relif_ray.analysis.tables import CISettings, Skipped
 
-from analysis.groups import ATTRIBUTES, DISPARITIES, GroupAudit, band_names
-from analysis.render import Column, Table, summarize
-from analysis.sections import link, section
-from analysis.tables import CISettings, Skipped
 from relif_ray.data.attributes import UNKNOWN
 
 TITLE = "Group fairness: patient groups"

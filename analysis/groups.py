@@ -1,7 +1,7 @@
 """Group fairness beside the fixed-delta audit: does each clinical task treat the patients of
 each sex, age band and ethnicity alike, and does a method widen or narrow the gaps?
 
-The fixed-delta audit (`analysis.results`) measures individual fairness across tasks. This
+The fixed-delta audit (`relif_ray.analysis.results`) measures individual fairness across tasks. This
 audit measures group fairness within each task, with Fairlearn (`MetricFrame` and its
 disparity metrics) on what every clinical trial stores (`relif_ray.experiment.outputs`: its
 outcomes and its stays' names), joined by stay to the sensitive attributes of the data set's
@@ -22,10 +22,10 @@ thresholds or bands re-audit a saved experiment.
     two compared groups. `overall`: the task's metric over every sample, the trial's own
     metric.
 `GroupAudit.paired`, per trial other than the plain ERM ones: each of those three against
-    the same-seed ERM trial's (`analysis.audit_scores.erm_partner`): label, variant, seed,
+    the same-seed ERM trial's (`relif_ray.analysis.audit_scores.erm_partner`): label, variant, seed,
     attribute, task, metric, value, erm_value, difference (NaN without one same-seed ERM).
 `GroupAudit.verdicts`, per variant, task, attribute and disparity: those differences over
-    seeds, summed up by `analysis.verdicts.compare_differences` (mean, Student-t interval,
+    seeds, summed up by `relif_ray.analysis.verdicts.compare_differences` (mean, Student-t interval,
     verdict in words, seeds needed where not shown).
 
 Decisions (`decisions`): a binary task (mortality, decompensation, each phenotype) predicts
@@ -50,13 +50,13 @@ from fairlearn.metrics import (
     selection_rate,
     true_positive_rate,
 )
+from relif_ray.analysis.audit_scores import erm_partner
+from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.results import report_split
+from relif_ray.analysis.verdicts import VerdictSettings, compare_differences
 from scipy.special import expit
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
-from analysis.audit_scores import erm_partner
-from analysis.experiment import Experiment
-from analysis.results import report_split
-from analysis.verdicts import VerdictSettings, compare_differences
 from relif_ray.data.attributes import UNKNOWN
 from relif_ray.errors import UserError
 from relif_ray.problems import AttributeSource, benchmark
@@ -404,8 +404,8 @@ def _disparities(
 
 def paired_differences(per_trial: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
     """Each trial's disparities (`DISPARITIES`) against its same-seed ERM trial's
-    (`analysis.audit_scores.erm_partner`, the pairing of every comparison with ERM), one row
-    per trial, attribute, task and disparity: label, variant, seed, attribute, task, metric,
+    (`relif_ray.analysis.audit_scores.erm_partner`, the pairing of every comparison with ERM), one
+    row per trial, attribute, task and disparity: label, variant, seed, attribute, task, metric,
     value, erm_value, difference (value - erm_value), trial, erm_trial. The plain ERM trials
     themselves are left out; a trial without exactly one same-seed ERM trial has NaN."""
     partner = erm_partner(trials)
@@ -425,7 +425,7 @@ def paired_differences(per_trial: pd.DataFrame, trials: pd.DataFrame) -> pd.Data
 
 def paired_verdicts(paired: pd.DataFrame, settings: VerdictSettings) -> pd.DataFrame:
     """Per variant, task, attribute and disparity, its paired differences from same-seed ERM
-    over seeds as `analysis.verdicts.compare_differences` sums them up: n_seeds, the mean
+    over seeds as `relif_ray.analysis.verdicts.compare_differences` sums them up: n_seeds, the mean
     difference with its Student-t interval, the sample std, the verdict in words ("lower than
     ERM (95%, 3 seeds)": the method narrows the gap) and, where not shown, the seeds needed."""
     rows = []

@@ -9,13 +9,13 @@ interface of `relif_ray.squash.AUDIT_INTERFACES`, all built from the same-seed E
 validation scores: (a) the paper's squash (q10/q90), (b) the wider band q1/q99, (c) the ERM
 empirical CDF (a rank map, no clip inside ERM's range). Same delta VALUE (the primary
 delta_ref of the main table), same split, pools and pairs; nothing is retrained
-(`analysis.results.Results.under`).
+(`relif_ray.analysis.results.Results.under`).
 
 Per method and interface:
 - Bias: mean ± sample std over seeds [the main table's bootstrap interval of the seed mean];
 - ratio: Bias / the same-seed ERM trial's Bias, mean ± std over seeds (ERM: 1);
 - change: the mean ratio minus the mean ratio under (a);
-- cut over seeds: the verdict over seeds on the per-seed ratios (`analysis.verdicts.
+- cut over seeds: the verdict over seeds on the per-seed ratios (`relif_ray.analysis.verdicts.
   compare_ratios`: the Student-t interval of the mean log ratio; "lower than ERM (95%, n
   seeds)", "not shown with n seeds" or "higher than ERM"), with the geometric mean ratio and
   its interval, on this interface.
@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from relif_ray.analysis.audit_scores import squash_quantiles, squashed_tasks
+from relif_ray.analysis.render import Column, Table, display_text, summarize
+from relif_ray.analysis.results import Results
+from relif_ray.analysis.tables import CISettings, Skipped
+from relif_ray.analysis.verdicts import VerdictSettings, compare_ratios
 
-from analysis.audit_scores import squash_quantiles, squashed_tasks
-from analysis.render import Column, Table, display_text, summarize
-from analysis.results import Results
-from analysis.tables import CISettings, Skipped
-from analysis.verdicts import VerdictSettings, compare_ratios
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.squash import AUDIT_INTERFACES, PAPER_INTERFACE
 

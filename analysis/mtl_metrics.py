@@ -21,8 +21,8 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from relif_ray.analysis.audit_scores import erm_partner
 
-from analysis.audit_scores import erm_partner
 from relif_ray.errors import UserError, last_line
 from relif_ray.problems import benchmark
 from relif_ray.sweep.selection import hypervolume
@@ -114,9 +114,9 @@ class DeltaMOptions:
     `DeltaMOptions(base=<single-task numbers>, sign="lower", average="metric",
     epochs="last", last_k=10)`.
 
-    base: "erm", the same-seed ERM trial (`analysis.audit_scores.erm_partner`), or the path of
-        a JSON file of fixed metric values {"<task>_<metric>": value, ...} in this project's
-        units (`read_metric_vector`), e.g. single-task numbers.
+    base: "erm", the same-seed ERM trial (`relif_ray.analysis.audit_scores.erm_partner`), or
+        the path of a JSON file of fixed metric values {"<task>_<metric>": value, ...} in this
+        project's units (`read_metric_vector`), e.g. single-task numbers.
     sign: "higher": positive is better (LibMTL); "lower": lower is better, the negation
         (Nash-MTL's and FAMO's `delta_fn`).
     average: "task": per task, then over tasks (LibMTL); "metric": the plain mean over every
@@ -217,15 +217,15 @@ def delta_m_per_trial(
     (default: LibMTL's, against the same-seed ERM trial at the final checkpoint), as the
     report shows it (index: that of `trials`).
 
-    The ERM base is the trial the audit squashes with (`analysis.audit_scores.erm_partner`:
-    the plain ERM trial of the same data set, architecture and seed, from the trial's own
-    experiment directory where it has one). The metrics are the data set's Delta-M% metrics
-    (`Benchmark.delta_m_metrics`: NYUv2's nine of LibMTL's tables; elsewhere every native
-    metric, `task_metrics`) that the trials report on `split` (`<split>_<task>_<metric>`
-    columns), each signed by its task's direction (`delta_m`). A plain ERM trial gets 0
-    against the ERM base. NaN where a seed has no ERM trial or several (several directories
-    loaded), where a metric is missing or its base value is 0, or where the data set reports
-    no native metric. `epochs` (`Experiment.epochs`) is needed for the "best" and "last"
+    The ERM base is the trial the audit squashes with
+    (`relif_ray.analysis.audit_scores.erm_partner`: the plain ERM trial of the same data set,
+    architecture and seed, from the trial's own experiment directory where it has one). The metrics
+    are the data set's Delta-M% metrics (`Benchmark.delta_m_metrics`: NYUv2's nine of LibMTL's
+    tables; elsewhere every native metric, `task_metrics`) that the trials report on `split`
+    (`<split>_<task>_<metric>` columns), each signed by its task's direction (`delta_m`). A plain
+    ERM trial gets 0 against the ERM base. NaN where a seed has no ERM trial or several (several
+    directories loaded), where a metric is missing or its base value is 0, or where the data set
+    reports no native metric. `epochs` (`Experiment.epochs`) is needed for the "best" and "last"
     epoch rules; a trial without the per-epoch values a rule needs is a one-line UserError.
     """
     options = options or DeltaMOptions()

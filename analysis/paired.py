@@ -2,8 +2,8 @@
 
 A method's claim is a claim over training seeds, and seeds vary far more than the audit's
 sampled pairs. So each trial is compared with its same-seed ERM trial (the same data set,
-architecture and seed: `analysis.audit_scores.erm_partner`, the rule the squash and Delta-M%
-use), and the comparison is summarised over the seeds (`analysis.verdicts`):
+architecture and seed: `relif_ray.analysis.audit_scores.erm_partner`, the rule the squash and
+Delta-M% use), and the comparison is summarised over the seeds (`relif_ray.analysis.verdicts`):
 
 - Bias and VR at every delta_ref: the ratio to the same-seed ERM trial's, on the log scale;
 - Worst and Macro: the difference, with an equivalence test at `VerdictSettings.margin`;
@@ -22,16 +22,16 @@ import math
 
 import numpy as np
 import pandas as pd
-
-from analysis.audit_scores import erm_partner
-from analysis.render import Column, Table, latex_escape
-from analysis.results import Results
-from analysis.verdicts import (
+from relif_ray.analysis.audit_scores import erm_partner
+from relif_ray.analysis.render import Column, Table, latex_escape
+from relif_ray.analysis.results import Results
+from relif_ray.analysis.verdicts import (
     Comparison,
     VerdictSettings,
     compare_differences,
     compare_ratios,
 )
+
 from relif_ray.sweep.selection import non_dominated
 
 RATIO_METRICS = ("bias", "vr")
@@ -110,8 +110,8 @@ def paired_summary(results: Results, settings: VerdictSettings | None = None) ->
     """One row per label, metric and delta (`PAIRED_COLUMNS`): n_seeds, the estimate (the
     geometric mean ratio for Bias and VR, else the mean difference), the Student-t interval
     over seeds, the verdict in words and, where it is "not shown", the seeds needed
-    (`analysis.verdicts`); boot_low/boot_high: the hierarchical bootstrap interval of Bias and
-    VR ratios (`hierarchical_intervals`)."""
+    (`relif_ray.analysis.verdicts`); boot_low/boot_high: the hierarchical bootstrap interval of Bias
+    and VR ratios (`hierarchical_intervals`)."""
     settings = settings or VerdictSettings()
     per_seed = paired_per_seed(results)
     rows = []
@@ -172,7 +172,7 @@ def hierarchical_intervals(
     replicate; replicates that are not finite (an ERM Bias of 0) are left out. Empty below
     `settings.min_boot_seeds` seeds or with `n_boot` 0: with few seeds the seed stage takes
     only a handful of distinct values, and the verdict uses the t interval
-    (`analysis.verdicts`)."""
+    (`relif_ray.analysis.verdicts`)."""
     pairs = of_label[["trial", "erm_trial"]].drop_duplicates()
     n = len(pairs)
     if settings.n_boot == 0 or n < max(settings.min_boot_seeds, 2):

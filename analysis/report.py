@@ -1,8 +1,8 @@
 """`analysis.write_report`, behind `relif report`: every table and figure of the paper for
-experiment directories, and a `report.md` (its prose: `analysis.sections`) that follows the paper's
-reporting checklist (section 6): the source of delta_ref and its calibration distribution, the pair
-seed and pool construction, fixed-delta Bias/VR, method-induced thresholds as diagnostics only,
-utility of the same checkpoint, and the training and controller settings.
+experiment directories, and a `report.md` (its prose: `relif_ray.analysis.sections`) that follows
+the paper's reporting checklist (section 6): the source of delta_ref and its calibration
+distribution, the pair seed and pool construction, fixed-delta Bias/VR, method-induced thresholds as
+diagnostics only, utility of the same checkpoint, and the training and controller settings.
 
 Output folder:
     report.md                 the report (all tables inline; every link points into this folder)
@@ -19,9 +19,9 @@ Output folder:
     interface_per_trial.csv   per trial and audit interface: Bias, same-seed ERM's, ratio
                               (where the interface table applies)
     delta_ref.json            the held-fixed thresholds and their sources
-    clinical data sets only, the group audit (`analysis.groups`, `analysis.group_tables`):
-    tables/groups_<task>.*, tables/group_disparities.*, group_per_group.csv,
-    group_per_trial.csv, group_paired.csv
+    clinical data sets only, the group audit (`relif_ray.analysis.groups`,
+    `relif_ray.analysis.group_tables`): tables/groups_<task>.*, tables/group_disparities.*,
+    group_per_group.csv, group_per_trial.csv, group_paired.csv
 """
 
 from __future__ import annotations
@@ -32,20 +32,19 @@ from functools import partial
 from pathlib import Path
 
 import pandas as pd
-
-from analysis.audit_scores import squash_quantiles
-from analysis.delta import DeltaSpec
-from analysis.experiment import Experiment
-from analysis.fronts import hypervolume_table, pareto_means, pareto_points
-from analysis.group_tables import FILES, group_section, group_tables
-from analysis.groups import GroupAudit, GroupOptions, group_audit, has_attributes
-from analysis.interfaces import interface_per_trial, interface_table, skip_reason
-from analysis.mtl_metrics import DeltaMOptions
-from analysis.paired import paired_summary, paired_table
-from analysis.render import Table
-from analysis.results import SENSITIVITY_DELTAS, Results, audit
-from analysis.sections import audited_sections, problems, sources, verdicts_section
-from analysis.tables import (
+from relif_ray.analysis.audit_scores import squash_quantiles
+from relif_ray.analysis.delta import DeltaSpec
+from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.fronts import hypervolume_table, pareto_means, pareto_points
+from relif_ray.analysis.group_tables import FILES, group_section, group_tables
+from relif_ray.analysis.groups import GroupAudit, GroupOptions, group_audit, has_attributes
+from relif_ray.analysis.interfaces import interface_per_trial, interface_table, skip_reason
+from relif_ray.analysis.mtl_metrics import DeltaMOptions
+from relif_ray.analysis.paired import paired_summary, paired_table
+from relif_ray.analysis.render import Table
+from relif_ray.analysis.results import SENSITIVITY_DELTAS, Results, audit
+from relif_ray.analysis.sections import audited_sections, problems, sources, verdicts_section
+from relif_ray.analysis.tables import (
     CISettings,
     Skipped,
     ablation_table,
@@ -59,7 +58,8 @@ from analysis.tables import (
     utility_table,
     violation_table,
 )
-from analysis.verdicts import VerdictSettings
+from relif_ray.analysis.verdicts import VerdictSettings
+
 from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError
 from relif_ray.progress import progress
@@ -204,7 +204,7 @@ def _write_data(
 def _write_figures(
     out: Path, experiment: Experiment, results: Results, options: ReportOptions
 ) -> dict:
-    from analysis.figures import (
+    from relif_ray.analysis.figures import (
         controller_figure,
         controller_variants,
         pareto_figure,

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from relif_ray.analysis.audit_scores import squash_quantiles
+from relif_ray.analysis.delta import DeltaRef, DeltaSpec, as_spec, default_specs, resolve
+from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.experiment_audit import ExperimentAudit
+from relif_ray.analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
+from relif_ray.analysis.render import latex_escape
 
-from analysis.audit_scores import squash_quantiles
-from analysis.delta import DeltaRef, DeltaSpec, as_spec, default_specs, resolve
-from analysis.experiment import Experiment
-from analysis.experiment_audit import ExperimentAudit
-from analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
-from analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, AuditSettings, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
@@ -44,7 +44,7 @@ class Results:
     worst, macro, native metrics, bias_<key> / vr_<key> per delta_ref, bias_at_<delta> per
     sensitivity delta, induced_mean, raw_bias, raw_vr, drift (for the primary delta_ref),
     the saturation columns where scores are squashed, and last delta_m (Delta-M% as
-    `delta_m` says, `analysis.mtl_metrics.delta_m_per_trial`).
+    `delta_m` says, `relif_ray.analysis.mtl_metrics.delta_m_per_trial`).
     induced: trial, pair, induced (validation-induced thresholds, diagnostics only)."""
 
     per_trial: pd.DataFrame
@@ -128,7 +128,7 @@ def audit(
     """Audit every finished trial under held-fixed thresholds (the first is the primary).
 
     deltas: numbers, "M:pQQ" (percentile of method M's validation reference distribution) or
-    "M:ALPHA" (split-conformal); None: the data set's default (see `analysis.delta`).
+    "M:ALPHA" (split-conformal); None: the data set's default (see `relif_ray.analysis.delta`).
     split: default test where the trials have it, else val (`report_split`).
     interface: how squashed (non-probability) scores are mapped into [0, 1], a name of
     `relif_ray.squash.AUDIT_INTERFACES`: "q10-q90" (the paper's squash), "q1-q99" or "ecdf"

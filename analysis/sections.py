@@ -1,5 +1,5 @@
-"""The prose of `report.md` (`analysis.report`): its sections, each a Markdown string built
-from the experiment, the `Results` and the tables, following the paper's reporting checklist
+"""The prose of `report.md` (`relif_ray.analysis.report`): its sections, each a Markdown string
+built from the experiment, the `Results` and the tables, following the paper's reporting checklist
 (section 6)."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from relif_ray.analysis.audit_scores import squashed_tasks
+from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.fronts import pareto_means
+from relif_ray.analysis.interfaces import TITLE, interface_words
+from relif_ray.analysis.render import Table, display_text
+from relif_ray.analysis.results import Results
+from relif_ray.analysis.tables import CISettings, Skipped
+from relif_ray.analysis.verdicts import MAX_SEEDS, VerdictSettings
 
-from analysis.audit_scores import squashed_tasks
-from analysis.experiment import Experiment
-from analysis.fronts import pareto_means
-from analysis.interfaces import TITLE, interface_words
-from analysis.render import Table, display_text
-from analysis.results import Results
-from analysis.tables import CISettings, Skipped
-from analysis.verdicts import MAX_SEEDS, VerdictSettings
 from relif_ray.audit import AuditSettings
 from relif_ray.experiment import storage
 from relif_ray.experiment.lock import still_running
@@ -111,7 +111,8 @@ def sources(experiment: Experiment) -> str:
 
 def verdicts_section(results: Results, paired: pd.DataFrame, settings: VerdictSettings) -> str:
     """The report's summary: per method, its verdicts over seeds against the same-seed ERM
-    trial (`analysis.paired`): Bias at the primary delta_ref, Worst, Macro and Delta-M%."""
+    trial (`relif_ray.analysis.paired`): Bias at the primary delta_ref, Worst, Macro and
+    Delta-M%."""
     heading = "## Summary: verdicts over seeds\n"
     if paired.empty:
         return heading + "No method has a same-seed ERM trial to be compared with.\n"
@@ -358,7 +359,8 @@ def audited_sections(
     verdicts: VerdictSettings,
 ) -> list[str]:
     """The sections after the sources: the audit protocol, then each table (by name, as
-    `analysis.report` built them) with its figures, in the order of the paper's checklist."""
+    `relif_ray.analysis.report` built them) with its figures, in the order of the paper's
+    checklist."""
     return [
         protocol(experiment, results, settings),
         section(

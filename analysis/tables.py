@@ -8,7 +8,7 @@ Each builder returns a `Table`, or a `Skipped` note when the experiment has no d
 - drift: mean validation-induced threshold per method, difference and ratio to a chosen
   method (Table 3) - a diagnostic only
 - shift: raw (own induced thresholds) versus fixed-delta Bias and the ranks (Table 4, Shift;
-  `rank_shift`, also drawn by `analysis.figures.rank_shift_figure`)
+  `rank_shift`, also drawn by `relif_ray.analysis.figures.rank_shift_figure`)
 - certificate: Theorem B.2 for every pair of methods
 - ablation: ReLiF component variants (Table 5); a static-lambda label is one row over its
   lambda0 grid, as in the paper
@@ -26,11 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from analysis.experiment import Experiment
-from analysis.mtl_metrics import delta_m_note
-from analysis.paired import add_verdict_columns
-from analysis.render import (
+from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.mtl_metrics import delta_m_note
+from relif_ray.analysis.paired import add_verdict_columns
+from relif_ray.analysis.render import (
     Column,
     Table,
     display_text,
@@ -39,7 +38,8 @@ from analysis.render import (
     metric_header,
     summarize,
 )
-from analysis.results import SATURATION_FLAG, Results, direction, sensitivity_key
+from relif_ray.analysis.results import SATURATION_FLAG, Results, direction, sensitivity_key
+
 from relif_ray.audit import ranking_is_robust
 from relif_ray.problems import benchmark
 from relif_ray.sweep.labels import SETTING_FIELDS
@@ -68,8 +68,8 @@ def bias_column(key: str, symbol: str, latex: str) -> Column:
 
 def main_table(results: Results, ci: CISettings, paired: pd.DataFrame | None = None) -> Table:
     """Utility, native metrics and Bias at every delta_ref per method; with `paired`
-    (`analysis.paired.paired_summary`), each method's verdicts over seeds against same-seed
-    ERM: Bias at the primary delta_ref and Worst."""
+    (`relif_ray.analysis.paired.paired_summary`), each method's verdicts over seeds against
+    same-seed ERM: Bias at the primary delta_ref and Worst."""
     columns = [
         Column("worst", "Worst", "Worst", "higher"),
         Column("macro", "Macro", "Macro", "higher"),
@@ -178,7 +178,7 @@ def rank_shift(results: Results) -> pd.DataFrame:
     """Per method (`row`): mean Bias at its own induced thresholds ("raw") and at the primary
     delta_ref, and the two rankings (1 = lowest mean Bias, ties share the lower rank): the
     ranking that method-induced thresholds give against the held-fixed one (paper section 3.2;
-    `shift_table`, `analysis.figures.rank_shift_figure`)."""
+    `shift_table`, `relif_ray.analysis.figures.rank_shift_figure`)."""
     fixed_key = f"bias_{results.primary.key}"
     rows = _stats(results, ["raw_bias", fixed_key])
     rows["raw_rank"] = rows["raw_bias_mean"].rank(method="min").astype(int)

@@ -4,7 +4,7 @@ A claim about methods is a claim over training seeds. Each seed gives one paired
 method's trial against the plain ERM trial of the same seed (same data, same initial weights
 where the method allows, same audit pairs): a ratio for Bias and VR, a difference for utility.
 This module turns the n paired values of one comparison into an estimate, an interval over
-seeds and a verdict; `analysis.paired` builds the comparisons of an experiment.
+seeds and a verdict; `relif_ray.analysis.paired` builds the comparisons of an experiment.
 
 - **Ratios** (Bias, VR) are compared on the log scale, where 0.5x and 2x are symmetric: the
   estimate is the geometric mean exp(mean log r), the interval exp of the Student-t interval
@@ -23,7 +23,7 @@ seeds covers far less than its nominal level (with 3 seeds it can only take 10 d
 values), while the t interval is exact for normal paired values and the t test's level is
 robust to moderate non-normality. The audit's pair sampling moves a trial's Bias far less
 than training seeds do, and it is already part of each seed's value
-(`analysis.paired.hierarchical_interval` resamples both levels where n allows).
+(`relif_ray.analysis.paired.hierarchical_interval` resamples both levels where n allows).
 
 **Seeds needed**: where a verdict is "not shown", the smallest number of seeds at which a
 test at the same level would show the observed paired effect with `power` (default 80%),

@@ -322,8 +322,8 @@ def pair_distances(
     L2-normalized shared representations over the SAME S pairs the audit samples (same pools,
     same seeds): the reference-pair distances of Theorem B.3. A reference model's distances,
     pooled over task pairs, are the distribution delta_ref is read from (its 75th percentile
-    is delta_p75, `delta_from_quantile`; `analysis.delta`); their per-pair means are a model's
-    induced thresholds (`induced_thresholds`).
+    is delta_p75, `delta_from_quantile`; `relif_ray.analysis.delta`); their per-pair means are a
+    model's induced thresholds (`induced_thresholds`).
 
     example_ids, embeddings: the model's shared representation, row i of `embeddings` (N, D)
     belonging to example_ids[i]; `scores` needs an `example_id` column.

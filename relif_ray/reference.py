@@ -7,8 +7,8 @@ VALIDATION raw scores of the ERM trial with the SAME seed and data set (and arch
 `reference_key`): plain ERM (method `erm`, ReLiF off) is the reference. One squash serves
 three places (paper section 3, appendix A.3):
 
-- the fixed-delta audit at analysis time (`analysis.audit_scores`; val and test scores of a
-  seed alike, with that seed's validation quantiles);
+- the fixed-delta audit at analysis time (`relif_ray.analysis.audit_scores`; val and test
+  scores of a seed alike, with that seed's validation quantiles);
 - ReLiF's training surrogate (`relif_ray.relif.regularizer`, `relif.squash = "erm"`), so a
   sweep runs each seed's ERM trial before the ReLiF trials that wait for it
   (`waits_for_reference`, `relif_ray.tuning.order`);

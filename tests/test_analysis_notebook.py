@@ -9,14 +9,14 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from relif_ray.analysis.breakdown import OVERALL, by_pair
+from relif_ray.analysis.figures import controller_grid, controller_variants
+from relif_ray.analysis.fronts import hypervolume_table
+from relif_ray.analysis.groups import GroupOptions
+from relif_ray.analysis.interfaces import interface_table
+from relif_ray.analysis.tables import CISettings
 
-import analysis
-from analysis.breakdown import OVERALL, by_pair
-from analysis.figures import controller_grid, controller_variants
-from analysis.fronts import hypervolume_table
-from analysis.groups import GroupOptions
-from analysis.interfaces import interface_table
-from analysis.tables import CISettings
+from relif_ray import analysis
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.testing.synthetic_experiment import (
     DEMO_EXPERIMENT,
@@ -136,8 +136,8 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
 
 
 def test_the_notebook_shows_the_group_tables_of_the_api(tmp_path, monkeypatch):
-    """Section 6 on a generated eICU experiment shows the tables `analysis.group_tables` gives
-    (what the report writes); without an attribute folder the audit says in one line that the
+    """Section 6 on a generated eICU experiment shows the tables `relif_ray.analysis.group_tables`
+    gives (what the report writes); without an attribute folder the audit says in one line that the
     trials' data folder is not here."""
     root = write_synthetic_experiment(
         tmp_path / "exp", labels=("erm", "relif"), seeds=2, dataset="eicu", n_examples=120

@@ -14,14 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-import analysis
-from analysis import delta as delta_options
-from analysis.delta import DeltaRef
-from analysis.experiment_audit import ExperimentAudit
-from analysis.render import Column, Table
-from analysis.results import Results, compute_results
-from analysis.tables import (
+from relif_ray.analysis import delta as delta_options
+from relif_ray.analysis.delta import DeltaRef
+from relif_ray.analysis.experiment_audit import ExperimentAudit
+from relif_ray.analysis.render import Column, Table
+from relif_ray.analysis.results import Results, compute_results
+from relif_ray.analysis.tables import (
     CISettings,
     Skipped,
     ablation_table,
@@ -34,6 +32,8 @@ from analysis.tables import (
     shift_table,
     violation_table,
 )
+
+from relif_ray import analysis
 from relif_ray.audit import fixed_delta_audit, induced_thresholds
 from relif_ray.cli import main
 from relif_ray.sweep.selection import non_dominated

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage

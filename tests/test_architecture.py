@@ -6,7 +6,8 @@
   imports the Ray layer (so `relif_ray.sweep` and the rest never reach Ray);
 - the audit, ReLiF and the squash (`relif_ray.audit`, `relif_ray.relif`, `relif_ray.squash`)
   reach no storage: no experiment code, no pyarrow, not the reference's file I/O;
-- only the command-line package (`relif_ray.cli`) imports `analysis`, and only it parses
+- only the command-line package (`relif_ray.cli`) imports `relif_ray.analysis` (the
+  repository's `analysis/` folder, installed under the project's name), and only it parses
   arguments (imports `argparse`);
 - only `relif_ray.experiment.storage` decides whether a location is local (the `"://"` test);
 - one home each for the squash formula and the other audit interfaces (`relif_ray.squash`),
@@ -32,6 +33,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("relif_ray", "analysis")
+INSTALLED_AS = {"analysis": "relif_ray.analysis"}
+"""Package folders installed under another dotted name (pyproject's package-dir)."""
+ANALYSIS = "relif_ray.analysis"
 LENGTH_RULED = (*PACKAGES, "benchmarks")
 """The folders whose modules and functions the length limits hold (the benchmark scripts too)."""
 RAY_LAYER = "relif_ray.tuning"
@@ -47,15 +51,19 @@ LONG_FUNCTIONS = {
 """Functions longer than `MAX_FUNCTION_LINES` (file:name -> why); a new one fails the test."""
 
 
-def find_modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
-    """Dotted module name -> source file, for every .py file of `packages` under `root`."""
+def find_modules(
+    root: Path, packages: tuple[str, ...], installed_as: dict[str, str] | None = None
+) -> dict[str, Path]:
+    """Dotted module name -> source file, for every .py file of the package folders
+    `packages` under `root` (a folder installed under another name: `installed_as`)."""
     modules = {}
     for package in packages:
+        prefix = (installed_as or {}).get(package, package).split(".")
         for path in sorted((root / package).rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
+            parts = path.relative_to(root / package).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            modules[".".join(parts)] = path
+            modules[".".join([*prefix, *parts])] = path
     return modules
 
 
@@ -98,9 +106,11 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return imported
 
 
-def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+def import_graph(
+    root: Path, packages: tuple[str, ...], installed_as: dict[str, str] | None = None
+) -> dict[str, set[str]]:
     """Module -> every name it imports (inside and outside `packages`)."""
-    modules = find_modules(root, packages)
+    modules = find_modules(root, packages, installed_as)
     return {name: imports_of(name, path, set(modules)) for name, path in modules.items()}
 
 
@@ -128,7 +138,7 @@ def _in_ray_layer(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
-    return import_graph(REPO, PACKAGES)
+    return import_graph(REPO, PACKAGES, INSTALLED_AS)
 
 
 def test_the_import_graph_is_acyclic(graph):
@@ -212,11 +222,15 @@ def _in_cli(name: str) -> bool:
     return name == CLI_PACKAGE or name.startswith(f"{CLI_PACKAGE}.")
 
 
+def _in_analysis(name: str) -> bool:
+    return name == ANALYSIS or name.startswith(f"{ANALYSIS}.")
+
+
 def test_only_the_command_line_package_imports_analysis(graph):
     importers = {
         name
         for name, targets in graph.items()
-        if _top(name) != "analysis" and any(_top(t) == "analysis" for t in targets)
+        if not _in_analysis(name) and any(map(_in_analysis, targets))
     }
     assert importers, "the command line must import analysis (else this test checks nothing)"
     assert all(_in_cli(name) for name in importers), sorted(importers)
@@ -249,6 +263,20 @@ def test_the_import_reader_sees_cycles_and_deferred_imports_but_not_type_checkin
     assert reachable(graph, "toy.d") >= {"toy.a", "toy.b", "toy.c", "ray.tune"}
     del graph["toy.a"]
     assert set(find_cycle(graph)) == {"toy.b", "toy.c", "toy.d"}
+
+
+def test_the_installed_packages_are_every_package_folder():
+    """pyproject's explicit package list names every folder with an `__init__.py` (the
+    analysis folder as relif_ray.analysis), and no top-level `analysis` is installed."""
+    listed = re.search(r"^packages = \[(.*?)\]", (REPO / "pyproject.toml").read_text(), re.M | re.S)
+    names = set(re.findall(r'"([\w.]+)"', listed.group(1)))
+    folders = {
+        name
+        for name, path in find_modules(REPO, PACKAGES, INSTALLED_AS).items()
+        if path.name == "__init__.py"
+    }
+    assert names == folders and "analysis" not in names and ANALYSIS in names
+    assert '"relif_ray.analysis" = "analysis"' in (REPO / "pyproject.toml").read_text()
 
 
 def source_files(folders: tuple[str, ...] = PACKAGES) -> dict[str, str]:

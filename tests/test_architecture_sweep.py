@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
 from relif_ray.sweep.labels import sweep_constants

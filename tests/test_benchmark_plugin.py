@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.plugins import PLUGIN_PATHS
 from tests.conftest import ONE_TRIAL_AT_A_TIME
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from relif_ray.analysis.groups import GroupOptions
 
-import analysis
-from analysis.groups import GroupOptions
+from relif_ray import analysis
 from relif_ray.cli.sweep import CLINICAL, base_config, build_parser
 from relif_ray.cli.sweep import main as sweep_main
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
@@ -199,7 +199,8 @@ def test_report_turns_both_sweeps_into_utility_tables(
     """Both reports have their utility tables and a group audit: eICU's attributes from the
     trials' own data folder, MIMIC-III's from the root/ folder given. The group audit
     recomputes each task's metric from the stored outcomes exactly as the trial computed it,
-    and the report's group tables are the API's (`analysis.group_tables`, shown on eICU's)."""
+    and the report's group tables are the API's (`relif_ray.analysis.group_tables`, shown on
+    eICU's)."""
     from relif_ray.cli import main  # `relif report` (its script runs end to end elsewhere)
 
     root = mimic3_search[0] / "root"

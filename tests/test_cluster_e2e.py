@@ -28,7 +28,7 @@ import pandas as pd
 import pytest
 import torch
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, main
 from relif_ray.experiment.outputs import read_trial_info

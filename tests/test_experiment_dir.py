@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import main
 from relif_ray.errors import UserError

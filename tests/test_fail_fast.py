@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli.sweep import CLINICAL, main
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.eicu import check_eicu

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli import fidelity
 
 

@@ -1,4 +1,4 @@
-"""The group audit of clinical trials (`analysis.groups`): its numbers are Fairlearn's and
+"""The group audit of clinical trials (`relif_ray.analysis.groups`): its numbers are Fairlearn's and
 scikit-learn's, and a tiny case is checked by hand; the stays are joined to the attributes of
 the synthetic MIMIC-III and eICU files through the real readers, stays without an attribute
 row are counted in one warning and kept in the unknown group; malformed attribute files are
@@ -22,9 +22,7 @@ from fairlearn.metrics import (
     selection_rate,
     true_positive_rate,
 )
-from sklearn.metrics import cohen_kappa_score, roc_auc_score
-
-from analysis.groups import (
+from relif_ray.analysis.groups import (
     GroupOptions,
     MissingAttributes,
     age_band,
@@ -33,7 +31,9 @@ from analysis.groups import (
     paired_verdicts,
     task_groups,
 )
-from analysis.verdicts import VerdictSettings
+from relif_ray.analysis.verdicts import VerdictSettings
+from sklearn.metrics import cohen_kappa_score, roc_auc_score
+
 from relif_ray.cli.console import main as relif
 from relif_ray.data.attributes import UNKNOWN
 from relif_ray.data.eicu import read_eicu_attributes

@@ -10,8 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-
-from analysis.mtl_metrics import (
+from relif_ray.analysis.mtl_metrics import (
     DeltaMOptions,
     delta_m,
     delta_m_per_trial,
@@ -19,6 +18,7 @@ from analysis.mtl_metrics import (
     read_metric_vector,
     task_metrics,
 )
+
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated

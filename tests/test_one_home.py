@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from relif_ray.analysis.audit_scores import is_erm, squash_quantiles
 
-import analysis
-from analysis.audit_scores import is_erm, squash_quantiles
+from relif_ray import analysis
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.reference import is_plain_erm, is_reference, waits_for_reference
 from relif_ray.squash import squash_bounds
@@ -52,7 +52,7 @@ def controller_experiment(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def report_dir(controller_experiment, tmp_path_factory) -> Path:
-    from analysis.report import ReportOptions
+    from relif_ray.analysis.report import ReportOptions
 
     out = tmp_path_factory.mktemp("controller-report")
     settings = analysis.AuditSettings(pool_size=16, pairs=128)

@@ -1,5 +1,5 @@
-"""Paired comparisons over seeds (`analysis.paired`) as `relif report` writes them: paired.csv
-re-derived independently from per_trial.csv, the hierarchical bootstrap against a direct
+"""Paired comparisons over seeds (`relif_ray.analysis.paired`) as `relif report` writes them:
+paired.csv re-derived independently from per_trial.csv, the hierarchical bootstrap against a direct
 two-stage resampling, the front shares, and the verdicts in the main and summary sections."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from relif_ray.analysis.paired import PAIRED_COLUMNS, front_shares, hierarchical_intervals
+from relif_ray.analysis.report import ReportOptions, write_report
+from relif_ray.analysis.tables import CISettings
+from relif_ray.analysis.verdicts import VerdictSettings
 from scipy import stats
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-import analysis
-from analysis.paired import PAIRED_COLUMNS, front_shares, hierarchical_intervals
-from analysis.report import ReportOptions, write_report
-from analysis.tables import CISettings
-from analysis.verdicts import VerdictSettings
+from relif_ray import analysis
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS
 

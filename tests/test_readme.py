@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-
-from analysis.verdicts import VerdictSettings, compare_differences, compare_ratios
+from relif_ray.analysis.verdicts import VerdictSettings, compare_differences, compare_ratios
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,7 +57,7 @@ def test_the_first_claim_states_the_verdicts_with_their_seeds():
     """The first screen's claim: the demo's per-seed Bias ratios and its verdict over seeds
     (docs/figures/demo.json, from the demo report's paired.csv), and the fidelity experiment's
     verdicts with its seeds (docs/figures/fidelity.json, its --json output), each recomputed
-    here from the per-seed values with `analysis.verdicts`."""
+    here from the per-seed values with `relif_ray.analysis.verdicts`."""
     first_screen = " ".join(README.read_text().split("## Status", 1)[0].split())
     relif = json.loads((FIGURES / "demo.json").read_text())["verdicts"]["relif"]
     bias = relif["bias"]

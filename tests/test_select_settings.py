@@ -152,7 +152,7 @@ def test_read_pareto_names_a_missing_column(search_dir):
 
 
 def test_the_report_keeps_one_row_for_a_label_selected_per_seed():
-    from analysis.experiment import variant_names
+    from relif_ray.analysis.experiment import variant_names
 
     trials = pd.DataFrame(
         {"label": ["relif", "relif"], "r_star": [0.2, 0.3], "eta": [1e-3, 1e-2], "seed": [0, 1]}
@@ -162,7 +162,7 @@ def test_the_report_keeps_one_row_for_a_label_selected_per_seed():
 
 
 def test_the_controller_table_lists_each_seeds_selected_setting():
-    from analysis.tables import setting_text
+    from relif_ray.analysis.tables import setting_text
 
     assert setting_text(pd.Series([0.2, 0.2])) == "0.2"
     assert setting_text(pd.Series([0.2, 0.3, 0.2])) == "0.2 / 0.3 / 0.2"

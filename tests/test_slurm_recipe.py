@@ -26,7 +26,7 @@ import psutil
 import pytest
 import torch
 
-import analysis
+from relif_ray import analysis
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.sweep.exit_status import EXIT_STOPPED

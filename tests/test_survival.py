@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 import pytest
 import torch
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.experiment import storage
 from relif_ray.experiment.outputs import read_trial_info

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli import main as relif  # the `relif` console script, in this process
 from relif_ray.tuning import LOOPBACK_SWITCH
 from tests.local_cluster import LOCALHOST, listening_addresses

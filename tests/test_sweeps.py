@@ -27,7 +27,7 @@ import ray
 import torch
 from ray import tune
 
-import analysis
+from relif_ray import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.cli.sweep import NYUV2, build_parser, main
 from relif_ray.cli.sweep import base_config as sweep_base_config

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import analysis
+from relif_ray import analysis
 from relif_ray.cli.sweep import main
 from relif_ray.sweep.plan import TuneOptions
 

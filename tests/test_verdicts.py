@@ -1,4 +1,4 @@
-"""Verdicts over seeds (`analysis.verdicts`) against scipy and statsmodels, a coverage
+"""Verdicts over seeds (`relif_ray.analysis.verdicts`) against scipy and statsmodels, a coverage
 simulation of the interval the verdicts rest on, and the words they give."""
 
 from __future__ import annotations
@@ -8,11 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from scipy import stats
-from statsmodels.stats.power import TTestPower
-from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
-
-from analysis.verdicts import (
+from relif_ray.analysis.verdicts import (
     MAX_SEEDS,
     VerdictSettings,
     compare_differences,
@@ -23,6 +19,10 @@ from analysis.verdicts import (
     tost_power,
     tost_seeds_needed,
 )
+from scipy import stats
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
+
 from relif_ray.errors import UserError
 
 SETTINGS = VerdictSettings()

@@ -27,9 +27,9 @@ with the ERM trial of the same seed, per seed and as the mean over seeds:
   lambda_max; from the trials' traces): a controller pinned at a bound for most of a run is
   not controlling.
 
-Each row's detail ends with the report's verdict over seeds (`analysis.paired`: the Student-t
-interval over seeds of the paired log ratio, or of the difference with the equivalence test of
-Worst and Macro within ±0.02): the targets judge the mean, the verdict what the seeds show.
+Each row's detail ends with the report's verdict over seeds (`relif_ray.analysis.paired`: the
+Student-t interval over seeds of the paired log ratio, or of the difference with the equivalence
+test of Worst and Macro within ±0.02): the targets judge the mean, the verdict what the seeds show.
 
 Targets on the mean over seeds (`TARGETS`; never loosened): relif-st <= 0.35x ERM's Bias
 under (a) and under (c), clipped shares <= ERM's + 0.05, Worst >= ERM's - 0.02; relif <= 0.5x
@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.interfaces import interface_name
+from relif_ray.analysis.interfaces import interface_name
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.problems.nyuv2 import DEFAULTS as NYUV2
 from relif_ray.relif.controller import scale_to_budget
@@ -360,7 +360,7 @@ def label_rows(reports: Reports, label: str, experiment: object, judge: bool) ->
 
 def fidelity_rows(size: Size, workdir: Path, data: Path | None = None) -> list[Row]:
     """Sweep, report, and every label's rows against the same-seed ERM trial."""
-    import analysis
+    from relif_ray import analysis
 
     experiment = run_sweep(size, workdir, data)
     reports = run_report(experiment, workdir / "report", size.report_flags)

@@ -7,16 +7,16 @@ import argparse
 import sys
 import warnings
 
-from analysis import delta as delta_options
-from analysis.delta import DISTRIBUTIONS
-from analysis.experiment import SkippedFile, load
-from analysis.groups import GroupOptions, MissingAttributes
-from analysis.mtl_metrics import DeltaMOptions, read_metric_vector
-from analysis.report import ReportOptions, write_report
-from analysis.results import SENSITIVITY_DELTAS, SPLITS
-from analysis.sections import running_note
-from analysis.tables import CISettings
-from analysis.verdicts import VerdictSettings
+from relif_ray.analysis import delta as delta_options
+from relif_ray.analysis.delta import DISTRIBUTIONS
+from relif_ray.analysis.experiment import SkippedFile, load
+from relif_ray.analysis.groups import GroupOptions, MissingAttributes
+from relif_ray.analysis.mtl_metrics import DeltaMOptions, read_metric_vector
+from relif_ray.analysis.report import ReportOptions, write_report
+from relif_ray.analysis.results import SENSITIVITY_DELTAS, SPLITS
+from relif_ray.analysis.sections import running_note
+from relif_ray.analysis.tables import CISettings
+from relif_ray.analysis.verdicts import VerdictSettings
 from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import add_audit_flags, audit_settings, parse_floats
 from relif_ray.errors import UserError
@@ -67,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_group_flags(parser: argparse.ArgumentParser) -> None:
-    """The group audit of clinical experiments (`analysis.groups.GroupOptions`)."""
+    """The group audit of clinical experiments (`relif_ray.analysis.groups.GroupOptions`)."""
     groups = GroupOptions()
     parser.add_argument(
         "--attributes",
@@ -106,7 +106,7 @@ def add_group_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_delta_flags(parser: argparse.ArgumentParser) -> None:
     """The held-fixed thresholds (repeatable, the first is the primary) and what they are
-    calibrated on (`analysis.delta`)."""
+    calibrated on (`relif_ray.analysis.delta`)."""
     parser.add_argument(
         "--delta",
         dest="deltas",
@@ -142,7 +142,7 @@ def add_delta_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_interval_flags(parser: argparse.ArgumentParser) -> None:
     """The bootstrap replicates, the level of every interval and test, and the equivalence
-    margin of the verdicts over seeds (`analysis.verdicts.VerdictSettings`)."""
+    margin of the verdicts over seeds (`relif_ray.analysis.verdicts.VerdictSettings`)."""
     ci = CISettings()
     parser.add_argument(
         "--n-boot",
@@ -170,7 +170,7 @@ def add_interval_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_delta_m_flags(parser: argparse.ArgumentParser) -> None:
-    """How Delta-M% is computed (`analysis.mtl_metrics.DeltaMOptions`; the defaults are
+    """How Delta-M% is computed (`relif_ray.analysis.mtl_metrics.DeltaMOptions`; the defaults are
     LibMTL's against same-seed ERM)."""
     parser.add_argument(
         "--delta-m-base",
@@ -253,7 +253,7 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the report; each damaged file it left out is one warning line on stderr
-    (`analysis.experiment.SkippedFile`), also when the report then fails."""
+    (`relif_ray.analysis.experiment.SkippedFile`), also when the report then fails."""
     options = options_from_args(args)
     with warnings.catch_warnings():
         warnings.simplefilter("always", SkippedFile)

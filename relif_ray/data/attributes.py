@@ -6,7 +6,7 @@ finds, with the columns `ATTRIBUTE_COLUMNS`:
     stay        the stay's name as its split names it (`Split.example_names`): the multitask
                 episode file (MIMIC-III) or the patientunitstayid (eICU)
     gender      a group name, lower case, in the source's own words
-    age         years (float; NaN where missing): the audit bands it (`analysis.groups`)
+    age         years (float; NaN where missing): the audit bands it (`relif_ray.analysis.groups`)
     ethnicity   a group name, lower case, in the source's own words
 
 A missing or unknown value is the group `UNKNOWN`, never dropped; where a source merges

@@ -143,7 +143,7 @@ class DataWriter:
 @dataclass(frozen=True)
 class AttributeSource:
     """Where the sensitive attributes of a benchmark's stays are, for the group audit
-    (`analysis.groups`).
+    (`relif_ray.analysis.groups`).
 
     read: (folder, the stays' names) -> one row per stay found
         (`relif_ray.data.attributes.ATTRIBUTE_COLUMNS`); a malformed file is a `UserError`.
@@ -188,7 +188,7 @@ class Benchmark:
         None: the trials find model config problems.
     delta_m_metrics: the native metrics (`<task>_<metric>`) Delta-M% averages, where the
         literature's tables average a set of their own (NYUv2: LibMTL's nine, without our depth
-        RMSE); empty: every native metric (`analysis.mtl_metrics`).
+        RMSE); empty: every native metric (`relif_ray.analysis.mtl_metrics`).
     attributes: where the stays' sensitive attributes are (`AttributeSource`); None: the
         benchmark has no patient groups to audit.
     """

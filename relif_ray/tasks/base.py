@@ -101,7 +101,7 @@ class MetricAccumulator(ABC):
 
 OUTCOME_KINDS = ("binary", "multilabel", "length_of_stay")
 """How a task's stored outcomes (`Task.outcomes`) read, for the group-fairness audit
-(`analysis.groups`): "binary" - label 0/1 and the logit of the positive class per labelled
+(`relif_ray.analysis.groups`): "binary" - label 0/1 and the logit of the positive class per labelled
 stay or step; "multilabel" - the same per stay and label, `position` being the label's index;
 "length_of_stay" - the remaining stay in hours and the arg-max bin per labelled step."""
 
