@@ -407,7 +407,7 @@ def run_sweep(
         callbacks.append(GracefulStop())
         if resume:
             for file_name in repair_driver_state(experiment_dir):
-                LOGGER.warning(
+                LOGGER.info(
                     "--resume: %s was cut off by the killed driver; put back its full copy",
                     file_name,
                 )
