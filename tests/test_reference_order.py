@@ -204,8 +204,11 @@ def test_a_state_file_cut_by_a_killed_driver_is_put_back_and_the_sweep_resumes(
 ) -> None:
     """The experiment state cut in half, as a driver killed while Tune copied it leaves it:
     `--resume` puts back the complete copy that this node's Ray session kept (the sweep ran on
-    the tests' Ray) and Tune resumes the finished sweep."""
+    the tests' Ray), says so on the command's stdout, and Tune resumes the finished sweep."""
+    from relif_ray.messages import show_messages
     from relif_ray.tuning.launch import run_sweep
+
+    show_messages()  # as the sweep's command does (relif_ray.cli.parsing.run_command)
 
     copy = tmp_path / "phased"  # the same experiment name: the staging copy is found by it
     shutil.copytree(phased, copy, ignore=shutil.ignore_patterns("checkpoint_*"))
