@@ -12,7 +12,7 @@ import pytest
 from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
-from relif_ray.sweep.labels import sweep_constants
+from relif_ray.sweep.trial_config import sweep_constants
 from tests.conftest import ONE_TRIAL_AT_A_TIME
 
 

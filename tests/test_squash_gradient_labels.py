@@ -13,15 +13,13 @@ from relif_ray.cli.sweep import CLINICAL, main, run
 from relif_ray.reference import waits_for_reference
 from relif_ray.sweep.labels import (
     display_name,
-    experiment_config,
     grid_variants,
     split_label,
-    sweep_constants,
     trial_name,
-    trial_overrides,
     uses_controller,
 )
 from relif_ray.sweep.plan import selected_trials
+from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
 from tests.test_sweeps import base_config
 
 

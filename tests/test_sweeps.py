@@ -34,16 +34,9 @@ from relif_ray.cli.sweep import base_config as sweep_base_config
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_info
 from relif_ray.sweep.exit_status import SweepStopped
-from relif_ray.sweep.labels import (
-    experiment_config,
-    grid_variants,
-    split_label,
-    sweep_constants,
-    trial_overrides,
-    uses_controller,
-    variant,
-)
+from relif_ray.sweep.labels import grid_variants, split_label, uses_controller, variant
 from relif_ray.sweep.plan import controller_variants
+from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
 from relif_ray.tuning.trainable import STATE_FILE, readable_state
 from tests.conftest import tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses

@@ -31,10 +31,7 @@ from typing import Any
 
 from relif_ray.config import HARD_SHARING, ReLiFConfig
 from relif_ray.errors import UserError
-from relif_ray.sweep.trial_config import apply_overrides as apply_overrides
 from relif_ray.sweep.trial_config import experiment_config
-from relif_ray.sweep.trial_config import sweep_constants as sweep_constants
-from relif_ray.sweep.trial_config import trial_overrides as trial_overrides
 
 RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif": {},
