@@ -33,8 +33,6 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.errors import UserError
-from relif_ray.squash import squash as squash  # re-exported; its home is relif_ray.squash
-from relif_ray.squash import squash_bounds as squash_bounds
 
 PairKey = str
 """A task pair "a|b" with a < b."""

@@ -32,19 +32,9 @@ import pyarrow.fs
 
 from relif_ray.config import HARD_SHARING, ExperimentConfig
 from relif_ray.experiment import storage
-from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE as SQUASH_CONSTANTS_FILE
+from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.experiment.storage import Location
-from relif_ray.squash import AUDIT_INTERFACES as AUDIT_INTERFACES
-from relif_ray.squash import ECDF_FORMULA as ECDF_FORMULA
-from relif_ray.squash import PAPER_INTERFACE as PAPER_INTERFACE
-from relif_ray.squash import SQUASH_EPS as SQUASH_EPS
-from relif_ray.squash import SQUASH_FORMULA as SQUASH_FORMULA
 from relif_ray.squash import SQUASH_QUANTILES
-from relif_ray.squash import AuditInterface as AuditInterface
-from relif_ray.squash import audit_interface as audit_interface
-from relif_ray.squash import empirical_cdf as empirical_cdf
-from relif_ray.squash import squash as squash
-from relif_ray.squash import squash_bounds as squash_bounds
 
 
 def reference_key(seed: int, architecture: str = HARD_SHARING) -> str:

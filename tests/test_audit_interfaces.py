@@ -22,13 +22,8 @@ from scipy import stats
 from relif_ray import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.errors import UserError
-from relif_ray.reference import (
-    AUDIT_INTERFACES,
-    audit_interface,
-    empirical_cdf,
-    squash_bounds,
-    write_squash_constants,
-)
+from relif_ray.reference import write_squash_constants
+from relif_ray.squash import AUDIT_INTERFACES, audit_interface, empirical_cdf, squash_bounds
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, StoredTrial, stored_trials
 

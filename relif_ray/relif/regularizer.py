@@ -249,7 +249,7 @@ class ReLiFRegularizer(nn.Module):
 def squash_with_gradient(
     raw: Tensor, low: Tensor, high: Tensor, gradient: SquashGradient = "clip"
 ) -> Tensor:
-    """The audit's squash of raw scores (`relif_ray.reference.squash`; paper appendix A),
+    """The audit's squash of raw scores (`relif_ray.squash.squash`; paper appendix A),
     with the chosen gradient.
 
     "clip" (the paper's): the clip's own gradient, zero wherever it saturates. A prototype is

@@ -33,6 +33,7 @@ from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.layout import (
     EXPERIMENT_STATE_FILES,
     SEARCHER_STATE_FILES,
+    SQUASH_CONSTANTS_FILE,
     newest_driver_state,
     tune_trials,
 )
@@ -49,7 +50,7 @@ from relif_ray.experiment.storage import (
 from relif_ray.methods import build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import benchmark, checked_model
-from relif_ray.reference import SQUASH_CONSTANTS_FILE, read_squash_constants
+from relif_ray.reference import read_squash_constants
 
 
 def check_trial_configs(configs: list[ExperimentConfig]) -> None:

@@ -55,18 +55,17 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
+from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.experiment.outputs import write_trial_outputs
 from relif_ray.messages import show_messages
 from relif_ray.reference import (
-    SQUASH_CONSTANTS_FILE,
     config_reference_key,
     is_reference,
     read_squash_constants,
-    squash,
-    squash_bounds,
     waits_for_reference,
 )
 from relif_ray.relif import STAT_KEYS
+from relif_ray.squash import squash, squash_bounds
 from relif_ray.sweep.labels import setting_values
 from relif_ray.sweep.trial_config import experiment_config
 
