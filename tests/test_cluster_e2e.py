@@ -171,20 +171,19 @@ def running_with_a_checkpoint(experiment: Path) -> int | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
-    """seed -> (config, val metrics, trace) of each trial's config trained here in one go, with the
-    trial's one CPU thread (float reductions depend on the thread count)."""
-    from relif_ray.cli.sweep import base_config, build_parser
+def trained_here(argv: list[str], data: Path) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
+    """seed -> (config, val metrics, trace) of each ERM trial of the sweep `argv`, trained here
+    in one go, with the trial's one CPU thread (float reductions depend on the thread count)."""
+    from relif_ray.cli.sweep import base_config, build_parser, parse_seeds
     from relif_ray.engine import TrainingRun
     from relif_ray.sweep.labels import variant
     from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
 
-    args = build_parser(NYUV2).parse_args(sweep_argv(data, Path("unused"), "x"))
+    args = build_parser(NYUV2).parse_args(argv)
     base = base_config(args, NYUV2, str(data))
     assert torch.get_num_threads() == 1  # set in conftest.py, as in a 1-CPU trial
     runs = {}
-    for seed in (0, 1):
+    for seed in parse_seeds(args.seeds):
         config = experiment_config(
             {**sweep_constants(base, 0.2), **trial_overrides(variant("erm"), seed)}
         )
@@ -193,6 +192,11 @@ def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
             run.train_epoch()
         runs[seed] = (config.to_dict(), run.evaluate("val").metrics, pd.DataFrame(run.trace))
     return runs
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
+    return trained_here(sweep_argv(data, Path("unused"), "x"), data)
 
 
 def assert_uninterrupted_numbers(experiment: Path, uninterrupted) -> analysis.Experiment:

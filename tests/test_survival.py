@@ -27,7 +27,6 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.fs as pafs
 import pytest
-import torch
 
 from relif_ray import analysis
 from relif_ray.cli import main as relif_main
@@ -36,7 +35,12 @@ from relif_ray.experiment.outputs import read_trial_info
 from relif_ray.sweep.exit_status import EXIT_STOPPED
 from relif_ray.tuning.trainable import STATE_FILE, readable_state
 from tests.local_cluster import LOCALHOST, free_port
-from tests.test_cluster_e2e import assert_uninterrupted_numbers, has_checkpoint, wait_for
+from tests.test_cluster_e2e import (
+    assert_uninterrupted_numbers,
+    has_checkpoint,
+    trained_here,
+    wait_for,
+)
 from tests.test_sweeps import driver_env, trial_records
 
 pytestmark = pytest.mark.slow
@@ -171,29 +175,6 @@ class Reader(threading.Thread):
             status = relif_main(argv)
         self.calls.append((argv[0], status, err.getvalue()))
         return status
-
-
-def trained_here(argv: list[str], data: Path) -> dict[int, tuple[dict, dict, pd.DataFrame]]:
-    """seed -> (config, val metrics, trace) of each trial of the sweep `argv`, trained here in
-    one go."""
-    from relif_ray.cli.sweep import NYUV2, base_config, build_parser, parse_seeds
-    from relif_ray.engine import TrainingRun
-    from relif_ray.sweep.labels import variant
-    from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
-
-    args = build_parser(NYUV2).parse_args(argv)
-    base = base_config(args, NYUV2, str(data))
-    assert torch.get_num_threads() == 1
-    runs = {}
-    for seed in parse_seeds(args.seeds):
-        config = experiment_config(
-            {**sweep_constants(base, 0.2), **trial_overrides(variant("erm"), seed)}
-        )
-        run = TrainingRun(config)
-        while not run.finished:
-            run.train_epoch()
-        runs[seed] = (config.to_dict(), run.evaluate("val").metrics, pd.DataFrame(run.trace))
-    return runs
 
 
 def test_a_sweep_survives_a_killed_worker_a_full_disk_and_stop_signals_while_it_is_read(
