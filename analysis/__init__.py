@@ -27,7 +27,6 @@ from relif_ray.analysis.paired import front_shares, paired_per_seed, paired_summ
 from relif_ray.analysis.report import write_report
 from relif_ray.analysis.results import Results, audit
 from relif_ray.analysis.verdicts import VerdictSettings
-
 from relif_ray.audit import AuditSettings
 from relif_ray.sweep.selection import non_dominated
 

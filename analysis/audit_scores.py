@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from relif_ray.analysis.experiment import Experiment
 
+from relif_ray.analysis.experiment import Experiment
 from relif_ray.config import HARD_SHARING
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage

@@ -7,6 +7,7 @@ unordered task pairs (a, b) whose cross-task gaps |p_a(x) - p_b(y)| the audit co
 from __future__ import annotations
 
 import pandas as pd
+
 from relif_ray.analysis.results import Results
 
 OVERALL = "overall"

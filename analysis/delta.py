@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from relif_ray.analysis.experiment_audit import ExperimentAudit
 
+from relif_ray.analysis.experiment_audit import ExperimentAudit
 from relif_ray.audit import check_delta, conformal_delta, delta_from_quantile
 from relif_ray.errors import UserError, finite_number
 from relif_ray.problems import benchmark

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from relif_ray.analysis.audit_scores import audit_scores, categorical
 from relif_ray.analysis.experiment import Experiment
-
 from relif_ray.audit import (
     AuditGaps,
     AuditSettings,

@@ -15,6 +15,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.fronts import pareto_means, pareto_points
 from relif_ray.analysis.render import display_text

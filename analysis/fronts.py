@@ -5,12 +5,12 @@ the fixed reference point (Bias 1, Worst 0) (`relif_ray.sweep.selection.hypervol
 from __future__ import annotations
 
 import pandas as pd
+
 from relif_ray.analysis.mtl_metrics import hypervolumes
 from relif_ray.analysis.paired import front_shares, paired_summary, reference_variants, verdict_text
 from relif_ray.analysis.render import Column, Table
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.verdicts import VerdictSettings
-
 from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated
 
 ALL_TRIALS = "all trials"

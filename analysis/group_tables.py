@@ -15,11 +15,11 @@ notebook and the API alike, so that both show the same numbers.
 from __future__ import annotations
 
 import pandas as pd
+
 from relif_ray.analysis.groups import ATTRIBUTES, DISPARITIES, GroupAudit, band_names
 from relif_ray.analysis.render import Column, Table, summarize
 from relif_ray.analysis.sections import link, section
 from relif_ray.analysis.tables import CISettings, Skipped
-
 from relif_ray.data.attributes import UNKNOWN
 
 TITLE = "Group fairness: patient groups"

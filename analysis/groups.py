@@ -50,13 +50,13 @@ from fairlearn.metrics import (
     selection_rate,
     true_positive_rate,
 )
+from scipy.special import expit
+from sklearn.metrics import cohen_kappa_score, roc_auc_score
+
 from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.results import report_split
 from relif_ray.analysis.verdicts import VerdictSettings, compare_differences
-from scipy.special import expit
-from sklearn.metrics import cohen_kappa_score, roc_auc_score
-
 from relif_ray.data.attributes import UNKNOWN
 from relif_ray.errors import UserError
 from relif_ray.problems import AttributeSource, benchmark

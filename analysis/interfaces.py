@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from relif_ray.analysis.audit_scores import squash_quantiles, squashed_tasks
 from relif_ray.analysis.render import Column, Table, display_text, summarize
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.tables import CISettings, Skipped
 from relif_ray.analysis.verdicts import VerdictSettings, compare_ratios
-
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.squash import AUDIT_INTERFACES, PAPER_INTERFACE
 

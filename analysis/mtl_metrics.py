@@ -21,8 +21,8 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from relif_ray.analysis.audit_scores import erm_partner
 
+from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.errors import UserError, last_line
 from relif_ray.problems import benchmark
 from relif_ray.sweep.selection import hypervolume

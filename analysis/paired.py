@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 import pandas as pd
+
 from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.analysis.render import Column, Table, latex_escape
 from relif_ray.analysis.results import Results
@@ -31,7 +32,6 @@ from relif_ray.analysis.verdicts import (
     compare_differences,
     compare_ratios,
 )
-
 from relif_ray.sweep.selection import non_dominated
 
 RATIO_METRICS = ("bias", "vr")
@@ -56,6 +56,10 @@ PAIRED_COLUMNS = [
 ]
 """paired.csv's columns: the comparison, then the spread on the analysis scale, the
 hierarchical bootstrap interval and the per-seed values ("seed: value; ...")."""
+PER_SEED_COLUMNS = [
+    "label", "seed", "trial", "erm_trial", "metric", "delta", "value", "erm_value", "paired"
+]  # fmt: skip
+"""`paired_per_seed`'s columns."""
 BOOTSTRAP_SEED = 0
 """Seed of every resampling here (the hierarchical bootstrap, the front shares): the same
 report gives the same numbers."""
@@ -102,8 +106,9 @@ def paired_per_seed(results: Results) -> pd.DataFrame:
                 }
             )
         )
-    columns = ["label", "seed", "trial", "erm_trial", "metric", "delta", "value", "erm_value"]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    if not frames:
+        return pd.DataFrame(columns=PER_SEED_COLUMNS)
+    return pd.concat(frames, ignore_index=True)
 
 
 def paired_summary(results: Results, settings: VerdictSettings | None = None) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from functools import partial
 from pathlib import Path
 
 import pandas as pd
+
 from relif_ray.analysis.audit_scores import squash_quantiles
 from relif_ray.analysis.delta import DeltaSpec
 from relif_ray.analysis.experiment import Experiment
@@ -59,7 +60,6 @@ from relif_ray.analysis.tables import (
     violation_table,
 )
 from relif_ray.analysis.verdicts import VerdictSettings
-
 from relif_ray.audit import AuditSettings
 from relif_ray.errors import UserError
 from relif_ray.progress import progress

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
 from relif_ray.analysis.audit_scores import squash_quantiles
 from relif_ray.analysis.delta import DeltaRef, DeltaSpec, as_spec, default_specs, resolve
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.experiment_audit import ExperimentAudit
 from relif_ray.analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
 from relif_ray.analysis.render import latex_escape
-
 from relif_ray.audit import AuditGaps, AuditSettings, bootstrap_bias_ci, drift_budget
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+
 from relif_ray.analysis.audit_scores import squashed_tasks
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.fronts import pareto_means
@@ -15,7 +16,6 @@ from relif_ray.analysis.render import Table, display_text
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.tables import CISettings, Skipped
 from relif_ray.analysis.verdicts import MAX_SEEDS, VerdictSettings
-
 from relif_ray.audit import AuditSettings
 from relif_ray.experiment import storage
 from relif_ray.experiment.lock import still_running

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.mtl_metrics import delta_m_note
 from relif_ray.analysis.paired import add_verdict_columns
@@ -39,7 +40,6 @@ from relif_ray.analysis.render import (
     summarize,
 )
 from relif_ray.analysis.results import SATURATION_FLAG, Results, direction, sensitivity_key
-
 from relif_ray.audit import ranking_is_robust
 from relif_ray.problems import benchmark
 from relif_ray.sweep.labels import SETTING_FIELDS

@@ -88,9 +88,8 @@ def generate(root: Path, trials: int, examples: int) -> float:
 def measure_analysis(root: Path, induced: bool = False) -> dict[str, float]:
     """Seconds to load and to audit the experiment at `root`; `induced`: also the
     validation-induced thresholds (which read every representation file)."""
-    from relif_ray.analysis.experiment_audit import ExperimentAudit
-
     from relif_ray import analysis
+    from relif_ray.analysis.experiment_audit import ExperimentAudit
 
     start = time.perf_counter()
     experiment = analysis.load(root)

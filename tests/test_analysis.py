@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+
+from relif_ray import analysis
 from relif_ray.analysis import delta as delta_options
 from relif_ray.analysis.audit_scores import audit_scores, squash_quantiles, squashed_tasks
 from relif_ray.analysis.experiment_audit import AuditSettings, ExperimentAudit
-
-from relif_ray import analysis
 from relif_ray.audit import (
     audit_gaps,
     conformal_delta,

@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+
+from relif_ray import analysis
 from relif_ray.analysis.breakdown import OVERALL, by_pair, pair_audits
 from relif_ray.analysis.figures import (
     _figure,
@@ -26,8 +28,6 @@ from relif_ray.analysis.figures import (
 )
 from relif_ray.analysis.render import display_text
 from relif_ray.analysis.tables import CISettings, shift_table
-
-from relif_ray import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials

@@ -9,14 +9,14 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from relif_ray import analysis
 from relif_ray.analysis.breakdown import OVERALL, by_pair
 from relif_ray.analysis.figures import controller_grid, controller_variants
 from relif_ray.analysis.fronts import hypervolume_table
 from relif_ray.analysis.groups import GroupOptions
 from relif_ray.analysis.interfaces import interface_table
 from relif_ray.analysis.tables import CISettings
-
-from relif_ray import analysis
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.testing.synthetic_experiment import (
     DEMO_EXPERIMENT,

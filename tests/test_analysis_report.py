@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from relif_ray import analysis
 from relif_ray.analysis import delta as delta_options
 from relif_ray.analysis.delta import DeltaRef
 from relif_ray.analysis.experiment_audit import ExperimentAudit
@@ -32,8 +34,6 @@ from relif_ray.analysis.tables import (
     shift_table,
     violation_table,
 )
-
-from relif_ray import analysis
 from relif_ray.audit import fixed_delta_audit, induced_thresholds
 from relif_ray.cli import main
 from relif_ray.sweep.selection import non_dominated

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from relif_ray.analysis.render import display_text
 
 from relif_ray import analysis
+from relif_ray.analysis.render import display_text
 from relif_ray.cli import main as relif_main
 from relif_ray.sweep.labels import display_name
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment

@@ -13,13 +13,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+
+from relif_ray import analysis
 from relif_ray.analysis.audit_scores import audit_scores
 from relif_ray.analysis.interfaces import interface_table
 from relif_ray.analysis.report import ReportOptions, write_report
 from relif_ray.analysis.tables import CISettings, Skipped
-from scipy import stats
-
-from relif_ray import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.errors import UserError
 from relif_ray.reference import write_squash_constants

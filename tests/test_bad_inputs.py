@@ -404,9 +404,8 @@ def test_a_damaged_trace_or_representation_stops_the_report_that_reads_it(
 
 
 def test_damaged_per_epoch_records_and_traces_are_skipped_with_a_warning(experiment):
-    from relif_ray.analysis.experiment import SkippedFile
-
     from relif_ray import analysis
+    from relif_ray.analysis.experiment import SkippedFile
 
     records = cut(experiment / RELIF_TRIAL / "result.json")
     trace = garble(experiment / RELIF_TRIALS[1] / OUTPUT_FILES[2])

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from relif_ray.analysis.groups import GroupOptions
 
 from relif_ray import analysis
+from relif_ray.analysis.groups import GroupOptions
 from relif_ray.cli.sweep import CLINICAL, base_config, build_parser
 from relif_ray.cli.sweep import main as sweep_main
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu

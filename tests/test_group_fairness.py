@@ -22,6 +22,8 @@ from fairlearn.metrics import (
     selection_rate,
     true_positive_rate,
 )
+from sklearn.metrics import cohen_kappa_score, roc_auc_score
+
 from relif_ray.analysis.groups import (
     GroupOptions,
     MissingAttributes,
@@ -32,8 +34,6 @@ from relif_ray.analysis.groups import (
     task_groups,
 )
 from relif_ray.analysis.verdicts import VerdictSettings
-from sklearn.metrics import cohen_kappa_score, roc_auc_score
-
 from relif_ray.cli.console import main as relif
 from relif_ray.data.attributes import UNKNOWN
 from relif_ray.data.eicu import read_eicu_attributes

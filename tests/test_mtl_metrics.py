@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+
 from relif_ray.analysis.mtl_metrics import (
     DeltaMOptions,
     delta_m,
@@ -18,7 +19,6 @@ from relif_ray.analysis.mtl_metrics import (
     read_metric_vector,
     task_metrics,
 )
-
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.sweep.selection import HYPERVOLUME_REFERENCE, hypervolume, non_dominated

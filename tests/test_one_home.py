@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from relif_ray.analysis.audit_scores import is_erm, squash_quantiles
 
 from relif_ray import analysis
+from relif_ray.analysis.audit_scores import is_erm, squash_quantiles
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.reference import is_plain_erm, is_reference, waits_for_reference
 from relif_ray.squash import squash_bounds

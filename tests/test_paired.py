@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from relif_ray.analysis.paired import PAIRED_COLUMNS, front_shares, hierarchical_intervals
-from relif_ray.analysis.report import ReportOptions, write_report
-from relif_ray.analysis.tables import CISettings
-from relif_ray.analysis.verdicts import VerdictSettings
 from scipy import stats
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
 from relif_ray import analysis
+from relif_ray.analysis.paired import PAIRED_COLUMNS, front_shares, hierarchical_intervals
+from relif_ray.analysis.report import ReportOptions, write_report
+from relif_ray.analysis.tables import CISettings
+from relif_ray.analysis.verdicts import VerdictSettings
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS
 

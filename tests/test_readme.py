@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
 from relif_ray.analysis.verdicts import VerdictSettings, compare_differences, compare_ratios
 
 REPO = Path(__file__).resolve().parents[1]

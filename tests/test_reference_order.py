@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from relif_ray.analysis.audit_scores import squash_quantiles
 
 from relif_ray import analysis
+from relif_ray.analysis.audit_scores import squash_quantiles
 from relif_ray.errors import UserError
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.experiment.outputs import read_trial_info

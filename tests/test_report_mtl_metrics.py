@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from relif_ray.analysis.report import ReportOptions
-from relif_ray.analysis.tables import CISettings
 
 from relif_ray import analysis
+from relif_ray.analysis.report import ReportOptions
+from relif_ray.analysis.tables import CISettings
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 
 SPLIT = "test"

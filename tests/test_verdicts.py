@@ -8,6 +8,10 @@ import re
 
 import numpy as np
 import pytest
+from scipy import stats
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
+
 from relif_ray.analysis.verdicts import (
     MAX_SEEDS,
     VerdictSettings,
@@ -19,10 +23,6 @@ from relif_ray.analysis.verdicts import (
     tost_power,
     tost_seeds_needed,
 )
-from scipy import stats
-from statsmodels.stats.power import TTestPower
-from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
-
 from relif_ray.errors import UserError
 
 SETTINGS = VerdictSettings()
