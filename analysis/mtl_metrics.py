@@ -259,10 +259,7 @@ def delta_m_per_trial(
                     f"report {', '.join(names)})"
                 )
             base_values = np.tile([base[name] for name in names], (len(group), 1))
-        prefixed = {
-            task: {f"{split}_{m}": h for m, h in ms.items()} for task, ms in metrics.items()
-        }
-        score = _improvement(values, base_values, prefixed, options.average)
+        score = _improvement(values, base_values, metrics, options.average)
         result[positions] = score if options.sign == "higher" else -score
     return pd.Series(result, index=trials.index, name="delta_m")
 
