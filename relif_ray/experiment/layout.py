@@ -113,14 +113,20 @@ def running_statuses(experiment: Location) -> dict[str, str]:
         return {}
 
 
-def _tune_trial_states(experiment: Location) -> dict[str, dict[str, Any]]:
-    """trial id -> Tune's state of the trial, from the newest trial list (see `tune_trials`)."""
+def newest_trial_list(experiment: Location) -> Location | None:
+    """The experiment's newest `EXPERIMENT_STATE_FILES` (Tune's trial list, which Tune writes
+    when the sweep's first trial is created and `--resume` continues); None without one."""
     newest = [
         name for name in newest_driver_state(experiment) if fnmatch(name, EXPERIMENT_STATE_FILES)
     ]
-    if not newest:
+    return storage.join(storage.location(experiment), newest[0]) if newest else None
+
+
+def _tune_trial_states(experiment: Location) -> dict[str, dict[str, Any]]:
+    """trial id -> Tune's state of the trial, from the newest trial list (see `tune_trials`)."""
+    place = newest_trial_list(experiment)
+    if place is None:
         return {}
-    place = storage.join(storage.location(experiment), newest[0])
     state = storage.read_json(place)
     with storage.reading(place):
         trials = [json.loads(trial) for trial, _ in state["trial_data"]]

@@ -35,6 +35,7 @@ from relif_ray.experiment.layout import (
     SEARCHER_STATE_FILES,
     SQUASH_CONSTANTS_FILE,
     newest_driver_state,
+    newest_trial_list,
     tune_trials,
 )
 from relif_ray.experiment.storage import (
@@ -158,8 +159,7 @@ def sweep_exists(storage: str, name: str) -> bool:
     """Whether `<storage>/<name>` holds a sweep Ray Tune can continue: its trial list
     (`relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), which Tune writes when the sweep's
     first trial is created."""
-    newest = newest_driver_state(join(resolved(storage), name))
-    return any(fnmatch(file, EXPERIMENT_STATE_FILES) for file in newest)
+    return newest_trial_list(join(resolved(storage), name)) is not None
 
 
 def is_json(data: bytes) -> bool:

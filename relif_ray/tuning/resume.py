@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import json
 import pickletools
-from fnmatch import fnmatch
 from pathlib import Path
 
 import ray
 
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
-from relif_ray.experiment.layout import EXPERIMENT_STATE_FILES, newest_driver_state
+from relif_ray.experiment.layout import newest_driver_state, newest_trial_list
 
 
 def is_complete(data: bytes) -> bool:
@@ -112,12 +111,10 @@ docstring), in the `runner_data` of its trial list."""
 
 def drop_held_decisions(experiment_dir: str) -> dict[str, str]:
     """Clear the held decisions (`HELD_DECISIONS`) in the experiment's newest trial list
-    (`EXPERIMENT_STATE_FILES`), rewritten whole; return those dropped (trial id -> decision)."""
-    place = storage.location(experiment_dir)
-    newest = [n for n in newest_driver_state(experiment_dir) if fnmatch(n, EXPERIMENT_STATE_FILES)]
-    if not newest:
+    (`newest_trial_list`), rewritten whole; return those dropped (trial id -> decision)."""
+    state_file = newest_trial_list(experiment_dir)
+    if state_file is None:
         return {}
-    state_file = storage.join(place, newest[0])
     state = storage.read_json(state_file)
     runner = state.get("runner_data", {})
     dropped = {
