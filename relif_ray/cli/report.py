@@ -172,9 +172,10 @@ def add_interval_flags(parser: argparse.ArgumentParser) -> None:
 def add_delta_m_flags(parser: argparse.ArgumentParser) -> None:
     """How Delta-M% is computed (`relif_ray.analysis.mtl_metrics.DeltaMOptions`; the defaults are
     LibMTL's against same-seed ERM)."""
+    defaults = DeltaMOptions()
     parser.add_argument(
         "--delta-m-base",
-        default="erm",
+        default=defaults.base,
         metavar="erm|FILE",
         help="Delta-M%% base: the same-seed ERM trial (erm, default) or a JSON file of fixed "
         'metric values, e.g. single-task numbers {"seg_miou": 0.383, ...}',
@@ -182,20 +183,20 @@ def add_delta_m_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--delta-m-sign",
         choices=("higher", "lower"),
-        default="higher",
+        default=defaults.sign,
         help="higher: positive is better (LibMTL, default); lower: lower is better "
         "(Nash-MTL, FAMO)",
     )
     parser.add_argument(
         "--delta-m-average",
         choices=("task", "metric"),
-        default="task",
+        default=defaults.average,
         help="task: per task, then over tasks (LibMTL, default); metric: over all metrics "
         "(Nash-MTL, FAMO)",
     )
     parser.add_argument(
         "--delta-m-epochs",
-        default="final",
+        default=defaults.epochs,
         metavar="final|best|last:K",
         help="the values of each trial: its final checkpoint (default), its epoch with the "
         "best validation Macro, or the mean of its last K epochs (the test split's need "
@@ -208,13 +209,11 @@ def delta_m_options(args: argparse.Namespace) -> DeltaMOptions:
     rule, _, count = args.delta_m_epochs.partition(":")
     if rule not in ("final", "best", "last") or bool(count) != (rule == "last"):
         raise UserError(f"--delta-m-epochs: final, best or last:K, got {args.delta_m_epochs!r}")
-    last_k = 10
-    if count:
-        if not count.isdigit() or int(count) < 1:
-            raise UserError(f"--delta-m-epochs: K must be a positive integer, got {count!r}")
-        last_k = int(count)
+    if count and (not count.isdigit() or int(count) < 1):
+        raise UserError(f"--delta-m-epochs: K must be a positive integer, got {count!r}")
     if args.delta_m_base != "erm":
         read_metric_vector(args.delta_m_base)  # a bad file fails before the experiment loads
+    last_k = int(count) if count else DeltaMOptions.last_k
     return DeltaMOptions(args.delta_m_base, args.delta_m_sign, args.delta_m_average, rule, last_k)
 
 
