@@ -51,7 +51,6 @@ from fairlearn.metrics import (
     true_positive_rate,
 )
 from scipy.special import expit
-from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
 from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.analysis.experiment import Experiment
@@ -60,6 +59,7 @@ from relif_ray.analysis.verdicts import VerdictSettings, compare_differences
 from relif_ray.data.attributes import UNKNOWN
 from relif_ray.errors import UserError
 from relif_ray.problems import AttributeSource, benchmark
+from relif_ray.tasks import clinical
 from relif_ray.tasks.clinical import LOS_BIN_EDGES_HOURS
 
 ATTRIBUTES = ("gender", "age", "ethnicity")
@@ -307,29 +307,26 @@ def decisions(
 
 
 def auroc(y_true: np.ndarray, y_pred: np.ndarray, score: np.ndarray) -> float:
-    """scikit-learn's AUROC of the logits (NaN with one class)."""
-    return float(roc_auc_score(y_true, score)) if len(np.unique(y_true)) == 2 else np.nan
+    """The task's AUROC of the logits (`relif_ray.tasks.clinical.binary_auroc`; NaN with one
+    class)."""
+    return clinical.binary_auroc(score, y_true)
 
 
 def macro_auroc(
     y_true: np.ndarray, y_pred: np.ndarray, score: np.ndarray, label_index: np.ndarray
 ) -> float:
-    """The mean AUROC over the labels with both classes (as the phenotype metric)."""
-    values = [
-        auroc(y_true[label_index == k], None, score[label_index == k])
-        for k in np.unique(label_index)
-    ]
-    defined = [value for value in values if not np.isnan(value)]
-    return float(np.mean(defined)) if defined else np.nan
+    """The phenotype task's macro AUROC (`relif_ray.tasks.clinical.macro_auroc`) over the
+    labels of the rows."""
+    labels = np.unique(label_index)
+    return clinical.macro_auroc((score[label_index == k], y_true[label_index == k]) for k in labels)
 
 
 def kappa(
     y_true: np.ndarray, y_pred: np.ndarray, true_bin: np.ndarray, predicted_bin: np.ndarray
 ) -> float:
-    """scikit-learn's linear-weighted kappa over the bins (NaN where undefined)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(cohen_kappa_score(true_bin, predicted_bin, weights="linear"))
+    """The length-of-stay task's linear-weighted kappa over the bins
+    (`relif_ray.tasks.clinical.linear_weighted_kappa`; NaN where undefined)."""
+    return clinical.linear_weighted_kappa(true_bin, predicted_bin)
 
 
 TASK_METRICS: dict[str, tuple[str, Callable[..., float]]] = {

@@ -43,7 +43,7 @@ labels. A stay is valid for a task's audit when the task labels it (mask, or any
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -123,6 +123,14 @@ def auprc_trapezoid(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(np.sum(np.diff(recall) * (precision[1:] + precision[:-1]) / 2))
 
 
+def macro_auroc(per_label: Iterable[tuple[np.ndarray, np.ndarray]]) -> float:
+    """The mean of the per-label AUROCs (`binary_auroc` of each label's (scores, labels)) over
+    the labels with both classes; NaN where none has."""
+    values = [binary_auroc(scores, labels) for scores, labels in per_label]
+    defined = [value for value in values if not np.isnan(value)]
+    return float(np.mean(defined)) if defined else float("nan")
+
+
 def linear_weighted_kappa(true_bins: np.ndarray, predicted_bins: np.ndarray) -> float:
     """Cohen's kappa with weights |i - j| over the bins present in either array."""
     present = np.union1d(true_bins, predicted_bins)
@@ -195,9 +203,8 @@ class PhenotypeMetrics(MetricAccumulator):
         logits, labels = self.collected.get("logits"), self.collected.get("labels")
         if logits.size == 0:
             return {"auroc_macro": float("nan")}
-        per_label = [binary_auroc(logits[:, k], labels[:, k]) for k in range(labels.shape[1])]
-        defined = [value for value in per_label if not np.isnan(value)]
-        return {"auroc_macro": float(np.mean(defined)) if defined else float("nan")}
+        per_label = ((logits[:, k], labels[:, k]) for k in range(labels.shape[1]))
+        return {"auroc_macro": macro_auroc(per_label)}
 
 
 class LengthOfStayMetrics(MetricAccumulator):
