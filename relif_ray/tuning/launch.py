@@ -403,8 +403,12 @@ def run_sweep(
             )
         rungs = asha_rung_epochs(options) if options.scheduler == "asha" else []
         cadence = CheckpointCadence(checkpoint_every, checkpoint_interval_s, rungs)
-        callbacks = [*(callbacks or []), *logger_callbacks(options.callbacks, name), cadence]
-        callbacks.append(GracefulStop())
+        callbacks = [
+            *(callbacks or []),
+            *logger_callbacks(options.callbacks, name),
+            cadence,
+            GracefulStop(),
+        ]
         if resume:
             for file_name in repair_driver_state(experiment_dir):
                 LOGGER.info(
