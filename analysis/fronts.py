@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from relif_ray.analysis.mtl_metrics import hypervolumes
-from relif_ray.analysis.paired import front_shares, paired_summary, reference_variants, verdict_text
+from relif_ray.analysis.paired import erm_verdicts, front_shares, paired_summary
 from relif_ray.analysis.render import Column, Table
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.verdicts import VerdictSettings
@@ -82,16 +82,6 @@ def front_with_verdicts(results: Results, settings: VerdictSettings | None = Non
     ("reference" for plain ERM)."""
     settings = settings or VerdictSettings()
     means = pareto_means(results, settings)
-    paired = paired_summary(results, settings)
-    references = reference_variants(results)
     frame = means[["variant", "n_seeds", "bias_mean", "worst_mean", "on_front", "front_share"]]
-    frame = frame.copy()
-    for column, metric, delta in (
-        ("bias_vs_erm", "bias", results.primary.key),
-        ("worst_vs_erm", "worst", ""),
-    ):
-        frame[column] = [
-            "reference" if v in references else verdict_text(paired, v, metric, delta)
-            for v in frame["variant"]
-        ]
-    return frame
+    verdicts = erm_verdicts(results, paired_summary(results, settings), list(frame["variant"]))
+    return frame.assign(bias_vs_erm=verdicts["bias"], worst_vs_erm=verdicts["worst"])

@@ -312,21 +312,30 @@ def verdict_text(summary: pd.DataFrame, label: str, metric: str, delta: str = ""
     return str(chosen["verdict"].iloc[0]) if len(chosen) else "–"
 
 
+def erm_verdicts(
+    results: Results, paired: pd.DataFrame, variants: list[str]
+) -> dict[str, list[str]]:
+    """Per variant, its verdicts over seeds against the same-seed ERM trial (`paired`:
+    `paired_summary`) of Bias at the primary delta_ref ("bias") and of Worst ("worst");
+    "reference" for plain ERM."""
+    references = reference_variants(results)
+    return {
+        metric: [
+            "reference" if variant in references else verdict_text(paired, variant, metric, delta)
+            for variant in variants
+        ]
+        for metric, delta in (("bias", results.primary.key), ("worst", ""))
+    }
+
+
 def add_verdict_columns(
     rows: pd.DataFrame, columns: list[Column], results: Results, paired: pd.DataFrame
 ) -> None:
-    """The main table's verdict columns (`rows`: one row per variant in `row`): Bias at the
-    primary delta_ref and Worst against the same-seed ERM trial over seeds ("reference" for
-    plain ERM)."""
-    references = reference_variants(results)
+    """The main table's verdict columns (`rows`: one row per variant in `row`): `erm_verdicts`
+    of Bias at the primary delta_ref and of Worst."""
+    verdicts = erm_verdicts(results, paired, list(rows["row"]))
     primary = results.primary
-    for key, metric, delta, header in (
-        ("bias_verdict", "bias", primary.key, f"Bias@{primary.symbol} vs ERM"),
-        ("worst_verdict", "worst", "", "Worst vs ERM"),
-    ):
-        rows[key] = [
-            "reference" if row in references else verdict_text(paired, row, metric, delta)
-            for row in rows["row"]
-        ]
+    for metric, header in (("bias", f"Bias@{primary.symbol} vs ERM"), ("worst", "Worst vs ERM")):
+        rows[f"{metric}_verdict"] = verdicts[metric]
         latex = latex_escape(header).replace(latex_escape(primary.symbol), f"${primary.latex}$")
-        columns.append(Column(key, header, latex, kind="text"))
+        columns.append(Column(f"{metric}_verdict", header, latex, kind="text"))
