@@ -178,7 +178,8 @@ def group_section(audit: GroupAudit, tables: list[Table | Skipped], ci: CISettin
         "",
     ]
     for table in tables:
-        title = "Disparities" if table.name == "group_disparities" else table.name[7:]
+        task = table.name.removeprefix("groups_")
+        title = "Disparities" if table.name == "group_disparities" else task
         lines.append(section(title, table, ci, level=3))
     files = ", ".join(link(name) for name in FILES)
     lines.append(f"Per group, per trial, per seed pair and per comparison over seeds: {files}.\n")
