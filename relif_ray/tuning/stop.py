@@ -34,7 +34,7 @@ from typing import Any
 
 from ray import tune
 
-logger = logging.getLogger(__name__)
+LOGGER = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 """The signals that stop a sweep gracefully (the first) or at once (a second)."""
@@ -60,7 +60,7 @@ class StopSignals:
         runs; any other stops at once (KeyboardInterrupt, raised where the driver is)."""
         self.received.append(signal.Signals(number).name)
         if len(self.received) == 1 and callable(self.graceful):
-            logger.warning(
+            LOGGER.warning(
                 "%s: stopping the sweep gracefully (Ray Tune saves its state; running trials "
                 "keep their last checkpoint); a second signal stops it at once",
                 self.received[0],
