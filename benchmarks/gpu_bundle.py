@@ -56,6 +56,7 @@ WHEELS = {
     "ecos==2.0.14": "cvxpy: the solver Nash-MTL asks for",
     "qdldl==0.1.9.post1": "cvxpy imports it",
     "LibMTL==1.1.5": "the methods suite: the LibMTL rows of DWA and RLW",
+    "setuptools==84.2.1": "gpu_check.sh's editable install of the project (pyproject needs >= 77)",
 }
 """name==version: why it is needed. The GPU machine has the rest (KINDS.md's package list)."""
 RAY_UNUSED = ("ray/jars/", "ray/dashboard/client/", "ray/rllib/", "ray/serve/", "ray/llm/")

@@ -39,12 +39,14 @@ CHECKED = tuple(suite for suite in SUITES if suite.gpu[0])
 LOG_FILE = "gpu_check.log"
 
 
-def cap_scale(budget_s: float, dry_run: bool) -> float:
-    """What every suite's cap is multiplied by. On a GPU the caps are sized for a 540-s budget
-    on an H100: a shorter budget shrinks them in proportion, a longer one leaves them, so the
-    time it adds goes to the suites after one that fills its cap. A dry run's toy suites have
-    no estimates: their caps are the same shares of whatever budget it has."""
-    return budget_s / BUDGET_S if dry_run else min(1.0, budget_s / BUDGET_S)
+def cap_scale(budget_s: float, dry_run: bool, caps_s: float) -> float:
+    """What every chosen suite's cap is multiplied by; `caps_s` is the sum of their caps. On a
+    GPU the caps are sized for a 540-s budget on an H100: a budget shorter than the chosen
+    suites need (540 s, or their caps' sum where it is less, as with `--only cuda`) shrinks
+    them in proportion, a longer one leaves them, so the time it adds goes to the suites after
+    one that fills its cap. A dry run's toy suites have no estimates: their caps are the same
+    shares of whatever budget it has."""
+    return budget_s / BUDGET_S if dry_run else min(1.0, budget_s / min(BUDGET_S, caps_s))
 
 
 def run_section(args: argparse.Namespace) -> int:
@@ -73,11 +75,12 @@ def run_all(args: argparse.Namespace) -> int:
     size, device = ("toy", "cpu") if args.dry_run else ("real", "cuda")
     record = Record(f"python benchmarks/gpu_check.py {' '.join(args.argv)}", size, device, out,
                     "gpu_check", dry_run=args.dry_run, budget_s=args.budget_s)  # fmt: skip
-    scale, end = cap_scale(args.budget_s, args.dry_run), time.time() + args.budget_s
+    chosen = [suite for suite in CHECKED if not args.only or suite.name in args.only]
+    caps_s = sum(suite.gpu[0] for suite in chosen)
+    scale, end = cap_scale(args.budget_s, args.dry_run, caps_s), time.time() + args.budget_s
     log = (out / LOG_FILE).open("a")
     workdir = args.workdir.resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    chosen = [suite for suite in CHECKED if not args.only or suite.name in args.only]
     needs_data = {"breakdown", "fidelity", "packing"} & {suite.name for suite in chosen}
     writer = start_real_data(workdir, args.dry_run, log) if needs_data else None
     try:

@@ -334,13 +334,13 @@ def breakdown_rows(ctx: Context, size: BreakdownSize) -> None:
     if not root.exists():
         write_synthetic_nyuv2(root, train=size.train, val=size.val, height=size.height,
                               width=size.width, seed=0)  # fmt: skip
-    trial_dir = run_trial(size, root, workdir, ctx.cuda)
-    measured = {"epochs": epoch_parts(trial_dir, workdir / "timing"),
-                **before_and_after(trial_dir, workdir, ctx.cuda)}  # fmt: skip
-    totals, label = summary(measured), f"trial breakdown, {size.name}"
-    for index, epoch in enumerate(measured["epochs"]):
+    trial_dir, label = run_trial(size, root, workdir, ctx.cuda), f"trial breakdown, {size.name}"
+    epochs = epoch_parts(trial_dir, workdir / "timing")
+    for index, epoch in enumerate(epochs):  # kept if the suite is killed in before_and_after
         name = f"{label}, epoch {index + 1}: train share"
         ctx.row(name, epoch["train_share"], "", epoch_detail(epoch))
+    measured = {"epochs": epochs, **before_and_after(trial_dir, workdir, ctx.cuda)}
+    totals = summary(measured)
     where = (f"{size.backbone} {size.height}x{size.width}, {size.train} train / {size.val} val "
              f"images, batch 8, {len(measured['epochs'])} epochs, ERM, "
              f"{'GPU fast path' if ctx.cuda else 'CPU, 1 thread'}")  # fmt: skip

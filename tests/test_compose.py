@@ -90,7 +90,7 @@ def test_the_plan_says_which_path_gpu_trials_run(tmp_path):
     ):  # fmt: skip
         request = sweep_request([*flags, *extra], None, tuple(DATASETS), False)
         plan = plan_summary(request.space, request.search, request.resources)
-        assert plan.endswith(f"(1 CPU + 1 GPU per trial); {shown}")
+        assert plan.endswith(f"(1 CPU + 0.5 GPU per trial); {shown}")
     cpu = sweep_request(["--data-dir", str(tmp_path)], None, tuple(DATASETS), False)
     assert "GPU trials" not in plan_summary(cpu.space, cpu.search, cpu.resources)
 

@@ -53,6 +53,7 @@ from relif_ray.sweep.labels import (
 )
 from relif_ray.sweep.overrides import parse_set, read_config_file
 from relif_ray.sweep.plan import (
+    GPUS_PER_TRIAL,
     LOGGER_CALLBACKS,
     OptunaPlan,
     Resources,
@@ -378,7 +379,7 @@ def resources(args: argparse.Namespace) -> Resources:
         )
     gpus_per_trial = args.gpus_per_trial
     if gpus_per_trial is None:
-        gpus_per_trial = 1.0 if args.num_gpus > 0 else 0.0
+        gpus_per_trial = min(GPUS_PER_TRIAL, args.num_gpus) if args.num_gpus > 0 else 0.0
     return Resources(
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=gpus_per_trial,

@@ -295,7 +295,7 @@ def add_launch_flags(
         "--gpus-per-trial",
         type=float,
         help="GPUs per trial; fractions pack trials (0.5 = two per GPU) "
-        "(default: 1 if --num-gpus > 0, else 0)",
+        "(default: 0.5 if --num-gpus > 0, else 0)",
     )
     launch.add_argument("--cpus-per-trial", type=float, default=1, help="CPUs per trial")
     launch.add_argument("--num-cpus", type=int, help="CPUs of local Ray (default: all)")

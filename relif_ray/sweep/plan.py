@@ -35,6 +35,14 @@ CONTROLLER_R_STARS = ",".join(f"{0.16 + 0.02 * i:g}" for i in range(7))
 STATIC_LAMBDAS = "0.01,0.03,0.1,0.3,1.0"
 
 
+GPUS_PER_TRIAL = 0.5
+"""A GPU sweep's `--gpus-per-trial` when it is not given: two trials share each GPU. On an H200
+at the paper's NYUv2 size two ERM trials per GPU trained 1.67x the images/s of one (GPU run 4,
+docs/benchmarks.md): a trial's GPU waits through its setup and every epoch's validation,
+audit and checkpoint, which a second trial fills. Three per GPU has not been measured. A
+trial there peaked at 5.4 GB of GPU memory, data on the device included."""
+
+
 @dataclass(frozen=True)
 class Resources:
     """What the sweep may use and what each trial asks for; its rules are checked when it is
