@@ -112,7 +112,7 @@ def timed_sweep(space, name: str, workdir: Path, resources, **options: object) -
     """`run_sweep` of `space` with `TimedTrainable`, its records in `workdir/timing`."""
     from relif_ray.tuning.launch import run_sweep
 
-    space.constants["timing_dir"] = str(workdir / "timing")
+    space.extra["timing_dir"] = str(workdir / "timing")
     (workdir / "timing").mkdir(parents=True, exist_ok=True)
     return run_sweep(space, name=name, storage=str(workdir / "results"), resources=resources,
                      verbose=0, trainable=TimedTrainable, **options)  # fmt: skip
@@ -166,7 +166,8 @@ def measure_efficiency(trials: int = 8, trial_seconds: float = 30.0, epochs: int
             root = write_synthetic_nyuv2(workdir / "data", train=steps * BATCH, val=VAL,
                                          height=HEIGHT, width=WIDTH, seed=0)  # fmt: skip
             config = efficiency_config(str(root), epochs)
-            space = param_space(config, grid_variants(["erm"], [], []), list(range(trials)), 0.2)
+            base = ExperimentConfig.from_dict(config)
+            space = param_space(base, grid_variants(["erm"], [], []), list(range(trials)), 0.2)
             start, started = time.perf_counter(), time.time()
             experiment = timed_sweep(space, "efficiency", workdir, Resources(cpus_per_trial=1))
             wall = time.perf_counter() - start
@@ -243,7 +244,7 @@ def run_trial(size: BreakdownSize, root: Path, workdir: Path, cuda: bool) -> Pat
     resources = Resources(gpus_per_trial=1.0, num_gpus=1.0) if cuda else Resources(num_cpus=1)
     connect(resources)
     try:
-        space = param_space(config, [variant("erm")], [0], 0.2)
+        space = param_space(ExperimentConfig.from_dict(config), [variant("erm")], [0], 0.2)
         experiment = timed_sweep(space, "breakdown", workdir, resources, checkpoint_interval_s=10.0)
     finally:
         ray.shutdown()

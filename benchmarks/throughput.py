@@ -161,13 +161,12 @@ def sweep_trial_rate(ctx: Context, name: str, extra: list[str]) -> float:
     """The ERM trial `sweeps/nyuv2.py --num-gpus 8 [extra]` would run (the machine has one
     GPU: only the trial config is taken), in a worker on the GPU rows' data; its images/s."""
     from relif_ray.cli.sweep import DATASETS, sweep_request
-    from relif_ray.sweep.trial_config import experiment_config
 
     root = data_root(ctx, gpu=True)
     argv = ["--data-dir", str(root), "--methods", "erm", "--seeds", "1", "--num-gpus", "8"]
     argv += [*extra, "--storage", str(ctx.workdir / "default-plans")]
     request = sweep_request(argv, "nyuv2.py", tuple(DATASETS), False)
-    values = experiment_config({**request.space.constants, **request.space.trials[0]}).to_dict()
+    values = request.space.trials[0].config(request.space.base).to_dict()
     values["train"]["epochs"] = 100_000
     if not ctx.cuda:  # toy size on the CPU; the config's own fields otherwise
         values["model"]["backbone"], values["device"] = "resnet18", "cpu"

@@ -81,12 +81,12 @@ the pins). Each set runs in a fresh subprocess that writes its own data."""
 def _trial(base: dict, label: str) -> tuple[dict, Any]:
     """Trace, validation metrics and summed audit scores of one short trial of `label`, and
     its validation result (an `EvalResult`)."""
+    from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
     from relif_ray.sweep.labels import variant
-    from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+    from relif_ray.sweep.trial_config import TrialSpec
 
-    trial = {**sweep_constants(base, 0.2), **trial_overrides(variant(label), 0)}
-    run = TrainingRun(experiment_config(trial))
+    run = TrainingRun(TrialSpec.of(variant(label), 0).config(ExperimentConfig.from_dict(base)))
     while not run.finished:
         run.train_epoch()
     result = run.evaluate("val")

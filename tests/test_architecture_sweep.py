@@ -12,7 +12,7 @@ import pytest
 from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
-from relif_ray.sweep.trial_config import sweep_constants
+from relif_ray.sweep.trial_config import tune_constants
 from tests.conftest import ONE_TRIAL_AT_A_TIME
 
 
@@ -47,7 +47,7 @@ def test_a_sweep_over_architectures_names_each_in_its_trials_and_rows(
 
 def resolved(tmp_path, *argv: str) -> dict:
     args = build_parser(NYUV2).parse_args(list(argv))
-    return sweep_constants(base_config(args, NYUV2, str(tmp_path)), NYUV2.delta)
+    return tune_constants(base_config(args, NYUV2, str(tmp_path)), NYUV2.delta)
 
 
 def test_set_model_architecture_reaches_every_trials_config(tmp_path):

@@ -78,7 +78,7 @@ def test_paper_settings_are_the_clinical_defaults(tmp_path: Path) -> None:
         defaults = CLINICAL[dataset]
         assert (defaults.seeds, defaults.delta_ref) == (seeds, delta)
         args = build_parser(defaults, tuple(CLINICAL)).parse_args(["--dataset", dataset])
-        config = base_config(args, defaults, str(tmp_path))
+        config = base_config(args, defaults, str(tmp_path)).to_dict()
         assert config["data"]["dataset"] == dataset
         model = config["model"]
         assert (model["hidden_size"], model["num_layers"], model["dropout"]) == (256, 2, 0.3)

@@ -177,16 +177,14 @@ def trained_here(argv: list[str], data: Path) -> dict[int, tuple[dict, dict, pd.
     from relif_ray.cli.sweep import base_config, build_parser, parse_seeds
     from relif_ray.engine import TrainingRun
     from relif_ray.sweep.labels import variant
-    from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+    from relif_ray.sweep.trial_config import TrialSpec
 
     args = build_parser(NYUV2).parse_args(argv)
     base = base_config(args, NYUV2, str(data))
     assert torch.get_num_threads() == 1  # set in conftest.py, as in a 1-CPU trial
     runs = {}
     for seed in parse_seeds(args.seeds):
-        config = experiment_config(
-            {**sweep_constants(base, 0.2), **trial_overrides(variant("erm"), seed)}
-        )
+        config = TrialSpec.of(variant("erm"), seed).config(base)
         run = TrainingRun(config)
         while not run.finished:
             run.train_epoch()

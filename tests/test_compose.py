@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.relif.controller import scale_to_budget
@@ -21,21 +22,21 @@ def test_each_layer_overrides_the_ones_below_it():
         ("flags", {"train.lr": 0.3}),
     ]
     config = compose_config(NYUV2, layers, "/data", use_gpu=False)
-    train = config["train"]
-    assert (train["lr"], train["batch_size"], train["epochs"]) == (0.3, 6, 9)
-    assert config["model"]["backbone"] == NYUV2.backbone  # the data set's default
-    assert config["data"] == {"dataset": "nyuv2", "root": "/data"}
-    assert config["device"] == "cpu"
-    assert compose_config(NYUV2, [], "/data", use_gpu=True)["device"] == "auto"
+    train = config.train
+    assert (train.lr, train.batch_size, train.epochs) == (0.3, 6, 9)
+    assert config.model.backbone == NYUV2.backbone  # the data set's default
+    assert (config.data.dataset, config.data.root) == ("nyuv2", "/data")
+    assert config.device == "cpu"
+    assert compose_config(NYUV2, [], "/data", use_gpu=True).device == "auto"
 
 
 def test_demo_sits_between_the_data_set_and_the_config_file():
     demo = demo_budget(NYUV2, epochs=None, steps=None)
     config = compose_config(NYUV2, [], "/d", use_gpu=False, demo=demo)
-    assert config["model"]["backbone"] == NYUV2.demo_train["backbone"]
-    assert config["train"]["max_steps"] == NYUV2.demo_train["steps"]
+    assert config.model.backbone == NYUV2.demo_train["backbone"]
+    assert config.train.max_steps == NYUV2.demo_train["steps"]
     layered = compose_config(NYUV2, [("--set", {"model.backbone": "resnet34"})], "/d", False, demo)
-    assert layered["model"]["backbone"] == "resnet34"
+    assert layered.model.backbone == "resnet34"
 
 
 @pytest.mark.parametrize(
@@ -63,8 +64,8 @@ def test_gpu_trials_get_the_fast_path_unless_asked_otherwise():
     fast = {"precision": "bf16", "channels_last": True, "data_on_device": True}
     plain = {"precision": "fp32", "channels_last": False, "data_on_device": False}
 
-    def path(config: dict) -> dict:
-        return {field: config["train"][field] for field in fast}
+    def path(config: ExperimentConfig) -> dict:
+        return {field: getattr(config.train, field) for field in fast}
 
     assert path(compose_config(NYUV2, [], "/d", use_gpu=True)) == fast
     assert path(compose_config(NYUV2, [], "/d", use_gpu=True, gpu_fast_path=False)) == plain

@@ -19,8 +19,9 @@ SCRIPTS = ["nyuv2.py", "clinical.py", "run.py", "controller_sensitivity.py"]
 
 
 def resolved(argv: list[str], root: Path) -> dict:
+    """The sweep's base config of `argv`, as a nested dict."""
     args = build_parser(NYUV2).parse_args(argv)
-    return base_config(args, NYUV2, str(root))
+    return base_config(args, NYUV2, str(root)).to_dict()
 
 
 def test_each_layer_overrides_the_ones_below(tmp_path):

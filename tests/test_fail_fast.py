@@ -364,9 +364,9 @@ def test_a_user_error_ends_an_optuna_trial_without_stopping_the_study(
     plan = OptunaPlan(["relif"], [0], 1, (0.1, 0.4), (1e-4, 1e-2))
     base = tiny_config(nyuv2_copy, epochs=1)  # its ERM squash constants: no reference trial
     base["relif"] = {**base["relif"], "warmup_steps": 1}
+    space = plan.space(ExperimentConfig.from_dict(base), 0.2)
     with pytest.raises(TrialsErrored) as raised:
-        run_sweep(plan.space(base, 0.2), name="optuna", storage=str(tmp_path), search=plan,
-                  verbose=0)  # fmt: skip
+        run_sweep(space, name="optuna", storage=str(tmp_path), search=plan, verbose=0)
     [trial] = raised.value.trials
     assert (trial.label, trial.seed) == ("relif", 0)
     assert trial.error.endswith(f"{bad}: depth contains negative values (min -1)")

@@ -13,7 +13,7 @@ import torch
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import build_lr_scheduler
-from relif_ray.sweep.trial_config import sweep_constants
+from relif_ray.sweep.trial_config import tune_constants
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = REPO / "configs" / "nyuv2-libmtl.yaml"
@@ -41,25 +41,24 @@ parameter sharing as in its published table) and `LibMTL/config.py` (Adam 1e-4, 
 
 
 @pytest.fixture(scope="module")
-def resolved(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def resolved(tmp_path_factory: pytest.TempPathFactory) -> ExperimentConfig:
     args = build_parser(NYUV2).parse_args(["--config", str(PRESET)])
     return base_config(args, NYUV2, str(tmp_path_factory.mktemp("data")))
 
 
 def test_the_preset_resolves_to_libmtls_nyuv2_setting(resolved):
-    tune_config = sweep_constants(resolved, NYUV2.delta)  # what every trial's config holds
+    tune_config = tune_constants(resolved, NYUV2.delta)  # what every trial's config holds
     assert {field: tune_config[field] for field in LIBMTL_NYUV2} == LIBMTL_NYUV2
 
 
 def test_later_layers_still_override_the_preset(tmp_path):
     argv = ["--config", str(PRESET), "--set", "train.scheduler_gamma=0.1", "--epochs", "2"]
-    config = base_config(build_parser(NYUV2).parse_args(argv), NYUV2, str(tmp_path))
-    assert (config["train"]["scheduler_gamma"], config["train"]["epochs"]) == (0.1, 2)
-    assert config["train"]["scheduler"] == "step"
+    train = base_config(build_parser(NYUV2).parse_args(argv), NYUV2, str(tmp_path)).train
+    assert (train.scheduler_gamma, train.epochs, train.scheduler) == (0.1, 2, "step")
 
 
 def test_the_presets_schedule_halves_the_rate_after_100_epochs(resolved):
-    train = ExperimentConfig.from_dict(resolved).train
+    train = resolved.train
     optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=train.lr)
     schedule = build_lr_scheduler(optimizer, train, epochs=train.epochs)
     rates = []
@@ -82,7 +81,7 @@ def test_the_presets_model_has_libmtls_deeplab_heads(resolved):
     from relif_ray.models.architectures import build_dense_model
     from relif_ray.models.aspp import AsppHead
 
-    model_config = replace(ExperimentConfig.from_dict(resolved).model, pretrained="none")
+    model_config = replace(resolved.model, pretrained="none")
     with torch.device("meta"):  # pretrained "none": the layout, without ImageNet's file
         model = build_dense_model(model_config)
     assert model.architecture == "hps"

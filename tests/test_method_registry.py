@@ -357,7 +357,7 @@ def test_the_default_grid_is_the_papers_and_plugins_are_asked_for_by_name(
 ):
     assert sweep(tmp_path, nyuv2_dir) == 0
     assert sweep(tmp_path, nyuv2_dir, "--methods", "erm,upgrad+relif,gls,gls+relif") == 0
-    default, chosen = ([trial["label"] for trial in space.trials] for space in planned)
+    default, chosen = ([trial.label for trial in space.trials] for space in planned)
     assert default == ["erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad", "relif"]
     assert chosen == ["erm", "upgrad+relif", "gls", "gls+relif"]
     help_text = " ".join(build_parser(NYUV2).format_help().split())
@@ -399,6 +399,6 @@ def test_the_readme_sweep_of_several_methods_plans_with_the_real_command(
     assert sweep_main(argv, datasets=("nyuv2",)) == 0
     (space,) = planned
     labels = command.split("--methods ")[1].split(",")
-    assert {trial["label"] for trial in space.trials} == set(labels)
+    assert {trial.label for trial in space.trials} == set(labels)
     assert {name.partition("+")[0] for name in labels} > {"upgrad", "famo"}  # added methods
     assert {"upgrad+relif", "upgrad"} <= set(labels)  # with and without ReLiF

@@ -29,7 +29,7 @@ from relif_ray.sweep.labels import (
     variant,
     variant_name,
 )
-from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+from relif_ray.sweep.trial_config import TrialSpec, experiment_config, tune_constants, tune_trial
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.conftest import ONE_TRIAL_AT_A_TIME
 
@@ -85,10 +85,10 @@ def report_dir(controller_experiment, tmp_path_factory) -> Path:
 def test_one_rule_identifies_a_trials_setting_for_names_tune_and_rows(
     label, extra, identifying, name, row, tmp_path
 ):
-    base = {"data": {"dataset": "nyuv2", "root": str(tmp_path)}}
+    base = ExperimentConfig.from_dict({"data": {"dataset": "nyuv2", "root": str(tmp_path)}})
     tune_config = {
-        **sweep_constants(base, 0.2),
-        **trial_overrides(variant(label, 0.2, 0.5, extra), 3),
+        **tune_constants(base, 0.2),
+        **tune_trial(TrialSpec.of(variant(label, 0.2, 0.5, extra), 3)),
     }
     relif = experiment_config(tune_config).relif
     assert identifying_settings(relif) == identifying
@@ -150,10 +150,7 @@ def test_the_plain_erm_predicate_is_the_reference_of_sweeps_and_analysis(
     assert is_erm(trials).tolist() == expected and sum(expected) == 2
     base = ExperimentConfig.from_dict({"data": {"dataset": "nyuv2", "root": str(tmp_path)}})
     for label, reference, waits in [("erm", True, False), ("relif", False, True)]:
-        tune_config = {
-            **sweep_constants(base.to_dict(), 0.2),
-            **trial_overrides(variant(label), 0),
-        }
+        tune_config = {**tune_constants(base, 0.2), **tune_trial(TrialSpec.of(variant(label), 0))}
         config = experiment_config(tune_config)
         assert (is_reference(config), waits_for_reference(config)) == (reference, waits)
     clinical = ExperimentConfig.from_dict({"data": {"dataset": "mimic3", "root": "/x"}})

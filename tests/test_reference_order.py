@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from relif_ray.reference import read_squash_constants
 from relif_ray.sweep.exit_status import TrialsErrored
 from relif_ray.sweep.labels import variant
 from relif_ray.sweep.plan import SweepSpace, param_space, trial_order
+from relif_ray.sweep.trial_config import tune_trial
 from tests.test_sweeps import base_config, trial_states
 
 
@@ -29,8 +31,8 @@ def _space(root: Path, labels: list[str], seeds: list[int], **train) -> SweepSpa
 def _order(order) -> list[tuple[str, int, int | None, int | None]]:
     return [
         (
-            item["config"]["label"],
-            item["config"]["seed"],
+            item["config"].label,
+            item["config"].seed,
             item["needs"],
             item["provides"],
         )
@@ -69,14 +71,15 @@ def test_each_architecture_waits_for_its_own_erm_reference(small_data: Path) -> 
     hard sharing for the plain one (key: the seed alone, as before architectures)."""
     space = _space(small_data, ["erm", "relif"], [0])
     space.trials = [
-        {**trial, "model.architecture": architecture}
+        replace(trial, overrides={**trial.overrides, "model.architecture": architecture})
         for trial in space.trials
         for architecture in ("hps", "mtan")
-        if not (architecture == "mtan" and trial["label"] == "erm")
+        if not (architecture == "mtan" and trial.label == "erm")
     ]
     order = trial_order(space, None, set())
     assert [
-        (i["config"].get("model.architecture"), i["needs"], i["provides"]) for i in order.items
+        (i["config"].overrides.get("model.architecture"), i["needs"], i["provides"])
+        for i in order.items
     ] == [
         ("hps", None, "0"),
         ("mtan", None, "mtan:0"),
@@ -84,7 +87,7 @@ def test_each_architecture_waits_for_its_own_erm_reference(small_data: Path) -> 
         ("mtan", "mtan:0", None),
     ]
     assert order.added_references == ("mtan:0",)
-    assert order.items[1]["config"] == {
+    assert tune_trial(order.items[1]["config"]) == {
         "label": "erm",
         "seed": 0,
         "method.name": "erm",
@@ -95,7 +98,7 @@ def test_each_architecture_waits_for_its_own_erm_reference(small_data: Path) -> 
 
 def test_running_squash_and_clinical_data_need_no_reference(small_data: Path) -> None:
     space = _space(small_data, ["erm", "relif"], [0])
-    space.constants["relif.squash"] = "running"
+    space.base = replace(space.base, relif=replace(space.base.relif, squash="running"))
     assert [item["needs"] for item in trial_order(space, None, set()).items] == [None, None]
 
 
@@ -127,7 +130,7 @@ def test_a_snapshot_older_than_the_resumed_trials_hands_out_nothing_twice(
     a driver killed in between resumes trials that the snapshot still calls pending."""
     from relif_ray.tuning.order import ReferenceOrder
 
-    items = trial_order(_space(small_data, ["erm", "relif"], [0]), None, set()).items
+    items = trial_order(_space(small_data, ["erm", "relif"], [0]), None, set()).tune_items()
     order = ReferenceOrder(items, str(tmp_path))
     order.set_search_properties("worst", "max", {"delta": 0.2})  # as Tune starts a new run
     restore = _snapshot(order, tmp_path / "old.pkl")
@@ -151,7 +154,7 @@ def test_a_snapshot_newer_than_the_resumed_trials_loses_no_trial(small_data, tmp
     """The snapshot saw a trial handed out that Tune's trial list never recorded."""
     from relif_ray.tuning.order import ReferenceOrder
 
-    items = trial_order(_space(small_data, ["erm", "pcgrad"], [0]), None, set()).items
+    items = trial_order(_space(small_data, ["erm", "pcgrad"], [0]), None, set()).tune_items()
     order = ReferenceOrder(items, str(tmp_path))
     order.set_search_properties("worst", "max", {"delta": 0.2})  # as Tune starts a new run
     erm = order.suggest("t-erm")
@@ -291,7 +294,7 @@ def test_dependents_of_an_errored_reference_error_without_training(
     from relif_ray.tuning.launch import run_sweep
 
     space = _space(small_data, ["erm", "relif"], [0], epochs=2)
-    space.constants["fault_injection_step"] = 0  # every trial fails once before any checkpoint
+    space.extra["fault_injection_step"] = 0  # every trial fails once before any checkpoint
     with pytest.raises(TrialsErrored):
         run_sweep(space, name="broken", storage=str(tmp_path), max_failures=0, verbose=0)
     experiment = tmp_path / "broken"

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from relif_ray.cli.sweep import CLINICAL, main
+from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.sweep.plan import selected_trials, trial_order, trial_space
 from relif_ray.sweep.selection import PARETO_COLUMNS, read_pareto, select_settings
-from relif_ray.sweep.trial_config import experiment_config
+from relif_ray.sweep.trial_config import experiment_config, tune_constants, tune_trial
 
 
 def front(*points: tuple) -> pd.DataFrame:
@@ -81,13 +82,16 @@ def test_points_without_validation_numbers_are_never_chosen_and_bad_tolerance_is
 def test_each_seed_runs_at_its_own_setting_and_other_labels_at_every_seed(tmp_path):
     settings = {("relif", 0): (0.2, 1e-3), ("relif", 1): (0.3, 1e-2)}
     trials = selected_trials(["erm", "relif"], [0, 1], settings, "search")
-    described = [(t["label"], t["seed"], t.get("relif.r_star")) for t in trials]
+    described = [(t.label, t.seed, t.overrides.get("relif.r_star")) for t in trials]
     assert described == [("erm", 0, None), ("erm", 1, None), ("relif", 0, 0.2), ("relif", 1, 0.3)]
-    base = {"data": {"dataset": "nyuv2", "root": str(tmp_path)}}
+    base = ExperimentConfig.from_dict({"data": {"dataset": "nyuv2", "root": str(tmp_path)}})
     space = trial_space(base, trials, 0.2)
     # the sweep's trial order hands Tune exactly these trials (ERM references first)
     order = trial_order(space, None, set())
-    configs = [{**space.constants, **item["config"]} for item in order.items]
+    configs = [
+        {**tune_constants(space.base, space.delta), **tune_trial(item["config"])}
+        for item in order.items
+    ]
     resolved = [experiment_config(config) for config in configs]
     assert [(c.seed, c.relif.enabled, c.relif.r_star, c.relif.eta) for c in resolved[2:]] == [
         (0, True, 0.2, 1e-3), (1, True, 0.3, 1e-2)

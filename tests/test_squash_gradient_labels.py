@@ -19,7 +19,12 @@ from relif_ray.sweep.labels import (
     uses_controller,
 )
 from relif_ray.sweep.plan import selected_trials
-from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+from relif_ray.sweep.trial_config import (
+    TrialSpec,
+    experiment_config,
+    tune_constants,
+    tune_trial,
+)
 from tests.test_sweeps import base_config
 
 
@@ -30,7 +35,8 @@ def test_straight_through_labels_parse_adapt_and_name_their_trials(tmp_path: Pat
     assert display_name("pcgrad+relif-st") == "PCGrad+ReLiF-ST"
     variants = grid_variants(["relif-st", "pcgrad+relif-st"], [0.2, 0.3], [1e-3])
     assert [v["label"] for v in variants] == ["relif-st"] * 2 + ["pcgrad+relif-st"] * 2
-    trial = {**sweep_constants(base_config(tmp_path), 0.2), **trial_overrides(variants[3], 1)}
+    own = tune_trial(TrialSpec.of(variants[3], 1))
+    trial = {**tune_constants(base_config(tmp_path), 0.2), **own}
     relif = experiment_config(trial).relif
     assert experiment_config(trial).method.name == "pcgrad"
     assert relif.enabled and relif.squash == "erm" and relif.squash_gradient == "straight_through"
@@ -38,7 +44,7 @@ def test_straight_through_labels_parse_adapt_and_name_their_trials(tmp_path: Pat
     assert waits_for_reference(experiment_config(trial))  # same forward value: same ERM squash
     assert trial_name(trial) == "pcgrad_relif-st_r0.3_eta0.001_seed1"
     chosen = selected_trials(["relif-st"], [4], {("relif-st", 4): (0.26, 2e-3)}, "search")
-    assert chosen == [
+    assert [tune_trial(trial) for trial in chosen] == [
         {
             "label": "relif-st",
             "seed": 4,
@@ -87,14 +93,14 @@ def test_grids_optuna_and_controller_checks_run_straight_through_labels(
     if search is not None:
         assert search.labels == ["relif-st", "pcgrad+relif-st"]
         return
-    trials = [experiment_config({**space.constants, **trial}) for trial in space.trials]
+    trials = [trial.config(space.base) for trial in space.trials]
     straight = {
-        trial["label"]
+        trial.label
         for trial, config in zip(space.trials, trials, strict=True)
         if config.relif.squash_gradient == "straight_through"
     }
     assert straight == expected
-    assert {trial["label"] for trial in space.trials} - straight <= {"erm", "relif-static"}
+    assert {trial.label for trial in space.trials} - straight <= {"erm", "relif-static"}
 
 
 @pytest.mark.parametrize("dataset", ["mimic3", "eicu"])

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +32,13 @@ from relif_ray import analysis
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.cli.sweep import NYUV2, build_parser, main
 from relif_ray.cli.sweep import base_config as sweep_base_config
+from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_info
 from relif_ray.sweep.exit_status import SweepStopped
 from relif_ray.sweep.labels import grid_variants, split_label, uses_controller, variant
 from relif_ray.sweep.plan import controller_variants
-from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+from relif_ray.sweep.trial_config import TrialSpec, experiment_config, tune_constants, tune_trial
 from relif_ray.tuning.trainable import STATE_FILE, readable_state
 from tests.conftest import tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses
@@ -46,10 +48,10 @@ STEPS_PER_EPOCH = 2
 VAL_SIZE = 6
 
 
-def base_config(root: Path, **train) -> dict:
+def base_config(root: Path, **train) -> ExperimentConfig:
     config = tiny_config(root, **train)
     config["relif"] = {"warmup_steps": 2}
-    return config
+    return ExperimentConfig.from_dict(config)
 
 
 def trial_params(outputs: Path) -> dict:
@@ -191,9 +193,9 @@ def test_one_rule_says_which_labels_adapt_lambda(tmp_path):
             assert ReLiFRegularizer(relif, ["seg", "depth"]).controller.adaptive == adapts
 
 
-def tune_config(base: dict, item: dict, seed: int) -> dict:
+def tune_config(base: ExperimentConfig, item: dict, seed: int) -> dict:
     """A trial's Tune config as Tune merges it: the sweep's constants, then the trial's part."""
-    return {**sweep_constants(base, 0.2), **trial_overrides(item, seed)}
+    return {**tune_constants(base, 0.2), **tune_trial(TrialSpec.of(item, seed))}
 
 
 def test_trial_config_is_base_then_overrides_then_seed(tmp_path):
@@ -202,7 +204,7 @@ def test_trial_config_is_base_then_overrides_then_seed(tmp_path):
     config = experiment_config(trial)
     assert config.seed == 4 and config.relif.enabled and config.relif.controller == "static"
     assert config.relif.lambda0 == 0.3 and config.relif.warmup_steps == 2
-    assert base["relif"] == {"warmup_steps": 2}  # the shared base is not mutated
+    assert base == base_config(tmp_path)  # the shared base is not mutated
 
 
 def test_tune_config_is_the_resolved_config_as_flat_keys(tmp_path):
@@ -220,6 +222,28 @@ def test_tune_config_is_the_resolved_config_as_flat_keys(tmp_path):
     )
     assert set(trial) == {*flat_config(config.to_dict()), "label", "delta"}
     assert not any(isinstance(value, dict) and value for value in trial.values())
+
+
+def test_a_trial_is_typed_until_tune_and_its_tune_form_round_trips(tmp_path):
+    """The plan holds a typed base config and TrialSpecs; Tune's flat form is made and read in
+    `relif_ray.sweep.trial_config` alone (overrides.py flattens --config files, not trials),
+    and reading it back gives exactly the config the plan resolved."""
+    base = base_config(tmp_path)
+    items = [variant("erm"), variant("relif-static", extra={"relif.lambda0": 0.3})]
+    items += [variant("pcgrad+relif", 0.2, 1e-2, {"model.architecture": "mtan"})]
+    for item in items:
+        trial = TrialSpec.of(item, 5, fault_injection_step=None)
+        tune_config = {**tune_constants(base, 0.2), **tune_trial(trial)}
+        assert experiment_config(tune_config) == trial.config(base)
+        assert tune_config["fault_injection_step"] is None and tune_config["seed"] == 5
+    flattening = {
+        path.relative_to(REPO).as_posix()
+        for path in (REPO / "relif_ray").rglob("*.py")
+        if re.search(r"\b(flat_config|nested_config)\(", path.read_text())
+    }
+    assert flattening == {
+        "relif_ray/config.py", "relif_ray/sweep/trial_config.py", "relif_ray/sweep/overrides.py"
+    }  # fmt: skip
 
 
 def test_controller_sensitivity_grid_matches_the_paper():
@@ -544,8 +568,8 @@ def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
     flags, budget, tmp_path
 ):
     args = build_parser(NYUV2).parse_args(["--demo", *flags])
-    train = sweep_base_config(args, NYUV2, str(tmp_path))["train"]
-    assert (train["epochs"], train["max_steps"]) == budget
+    train = sweep_base_config(args, NYUV2, str(tmp_path)).train
+    assert (train.epochs, train.max_steps) == budget
 
 
 @pytest.mark.parametrize(
@@ -561,7 +585,7 @@ def test_the_demo_scales_the_controller_to_its_step_budget(flags, eta, warmup, t
     from relif_ray.cli.sweep import controller_grid
 
     args = build_parser(NYUV2).parse_args(["--demo", *flags])
-    assert sweep_base_config(args, NYUV2, str(tmp_path))["relif"]["warmup_steps"] == warmup
+    assert sweep_base_config(args, NYUV2, str(tmp_path)).relif.warmup_steps == warmup
     r_stars, etas = controller_grid(args, NYUV2)
     assert r_stars == [0.24] and etas == [pytest.approx(eta, rel=1e-5)]
 
@@ -675,11 +699,11 @@ def packed_sweep(ray_session, small_data, sweep_folder) -> tuple[Path, LowestFre
     from relif_ray.sweep.plan import Resources, param_space
     from relif_ray.tuning.launch import run_sweep
 
-    base = base_config(small_data)
-    base["device"] = "auto"  # what the sweep CLI sets for GPU trials
+    base = replace(base_config(small_data), device="auto")  # as the CLI sets for GPU trials
     variants = grid_variants(["erm", "relif"], [0.2], [1e-3])
     space = param_space(base, variants, [0], 0.2)
-    space.trials = [{**t, "fault_injection_step": f} for t in space.trials for f in (None, 3)]
+    faults = [{"fault_injection_step": step} for step in (None, 3)]
+    space.trials = [replace(t, tune=fault) for t in space.trials for fault in faults]
     callback = LowestFreeGpus()
     experiment = run_sweep(
         space,

@@ -19,6 +19,7 @@ import math
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from relif_ray.cli.sweep_flags import (
     default_methods,
     parse_architectures,
 )
+from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError, install_hint
 from relif_ray.experiment.storage import display, local_path
 from relif_ray.methods import methods
@@ -76,7 +78,7 @@ NYUV2, MIMIC3 = DATASETS["nyuv2"], DATASETS["mimic3"]
 CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
 """The data sets of `sweeps/clinical.py`."""
 
-Planner = Callable[[dict], tuple[SweepSpace, OptunaPlan | None]]
+Planner = Callable[[ExperimentConfig], tuple[SweepSpace, OptunaPlan | None]]
 """The sweep's trials for its validated base config: (space, Optuna plan or None)."""
 
 
@@ -288,8 +290,8 @@ def checks_planner(
 
 def base_config(
     args: argparse.Namespace, defaults: DatasetDefaults, root: str, use_gpu: bool | None = None
-) -> dict:
-    """The ExperimentConfig dict shared by every trial of the sweep (validated;
+) -> ExperimentConfig:
+    """The ExperimentConfig shared by every trial of the sweep (validated;
     `relif_ray.sweep.compose.compose_config` of the flags' layers); `use_gpu` defaults to
     what the resource flags ask for."""
     use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
@@ -300,8 +302,8 @@ def base_config(
     ]
     demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
     config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path)
-    config["model"]["pretrained"] = resolve_pretrained(config["model"]["pretrained"])
-    return config
+    pretrained = resolve_pretrained(config.model.pretrained)
+    return replace(config, model=replace(config.model, pretrained=pretrained))
 
 
 def controller_grid(
@@ -460,14 +462,14 @@ def parse_callbacks(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def tune_options(args: argparse.Namespace, base: dict | None) -> TuneOptions:
+def tune_options(args: argparse.Namespace, base: ExperimentConfig | None) -> TuneOptions:
     """The scheduling and logging flags; ASHA's horizon is the trials' epochs."""
     if args.max_concurrent_trials is not None and args.max_concurrent_trials <= 0:
         raise UserError(f"--max-concurrent-trials: must be > 0, got {args.max_concurrent_trials}")
     return TuneOptions(
         scheduler=args.scheduler,
         scheduler_metric=args.scheduler_metric,
-        asha_max_epochs=base["train"]["epochs"] if base else None,
+        asha_max_epochs=base.train.epochs if base else None,
         max_concurrent_trials=args.max_concurrent_trials,
         callbacks=parse_callbacks(args.callbacks),
     )

@@ -1,7 +1,7 @@
 """The sweep's base config from its layers: one pure function, no flags, no files.
 
-Every trial of a sweep starts from one ExperimentConfig dict (`compose_config`), built from
-layers that override each other, lowest first:
+Every trial of a sweep starts from one ExperimentConfig (`compose_config`), built from layers
+of dotted fields that override each other, lowest first:
 
     the data set's defaults < its GPU fast path < --demo < --config < --set < the named flags
 
@@ -86,7 +86,7 @@ def compose_config(
     use_gpu: bool,
     demo: DemoBudget | None = None,
     gpu_fast_path: bool = True,
-) -> dict[str, Any]:
+) -> ExperimentConfig:
     """The validated base config: the data set's defaults, its GPU fast path where trials get
     a GPU (`DatasetDefaults.gpu_config`, unless `gpu_fast_path` is False), the --demo layer
     (with `demo`), then `layers` ((source, dotted fields), lowest first: --config, --set, the
@@ -104,8 +104,7 @@ def compose_config(
             check_config(config, source)
     config["data"] = {"dataset": defaults.dataset, "root": data_root}
     config["device"] = "auto" if use_gpu else "cpu"
-    ExperimentConfig.from_dict(config)
-    return config
+    return ExperimentConfig.from_dict(config)
 
 
 def check_config(config: dict[str, Any], source: str) -> None:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from relif_ray.config import HARD_SHARING
+from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.directions import tune_mode
 from relif_ray.errors import UserError
 from relif_ray.reference import (
@@ -26,7 +26,7 @@ from relif_ray.reference import (
 )
 from relif_ray.sweep.labels import grid_variants, unique_variants, uses_controller, variant
 from relif_ray.sweep.preflight import check_trial_configs
-from relif_ray.sweep.trial_config import experiment_config, sweep_constants, trial_overrides
+from relif_ray.sweep.trial_config import TrialSpec, tune_trial
 
 # The defaults of the paper's controller checks (appendix "Controller sensitivity"): eta at
 # one r*, r* from 0.16 to 0.28 in steps of 0.02 at one eta, and the static-lambda grid.
@@ -105,14 +105,20 @@ class Resources:
 
 @dataclass
 class SweepSpace:
-    """What Tune runs: `constants` (Tune's param_space, shared by every trial: the base config
-    as flat dotted keys and delta) and `trials`, each trial's own part of its config (label,
-    seed, the variant's overrides) in the order the searcher hands them out (empty for Optuna,
-    whose studies suggest them). Merged, they are the resolved config that runs
-    (`relif_ray.sweep.trial_config`)."""
+    """What Tune runs: the `base` config every trial shares, the live audit's `delta`, and
+    `trials` (label, seed, the variant's overrides) in the order the searcher hands them out
+    (empty for Optuna, whose studies suggest them); `trial.config(base)` is the config that
+    runs. `relif_ray.sweep.trial_config` converts them for Tune.
 
-    constants: dict[str, Any]
-    trials: list[dict[str, Any]] = field(default_factory=list)
+    extra: keys every trial's Tune config carries besides the config (`tune_constants`): a
+        subclassed Trainable's own settings (the benchmarks' `TimedTrainable` reads its
+        `timing_dir`) and the test-only `fault_injection_step`.
+    """
+
+    base: ExperimentConfig
+    delta: float
+    trials: list[TrialSpec] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 SCHEDULER_METRICS = {name: tune_mode(name) for name in ("worst", "macro", "val_bias")}
@@ -145,28 +151,22 @@ class TuneOptions:
     callbacks: tuple[str, ...] = ()
 
 
-def trial_space(base: dict[str, Any], trials: list[dict[str, Any]], delta: float) -> SweepSpace:
-    """The sweep of an explicit list of trials (each its own part of the config,
-    `relif_ray.sweep.trial_config.trial_overrides`). Every distinct setting's config is built
-    once before Ray starts, then its method and model (`relif_ray.sweep.preflight`), so no
-    trial fails on a bad value or option."""
-    constants = sweep_constants(base, delta)
-    settings = {
-        repr(sorted((key, value) for key, value in trial.items() if key != "seed")): trial
-        for trial in trials
-    }
-    check_trial_configs([experiment_config({**constants, **trial}) for trial in settings.values()])
-    return SweepSpace(constants, list(trials))
+def trial_space(base: ExperimentConfig, trials: list[TrialSpec], delta: float) -> SweepSpace:
+    """The sweep of an explicit list of trials. Every distinct setting's config is built once
+    before Ray starts, then its method and model (`relif_ray.sweep.preflight`), so no trial
+    fails on a bad value or option."""
+    settings = {repr((trial.label, sorted(trial.overrides.items()))): trial for trial in trials}
+    check_trial_configs([trial.config(base) for trial in settings.values()])
+    return SweepSpace(base, float(delta), list(trials))
 
 
 def param_space(
-    base: dict[str, Any], variants: list[dict], seeds: list[int], delta: float
+    base: ExperimentConfig, variants: list[dict], seeds: list[int], delta: float
 ) -> SweepSpace:
     """The grid: every variant crossed with every seed (variant-major), each setting checked
     first (`trial_space`)."""
-    return trial_space(
-        base, [trial_overrides(item, seed) for item in variants for seed in seeds], delta
-    )
+    trials = [TrialSpec.of(item, seed) for item in variants for seed in seeds]
+    return trial_space(base, trials, delta)
 
 
 def selected_trials(
@@ -174,17 +174,17 @@ def selected_trials(
     seeds: list[int],
     settings: dict[tuple[str, int], tuple[float, float]],
     source: str,
-) -> list[dict]:
-    """The sweep's trials as an explicit list (each trial's own part of its config,
-    `trial_overrides`, for `trial_space`): each label with each seed, a label whose controller
-    uses (r*, eta) at the (r*, eta) selected for that seed (`settings`: (label, seed) ->
-    (r*, eta), chosen from the Optuna search `source`), every other label as it is."""
+) -> list[TrialSpec]:
+    """The sweep's trials as an explicit list (for `trial_space`): each label with each seed, a
+    label whose controller uses (r*, eta) at the (r*, eta) selected for that seed (`settings`:
+    (label, seed) -> (r*, eta), chosen from the Optuna search `source`), every other label as
+    it is."""
     studied = {label for label, _ in settings}
     trials = []
     for label in labels:
         for seed in seeds:
             if not uses_controller(label):
-                trials.append(trial_overrides(variant(label), seed))
+                trials.append(TrialSpec.of(variant(label), seed))
                 continue
             if label not in studied:
                 raise UserError(
@@ -194,7 +194,7 @@ def selected_trials(
             if (label, seed) not in settings:
                 raise UserError(f"--select-from {source}: no study of '{label}' for seed {seed}")
             r_star, eta = settings[(label, seed)]
-            trials.append(trial_overrides(variant(label, r_star, eta), seed))
+            trials.append(TrialSpec.of(variant(label, r_star, eta), seed))
     return trials
 
 
@@ -213,12 +213,18 @@ class OptunaPlan:
     def total_trials(self) -> int:
         return self.num_samples * len(self.labels) * len(self.seeds)
 
-    def space(self, base: dict[str, Any], delta: float) -> SweepSpace:
-        """The constant part of every trial's config (the studies suggest the rest), after
-        checking the corners of the search ranges for every label."""
+    def space(self, base: ExperimentConfig, delta: float) -> SweepSpace:
+        """The sweep without trials (the studies suggest them), after checking the corners of
+        the search ranges for every label."""
         corners = grid_variants(self.labels, list(self.r_star_range), list(self.eta_range))
-        trials = [trial_overrides(item, seed) for item in corners for seed in self.seeds[:1]]
-        return SweepSpace(trial_space(base, trials, delta).constants)
+        trial_space(base, [TrialSpec.of(item, self.seeds[0]) for item in corners], delta)
+        return SweepSpace(base, float(delta))
+
+    def corner(self) -> TrialSpec:
+        """The first study's trial at the lower corner of the ranges (what every study's
+        trials share: their label's method and the base config)."""
+        item = variant(self.labels[0], self.r_star_range[0], self.eta_range[0])
+        return TrialSpec.of(item, self.seeds[0])
 
 
 def controller_variants(
@@ -247,7 +253,7 @@ def controller_variants(
 class TrialOrder:
     """The trials of a sweep in the order Tune gets them (`relif_ray.tuning.order`).
 
-    items: {"config": the trial's own part of its config (`SweepSpace.trials`), "needs": the
+    items: {"config": the trial (a `TrialSpec` of `SweepSpace.trials`), "needs": the
         reference key (`relif_ray.reference.reference_key`: the seed, with the architecture
         where it is not hard sharing) of the ERM trial it waits for or None, "provides": the
         key of the ERM reference it is or None}: ERM references first, then the trials that
@@ -262,6 +268,11 @@ class TrialOrder:
     study_keys: dict[int, str] = field(default_factory=dict)
     added_references: tuple[str, ...] = ()
 
+    def tune_items(self) -> list[dict[str, Any]]:
+        """The items as Tune's searcher hands them out: each trial as its Tune config's own part
+        (`relif_ray.sweep.trial_config.tune_trial`)."""
+        return [{**item, "config": tune_trial(item["config"])} for item in self.items]
+
 
 def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -> TrialOrder:
     """Order the trials of `space` (or the Optuna studies of `search` over its constants) so
@@ -269,10 +280,10 @@ def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -
     of its architecture; reference keys in `ready` already have their constants
     (`--reference`). A key whose waiting trials have no ERM trial in the sweep gets one added."""
     trials = [] if search is not None else list(space.trials)
-    trials.sort(key=lambda trial: trial["seed"])  # stable: the sweep's order within a seed
+    trials.sort(key=lambda trial: trial.seed)  # stable: the sweep's order within a seed
     providers, plain, waiting, needed = {}, [], [], {}
     for trial in trials:
-        config = experiment_config({**space.constants, **trial})
+        config = trial.config(space.base)
         key = config_reference_key(config)
         entry = {"config": trial, "needs": None, "provides": None}
         if waits_for_reference(config) and key not in ready:
@@ -285,8 +296,7 @@ def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -
             plain.append(entry)
     studies_wait, study_keys = False, {}
     if search is not None:
-        corner = variant(search.labels[0], search.r_star_range[0], search.eta_range[0])
-        config = experiment_config({**space.constants, **trial_overrides(corner, search.seeds[0])})
+        config = search.corner().config(space.base)
         studies_wait = waits_for_reference(config)
         architecture = config.model.architecture
         study_keys = {seed: reference_key(seed, architecture) for seed in search.seeds}
@@ -302,12 +312,12 @@ def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -
     return TrialOrder(items, studies_wait, study_keys, added)
 
 
-def reference_trial(space: SweepSpace, seed: int, architecture: str) -> dict[str, Any]:
-    """The own part of the config of the ERM reference trial of `seed` and `architecture`."""
-    trial = trial_overrides(variant("erm"), seed)
-    if architecture != space.constants.get("model.architecture", HARD_SHARING):
-        trial["model.architecture"] = architecture
-    return trial
+def reference_trial(space: SweepSpace, seed: int, architecture: str) -> TrialSpec:
+    """The ERM reference trial of `seed` and `architecture`."""
+    own = architecture != space.base.model.architecture
+    return TrialSpec.of(
+        variant("erm", extra={"model.architecture": architecture} if own else {}), seed
+    )
 
 
 def plan_summary(space: SweepSpace, search: OptunaPlan | None, resources: Resources) -> str:
@@ -319,26 +329,26 @@ def plan_summary(space: SweepSpace, search: OptunaPlan | None, resources: Resour
         studies = len(labels) * len(seeds)
         count = f"{search.total_trials} trials ({studies} Optuna studies x {search.num_samples})"
     else:
-        labels = list(dict.fromkeys(trial["label"] for trial in space.trials))
-        seeds = sorted({trial["seed"] for trial in space.trials})
+        labels = list(dict.fromkeys(trial.label for trial in space.trials))
+        seeds = sorted({trial.seed for trial in space.trials})
         settings = len(space.trials) // max(len(seeds), 1)
         count = f"{len(space.trials)} trials ({settings} settings x {len(seeds)} seeds)"
-    path = f"; {gpu_path_text(space.constants)}" if resources.gpus_per_trial > 0 else ""
+    path = f"; {gpu_path_text(space.base.train)}" if resources.gpus_per_trial > 0 else ""
     return (
         f"plan: {count}; labels {', '.join(labels)}; seeds {seed_text(seeds)}; "
         f"{resources_text(resources)}{path}"
     )
 
 
-def gpu_path_text(constants: dict[str, Any]) -> str:
-    """Which path GPU trials run, from the sweep's flat base config: the fast path's fields
+def gpu_path_text(train: TrainConfig) -> str:
+    """Which path GPU trials run, from the sweep's base config: the fast path's fields
     (`DatasetDefaults.gpu_config`, `--no-gpu-fast-path`) and `train.cuda_graph`."""
     fast = [
-        "bf16 forward" if constants["train.precision"] == "bf16" else "fp32",
-        "channels-last" if constants["train.channels_last"] else "NCHW",
-        "data on the GPU" if constants["train.data_on_device"] else "batches from the host",
+        "bf16 forward" if train.precision == "bf16" else "fp32",
+        "channels-last" if train.channels_last else "NCHW",
+        "data on the GPU" if train.data_on_device else "batches from the host",
     ]
-    graph = constants["train.cuda_graph"] == "auto" and constants["train.data_on_device"]
+    graph = train.cuda_graph == "auto" and train.data_on_device
     steps = "the step as one CUDA graph where the method allows" if graph else "eager steps"
     return f"GPU trials run {', '.join(fast)}, {steps}"
 

@@ -48,6 +48,7 @@ from relif_ray.sweep.plan import (
 )
 from relif_ray.sweep.preflight import lent_constants
 from relif_ray.sweep.selection import PARETO_COLUMNS, pareto_front
+from relif_ray.sweep.trial_config import tune_constants
 from relif_ray.tuning.errored_trials import raise_if_errored
 from relif_ray.tuning.integrations import (
     asha_rung_epochs,
@@ -419,14 +420,15 @@ def run_sweep(
         else:
             assert space is not None, "a new sweep needs its space"
             order = reference_order(space, search, experiment_dir, reference)
-            constants = {**space.constants, **scheduler_constants(options)}
+            constants = {**tune_constants(space.base, space.delta), **space.extra}
+            constants.update(scheduler_constants(options), experiment_dir=experiment_dir)
             tuner = tune.Tuner(
                 with_resources,
-                param_space={**constants, "experiment_dir": experiment_dir},
+                param_space=constants,
                 tune_config=tune.TuneConfig(
                     reuse_actors=True,
                     search_alg=ReferenceOrder(
-                        order.items,
+                        order.tune_items(),
                         experiment_dir,
                         StudyGroups(search) if search else None,
                         order.studies_need_reference,

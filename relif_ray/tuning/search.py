@@ -19,7 +19,7 @@ from ray.tune.search import Searcher
 from relif_ray.directions import higher_is_better, tune_mode
 from relif_ray.sweep.labels import variant
 from relif_ray.sweep.plan import OptunaPlan
-from relif_ray.sweep.trial_config import trial_overrides
+from relif_ray.sweep.trial_config import TrialSpec, tune_trial
 
 OBJECTIVES = {name: tune_mode(name) for name in ("val_bias", "worst")}
 """Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
@@ -70,7 +70,7 @@ class StudyGroups(Searcher):
             params = self._ask(name)
             self._trials[name].append({"trial_id": trial_id, "params": params, "state": "running"})
             item = variant(label, params["r_star"], params["eta"])
-            return {"study": name, **trial_overrides(item, int(seed))}
+            return tune_trial(TrialSpec.of(item, int(seed), study=name))
         return None if waiting else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
