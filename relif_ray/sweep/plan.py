@@ -275,7 +275,7 @@ class TrialOrder:
 
 
 def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -> TrialOrder:
-    """Order the trials of `space` (or the Optuna studies of `search` over its constants) so
+    """Order the trials of `space` (or the Optuna studies of `search` over its base) so
     every trial that needs its seed's ERM squash constants comes after that seed's ERM trial
     of its architecture; reference keys in `ready` already have their constants
     (`--reference`). A key whose waiting trials have no ERM trial in the sweep gets one added."""

@@ -44,7 +44,8 @@ SNAPSHOT_FORMAT = "relif-ray trial order 1"
 class ReferenceOrder(Searcher):
     """Trial configs in dependency order; `studies` (a `StudyGroups`) once a seed is settled.
 
-    items: each {"config": the trial's own part of its Tune config (label, seed, overrides),
+    items: each {"config": the trial's own part of its Tune config (label, seed, overrides;
+        `relif_ray.sweep.plan.TrialOrder.tune_items`),
         "needs": reference key or None,
         "provides": reference key or None}; "provides" marks the ERM reference trial of that
         key (`relif_ray.reference.reference_key`: the seed, with the architecture where it is
