@@ -157,6 +157,7 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
             f"{last - first:.1f} s; the command took {wall:.1f} s (Ray start and shutdown "
             f"included); peak GPU memory per trial {peak}; trials ran on {', '.join(devices)}",
             target="trials on cuda", result="FAIL" if on_cpu else "info")  # fmt: skip
+    time_split_row(ctx, per_gpu, trials, [[json.loads(line) for line in r] for r in results])
     if sampler is None:
         ctx.skip(f"GPU utilisation, {per_gpu} trial(s) per GPU", NEEDS_CUDA)
         return images_per_s
@@ -164,3 +165,28 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
     ctx.row(f"GPU utilisation, {per_gpu} trial(s) per GPU", mean, "%",
             f"NVML every 0.25 s over the trials' span; {len(sampler.samples)} samples",
             result="info" if mean is not None else "no reading")  # fmt: skip
+    return images_per_s
+
+
+SPLIT = ("train", "evaluate", "audit")
+"""The parts of an epoch the Trainable times (`relif_ray.tuning.trainable.PhaseTimer`)."""
+
+
+def time_split_row(
+    ctx: Context, per_gpu: int, trials: list[dict], results: list[list[dict]]
+) -> None:
+    """Where the packed trials' time went, from what each reported (no extra run): the mean
+    seconds per trial of the epochs' timed parts, the rest of the epochs, and what lies outside
+    them (set-up: data to the device, model, warm-up; checkpoints; Tune's bookkeeping); the
+    value is the train share of a trial's span."""
+    spans = [trial["finished_at"] - trial["started_at"] for trial in trials]
+    parts = {part: [sum(r.get(f"time_{part}_s", 0.0) for r in rows) for rows in results]
+             for part in SPLIT}  # fmt: skip
+    epochs = [sum(r["time_this_iter_s"] for r in rows) for rows in results]
+    mean = {part: statistics.fmean(values) for part, values in parts.items()}
+    mean["rest of the epochs"] = statistics.fmean(epochs) - sum(mean[part] for part in SPLIT)
+    mean["outside the epochs"] = statistics.fmean(spans) - statistics.fmean(epochs)
+    share = mean["train"] / statistics.fmean(spans)
+    ctx.row(f"train share of a trial's span, {per_gpu} trial(s) per GPU", share, "",
+            f"mean seconds per trial over {len(trials)} trial(s) of {len(results[0])} epochs: "
+            + ", ".join(f"{name} {value:.2f}" for name, value in mean.items()))  # fmt: skip

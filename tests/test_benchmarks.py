@@ -251,6 +251,26 @@ def test_gpu_check_reports_each_pytest_case(load, tmp_path) -> None:
     assert [row.result for row in cuda.pytest_case_rows(tmp_path / "none.xml")] == ["FAIL"]
 
 
+def test_the_packing_rows_split_each_trials_span_from_what_the_trials_reported(load, toy):
+    """Two trials of 2 epochs: the epochs' timed parts, the rest of the epochs and the time
+    outside them (set-up, checkpoints) are means per trial; the value is the train share."""
+    epoch = {
+        "time_train_s": 2.0,
+        "time_evaluate_s": 1.0,
+        "time_audit_s": 0.5,
+        "time_this_iter_s": 4.0,
+    }
+    trials = [{"started_at": 100.0, "finished_at": 110.0}, {"started_at": 0.0, "finished_at": 14.0}]
+    load("real_size").time_split_row(toy, 2, trials, [[epoch, epoch], [epoch, epoch]])
+    (row,) = toy.rows
+    assert row.name == "train share of a trial's span, 2 trial(s) per GPU"
+    assert row.value == pytest.approx(4.0 / 12.0)
+    assert row.detail == (
+        "mean seconds per trial over 2 trial(s) of 2 epochs: train 4.00, evaluate 2.00, "
+        "audit 1.00, rest of the epochs 1.00, outside the epochs 4.00"
+    )
+
+
 def test_the_cuda_suite_collects_only_the_modules_with_cuda_tests(load) -> None:
     """On the GPU machine a module that cannot import (the notebook's tests need nbformat)
     must not become a failed CUDA row: only modules with `@needs_cuda` tests are collected."""
