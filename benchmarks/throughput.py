@@ -19,6 +19,7 @@ from workers import data_root, setting_text, timed_worker, trial_config, variant
 PLAIN_LOOP = "plain fp32 loop"
 """The same model trained by a hand-written fp32 loop (`workers.py --loop plain`)."""
 GRAPHED = "training images/s, erm (graphed)"
+NUMERIC_ROW = "graphed against eager, largest relative difference"
 NUMERIC_STEPS = 10
 
 
@@ -89,9 +90,11 @@ def graph_suite(ctx: Context) -> None:
         worker_rows(ctx, PLAIN_LOOP, result, setting_text(config, root))
         rates["plain"] = result["images_per_s"]
     ratio_rows(ctx, rates)
-    if ctx.has_time(30):
-        with ctx.step("graphed against eager steps, numbers"):
-            numeric_rows(ctx)
+    if not ctx.has_time(30):
+        ctx.skip(NUMERIC_ROW, OUT_OF_TIME)
+        return
+    with ctx.step("graphed against eager steps, numbers"):
+        numeric_rows(ctx)
 
 
 def ratio_rows(ctx: Context, rates: dict) -> None:
@@ -133,7 +136,7 @@ def numeric_rows(ctx: Context) -> None:
     spread = largest_relative_difference(eager[0], eager[1])
     difference = largest_relative_difference(graphed, eager[0])
     captured = graphed.graphed is not None and graphed.graphed.graph is not None
-    name = "graphed against eager, largest relative difference"
+    name = NUMERIC_ROW
     how = "captured" if captured else f"NOT captured: {graphed.eager_reason}"
     ctx.judged(name, name, difference, "", f"{NUMERIC_STEPS} steps from one state, ERM+ReLiF, "
                f"every traced number and weight; two eager runs differ by {spread:.3g} (CUDA's "
