@@ -40,7 +40,7 @@ GPUS_PER_TRIAL = 0.5
 at the paper's NYUv2 size two ERM trials per GPU trained 1.67x the images/s of one (GPU run 4,
 docs/benchmarks.md): a trial's GPU waits through its setup and every epoch's validation,
 audit and checkpoint, which a second trial fills. Three per GPU has not been measured. A
-trial there peaked at 5.4 GB of GPU memory, data on the device included."""
+trial there peaked at 5,407 MiB of GPU memory, data on the device included."""
 
 
 @dataclass(frozen=True)
