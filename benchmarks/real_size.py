@@ -13,7 +13,7 @@ import sys
 import time
 
 from harness import NEEDS_CUDA, NEEDS_GPU, OUT_OF_TIME, Context, Row
-from sweep import real_data
+from sweep import TIMED_PARTS, real_data
 from targets import TARGETS
 from throughput import GRAPHED
 from workers import UtilisationSampler
@@ -146,8 +146,9 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
     first, last = min(t["started_at"] for t in trials), max(t["finished_at"] for t in trials)
     images_per_s = sum(t["steps"] for t in trials) * BATCH_SIZE / (last - first)
     devices = sorted({trial["device"] for trial in trials})
-    results = [path.read_text().splitlines() for path in sorted(experiment.glob("*/result.json"))]
-    peaks = [json.loads(lines[-1]).get("cuda_peak_mb") for lines in results if lines]
+    results = [[json.loads(line) for line in path.read_text().splitlines()]
+               for path in sorted(experiment.glob("*/result.json"))]  # fmt: skip
+    peaks = [rows[-1].get("cuda_peak_mb") for rows in results if rows]
     shown = ", ".join(f"{p:.0f}" for p in peaks if p is not None)
     peak = f"{shown} MiB" if shown else "not reported (CPU)"
     on_cpu = ctx.cuda and any(not device.startswith("cuda") for device in devices)
@@ -157,7 +158,7 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
             f"{last - first:.1f} s; the command took {wall:.1f} s (Ray start and shutdown "
             f"included); peak GPU memory per trial {peak}; trials ran on {', '.join(devices)}",
             target="trials on cuda", result="FAIL" if on_cpu else "info")  # fmt: skip
-    time_split_row(ctx, per_gpu, trials, [[json.loads(line) for line in r] for r in results])
+    time_split_row(ctx, per_gpu, trials, results)
     if sampler is None:
         ctx.skip(f"GPU utilisation, {per_gpu} trial(s) per GPU", NEEDS_CUDA)
         return images_per_s
@@ -166,10 +167,6 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
             f"NVML every 0.25 s over the trials' span; {len(sampler.samples)} samples",
             result="info" if mean is not None else "no reading")  # fmt: skip
     return images_per_s
-
-
-SPLIT = ("train", "evaluate", "audit")
-"""The parts of an epoch the Trainable times (`relif_ray.tuning.trainable.PhaseTimer`)."""
 
 
 def time_split_row(
@@ -181,10 +178,10 @@ def time_split_row(
     value is the train share of a trial's span."""
     spans = [trial["finished_at"] - trial["started_at"] for trial in trials]
     parts = {part: [sum(r.get(f"time_{part}_s", 0.0) for r in rows) for rows in results]
-             for part in SPLIT}  # fmt: skip
+             for part in TIMED_PARTS}  # fmt: skip
     epochs = [sum(r["time_this_iter_s"] for r in rows) for rows in results]
     mean = {part: statistics.fmean(values) for part, values in parts.items()}
-    mean["rest of the epochs"] = statistics.fmean(epochs) - sum(mean[part] for part in SPLIT)
+    mean["rest of the epochs"] = statistics.fmean(epochs) - sum(mean[part] for part in TIMED_PARTS)
     mean["outside the epochs"] = statistics.fmean(spans) - statistics.fmean(epochs)
     share = mean["train"] / statistics.fmean(spans)
     ctx.row(f"train share of a trial's span, {per_gpu} trial(s) per GPU", share, "",

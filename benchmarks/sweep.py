@@ -224,7 +224,9 @@ BREAKDOWN_SIZES = {
 }
 """demo: the demo's data and model; larger: ResNet-50 at 96x128 (on a CPU); real: the paper's
 NYUv2 size (on a GPU); toy: the dry run's and the tests' size."""
-PARTS = ("train", "evaluate", "audit", "checkpoint", "rest")
+TIMED_PARTS = ("train", "evaluate", "audit")
+"""The parts of an epoch the Trainable times (`relif_ray.tuning.trainable.PhaseTimer`)."""
+PARTS = (*TIMED_PARTS, "checkpoint", "rest")
 
 
 def run_trial(size: BreakdownSize, root: Path, workdir: Path, cuda: bool) -> Path:
@@ -260,7 +262,7 @@ def epoch_parts(trial_dir: Path, timing_dir: Path) -> list[dict[str, float]]:
     ends = [*starts[1:], spans[-1][1]]  # the next step's start; the final save's end
     epochs = []
     for result, start, end in zip(results, starts, ends, strict=True):
-        parts = {part: result[f"time_{part}_s"] for part in ("train", "evaluate", "audit")}
+        parts = {part: result[f"time_{part}_s"] for part in TIMED_PARTS}
         saves = [b - a for a, b, phase in spans if phase == "save" and start < a < end]
         parts["checkpoint"] = sum(saves)
         parts["rest"] = end - start - sum(parts.values())
