@@ -17,6 +17,7 @@ from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
 from relif_ray.sweep.plan import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
+    GPUS_PER_TRIAL,
     SCHEDULER_METRICS,
     STATIC_LAMBDAS,
 )
@@ -295,7 +296,7 @@ def add_launch_flags(
         "--gpus-per-trial",
         type=float,
         help="GPUs per trial; fractions pack trials (0.5 = two per GPU) "
-        "(default: 0.5 if --num-gpus > 0, else 0)",
+        f"(default: {GPUS_PER_TRIAL:g} if --num-gpus > 0, else 0)",
     )
     launch.add_argument("--cpus-per-trial", type=float, default=1, help="CPUs per trial")
     launch.add_argument("--num-cpus", type=int, help="CPUs of local Ray (default: all)")
