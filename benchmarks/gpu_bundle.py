@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,12 +58,39 @@ WHEELS = {
     "ecos==2.0.14": "cvxpy: the solver Nash-MTL asks for",
     "qdldl==0.1.9.post1": "cvxpy imports it",
     "LibMTL==1.1.5": "the methods suite: the LibMTL rows of DWA and RLW",
+    "fairlearn==0.15.0": "relif_ray.analysis.groups (imported with the analysis package)",
+    "narwhals==2.29.0": "fairlearn needs >= 1.14; the image's version is not pinned",
     "setuptools==84.2.1": "gpu_check.sh's editable install of the project (pyproject needs >= 77)",
 }
-"""name==version: why it is needed. The GPU machine has the rest (KINDS.md's package list)."""
+"""name==version: why it is needed. The GPU machine has the rest (`IMAGE_HAS`)."""
+IMAGE_HAS = frozenset({
+    "torch", "torchvision", "numpy", "scipy", "pandas", "pyarrow", "matplotlib", "statsmodels",
+    "scikit-learn", "tqdm", "jinja2", "pyyaml",
+})  # fmt: skip
+"""The project's direct dependencies that the GPU machine's image holds (its package list, as
+the device library's KINDS.md gives it, read 2026-11-17); every other one is in `WHEELS`."""
 RAY_UNUSED = ("ray/jars/", "ray/dashboard/client/", "ray/rllib/", "ray/serve/", "ray/llm/")
 """Parts of the Ray wheel that a Tune sweep never imports (a sweep ran on the slim wheel): the
 Java worker runtime, the dashboard's web client (sweeps run without it), RLlib, Serve, LLM."""
+
+
+def requirement_name(requirement: str) -> str:
+    """The normalised distribution name of a requirement ("ray[tune]>=2.60" -> "ray")."""
+    return re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def uncovered(requirements: list[str]) -> list[str]:
+    """The requirements that neither `WHEELS` nor the image (`IMAGE_HAS`) provides."""
+    bundled = {requirement_name(wheel) for wheel in WHEELS}
+    return [r for r in requirements if requirement_name(r) not in bundled | IMAGE_HAS]
+
+
+def project_requirements() -> list[str]:
+    """The installed project's dependencies and its `mtl` extra (markers dropped): what the
+    GPU check imports."""
+    requirements = metadata.requires("relif-ray") or []
+    wanted = [r for r in requirements if ";" not in r or r.endswith('extra == "mtl"')]
+    return [r.split(";")[0].strip() for r in wanted]
 
 
 def download(requirement: str, out: Path, python_version: str) -> Path:
@@ -140,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / ".whl", help="bundle folder")
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python")
     args = parser.parse_args(argv)
+    missing = uncovered(project_requirements())
+    if missing:
+        print(f"gpu_bundle.py: WHEELS lacks the project's {', '.join(missing)}", file=sys.stderr)
+        return 1
     bundle = build(args.out, args.python_version)
     tree = tracked_size()
     print(

@@ -452,3 +452,57 @@ def test_the_benchmark_document_agrees_with_the_committed_results(load) -> None:
     for path in document.RESULTS.glob("*.json"):
         machine = json.loads(path.read_text())["machine"]
         assert {"date", "cpu", "cores", "gpu", "torch", "commit", "load_average"} <= set(machine)
+
+
+def test_gpu_bundle_covers_every_project_dependency(load) -> None:
+    """Every runtime dependency of pyproject.toml (and the mtl extra) is a bundled wheel or in
+    the GPU image's list, so the lent machine imports the whole package; a requirement neither
+    holds is named."""
+    bundle = load("gpu_bundle")
+    requirements = bundle.project_requirements()
+    assert "fairlearn>=0.13" in requirements
+    assert bundle.uncovered(requirements) == []
+    assert bundle.uncovered(["Some_Package[extra]>=1; python_version>'3'", "torch>=2"]) == [
+        "Some_Package[extra]>=1; python_version>'3'"
+    ]
+    assert bundle.requirement_name("torchjd[quadprog-projector,cagrad]>=0.18,<0.19") == "torchjd"
+
+
+def test_the_fidelity_suite_compares_precisions_recorded_at_its_steps(load, tmp_path) -> None:
+    """A precision an earlier record of the same GPU model holds at the suite's steps is not
+    run again: its rows enter the bf16 - fp32 comparison (here both, so nothing trains). A
+    record at other steps, or of another GPU model, is not used."""
+    harness, real_size, check = load("harness"), load("real_size"), load("gpu_check")
+
+    def recorded(precision: str, steps: int, relif: tuple, relif_st: tuple) -> list:
+        setting = harness.Row(f"setting, {precision}", None, detail=f"resnet50, {steps} steps, "
+                              "eta 0.0132, 2 seed(s)")  # fmt: skip
+        rows = [setting]
+        for label, (a, b) in (("relif", relif), ("relif-st", relif_st)):
+            name = f"Bias@delta_p75 {label} / ERM (a) q10-q90, {precision}"
+            rows.append(harness.Row(name, (a + b) / 2, "x", per_seed={0: a, 1: b}))
+            worst = f"Worst {label} - ERM, {precision}"
+            rows.append(harness.Row(worst, -0.01, per_seed={0: -0.02, 1: 0.0}))
+        return rows
+
+    earlier = recorded("bf16", 4, (0.8, 0.2), (0.10, 0.08))
+    earlier += recorded("fp32", 4, (0.7, 0.3), (0.30, 0.28))
+    ctx = harness.Context("toy", torch.device("cpu"), tmp_path, earlier=earlier)
+    real_size.fidelity_suite(ctx)
+    rows = {row.name: row for row in ctx.rows}
+    assert rows["ReLiF at real size, bf16, 4 steps"].detail.startswith("not run")
+    relif, relif_st = (rows[f"{label}: bf16 - fp32 Bias ratio, against the seed spread"]
+                       for label in ("relif", "relif-st"))  # fmt: skip
+    assert relif.value == pytest.approx(0.0) and relif.result == "agree"
+    spread = float(np.std([0.30, 0.28], ddof=1))
+    assert relif_st.value == pytest.approx(0.2) and relif_st.result == "disagree"
+    assert f"seed-to-seed spread {spread:.3f}" in relif_st.detail
+    worst = rows["relif-st: bf16 - fp32 Worst - ERM, against the seed spread"]
+    assert worst.value == pytest.approx(0.0) and worst.result == "agree"
+    assert real_size.recorded_rows(ctx, "bf16", 1500) == {}
+    record = tmp_path / "run.json"
+    record.write_text(json.dumps({"machine": {"gpu": "NVIDIA H200"}, "rows": []}))
+    assert check.earlier_record(record, "NVIDIA H200") == record
+    assert check.earlier_record(record, "NVIDIA H100 80GB HBM3") is None
+    assert check.record_problem(record) is None
+    assert check.record_problem(tmp_path / "none.json") == "no such file"
