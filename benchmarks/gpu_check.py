@@ -53,7 +53,8 @@ def run_section(args: argparse.Namespace) -> int:
     """A suite's process: run it, its rows appended to --rows as they come."""
     torch.set_num_threads(1)  # as run.py: in-process timings on one host thread
     record = args.out / "gpu_check.json"
-    earlier = json.loads(record.read_text())["rows"] if record.exists() else []
+    earlier = json.loads(args.earlier.read_text())["rows"] if args.earlier else []
+    earlier += json.loads(record.read_text())["rows"] if record.exists() else []
     fields = {field.name for field in dataclasses.fields(Row)}
     ctx = Context(
         "toy" if args.dry_run else "real", torch.device("cpu" if args.dry_run else "cuda"),
@@ -75,6 +76,7 @@ def run_all(args: argparse.Namespace) -> int:
     size, device = ("toy", "cpu") if args.dry_run else ("real", "cuda")
     record = Record(f"python benchmarks/gpu_check.py {' '.join(args.argv)}", size, device, out,
                     "gpu_check", dry_run=args.dry_run, budget_s=args.budget_s)  # fmt: skip
+    args.earlier = earlier_record(args.earlier, record.payload["machine"]["gpu"])
     chosen = [suite for suite in CHECKED if not args.only or suite.name in args.only]
     caps_s = sum(suite.gpu[0] for suite in chosen)
     scale, end = cap_scale(args.budget_s, args.dry_run, caps_s), time.time() + args.budget_s
@@ -107,6 +109,30 @@ def run_all(args: argparse.Namespace) -> int:
     return 1 if failed or missed else 0
 
 
+def earlier_record(path: Path | None, gpu: str | None) -> Path | None:
+    """`--earlier` where it was measured on this GPU model (a precision's numbers from another
+    model would mix its kernels into the comparison), else None with a note."""
+    if path is None:
+        return None
+    if json.loads(path.read_text())["machine"].get("gpu") == gpu:
+        return path
+    print(f"gpu_check.py: {path} is not of this GPU model ({gpu}); its rows are not used")
+    return None
+
+
+def record_problem(path: Path) -> str | None:
+    """What makes `path` no gpu_check.json record (None if it is one)."""
+    if not path.is_file():
+        return "no such file"
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"cannot be read as JSON ({error.__class__.__name__})"
+    if not isinstance(payload, dict) or not {"machine", "rows"} <= payload.keys():
+        return "is not a gpu_check.json record (it lacks 'machine' or 'rows')"
+    return None
+
+
 def section_process(args: argparse.Namespace, suite: Suite, workdir: Path, deadline: float,
                     log) -> tuple[str, list[dict]]:  # noqa: ANN001  # fmt: skip
     """Run one suite in its own process group; (status, rows)."""
@@ -116,6 +142,7 @@ def section_process(args: argparse.Namespace, suite: Suite, workdir: Path, deadl
                "--out", str(args.out.resolve()), "--workdir", str(workdir), "--rows",
                str(rows_file), "--deadline", repr(deadline)]  # fmt: skip
     command += ["--dry-run"] if args.dry_run else []
+    command += ["--earlier", str(args.earlier.resolve())] if args.earlier else []
     log.write(f"\n===== {suite.name} ({suite.title}) =====\n")
     log.flush()
     environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -142,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=[s.name for s in CHECKED], help="these suites")
     parser.add_argument("--workdir", type=Path, help="keep the data, experiments and reports "
                         "here (default: a temporary folder, removed at the end)")  # fmt: skip
+    parser.add_argument("--earlier", type=Path, help="a gpu_check.json of an earlier run on "
+                        "this GPU model: its rows are the suites' earlier rows (the fidelity "
+                        "suite reuses a precision it holds at the same steps)")  # fmt: skip
     parser.add_argument("--section", choices=[s.name for s in CHECKED], help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
@@ -150,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.section:
         return run_section(args)
+    if args.earlier and (problem := record_problem(args.earlier)):
+        parser.error(f"--earlier {args.earlier}: {problem}")
     if args.budget_s is None:
         args.budget_s = 1800.0 if args.dry_run else BUDGET_S
     return run_all(args)

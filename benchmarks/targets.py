@@ -64,6 +64,9 @@ TARGETS = {
     "bf16 - fp32 Bias ratio": Target(
         "fidelity", "<=", "spread", "cuda", "real", rows="the seed-to-seed spread of either"
     ),
+    "bf16 - fp32 Worst - ERM": Target(
+        "fidelity", "<=", "spread", "cuda", "real", rows="the seed-to-seed spread of either"
+    ),
     "CUDA-only tests": Target("cuda", "pass", "", "cuda", rows="one row per test"),
 }
 """Row (or kind of row) -> its target."""
