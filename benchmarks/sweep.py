@@ -82,6 +82,7 @@ class TimedTrainable(ReLiFTrainable):
         line = json.dumps({"phase": phase, "seconds": seconds, "end": time.time()})
         with open(Path(self.timing_dir) / f"{os.getpid()}.jsonl", "a") as file:
             file.write(line + "\n")
+        print(f"timed {phase}: {seconds:.2f} s", flush=True)  # in the log, if the suite is killed
 
     def setup(self, config: dict) -> None:
         start = time.perf_counter()
@@ -337,7 +338,9 @@ def breakdown_rows(ctx: Context, size: BreakdownSize) -> None:
     if not root.exists():
         write_synthetic_nyuv2(root, train=size.train, val=size.val, height=size.height,
                               width=size.width, seed=0)  # fmt: skip
+    start = time.perf_counter()
     trial_dir, label = run_trial(size, root, workdir, ctx.cuda), f"trial breakdown, {size.name}"
+    print(f"the trial took {time.perf_counter() - start:.1f} s with Ray's start", flush=True)
     epochs = epoch_parts(trial_dir, workdir / "timing")
     for index, epoch in enumerate(epochs):  # kept if the suite is killed in before_and_after
         name = f"{label}, epoch {index + 1}: train share"
