@@ -857,6 +857,24 @@ def test_impossible_requests_fail_before_any_trial(
     assert not any(tmp_path.iterdir())  # no experiment was started
 
 
+@pytest.mark.slow
+def test_a_demo_no_trial_could_run_keeps_the_earlier_demo_and_writes_no_data(
+    ray_session, tmp_path, capsys
+):
+    """The resources are checked before the demo replaces its earlier experiment or writes its
+    data: asking for more GPUs than Ray has leaves the storage as it was."""
+    earlier = tmp_path / "nyuv2-demo" / "marker.txt"
+    earlier.parent.mkdir()
+    earlier.write_text("the earlier demo")
+    argv = ["--demo", "--storage", str(tmp_path), "--num-gpus", "4", "--gpus-per-trial", "1"]
+    status = main(datasets=("nyuv2",), argv=argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and "--num-gpus 4: local Ray has 2 GPU(s)" in err[0]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "nyuv2-demo", "nyuv2-demo/marker.txt"
+    ]  # fmt: skip
+
+
 # --- the driver as a subprocess -------------------------------------------------------------
 
 

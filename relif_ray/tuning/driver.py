@@ -3,12 +3,13 @@
 `SweepRequest` (`relif_ray.sweep.request`) is everything a sweep is, decided and checked before
 Ray starts (the command line builds it: `relif_ray.cli.sweep`). `run` does what remains, in
 this order: the storage, a lent `--reference` and the data set are checked (for `--resume`:
-the storage and the experiment it continues); the experiment's
-lock is taken (`relif_ray.experiment.lock`: one sweep per experiment directory, also for
-`--resume`); a new sweep refuses to mix into an existing experiment (a demo replaces its own);
-the demo's data are written; then `relif_ray.tuning.launch.run_sweep` runs (or resumes) the
-trials. Import this module through `relif_ray.tuning.run_sweep_request`, which keeps a local
-Ray on 127.0.0.1 before Ray is imported.
+the storage and the experiment it continues); for a demo, Ray starts and the resources asked
+are checked against it (other sweeps check them in `run_sweep`, before they write); the
+experiment's lock is taken (`relif_ray.experiment.lock`: one sweep per experiment directory,
+also for `--resume`); a new sweep refuses to mix into an existing experiment (a demo
+replaces its own); the demo's data are written; then `relif_ray.tuning.launch.run_sweep` runs
+(or resumes) the trials. Import this module through `relif_ray.tuning.run_sweep_request`,
+which keeps a local Ray on 127.0.0.1 before Ray is imported.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def run(request: SweepRequest) -> str:
         check_resumable(request.storage, request.name)
     else:
         check_inputs(request)
+    if request.demo:  # a demo no trial could run fails before it replaces or writes anything
+        launch.connect(request.resources)
+        launch.check_cluster(request.resources)
     with exclusive_experiment(request.storage, request.name):
         if not request.resume:
             prepare_new_experiment(request.storage, request.name, replace=request.demo)
