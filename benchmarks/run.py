@@ -37,7 +37,7 @@ class Suite:
     graph's and breakdown's caps from GPU runs 4 and 5 on an H200, where graph took 107 s and
     breakdown was killed at 102 s and again at 190 s, the real-size data's 50 s included).
     Fidelity's cap holds both of its runs (bf16 starts with 240 s left, fp32 with 300 s; on
-    the H200 of run 5 bf16 took 240 s of the 289 s its call took): a whole call (`--only
+    the H200 of run 5 bf16 took about 240 s of the 289 s its call took): a whole call (`--only
     fidelity`), or fp32 alone against a recorded bf16 run (`--earlier`)."""
 
     def run(self, ctx: Context) -> None:
