@@ -30,6 +30,7 @@ from relif_ray.data.nyuv2 import check_nyuv2
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
 from relif_ray.sweep.preflight import check_storage, check_trial_configs
+from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,6 +125,46 @@ def test_an_unknown_backbone_stops_the_sweep(nyuv2_dir, tmp_path, run_main):
     flags[flags.index("resnet18")] = "resnet999"
     result = run_main(nyuv2_main, *flags)
     assert_refused(result, "config field model.backbone: unknown backbone 'resnet999'", storage)
+
+
+CTRL_C_AT = """
+import os, runpy, signal, sys, time
+import {module} as patched
+
+def ctrl_c(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
+
+patched.{function} = ctrl_c
+sys.argv = {argv!r}
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+"""A script run as its command runs, with a real Ctrl+C (SIGINT) at one of its steps."""
+
+
+@pytest.mark.parametrize("command", ["sweep", "report"])
+def test_ctrl_c_before_a_sweep_or_in_a_report_is_one_line_and_writes_nothing(
+    command, nyuv2_dir, tmp_path
+):
+    """Outside a running sweep's own stop handling (which says how to resume), Ctrl+C ends a
+    command with one line and exit status 130 (128 + SIGINT), not Python's traceback: a sweep
+    while it checks its data, a report while it audits (its folder is made afterwards)."""
+    out = tmp_path / "out"
+    if command == "sweep":
+        module, function = "relif_ray.tuning.driver", "check_data"
+        argv = ["sweeps/nyuv2.py", *nyuv2_flags(nyuv2_dir, out)]
+    else:
+        experiment = write_synthetic_experiment(tmp_path / "exp", seeds=2, n_examples=12)
+        module, function = "relif_ray.analysis.report", "audit"
+        relif = Path(sys.executable).with_name("relif")
+        argv = [str(relif), "report", str(experiment), "--out", str(out)]
+    code = CTRL_C_AT.format(module=module, function=function, argv=argv)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [f"{Path(argv[0]).name}: interrupted"], result.stderr
+    assert not out.exists()
 
 
 def test_storage_that_cannot_be_created_stops_the_sweep(nyuv2_dir, tmp_path, run_main):

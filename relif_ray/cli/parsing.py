@@ -16,6 +16,9 @@ from relif_ray.messages import show_messages
 
 EXIT_USER_ERROR = 2
 """Exit status of a user mistake found before anything ran."""
+EXIT_INTERRUPTED = 130
+"""Exit status of a command stopped by Ctrl+C outside a sweep's own stop handling: the shell's
+128 + SIGINT, as if the signal had ended the process."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -71,13 +74,19 @@ def given_text(text: str) -> str:
 def run_command(prog: str, command: Callable[[], int]) -> int:
     """Run a command line; the library's messages are its lines (`relif_ray.messages`), a user
     mistake (`UserError`) the one line `<prog>: error: <message>` on stderr and exit status 2,
-    with no traceback."""
+    with no traceback. Ctrl+C where no sweep handles it (a running sweep stops gracefully and
+    says how to resume: `relif_ray.tuning.stop`), e.g. while data are checked or a report is
+    drawn, is the one line `<prog>: interrupted` and exit status 130, not Python's
+    traceback."""
     show_messages()
     try:
         return command()
     except UserError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def comma_list(text: str, flag: str) -> list[str]:
