@@ -252,9 +252,14 @@ def test_a_sweep_survives_a_killed_worker_a_full_disk_and_stop_signals_while_it_
     loaded = assert_uninterrupted_numbers(experiment, trained_here(argv, small_data))
     info = {read_trial_info(p)["seed"]: read_trial_info(p) for p in loaded.outputs.values()}
     assert info[0]["restored_from_checkpoint"] and info[1]["restored_from_checkpoint"]
-    records = (trial_dir / "result.json").read_text().splitlines()
-    iterations = [json.loads(line)["training_iteration"] for line in records]
-    assert iterations.count(1) == 1  # never started over: each retry continued a checkpoint
+    # Never started over: only the first worker trained from scratch, each retry continued a
+    # checkpoint. Read from each result's own counters, not from which records result.json
+    # holds: when Tune restarts a trial it copies back the copy of result.json that it last
+    # synced into storage (`JsonLoggerCallback.log_trial_start`), which can lack the records
+    # written since, the first one included.
+    records = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    from_scratch = [r for r in records if r["iterations_since_restore"] == r["training_iteration"]]
+    assert records and {r["pid"] for r in from_scratch} <= {killed}, records
 
     assert reader.error is None and reader.calls
     assert all(status == 0 for _, status, _ in reader.calls), reader.calls  # never failed
