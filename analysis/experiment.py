@@ -111,13 +111,16 @@ class Experiment:
         """Per-epoch results as Tune recorded them (each trial folder's `result.json`): trial,
         epoch, and every numeric value the trial reported (val_<metric>, worst, macro,
         val_bias / val_vr of the live audit, train_step, time_total_s, ...). After a resume
-        an epoch may be recorded twice; the last record is kept. Read on first access."""
+        an epoch may be recorded twice; the last record is kept. Epochs without a record
+        are said with `SkippedFile` (`_warn_missing_epochs`). Read on first access."""
         frames = []
         for trial, outputs in self.outputs.items():
-            records = _result_records(storage.parent(storage.parent(outputs)))
+            trial_dir = storage.parent(storage.parent(outputs))
+            records = _result_records(trial_dir)
             if records:
                 frame = pd.DataFrame.from_records(records).select_dtypes(["number", "bool"])
                 frame = frame.drop_duplicates("training_iteration", keep="last")
+                _warn_missing_epochs(frame["training_iteration"], trial_dir)
                 frame.insert(0, "trial", trial)
                 frames.append(frame)
         if not frames:
@@ -287,6 +290,20 @@ def _result_records(trial_dir: Location) -> list[dict]:
     except DamagedFile as damaged:
         skip(f"the per-epoch records of {storage.display(trial_dir)}", damaged)
         return []
+
+
+def _warn_missing_epochs(iterations: pd.Series, trial_dir: Location) -> None:
+    """Warn (`SkippedFile`) when a trial's `result.json` lacks epochs before its last one. Ray
+    Tune writes the file on the driver and copies it into storage from time to time; when it
+    restarts a trial (a dead worker, `--resume`) it first copies the stored file back
+    (`JsonLoggerCallback.log_trial_start`), so the records written since that copy, of epochs
+    the restored checkpoint already holds, are lost for good."""
+    missing = sorted(set(range(1, int(iterations.max()) + 1)) - set(iterations.astype(int)))
+    if missing:
+        lost = ", ".join(map(str, missing))
+        reason = f"no record of epoch(s) {lost}: Ray Tune restarts a trial with its stored copy"
+        skip(f"epoch(s) {lost} of the per-epoch records of {storage.display(trial_dir)}",
+             DamagedFile(storage.join(trial_dir, RESULT_FILE), reason))  # fmt: skip
 
 
 def _numeric_order(rows: list[dict]) -> list[int]:

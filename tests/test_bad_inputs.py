@@ -418,6 +418,34 @@ def test_damaged_per_epoch_records_and_traces_are_skipped_with_a_warning(experim
     assert sorted(set(traces["trial"])) == sorted(set(loaded.trials["trial"]) - {"exp_00005"})
 
 
+def test_epochs_missing_from_the_per_epoch_records_are_one_warning_line(
+    experiment, tmp_path, capsys
+):
+    """Ray Tune restarts a trial with the copy of its result.json last put into storage, which
+    can lack the records written since: a restarted trial whose records of epochs 1 and 2 were
+    lost keeps its epochs 3 and 4, and the report says which epochs are missing."""
+    from relif_ray import analysis
+    from relif_ray.analysis.experiment import SkippedFile
+
+    records = experiment / RELIF_TRIAL / "result.json"
+    records.write_text("\n".join(records.read_text().splitlines()[2:]) + "\n")
+    loaded = analysis.load(experiment)
+    with pytest.warns(
+        SkippedFile, match=f"epoch.s. 1, 2 of the per-epoch records of .*{RELIF_TRIAL}"
+    ):
+        epochs = loaded.epochs
+    assert list(epochs.loc[epochs["trial"] == "exp_00004", "epoch"]) == [3, 4]  # RELIF_TRIAL
+    assert set(epochs.groupby("trial").size()) == {2, 4}
+    flags = ["--delta-m-epochs", "best"]
+    status = relif(["report", str(experiment), "--out", str(tmp_path / "report"), *REPORT, *flags])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 0 and line == (
+        f"relif: warning: skipped epoch(s) 1, 2 of the per-epoch records of "
+        f"{experiment / RELIF_TRIAL}: {records}: damaged file (no record of epoch(s) 1, 2: Ray "
+        "Tune restarts a trial with its stored copy)"
+    )
+
+
 @pytest.mark.parametrize(
     "name",
     [
