@@ -89,6 +89,30 @@ class TimedTrainable(ReLiFTrainable):
         self.timing_dir = config["timing_dir"]
         super().setup(config)
         self._record("setup", start)
+        self._print_epoch_parts()
+
+    def _print_epoch_parts(self) -> None:
+        """Print the first training step (on a GPU: warm-up, cuDNN's autotuning, the graph's
+        capture), each epoch's training and each validation pass as they end, so a suite killed
+        inside its first epoch still shows where the time went. The first step is its own
+        `train_steps` call: the same steps and numbers, one more read of the trace."""
+        run, train_epoch, evaluate = self.run, self.run.train_epoch, self.run.evaluate
+
+        def printed_train_epoch() -> None:
+            start = time.perf_counter()
+            if run.step == 0:
+                run.train_steps(1)
+                print(f"first training step: {time.perf_counter() - start:.2f} s", flush=True)
+            train_epoch()
+            print(f"training of epoch {run.epoch}: {time.perf_counter() - start:.2f} s", flush=True)
+
+        def printed_evaluate(split_name: str = "val"):  # noqa: ANN202
+            start = time.perf_counter()
+            result = evaluate(split_name)
+            print(f"{split_name} pass: {time.perf_counter() - start:.2f} s", flush=True)
+            return result
+
+        run.train_epoch, run.evaluate = printed_train_epoch, printed_evaluate
 
     def step(self) -> dict:
         start = time.perf_counter()
