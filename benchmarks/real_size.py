@@ -19,6 +19,8 @@ from targets import TARGETS
 from throughput import GRAPHED
 from workers import UtilisationSampler
 
+from relif_ray.experiment.storage import read_json_lines
+
 MIN_STEPS = 1500
 SWEEP_SECONDS = 170.0
 """The training time the step budget is sized for: with set-up, validations, checkpoints and
@@ -166,8 +168,7 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
     first, last = min(t["started_at"] for t in trials), max(t["finished_at"] for t in trials)
     images_per_s = sum(t["steps"] for t in trials) * BATCH_SIZE / (last - first)
     devices = sorted({trial["device"] for trial in trials})
-    results = [[json.loads(line) for line in path.read_text().splitlines()]
-               for path in sorted(experiment.glob("*/result.json"))]  # fmt: skip
+    results = [read_json_lines(path) for path in sorted(experiment.glob("*/result.json"))]
     peaks = [rows[-1].get("cuda_peak_mb") for rows in results if rows]
     shown = ", ".join(f"{p:.0f}" for p in peaks if p is not None)
     peak = f"{shown} MiB" if shown else "not reported (CPU)"

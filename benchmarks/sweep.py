@@ -23,6 +23,7 @@ from harness import REPO, Context
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.engine import TrainingRun
+from relif_ray.experiment.storage import read_json_lines
 from relif_ray.tuning.trainable import ReLiFTrainable
 
 REAL_DATA = {"train": 795, "val": 654, "height": 288, "width": 384}
@@ -280,7 +281,7 @@ def run_trial(size: BreakdownSize, root: Path, workdir: Path, cuda: bool) -> Pat
 
 def epoch_parts(trial_dir: Path, timing_dir: Path) -> list[dict[str, float]]:
     """Per epoch: the seconds of each of `PARTS`, the span and the train share."""
-    results = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    results = read_json_lines(trial_dir / "result.json")
     records = [r for actor in timing_records(timing_dir).values() for r in actor]
     spans = sorted((r["end"] - r["seconds"], r["end"], r["phase"]) for r in records)
     starts = [start for start, _, phase in spans if phase == "step"]
