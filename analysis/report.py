@@ -112,6 +112,10 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         options.sensitivity,
         delta_m=options.delta_m,
     )
+    if not results.variants:
+        raise UserError(
+            f"no trial could be audited on the {results.split} split: nothing to report"
+        )
     baseline = options.drift_baseline or (
         "relif" if "relif" in results.variants else results.variants[0]
     )

@@ -572,6 +572,28 @@ def test_report_errors_are_one_line_with_status_2(tmp_path, capsys, setup, flags
     assert fragment in lines[0]
 
 
+def test_a_report_whose_audit_finds_no_trial_is_one_line(tmp_path, capsys, monkeypatch):
+    """Never a traceback from an audit that came back empty (every trial left out), and no
+    report folder."""
+    import relif_ray.analysis.report as report
+
+    audit = report.audit
+    monkeypatch.setattr(
+        report,
+        "audit",
+        lambda *args, **kwargs: dataclasses.replace(
+            audited := audit(*args, **kwargs), per_trial=audited.per_trial.iloc[:0], variants=[]
+        ),
+    )
+    root = write_synthetic_experiment(tmp_path / "exp", labels=("erm", "relif"), seeds=1)
+    status, _, stderr = run(capsys, str(root), "--out", str(tmp_path / "out"), "--no-figures")
+    assert status == 2
+    assert stderr.strip().splitlines() == [
+        "relif: error: no trial could be audited on the val split: nothing to report"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 # --- end to end on real engine outputs ----------------------------------------------------
 
 

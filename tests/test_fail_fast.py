@@ -129,6 +129,7 @@ def test_an_unknown_backbone_stops_the_sweep(nyuv2_dir, tmp_path, run_main):
 
 CTRL_C_AT = """
 import os, runpy, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as started from a terminal
 import {module} as patched
 
 def ctrl_c(*args, **kwargs):
@@ -139,7 +140,10 @@ patched.{function} = ctrl_c
 sys.argv = {argv!r}
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-"""A script run as its command runs, with a real Ctrl+C (SIGINT) at one of its steps."""
+"""A script run as its command runs from a terminal, with a real Ctrl+C (SIGINT) at one of its
+steps. Python keeps SIGINT ignored where it started ignored, as a shell's background job (`&`
+without job control) does, and passes that on: so the script sets Python's handler first,
+whatever the process that runs the tests inherited."""
 
 
 @pytest.mark.parametrize("command", ["sweep", "report"])

@@ -621,11 +621,14 @@ def test_the_first_stop_signal_is_tunes_graceful_stop_and_a_second_its_hard_stop
 ):
     """Real signals to this process: while Tune's loop runs (its SIGINT handler, which the
     sweep's Tune callback takes as the graceful stop) SIGTERM starts the graceful stop and a
-    second signal of any kind raises KeyboardInterrupt; after a stop the process ignores stop
-    signals (Ray's shutdown at exit must finish)."""
-    from relif_ray.tuning.stop import GracefulStop, stop_signals
+    second signal of any kind raises KeyboardInterrupt; after a stop the handlers before the
+    sweep are back (the process may go on: a notebook), and a command that ends then ignores
+    stop signals (Ray's shutdown at exit must finish)."""
+    from relif_ray.tuning.stop import GracefulStop, ignore_stop_signals, stop_signals
 
     graceful = []
+    for number in own_stop_signals:
+        signal.signal(number, signal.SIG_DFL)
     with stop_signals() as stop:
         signal.signal(signal.SIGINT, lambda number, frame: graceful.append(number))  # Tune's
         GracefulStop().setup()
@@ -634,6 +637,8 @@ def test_the_first_stop_signal_is_tunes_graceful_stop_and_a_second_its_hard_stop
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGUSR1)
         assert stop.received == ["SIGTERM", "SIGUSR1"] and len(graceful) == 1
+    assert all(signal.getsignal(number) is signal.SIG_DFL for number in own_stop_signals)
+    ignore_stop_signals()
     assert all(signal.getsignal(number) is signal.SIG_IGN for number in own_stop_signals)
 
 
@@ -691,13 +696,23 @@ class LowestFreeGpus(tune.Callback):
         self.lowest = min(self.lowest, ray.available_resources().get("GPU", 0.0))
 
 
+def own_handler(number: int, frame: object) -> None:
+    """A handler of this process's own, set before an in-process sweep."""
+
+
 @pytest.fixture(scope="module")
-def packed_sweep(ray_session, small_data, sweep_folder) -> tuple[Path, LowestFreeGpus]:
+def packed_sweep(
+    ray_session, small_data, sweep_folder
+) -> tuple[Path, LowestFreeGpus, dict[int, object]]:
     """erm and relif (r* = 0.2), seed 0, 2 epochs of 2 steps, each twice: once plain and once
     crashing at step 3 (after the epoch-1 checkpoint) and retried. Each trial asks for half a
-    logical GPU and half a CPU, so all 4 fit on the session's 2 logical GPUs at once."""
+    logical GPU and half a CPU, so all 4 fit on the session's 2 logical GPUs at once. Run in
+    this process with `own_handler` for each stop signal; also returns the handlers after it."""
     from relif_ray.sweep.plan import Resources, param_space
     from relif_ray.tuning.launch import run_sweep
+    from relif_ray.tuning.stop import STOP_SIGNALS
+
+    before = {number: signal.signal(number, own_handler) for number in STOP_SIGNALS}
 
     base = replace(base_config(small_data), device="auto")  # as the CLI sets for GPU trials
     variants = grid_variants(["erm", "relif"], [0.2], [1e-3])
@@ -713,12 +728,21 @@ def packed_sweep(ray_session, small_data, sweep_folder) -> tuple[Path, LowestFre
         callbacks=[callback],
         verbose=0,
     )
-    return Path(experiment), callback
+    after = {number: signal.signal(number, before[number]) for number in STOP_SIGNALS}
+    return Path(experiment), callback, after
 
 
 @pytest.fixture(scope="module")
 def grid_sweep(packed_sweep) -> Path:
     return packed_sweep[0]
+
+
+@pytest.mark.slow
+def test_an_in_process_sweep_puts_back_every_stop_signals_handler(packed_sweep):
+    """A notebook that ran a sweep is interrupted as before it (Ray's `ray.init` sets a SIGTERM
+    handler of its own, Tune one for SIGINT and SIGUSR1, the sweep its own for all three)."""
+    handlers = packed_sweep[2]
+    assert list(handlers.values()) == [own_handler] * 3, handlers
 
 
 @pytest.mark.slow
@@ -743,7 +767,7 @@ def test_grid_sweep_terminates_every_trial_with_readable_outputs(grid_sweep):
 
 @pytest.mark.slow
 def test_half_gpu_trials_pack_four_to_two_logical_gpus_and_run_on_cpu(packed_sweep):
-    experiment, callback = packed_sweep
+    experiment, callback, _ = packed_sweep
     assert callback.lowest == pytest.approx(0.0)  # 4 x 0.5 GPU reserved at the same time
     loaded = analysis.load(experiment)
     assert {read_trial_info(p)["device"] for p in loaded.outputs.values()} == {"cpu"}

@@ -71,6 +71,7 @@ from relif_ray.sweep.preflight import check_storage, resolve_pretrained, sweep_e
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import Selection, read_pareto, select_settings
 from relif_ray.tuning import run_sweep_request
+from relif_ray.tuning.stop import ignore_stop_signals
 
 DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
 """Every registered benchmark's defaults (`relif_ray.problems`): the choices of --dataset."""
@@ -111,6 +112,7 @@ def main(
             print("\n".join(summary_lines(failure, retry_command(program, argv))), file=sys.stderr)
             return EXIT_TRIALS_ERRORED
         except SweepStopped as stop:
+            ignore_stop_signals()  # this process ends: let Ray's shutdown at exit finish
             print(f"experiment directory: {display(stop.experiment_dir)}")
             same = shlex.join([*program, *argv])
             print(stopped_line(stop, retry_command(program, argv), same), file=sys.stderr)

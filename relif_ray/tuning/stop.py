@@ -78,9 +78,10 @@ _running: StopSignals | None = None
 @contextmanager
 def stop_signals() -> Iterator[StopSignals]:
     """Own the stop signals while the block runs (a sweep's connect, checks and Tune run); the
-    handlers before it are put back after it, unless a stop signal came: the process is then
-    ending, and it ignores further ones, which would cut short Ray's shutdown at exit (seconds)
-    and leave Ray's processes behind."""
+    handlers before it are put back after it, however it ends (`ray.init`'s SIGTERM handler
+    too), so a notebook or any other process that goes on after a sweep is interrupted as
+    before. A command that ends after a stop ignores further ones itself
+    (`ignore_stop_signals`)."""
     global _running
     main = threading.current_thread() is threading.main_thread()
     before = {number: signal.getsignal(number) for number in STOP_SIGNALS} if main else {}
@@ -91,7 +92,16 @@ def stop_signals() -> Iterator[StopSignals]:
     finally:
         _running = None
         for number, handler in before.items():
-            signal.signal(number, signal.SIG_IGN if stop.received else handler)
+            signal.signal(number, handler)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore the stop signals from now on: for a command that ends after a stopped sweep,
+    whose Ray shutdown at exit (seconds) a further signal would cut short, leaving Ray's
+    processes behind."""
+    if threading.current_thread() is threading.main_thread():
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
 
 
 class GracefulStop(tune.Callback):
