@@ -33,7 +33,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     started last would keep one worker busy after the other has finished (xdist's own order,
     most tests first, put them last). A module's length is guessed from its number of `slow`
     (end-to-end) tests, then its number of tests; the sort is stable, so each module stays in
-    one piece and in its own order."""
+    one piece and in its own order. With pytest-randomly active (`pip install pytest-randomly`:
+    a shuffled run, to find tests that depend on their order) its order stands."""
+    if config.pluginmanager.has_plugin("randomly"):
+        return
     slow, tests = Counter(), Counter()
     for item in items:
         tests[item.module] += 1
