@@ -71,7 +71,6 @@ from relif_ray.sweep.preflight import check_storage, resolve_pretrained, sweep_e
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import Selection, read_pareto, select_settings
 from relif_ray.tuning import run_sweep_request
-from relif_ray.tuning.stop import ignore_stop_signals
 
 DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
 """Every registered benchmark's defaults (`relif_ray.problems`): the choices of --dataset."""
@@ -112,6 +111,10 @@ def main(
             print("\n".join(summary_lines(failure, retry_command(program, argv))), file=sys.stderr)
             return EXIT_TRIALS_ERRORED
         except SweepStopped as stop:
+            # imported here, where Ray is: importing Ray first would keep a local Ray off
+            # 127.0.0.1 (`relif_ray.tuning.keep_local_ray_on_loopback`)
+            from relif_ray.tuning.stop import ignore_stop_signals
+
             ignore_stop_signals()  # this process ends: let Ray's shutdown at exit finish
             print(f"experiment directory: {display(stop.experiment_dir)}")
             same = shlex.join([*program, *argv])
