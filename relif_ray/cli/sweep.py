@@ -111,9 +111,7 @@ def main(
             print("\n".join(summary_lines(failure, retry_command(program, argv))), file=sys.stderr)
             return EXIT_TRIALS_ERRORED
         except SweepStopped as stop:
-            # imported here, where Ray is: importing Ray first would keep a local Ray off
-            # 127.0.0.1 (`relif_ray.tuning.keep_local_ray_on_loopback`)
-            from relif_ray.tuning.stop import ignore_stop_signals
+            from relif_ray.tuning.stop import ignore_stop_signals  # Ray: imported by now
 
             ignore_stop_signals()  # this process ends: let Ray's shutdown at exit finish
             print(f"experiment directory: {display(stop.experiment_dir)}")
