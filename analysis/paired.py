@@ -33,6 +33,7 @@ from relif_ray.analysis.verdicts import (
     compare_differences,
     compare_ratios,
     equivalence_level,
+    zero_ratio,
 )
 from relif_ray.errors import UserError
 from relif_ray.sweep.selection import non_dominated
@@ -206,10 +207,10 @@ def hierarchical_intervals(
     from a two-stage bootstrap-t (`seed_bootstrap_t`): the seeds are resampled, and each drawn
     seed takes a replicate of its log ratio with the audit's S sampled pairs of every task
     pair resampled (the same draws for the method's and the ERM trial's gaps: pools and pairs
-    depend only on the data, so pair k is the same example pair in both). Seeds whose ERM
-    value is 0 are left out, as the verdict leaves them out. Empty below
-    `settings.min_boot_seeds` seeds or with `n_boot` 0: with few seeds the seed stage takes
-    only a handful of distinct values, and the verdict uses the t interval
+    depend only on the data, so pair k is the same example pair in both), on the log scale
+    as the verdict takes the ratios (`log_scale`): seeds whose ERM value is 0 are left out.
+    Empty below `settings.min_boot_seeds` seeds or with `n_boot` 0: with few seeds the seed
+    stage takes only a handful of distinct values, and the verdict uses the t interval
     (`relif_ray.analysis.verdicts`)."""
     pairs = of_label[["trial", "erm_trial"]].drop_duplicates()
     n = len(pairs)
@@ -219,16 +220,31 @@ def hierarchical_intervals(
     gaps = results.audit.gaps(results.split)
     thresholds = {delta.key: delta.value for delta in results.deltas}
     within = [
-        _pair_bootstrap(gaps[trial].gaps, gaps[erm].gaps, thresholds, settings, rng)
+        _pair_bootstrap(gaps[trial].gaps, gaps[erm].gaps, thresholds, settings.n_boot, rng)
         for trial, erm in pairs.itertuples(index=False)
     ]
     intervals = {}
     for key in within[0]:
         observed = np.array([seed[key][0] for seed in within])
         replicates = np.stack([seed[key][1] for seed in within])
-        low, high = seed_bootstrap_t(observed, replicates, settings.level, rng)
+        logs, resampled = log_scale(observed, replicates, settings.ratio_floor)
+        low, high = seed_bootstrap_t(logs, resampled, settings.level, rng)
         intervals[key] = (math.exp(low), math.exp(high))
     return intervals
+
+
+def log_scale(
+    observed: np.ndarray, replicates: np.ndarray, floor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-seed ratios (n) and their replicates (n x B) on the log scale, as the verdict takes
+    them: a ratio of 0 at `zero_ratio`, an observed ratio that is not finite (an ERM value of
+    0) left not finite; a replicate's ratio held within [that value, its inverse], 0 / 0 (both
+    resampled values 0) as 1."""
+    zero = zero_ratio(observed, floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(np.where(observed == 0, zero, observed))
+        resampled = np.nan_to_num(np.log(np.clip(replicates, zero, 1 / zero)), nan=0.0)
+    return logs, resampled
 
 
 def seed_bootstrap_t(
@@ -266,16 +282,12 @@ def _pair_bootstrap(
     method: dict[str, np.ndarray],
     erm: dict[str, np.ndarray],
     thresholds: dict[str, float],
-    settings: VerdictSettings,
+    n_boot: int,
     rng: np.random.Generator,
 ) -> dict[tuple[str, str], tuple[float, np.ndarray]]:
-    """(metric, delta key) -> the log of method's / ERM's Bias or VR (the mean over task
-    pairs) with the audit's pairs, and its `n_boot` replicates with the pairs of every task
-    pair resampled. Ratios below `settings.ratio_floor` count at the floor, as in the verdict
-    (`relif_ray.analysis.verdicts.log_ratios`); the observed log ratio is not finite where the
-    ERM value is 0. A replicate's ratio is held within [floor, 1 / floor], and 0 / 0 (both
-    resampled values 0) counts as 1."""
-    n_boot = settings.n_boot
+    """(metric, delta key) -> method's / ERM's Bias or VR (the mean over task pairs) with the
+    audit's pairs, and its `n_boot` replicates with the pairs of every task pair resampled
+    (not finite where the ERM value is 0)."""
     sums: dict[tuple[str, str], list[np.ndarray]] = {
         (metric, key): [np.zeros(n_boot + 1), np.zeros(n_boot + 1)]
         for metric in RATIO_METRICS
@@ -293,15 +305,9 @@ def _pair_bootstrap(
             for key, delta in thresholds.items():
                 sums["bias", key][side] += np.maximum(resampled - delta, 0.0).mean(axis=1)
                 sums["vr", key][side] += (resampled > delta).mean(axis=1)
-    floor = settings.ratio_floor
-    logs = {}
     with np.errstate(divide="ignore", invalid="ignore"):
-        for key, (ours, theirs) in sums.items():
-            ratio = ours / theirs
-            observed = float(np.log(max(ratio[0], floor))) if theirs[0] > 0 else math.inf
-            replicates = np.nan_to_num(np.log(np.clip(ratio[1:], floor, 1 / floor)), nan=0.0)
-            logs[key] = (observed, replicates)
-    return logs
+        ratios = {key: ours / theirs for key, (ours, theirs) in sums.items()}
+    return {key: (float(ratio[0]), ratio[1:]) for key, ratio in ratios.items()}
 
 
 def front_shares(results: Results, settings: VerdictSettings | None = None) -> pd.Series:
@@ -382,8 +388,9 @@ def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSetti
         f"two one-sided tests of equivalence within ±{settings.margin:g} at "
         f"{1 - settings.level:.0%} each, which read the narrower {inner:.0%} t interval "
         f'({inner:.0%} low/high): "within" where it lies inside ±{settings.margin:g}. '
-        f"A per-seed ratio below {settings.ratio_floor:g} (0: the method's Bias is 0) counts "
-        "at that floor; values that do not vary at all give no verdict. Seeds needed: where "
+        f"A per-seed ratio of 0 (the method's Bias is 0) counts as {settings.ratio_floor:g}, "
+        "or as the smallest positive ratio where lower; values that do not vary at all give "
+        "no verdict. Seeds needed: where "
         "not shown, the seeds, more than those used, at which the observed paired effect would "
         f"be shown with {settings.power:.0%} power at the same level. The CSV adds the spread "
         "(std, on the log scale for ratios), a hierarchical bootstrap-t interval (seeds, then "

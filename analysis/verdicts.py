@@ -21,8 +21,9 @@ seeds and a verdict; `relif_ray.analysis.paired` builds the comparisons of an ex
 - **No spread**: where every paired value is the same (up to rounding, `without_spread`) there
   is no interval and no verdict: "no verdict: the n seeds did not vary".
 - **A ratio of 0** (the method's Bias is 0 at a seed: the best outcome there is) has no log:
-  every ratio below `VerdictSettings.ratio_floor` is taken as the floor, so that seed counts,
-  as the best outcome, in n, the estimate and the interval. A ratio that is not finite (the
+  it counts at `VerdictSettings.ratio_floor`, or at the comparison's smallest positive ratio
+  where that is lower (`zero_ratio`), so that seed counts, as the best outcome, in n, the
+  estimate and the interval; positive ratios are taken as they are. A ratio that is not finite (the
   ERM trial's Bias is 0) has no value to compare and is left out;
   `relif_ray.analysis.paired` names such seeds.
 
@@ -69,8 +70,9 @@ class VerdictSettings:
     Macro, on the normalized task scores in [0, 1] (docs/analysis.md says why 0.02); power:
     of the seeds-needed computation; n_boot: replicates of the hierarchical bootstrap and of
     the front shares (0: none); min_boot_seeds: fewest seeds for the hierarchical bootstrap;
-    ratio_floor: the smallest per-seed ratio on the log scale, where a ratio of 0 (the
-    method's Bias is 0 at that seed) is taken as the floor (docs/analysis.md says why 0.01)."""
+    ratio_floor: where a per-seed ratio of 0 (the method's Bias is 0 at that seed) counts on
+    the log scale, unless a positive ratio of the comparison is lower (`zero_ratio`;
+    docs/analysis.md says why 0.01)."""
 
     level: float = 0.95
     margin: float = 0.02
@@ -157,17 +159,26 @@ def without_spread(values: np.ndarray) -> bool:
     return bool(np.ptp(values) <= 1e-12 * max(1.0, float(np.abs(values).max())))
 
 
+def zero_ratio(ratios: np.ndarray, floor: float) -> float:
+    """The ratio a ratio of 0 counts at among `ratios`: `floor`, or the smallest positive
+    ratio where one lies below it, so that a 0 ranks with the best outcome of its comparison
+    and positive ratios are never changed."""
+    ratios = np.asarray(ratios, dtype=np.float64)
+    positive = ratios[np.isfinite(ratios) & (ratios > 0)]
+    return float(min(floor, positive.min())) if positive.size else floor
+
+
 def log_ratios(ratios: np.ndarray, floor: float) -> np.ndarray:
-    """The log of every finite ratio, a ratio below `floor` (0 included) taken as the floor;
-    ratios that are not finite or negative (no ERM value to compare with) are left out."""
+    """The log of every finite ratio, a ratio of 0 counted at `zero_ratio`; ratios that are
+    not finite (no ERM value to compare with) are left out."""
     ratios = np.asarray(ratios, dtype=np.float64)
     kept = ratios[np.isfinite(ratios) & (ratios >= 0)]
-    return np.log(np.maximum(kept, floor))
+    return np.log(np.where(kept > 0, kept, zero_ratio(kept, floor)))
 
 
 def compare_ratios(ratios: np.ndarray, settings: VerdictSettings) -> Comparison:
     """Paired ratios (method / same-seed ERM) on the log scale (module docstring): a ratio of
-    0 counts at `settings.ratio_floor`; values that are not finite (an ERM Bias of 0) are
+    0 counts at `zero_ratio`; values that are not finite (an ERM Bias of 0) are
     left out, and n counts the rest."""
     logs = log_ratios(ratios, settings.ratio_floor)
     mean, low, high = (float(x) for x in t_interval(logs, settings.level))

@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
 
-from relif_ray.analysis.paired import _pair_bootstrap, seed_bootstrap_t
+from relif_ray.analysis.paired import _pair_bootstrap, log_scale, seed_bootstrap_t
 from relif_ray.analysis.verdicts import VerdictSettings, t_interval
 
 LEVEL = 0.95
@@ -97,11 +97,14 @@ def hierarchical_coverage(
     hits = {"bootstrap-t": 0, "percentile": 0, "t interval": 0}
     for _ in range(experiments):
         within = [
-            _pair_bootstrap(method, erm, {"d": DELTA}, settings, rng)["bias", "d"]
+            _pair_bootstrap(method, erm, {"d": DELTA}, n_boot, rng)["bias", "d"]
             for method, erm in simulated_gaps(rng, location, n, pairs)
         ]
-        observed = np.array([value for value, _ in within])
-        replicates = np.stack([values for _, values in within])
+        observed, replicates = log_scale(
+            np.array([value for value, _ in within]),
+            np.stack([values for _, values in within]),
+            settings.ratio_floor,
+        )
         low, high = seed_bootstrap_t(observed, replicates, LEVEL, rng)
         hits["bootstrap-t"] += low <= truth <= high
         drawn = replicates[rng.integers(0, n, (n_boot, n)), rng.integers(0, n_boot, (n_boot, n))]

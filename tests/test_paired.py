@@ -22,9 +22,12 @@ from relif_ray.analysis.paired import (
     _pair_bootstrap,
     front_shares,
     hierarchical_intervals,
+    log_scale,
+    paired_summary,
     seed_bootstrap_t,
 )
 from relif_ray.analysis.report import ReportOptions, write_report
+from relif_ray.analysis.sections import verdicts_section
 from relif_ray.analysis.tables import CISettings
 from relif_ray.analysis.verdicts import VerdictSettings
 from relif_ray.errors import UserError
@@ -210,17 +213,17 @@ def test_the_hierarchical_interval_covers_a_known_truth():
     nodes, weights = hermegauss(60)
     scale = np.exp(location + spread * nodes)
     truth = float(weights @ (np.log(scale) - delta / scale + delta) / weights.sum())
-    settings = VerdictSettings(n_boot=300)
     hits = 0
     for _ in range(400):
         observed, replicates = [], []
         for factor in np.exp(location + spread * rng.standard_normal(n)):
             erm = rng.exponential(1.0, pairs)
             own = np.where(rng.random(pairs) < 0.5, erm, rng.exponential(1.0, pairs))
-            found = _pair_bootstrap({"p": factor * own}, {"p": erm}, {"d": delta}, settings, rng)
+            found = _pair_bootstrap({"p": factor * own}, {"p": erm}, {"d": delta}, 300, rng)
             observed.append(found["bias", "d"][0])
             replicates.append(found["bias", "d"][1])
-        low, high = seed_bootstrap_t(np.array(observed), np.stack(replicates), 0.95, rng)
+        logs, resampled = log_scale(np.array(observed), np.stack(replicates), 0.01)
+        low, high = seed_bootstrap_t(logs, resampled, 0.95, rng)
         hits += low <= truth <= high
     assert 0.91 <= hits / 400 <= 0.98, hits / 400
 
@@ -308,3 +311,42 @@ def test_pareto_means_csv_carries_the_front_shares(experiment_dir, tmp_path):
     means = pd.read_csv(tmp_path / "pareto_means.csv").set_index("variant")
     assert means["front_share"].between(0, 1).all()
     assert (means.loc[means["on_front"], "front_share"] > 0).all()
+
+
+def test_zero_bias_and_values_without_spread_are_named(experiment_dir):
+    """An ERM Bias of 0 leaves its seed out of every ratio at that delta, named by seed and
+    ERM trial; a method's Bias of 0 is a seed (ratio 0, at the floor); a Worst difference
+    that is the same at every seed gives no verdict, and the report's summary says so once,
+    naming the trials."""
+    results = analysis.audit(analysis.load(experiment_dir), settings=SETTINGS)
+    per_trial = results.per_trial.copy()
+    trial_of = per_trial.set_index(["label", "seed"])["trial"]
+    key = f"bias_{results.primary.key}"
+    erm_zero, relif_zero = trial_of["erm", 1], trial_of["relif", 0]
+    per_trial.loc[per_trial["trial"] == erm_zero, key] = 0.0
+    per_trial.loc[per_trial["trial"] == relif_zero, key] = 0.0
+    erm_worst = per_trial[per_trial["label"] == "erm"].set_index("seed")["worst"]
+    pcgrad = per_trial["label"] == "pcgrad"
+    per_trial.loc[pcgrad, "worst"] = per_trial.loc[pcgrad, "seed"].map(erm_worst) + 0.01
+    results.per_trial = per_trial
+    settings = VerdictSettings(n_boot=0)
+    paired = paired_summary(results, settings).set_index(["label", "metric", "delta"])
+    relif = paired.loc["relif", "bias", results.primary.key]
+    assert relif["n_seeds"] == SEEDS - 1  # seed 1 left out, seed 0 (ratio 0) kept
+    assert relif["note"] == f"seed 1 left out: ERM's bias is 0 ({erm_zero})"
+    assert "0: 0;" in relif["per_seed"]
+    logs = np.log(np.maximum(by_hand(per_trial, "relif", key, True).drop(1), 0.01))
+    assert relif["estimate"] == pytest.approx(math.exp(logs.mean()))
+    worst = paired.loc["pcgrad", "worst", ""]
+    assert worst["verdict"] == f"no verdict: the {SEEDS} seeds did not vary"
+    assert math.isnan(worst["ci_low"]) and math.isnan(worst["seeds_needed"])
+    pcgrad_trials = ", ".join(trial_of["pcgrad", seed] for seed in range(SEEDS))
+    erm_trials = ", ".join(trial_of["erm", seed] for seed in range(SEEDS))
+    assert worst["note"] == (
+        f"the seeds did not vary: trials {pcgrad_trials} against ERM trials {erm_trials}"
+    )
+    summary = verdicts_section(results, paired.reset_index(), settings)
+    assert summary.count("did not vary") == 2  # the verdict's clause, and the note once
+    assert f"- PCGrad (worst): the seeds did not vary: trials {pcgrad_trials}" in summary
+    zero_note = f"seed 1 left out: ERM's bias is 0 ({erm_zero})."
+    assert f"- ReLiF (bias@{results.primary.symbol}): {zero_note}" in summary

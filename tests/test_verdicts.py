@@ -97,8 +97,9 @@ def test_one_seed_has_no_interval_and_ratios_without_an_erm_value_are_left_out()
 
 
 def test_a_ratio_of_zero_is_a_seed_and_the_best_outcome():
-    """[0, 0.3, 0.5]: three seeds, the 0 at log(floor); no positive ratio in its place gives
-    a lower estimate or a lower interval, and below the floor every ratio ties with 0."""
+    """[0, 0.3, 0.5]: three seeds, the 0 at log(floor); a positive ratio at or above the floor
+    in its place never gives a lower estimate; below the floor the 0 ties with the smallest
+    positive ratio, which is taken as it is."""
     settings = VerdictSettings(ratio_floor=0.01)
     zero = compare_ratios(np.array([0.0, 0.3, 0.5]), settings)
     logs = np.log([0.01, 0.3, 0.5])
@@ -107,10 +108,14 @@ def test_a_ratio_of_zero_is_a_seed_and_the_best_outcome():
     assert zero.estimate == pytest.approx(math.exp(logs.mean()))
     assert (zero.ci_low, zero.ci_high) == pytest.approx((math.exp(low), math.exp(high)))
     assert zero.seeds_needed > 3
-    for positive in (0.001, 0.01, 0.05, 0.2):
+    for positive in (0.01, 0.05, 0.2, 0.9):
         other = compare_ratios(np.array([positive, 0.3, 0.5]), settings)
         assert other.estimate >= zero.estimate - 1e-12
-    assert compare_ratios(np.array([0.004, 0.3, 0.5]), settings) == zero
+    tied = compare_ratios(np.array([0.0, 0.004, 0.5]), settings)
+    assert tied.estimate == pytest.approx(stats.gmean([0.004, 0.004, 0.5]))
+    # positive ratios below the floor are not moved: no zero, no change
+    small = compare_ratios(np.array([0.001, 0.05, 0.3]), settings)
+    assert small.estimate == pytest.approx(stats.gmean([0.001, 0.05, 0.3]))
     # a zero at every seed but one still shows the cut
     shown = compare_ratios(np.array([0.0, 0.0, 0.0, 0.02]), settings)
     assert shown.n == 4 and shown.verdict == "lower than ERM (95%, 4 seeds)"
