@@ -220,7 +220,7 @@ def hierarchical_intervals(
     gaps = results.audit.gaps(results.split)
     thresholds = {delta.key: delta.value for delta in results.deltas}
     within = [
-        _pair_bootstrap(gaps[trial].gaps, gaps[erm].gaps, thresholds, settings.n_boot, rng)
+        pair_bootstrap(gaps[trial].gaps, gaps[erm].gaps, thresholds, settings.n_boot, rng)
         for trial, erm in pairs.itertuples(index=False)
     ]
     intervals = {}
@@ -278,7 +278,7 @@ def seed_bootstrap_t(
     return mean - t_high * error, mean - t_low * error
 
 
-def _pair_bootstrap(
+def pair_bootstrap(
     method: dict[str, np.ndarray],
     erm: dict[str, np.ndarray],
     thresholds: dict[str, float],

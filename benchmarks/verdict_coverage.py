@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
 
-from relif_ray.analysis.paired import _pair_bootstrap, log_scale, seed_bootstrap_t
+from relif_ray.analysis.paired import log_scale, pair_bootstrap, seed_bootstrap_t
 from relif_ray.analysis.verdicts import VerdictSettings, t_interval
 
 LEVEL = 0.95
@@ -97,7 +97,7 @@ def hierarchical_coverage(
     hits = {"bootstrap-t": 0, "percentile": 0, "t interval": 0}
     for _ in range(experiments):
         within = [
-            _pair_bootstrap(method, erm, {"d": DELTA}, n_boot, rng)["bias", "d"]
+            pair_bootstrap(method, erm, {"d": DELTA}, n_boot, rng)["bias", "d"]
             for method, erm in simulated_gaps(rng, location, n, pairs)
         ]
         observed, replicates = log_scale(

@@ -19,10 +19,10 @@ from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
 from relif_ray import analysis
 from relif_ray.analysis.paired import (
     PAIRED_COLUMNS,
-    _pair_bootstrap,
     front_shares,
     hierarchical_intervals,
     log_scale,
+    pair_bootstrap,
     paired_summary,
     seed_bootstrap_t,
 )
@@ -138,6 +138,10 @@ def test_the_main_table_and_the_summary_state_the_verdicts(report):
         assert (main.loc[label, "bias_verdict"], main.loc[label, "worst_verdict"]) == (bias, worst)
         assert "Bias@δ_p75 " in summary and bias in summary and worst in summary
     assert "resample the audit's pairs only, not the seeds" in summary
+    # the equivalence test's interval is shown beside the 95% one, named by its level
+    table = (report / "tables" / "paired.md").read_text()
+    assert "| CI low | CI high | 90% low | 90% high | Verdict |" in table
+    assert "where their 90% interval lies inside ±0.02" in summary
 
 
 def direct_bootstrap_t(gaps: dict, pairs: list, delta: float, replicates: int, seed: int):
@@ -219,7 +223,7 @@ def test_the_hierarchical_interval_covers_a_known_truth():
         for factor in np.exp(location + spread * rng.standard_normal(n)):
             erm = rng.exponential(1.0, pairs)
             own = np.where(rng.random(pairs) < 0.5, erm, rng.exponential(1.0, pairs))
-            found = _pair_bootstrap({"p": factor * own}, {"p": erm}, {"d": delta}, 300, rng)
+            found = pair_bootstrap({"p": factor * own}, {"p": erm}, {"d": delta}, 300, rng)
             observed.append(found["bias", "d"][0])
             replicates.append(found["bias", "d"][1])
         logs, resampled = log_scale(np.array(observed), np.stack(replicates), 0.01)
