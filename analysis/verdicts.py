@@ -23,8 +23,8 @@ seeds and a verdict; `relif_ray.analysis.paired` builds the comparisons of an ex
 - **A ratio of 0** (the method's Bias is 0 at a seed: the best outcome there is) has no log:
   it counts at `VerdictSettings.ratio_floor`, or at the comparison's smallest positive ratio
   where that is lower (`zero_ratio`), so that seed counts, as the best outcome, in n, the
-  estimate and the interval; positive ratios are taken as they are. A ratio that is not finite (the
-  ERM trial's Bias is 0) has no value to compare and is left out;
+  estimate and the interval; positive ratios are taken as they are. A ratio that is not
+  finite (the ERM trial's Bias is 0) has no value to compare and is left out;
   `relif_ray.analysis.paired` names such seeds.
 
 The verdict uses the Student-t interval over seeds, not a bootstrap: seeds are the unit of
@@ -122,13 +122,13 @@ def not_shown(n: int, either_way: bool = False) -> str:
     return f"not shown{' either way' if either_way else ''} with {n} seed{'s' if n != 1 else ''}"
 
 
+NO_SPREAD = "no verdict"
+"""How a verdict without spread starts (`no_spread`)."""
+
+
 def no_spread(n: int) -> str:
     """The verdict of paired values that are the same at every seed."""
     return f"{NO_SPREAD}: the {n} seeds did not vary"
-
-
-NO_SPREAD = "no verdict"
-"""How a verdict without spread starts (`no_spread`)."""
 
 
 def equivalence_level(level: float) -> float:
