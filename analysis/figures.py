@@ -367,3 +367,17 @@ def controller_grid_figure(results: Results) -> Figure:
             ax.set(xlabel=r"$\eta$", ylabel=r"$r^\star$", title=f"{display_text(label)}: {name}")
             figure.colorbar(image, ax=ax, shrink=0.8)
     return figure
+
+
+__all__ = [
+    "controller_figure",
+    "controller_grid",
+    "controller_grid_figure",
+    "controller_variants",
+    "learning_curves_figure",
+    "pair_bias_figure",
+    "pareto_figure",
+    "rank_shift_figure",
+    "score_distributions_figure",
+    "sensitivity_figure",
+]

@@ -146,6 +146,8 @@ def _cut(ratios: np.ndarray, settings: VerdictSettings) -> str:
     comparison = compare_ratios(ratios, settings)
     if comparison.n < 2:
         return comparison.verdict
+    if np.isnan(comparison.ci_low):  # the seeds did not vary: no interval
+        return f"{comparison.verdict}: {comparison.estimate:.2f}x"
     return (
         f"{comparison.verdict}: {comparison.estimate:.2f}x [{comparison.ci_low:.2f}, "
         f"{comparison.ci_high:.2f}]"

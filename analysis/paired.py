@@ -27,11 +27,15 @@ from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.analysis.render import Column, Table, latex_escape
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.verdicts import (
+    NO_SPREAD,
     Comparison,
     VerdictSettings,
     compare_differences,
     compare_ratios,
+    equivalence_level,
+    zero_ratio,
 )
+from relif_ray.errors import UserError
 from relif_ray.sweep.selection import non_dominated
 
 RATIO_METRICS = ("bias", "vr")
@@ -53,9 +57,14 @@ PAIRED_COLUMNS = [
     "boot_low",
     "boot_high",
     "per_seed",
+    "tost_low",
+    "tost_high",
+    "note",
 ]
 """paired.csv's columns: the comparison, then the spread on the analysis scale, the
-hierarchical bootstrap interval and the per-seed values ("seed: value; ...")."""
+hierarchical bootstrap interval, the per-seed values ("seed: value; ..."), the (2 level - 1)
+interval the equivalence test of Worst and Macro reads (90% at level 95%) and a note naming
+the seeds left out (an ERM value of 0 for a ratio) or the trials of values that did not vary."""
 PER_SEED_COLUMNS = [
     "label", "seed", "trial", "erm_trial", "metric", "delta", "value", "erm_value", "paired"
 ]  # fmt: skip
@@ -116,7 +125,9 @@ def paired_summary(results: Results, settings: VerdictSettings | None = None) ->
     geometric mean ratio for Bias and VR, else the mean difference), the Student-t interval
     over seeds, the verdict in words and, where it is "not shown", the seeds needed
     (`relif_ray.analysis.verdicts`); boot_low/boot_high: the hierarchical bootstrap interval of Bias
-    and VR ratios (`hierarchical_intervals`)."""
+    and VR ratios (`hierarchical_intervals`); tost_low/tost_high: the equivalence test's
+    interval of Worst and Macro; note: the seeds a ratio leaves out because the ERM trial's
+    value is 0, or the trials of paired values that did not vary."""
     settings = settings or VerdictSettings()
     per_seed = paired_per_seed(results)
     rows = []
@@ -137,6 +148,26 @@ def _compare(metric: str, paired: np.ndarray, settings: VerdictSettings) -> Comp
         return compare_ratios(paired, settings)
     margin = settings.margin if metric in EQUIVALENCE_METRICS else None
     return compare_differences(paired, settings, margin)
+
+
+def _note(metric: str, comparison: Comparison, chosen: pd.DataFrame) -> str:
+    """Seeds a ratio leaves out (the ERM trial's value is 0: no ratio to take), by seed and
+    trial, and the trials of paired values that did not vary; empty otherwise."""
+    parts = []
+    if metric in RATIO_METRICS:
+        zero = chosen[chosen["erm_value"] == 0]
+        parts += [
+            f"seed {row.seed} left out: ERM's {metric} is 0 ({row.erm_trial})"
+            for row in zero.itertuples()
+        ]
+    if comparison.verdict.startswith(NO_SPREAD):
+        kept = chosen[chosen["erm_value"] != 0] if metric in RATIO_METRICS else chosen
+        kept = kept[kept["paired"].notna()]
+        parts.append(
+            f"the seeds did not vary: trials {', '.join(map(str, kept['trial']))} against "
+            f"ERM trials {', '.join(map(str, kept['erm_trial']))}"
+        )
+    return "; ".join(parts)
 
 
 def _row(
@@ -163,20 +194,23 @@ def _row(
         "boot_low": boot[0],
         "boot_high": boot[1],
         "per_seed": "; ".join(f"{seed}: {value:.4g}" for seed, value in pairs),
+        "tost_low": comparison.tost_low,
+        "tost_high": comparison.tost_high,
+        "note": _note(metric, comparison, chosen),
     }
 
 
 def hierarchical_intervals(
     results: Results, of_label: pd.DataFrame, settings: VerdictSettings
 ) -> dict[tuple[str, str], tuple[float, float]]:
-    """(metric, delta key) -> percentile interval of the geometric mean Bias (or VR) ratio of
-    one label under a two-stage bootstrap: resample the seeds with replacement, then, within
-    each drawn seed, the audit's S sampled pairs of every task pair (the same draws for the
-    method's and the ERM trial's gaps: pools and pairs depend only on the data, so pair k is
-    the same example pair in both). Each draw of a seed takes an independent within-seed
-    replicate; replicates that are not finite (an ERM Bias of 0) are left out. Empty below
-    `settings.min_boot_seeds` seeds or with `n_boot` 0: with few seeds the seed stage takes
-    only a handful of distinct values, and the verdict uses the t interval
+    """(metric, delta key) -> interval of the geometric mean Bias (or VR) ratio of one label
+    from a two-stage bootstrap-t (`seed_bootstrap_t`): the seeds are resampled, and each drawn
+    seed takes a replicate of its log ratio with the audit's S sampled pairs of every task
+    pair resampled (the same draws for the method's and the ERM trial's gaps: pools and pairs
+    depend only on the data, so pair k is the same example pair in both), on the log scale
+    as the verdict takes the ratios (`log_scale`): seeds whose ERM value is 0 are left out.
+    Empty below `settings.min_boot_seeds` seeds or with `n_boot` 0: with few seeds the seed
+    stage takes only a handful of distinct values, and the verdict uses the t interval
     (`relif_ray.analysis.verdicts`)."""
     pairs = of_label[["trial", "erm_trial"]].drop_duplicates()
     n = len(pairs)
@@ -186,31 +220,76 @@ def hierarchical_intervals(
     gaps = results.audit.gaps(results.split)
     thresholds = {delta.key: delta.value for delta in results.deltas}
     within = [
-        _pair_bootstrap(gaps[trial].gaps, gaps[erm].gaps, thresholds, settings.n_boot, rng)
+        pair_bootstrap(gaps[trial].gaps, gaps[erm].gaps, thresholds, settings.n_boot, rng)
         for trial, erm in pairs.itertuples(index=False)
     ]
-    seeds = rng.integers(0, n, size=(settings.n_boot, n))
-    replicate = rng.integers(0, settings.n_boot, size=(settings.n_boot, n))
-    tail = (1 - settings.level) / 2
     intervals = {}
     for key in within[0]:
-        logs = np.column_stack([seed[key] for seed in within])[replicate, seeds].mean(axis=1)
-        low, high = np.quantile(logs[np.isfinite(logs)], [tail, 1 - tail])
+        observed = np.array([seed[key][0] for seed in within])
+        replicates = np.stack([seed[key][1] for seed in within])
+        logs, resampled = log_scale(observed, replicates, settings.ratio_floor)
+        low, high = seed_bootstrap_t(logs, resampled, settings.level, rng)
         intervals[key] = (math.exp(low), math.exp(high))
     return intervals
 
 
-def _pair_bootstrap(
+def log_scale(
+    observed: np.ndarray, replicates: np.ndarray, floor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-seed ratios (n) and their replicates (n x B) on the log scale, as the verdict takes
+    them: a ratio of 0 at `zero_ratio`, an observed ratio that is not finite (an ERM value of
+    0) left not finite; a replicate's ratio held within [that value, its inverse], 0 / 0 (both
+    resampled values 0) as 1."""
+    zero = zero_ratio(observed, floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(np.where(observed == 0, zero, observed))
+        resampled = np.nan_to_num(np.log(np.clip(replicates, zero, 1 / zero)), nan=0.0)
+    return logs, resampled
+
+
+def seed_bootstrap_t(
+    observed: np.ndarray, replicates: np.ndarray, level: float, rng: np.random.Generator
+) -> tuple[float, float]:
+    """Bootstrap-t interval (Efron and Tibshirani 1993, ch. 12) of the mean over seeds of
+    `observed` (one value per seed, on the log scale) at `level`. `replicates` (seeds x B):
+    each seed's within-seed bootstrap replicates of its value, centred here on it (the
+    resampling's own lean is not the seed's). B times: draw n seeds with replacement, take
+    one replicate of each, and studentize the mean by that resample's own standard error,
+    t* = (mean* - mean) / se*; the interval is mean - t*_{high} se, mean - t*_{low} se. The
+    studentization makes the pair noise, counted once in each seed's value and once more by
+    its replicate, cancel, and stretches the interval as the t interval does where the seeds
+    are few, which a percentile interval does not. Seeds whose value is not finite are left
+    out; NaN with fewer than two left."""
+    finite = np.isfinite(observed)
+    observed, replicates = observed[finite], replicates[finite]
+    n, n_boot = replicates.shape
+    if n < 2:
+        return math.nan, math.nan
+    centred = replicates - replicates.mean(axis=1, keepdims=True) + observed[:, None]
+    seeds = rng.integers(0, n, size=(n_boot, n))
+    drawn = centred[seeds, rng.integers(0, n_boot, size=(n_boot, n))]
+    mean = float(observed.mean())
+    error = float(observed.std(ddof=1)) / math.sqrt(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        studentized = (drawn.mean(axis=1) - mean) / (drawn.std(axis=1, ddof=1) / math.sqrt(n))
+    studentized = np.nan_to_num(studentized, nan=0.0)  # 0 / 0: a resample of one seed's value
+    tail = (1 - level) / 2
+    t_low, t_high = np.quantile(studentized, [tail, 1 - tail])
+    return mean - t_high * error, mean - t_low * error
+
+
+def pair_bootstrap(
     method: dict[str, np.ndarray],
     erm: dict[str, np.ndarray],
     thresholds: dict[str, float],
     n_boot: int,
     rng: np.random.Generator,
-) -> dict[tuple[str, str], np.ndarray]:
-    """(metric, delta key) -> n_boot replicates of log(method's / ERM's) Bias or VR (the mean
-    over task pairs) with the audit's pairs of every task pair resampled."""
+) -> dict[tuple[str, str], tuple[float, np.ndarray]]:
+    """(metric, delta key) -> method's / ERM's Bias or VR (the mean over task pairs) with the
+    audit's pairs, and its `n_boot` replicates with the pairs of every task pair resampled
+    (not finite where the ERM value is 0)."""
     sums: dict[tuple[str, str], list[np.ndarray]] = {
-        (metric, key): [np.zeros(n_boot), np.zeros(n_boot)]
+        (metric, key): [np.zeros(n_boot + 1), np.zeros(n_boot + 1)]
         for metric in RATIO_METRICS
         for key in thresholds
     }
@@ -221,12 +300,14 @@ def _pair_bootstrap(
             other = rng.integers(0, reference.size, size=(n_boot, reference.size))
         else:
             other = draws
-        for side, resampled in enumerate((values[draws], reference[other])):
+        for side, (data, drawn) in enumerate(((values, draws), (reference, other))):
+            resampled = np.vstack([data[None, :], data[drawn]])  # row 0: the audit's pairs
             for key, delta in thresholds.items():
                 sums["bias", key][side] += np.maximum(resampled - delta, 0.0).mean(axis=1)
                 sums["vr", key][side] += (resampled > delta).mean(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return {key: np.log(ours / theirs) for key, (ours, theirs) in sums.items()}
+        ratios = {key: ours / theirs for key, (ours, theirs) in sums.items()}
+    return {key: (float(ratio[0]), ratio[1:]) for key, ratio in ratios.items()}
 
 
 def front_shares(results: Results, settings: VerdictSettings | None = None) -> pd.Series:
@@ -234,40 +315,57 @@ def front_shares(results: Results, settings: VerdictSettings | None = None) -> p
     primary delta_ref, Worst) is on the front of the method means (`non_dominated`). The
     seeds are resampled together for every method (paired by seed: one draw of n seeds from
     the experiment's seeds, each method's mean over the drawn seeds it has, with their
-    multiplicity); a method without any drawn seed is off the front in that resample. NaN
-    for every method with `n_boot` 0."""
+    multiplicity); both of a method's means are over the same seeds, those where it has both
+    a Bias and a Worst; a method without any such drawn seed is off the front in that
+    resample. NaN for every method with `n_boot` 0. Two trials of one method at one seed are
+    an error (UserError): their seed would count twice."""
     settings = settings or VerdictSettings()
     key = f"bias_{results.primary.key}"
     per_trial = results.per_trial
-    bias = per_trial.pivot_table(index="seed", columns="variant", values=key, aggfunc="mean")
-    worst = per_trial.pivot_table(index="seed", columns="variant", values="worst", aggfunc="mean")
-    bias, worst = bias.reindex(columns=results.variants), worst.reindex(columns=results.variants)
+    _refuse_duplicate_seeds(per_trial)
+    wide = per_trial.pivot(index="seed", columns="variant", values=[key, "worst"])
+    bias = wide[key].reindex(columns=results.variants).to_numpy(dtype=np.float64)
+    worst = wide["worst"].reindex(columns=results.variants).to_numpy(dtype=np.float64)
     if settings.n_boot == 0:
         return pd.Series(math.nan, index=results.variants, name="front_share")
+    both = np.isfinite(bias) & np.isfinite(worst)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    n = len(bias)
+    n = len(wide)
     weights = np.stack(
         [np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(settings.n_boot)]
     ).astype(np.float64)
     on_front = np.zeros(len(results.variants))
     for replicate in weights:
         on_front += non_dominated(
-            _weighted_means(bias, replicate), _weighted_means(worst, replicate)
+            _weighted_means(bias, both, replicate), _weighted_means(worst, both, replicate)
         )
     return pd.Series(on_front / settings.n_boot, index=results.variants, name="front_share")
 
 
-def _weighted_means(values: pd.DataFrame, weights: np.ndarray) -> np.ndarray:
-    """Each column's mean over its finite rows, weighted by `weights` (NaN where no weight)."""
-    finite = np.isfinite(values.to_numpy())
-    filled = np.where(finite, values.to_numpy(), 0.0)
-    total = weights @ finite
+def _refuse_duplicate_seeds(per_trial: pd.DataFrame) -> None:
+    """One line naming the first method with two trials of one seed."""
+    duplicated = per_trial[per_trial.duplicated(["variant", "seed"], keep=False)]
+    if duplicated.empty:
+        return
+    variant, seed = duplicated.iloc[0][["variant", "seed"]]
+    chosen = duplicated[(duplicated["variant"] == variant) & (duplicated["seed"] == seed)]
+    raise UserError(
+        f"front shares: {variant} has {len(chosen)} trials of seed {seed} "
+        f"({', '.join(map(str, chosen['trial']))}); a method needs one trial per seed"
+    )
+
+
+def _weighted_means(values: np.ndarray, kept: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each column's mean over its `kept` rows, weighted by `weights` (NaN where no weight)."""
+    filled = np.where(kept, values, 0.0)
+    total = weights @ kept
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(total > 0, (weights @ filled) / total, np.nan)
 
 
 def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSettings) -> Table:
     """`paired_summary` as the report's `paired` table (CSV columns `PAIRED_COLUMNS`)."""
+    inner = equivalence_level(settings.level)
     columns = [
         Column("metric", "Metric", "Metric", kind="text"),
         Column("delta", "δ_ref", r"$\delta_{\mathrm{ref}}$", kind="text"),
@@ -275,6 +373,8 @@ def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSetti
         Column("estimate", "Estimate", "Estimate", kind="number"),
         Column("ci_low", "CI low", "CI low", kind="number"),
         Column("ci_high", "CI high", "CI high", kind="number"),
+        Column("tost_low", f"{inner:.0%} low", latex_escape(f"{inner:.0%} low"), kind="number"),
+        Column("tost_high", f"{inner:.0%} high", latex_escape(f"{inner:.0%} high"), kind="number"),
         Column("verdict", "Verdict", "Verdict", kind="text"),
         Column("seeds_needed", "Seeds needed", "Seeds needed", kind="number", digits=0),
     ]
@@ -284,12 +384,18 @@ def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSetti
         f"seeds. bias and vr at each δ_ref ({deltas}): the ratio to ERM's, estimate = the "
         f"geometric mean ratio, {settings.level:.0%} Student-t interval of the mean log ratio "
         "over seeds; worst, macro, task metrics and delta_m (Δm%): the difference from ERM's, "
-        f"{settings.level:.0%} t interval of the mean difference, and for worst and macro two "
-        f"one-sided tests of equivalence within ±{settings.margin:g}. Seeds needed: where not "
-        f"shown, the seeds at which the observed paired effect would be shown with "
-        f"{settings.power:.0%} power at the same level. The CSV adds the spread (std, on the "
-        "log scale for ratios), a hierarchical bootstrap interval (seeds, then the audit's "
-        f"pairs; with at least {settings.min_boot_seeds} seeds) and the per-seed values."
+        f"{settings.level:.0%} t interval of the mean difference (CI), and for worst and macro "
+        f"two one-sided tests of equivalence within ±{settings.margin:g} at "
+        f"{1 - settings.level:.0%} each, which read the narrower {inner:.0%} t interval "
+        f'({inner:.0%} low/high): "within" where it lies inside ±{settings.margin:g}. '
+        f"A per-seed ratio of 0 (the method's Bias is 0) counts as {settings.ratio_floor:g}, "
+        "or as the smallest positive ratio where lower; values that do not vary at all give "
+        "no verdict. Seeds needed: where "
+        "not shown, the seeds, more than those used, at which the observed paired effect would "
+        f"be shown with {settings.power:.0%} power at the same level. The CSV adds the spread "
+        "(std, on the log scale for ratios), a hierarchical bootstrap-t interval (seeds, then "
+        f"the audit's pairs; with at least {settings.min_boot_seeds} seeds), the per-seed "
+        "values and a note naming seeds left out (an ERM value of 0) or trials that did not vary."
     )
     rows = summary.rename(columns={"label": "row"})
     return Table("paired", title, "label", columns, rows)

@@ -10,25 +10,38 @@ seeds and a verdict; `relif_ray.analysis.paired` builds the comparisons of an ex
   estimate is the geometric mean exp(mean log r), the interval exp of the Student-t interval
   of the mean log ratio. Verdict: "lower than ERM" where the interval lies below 1, "higher
   than ERM" where it lies above, else "not shown".
-- **Differences with an equivalence margin m** (Worst and Macro): "within ±m of ERM" where two
-  one-sided t tests (Schuirmann 1987; statsmodels' `ttost_mean`) reject both |difference| >= m
-  at 1 - level each, i.e. where the (2 level - 1) interval lies inside (-m, m); otherwise
-  "lower" or "higher" where the `level` interval excludes 0; else "not shown either way".
+- **Differences with an equivalence margin m** (Worst and Macro): "within ±m of ERM (90%, n
+  seeds)" where two one-sided t tests (Schuirmann 1987; statsmodels' `ttost_mean`) reject both
+  |difference| >= m at 1 - level each, i.e. where the (2 level - 1) interval (90% at level 95%:
+  `Comparison.tost_low`/`tost_high`) lies inside (-m, m); ", though lower (95%)" where the
+  `level` interval also excludes 0; otherwise "lower" or "higher" where the `level` interval
+  excludes 0; else "not shown either way".
 - **Differences without a margin** (each task metric, Delta-M%): "higher" / "lower" where the
   interval excludes 0, else "not shown".
+- **No spread**: where every paired value is the same (up to rounding, `without_spread`) there
+  is no interval and no verdict: "no verdict: the n seeds did not vary".
+- **A ratio of 0** (the method's Bias is 0 at a seed: the best outcome there is) has no log:
+  it counts at `VerdictSettings.ratio_floor`, or at the comparison's smallest positive ratio
+  where that is lower (`zero_ratio`), so that seed counts, as the best outcome, in n, the
+  estimate and the interval; positive ratios are taken as they are. A ratio that is not
+  finite (the ERM trial's Bias is 0) has no value to compare and is left out;
+  `relif_ray.analysis.paired` names such seeds.
 
 The verdict uses the Student-t interval over seeds, not a bootstrap: seeds are the unit of
 replication, and at the seed counts of these experiments (2-7) a percentile bootstrap over
 seeds covers far less than its nominal level (with 3 seeds it can only take 10 distinct
-values), while the t interval is exact for normal paired values and the t test's level is
-robust to moderate non-normality. The audit's pair sampling moves a trial's Bias far less
+values), while the t interval is exact for normal paired values. Under strongly skewed
+per-seed effects it covers less than nominal (docs/analysis.md gives the figures of
+benchmarks/verdict_coverage.py). The audit's pair sampling moves a trial's Bias far less
 than training seeds do, and it is already part of each seed's value
-(`relif_ray.analysis.paired.hierarchical_interval` resamples both levels where n allows).
+(`relif_ray.analysis.paired.hierarchical_intervals` resamples both levels where n allows).
 
-**Seeds needed**: where a verdict is "not shown", the smallest number of seeds at which a
-test at the same level would show the observed paired effect with `power` (default 80%),
-taking the observed mean and standard deviation as the truth (statsmodels' `TTestPower` for
-the t test; the power of the two one-sided tests from the noncentral t, `tost_power`).
+**Seeds needed**: where a verdict is "not shown" with n seeds, the smallest number of seeds
+above n at which a test at the same level would show the observed paired effect with `power`
+(default 80%), taking the observed mean and standard deviation as the truth: the exact power
+of the t test from the noncentral t (`t_test_power`) and of the two one-sided tests by
+integration over the sample standard deviation's distribution (`tost_power`). NaN ("none
+would") where more than `MAX_SEEDS` would be needed or the observed effect is 0.
 """
 
 from __future__ import annotations
@@ -38,8 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
-from statsmodels.stats.power import TTestPower
+from scipy import integrate, stats
 from statsmodels.stats.weightstats import DescrStatsW
 
 from relif_ray.errors import UserError
@@ -47,6 +59,9 @@ from relif_ray.errors import UserError
 MAX_SEEDS = 1_000
 """Seeds needed beyond this are reported as not reachable (NaN): the effect is too small for
 the observed spread to be worth a number."""
+TAIL_MASS = 1e-15
+"""Mass of the sample standard deviation's distribution left out of `tost_power`'s integral
+(each side): far below any power worth reporting."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +69,17 @@ class VerdictSettings:
     """level: of every interval and test (95%); margin: the equivalence margin of Worst and
     Macro, on the normalized task scores in [0, 1] (docs/analysis.md says why 0.02); power:
     of the seeds-needed computation; n_boot: replicates of the hierarchical bootstrap and of
-    the front shares (0: none); min_boot_seeds: fewest seeds for the hierarchical bootstrap."""
+    the front shares (0: none); min_boot_seeds: fewest seeds for the hierarchical bootstrap;
+    ratio_floor: where a per-seed ratio of 0 (the method's Bias is 0 at that seed) counts on
+    the log scale, unless a positive ratio of the comparison is lower (`zero_ratio`;
+    docs/analysis.md says why 0.01)."""
 
     level: float = 0.95
     margin: float = 0.02
     power: float = 0.8
     n_boot: int = 1000
     min_boot_seeds: int = 5
+    ratio_floor: float = 0.01
 
     def __post_init__(self) -> None:
         if not 0.0 < self.level < 1.0:
@@ -71,13 +90,17 @@ class VerdictSettings:
             raise UserError(f"power: must be in (0, 1), got {self.power}")
         if self.n_boot < 0:
             raise UserError(f"n_boot: must be >= 0, got {self.n_boot}")
+        if not 0.0 < self.ratio_floor < 1.0:
+            raise UserError(f"ratio floor: must be in (0, 1), got {self.ratio_floor}")
 
 
 @dataclass(frozen=True)
 class Comparison:
     """One comparison over seeds. estimate, ci_low, ci_high: on the reported scale (a ratio
     for ratio comparisons, else a difference); std: the sample std of the paired values on
-    the analysis scale (log ratios, or differences); seeds_needed: NaN unless not shown."""
+    the analysis scale (log ratios, or differences); seeds_needed: NaN unless not shown;
+    tost_low, tost_high: the (2 level - 1) interval the equivalence test reads (NaN without a
+    margin); ci_low, ci_high and tost_low, tost_high are NaN where the values do not vary."""
 
     n: int
     estimate: float
@@ -86,6 +109,8 @@ class Comparison:
     std: float
     verdict: str
     seeds_needed: float
+    tost_low: float = math.nan
+    tost_high: float = math.nan
 
 
 def seeds_phrase(n: int, level: float) -> str:
@@ -95,6 +120,21 @@ def seeds_phrase(n: int, level: float) -> str:
 
 def not_shown(n: int, either_way: bool = False) -> str:
     return f"not shown{' either way' if either_way else ''} with {n} seed{'s' if n != 1 else ''}"
+
+
+NO_SPREAD = "no verdict"
+"""How a verdict without spread starts (`no_spread`)."""
+
+
+def no_spread(n: int) -> str:
+    """The verdict of paired values that are the same at every seed."""
+    return f"{NO_SPREAD}: the {n} seeds did not vary"
+
+
+def equivalence_level(level: float) -> float:
+    """The level of the interval the two one-sided tests at 1 - level each read: 2 level - 1
+    (90% at 95%)."""
+    return 2 * level - 1
 
 
 def t_interval(values: np.ndarray, level: float) -> tuple:
@@ -110,13 +150,41 @@ def t_interval(values: np.ndarray, level: float) -> tuple:
     return mean, mean - half, mean + half
 
 
-def compare_ratios(ratios: np.ndarray, settings: VerdictSettings) -> Comparison:
-    """Paired ratios (method / same-seed ERM) on the log scale (module docstring). Values that
-    are not finite and positive (an ERM Bias of 0) are left out, and n counts the rest."""
+def without_spread(values: np.ndarray) -> bool:
+    """Two or more values that are all the same up to rounding (a range within 1e-12 of
+    their size): no interval over seeds can be drawn from them."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size < 2:
+        return False
+    return bool(np.ptp(values) <= 1e-12 * max(1.0, float(np.abs(values).max())))
+
+
+def zero_ratio(ratios: np.ndarray, floor: float) -> float:
+    """The ratio a ratio of 0 counts at among `ratios`: `floor`, or the smallest positive
+    ratio where one lies below it, so that a 0 ranks with the best outcome of its comparison
+    and positive ratios are never changed."""
     ratios = np.asarray(ratios, dtype=np.float64)
-    logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)])
+    positive = ratios[np.isfinite(ratios) & (ratios > 0)]
+    return float(min(floor, positive.min())) if positive.size else floor
+
+
+def log_ratios(ratios: np.ndarray, floor: float) -> np.ndarray:
+    """The log of every finite ratio, a ratio of 0 counted at `zero_ratio`; ratios that are
+    not finite (no ERM value to compare with) are left out."""
+    ratios = np.asarray(ratios, dtype=np.float64)
+    kept = ratios[np.isfinite(ratios) & (ratios >= 0)]
+    return np.log(np.where(kept > 0, kept, zero_ratio(kept, floor)))
+
+
+def compare_ratios(ratios: np.ndarray, settings: VerdictSettings) -> Comparison:
+    """Paired ratios (method / same-seed ERM) on the log scale (module docstring): a ratio of
+    0 counts at `zero_ratio`; values that are not finite (an ERM Bias of 0) are
+    left out, and n counts the rest."""
+    logs = log_ratios(ratios, settings.ratio_floor)
     mean, low, high = (float(x) for x in t_interval(logs, settings.level))
     n = logs.size
+    if without_spread(logs):
+        return Comparison(n, math.exp(mean), math.nan, math.nan, 0.0, no_spread(n), math.nan)
     if n >= 2 and high < 0:
         verdict = f"lower than ERM {seeds_phrase(n, settings.level)}"
     elif n >= 2 and low > 0:
@@ -136,6 +204,12 @@ def compare_differences(
     differences = differences[np.isfinite(differences)]
     mean, low, high = (float(x) for x in t_interval(differences, settings.level))
     n = differences.size
+    if without_spread(differences):
+        return Comparison(n, mean, math.nan, math.nan, 0.0, no_spread(n), math.nan)
+    tost_low = tost_high = math.nan
+    if margin is not None:
+        inner = equivalence_level(settings.level)
+        _, tost_low, tost_high = (float(x) for x in t_interval(differences, inner))
     shown = seeds_phrase(n, settings.level)
     direction = None
     if n >= 2 and high < 0:
@@ -143,14 +217,18 @@ def compare_differences(
     elif n >= 2 and low > 0:
         direction = "higher"
     if margin is not None and n >= 2 and equivalent(differences, margin, settings.level):
-        verdict = f"within ±{margin:g} of ERM" + (f", though {direction}" if direction else "")
-        verdict += f" {shown}"
+        inner_shown = seeds_phrase(n, equivalence_level(settings.level))
+        verdict = f"within ±{margin:g} of ERM"
+        if direction:
+            verdict += f" ({equivalence_level(settings.level):.0%}), though {direction} {shown}"
+        else:
+            verdict += f" {inner_shown}"
     elif direction:
         verdict = f"{direction} than ERM {shown}"
     else:
         verdict = not_shown(n, either_way=margin is not None)
     needed = _needed(differences, settings, margin) if "not shown" in verdict else math.nan
-    return Comparison(n, mean, low, high, _std(differences), verdict, needed)
+    return Comparison(n, mean, low, high, _std(differences), verdict, needed, tost_low, tost_high)
 
 
 def equivalent(differences: np.ndarray, margin: float, level: float) -> bool:
@@ -165,70 +243,110 @@ def _std(values: np.ndarray) -> float:
 
 
 def _needed(values: np.ndarray, settings: VerdictSettings, margin: float | None) -> float:
-    """Seeds needed for a "not shown" verdict, from the observed mean and spread: for the
-    equivalence of a difference whose observed mean lies inside the margin, the two one-sided
-    tests' seeds; otherwise the t test's (showing the observed effect as lower or higher)."""
-    if values.size < 2:
+    """Seeds needed for a "not shown" verdict with n = values.size seeds, from the observed
+    mean and spread, more than n: for the equivalence of a difference whose observed mean
+    lies inside the margin, the two one-sided tests' seeds; otherwise the t test's (showing
+    the observed effect as lower or higher)."""
+    n = values.size
+    if n < 2:
         return math.nan
     mean, std = float(values.mean()), float(values.std(ddof=1))
     if margin is not None and abs(mean) < margin:
-        return tost_seeds_needed(mean, std, margin, settings.level, settings.power)
-    return t_test_seeds_needed(mean, std, settings.level, settings.power)
+        return tost_seeds_needed(mean, std, margin, settings.level, settings.power, n)
+    return t_test_seeds_needed(mean, std, settings.level, settings.power, n)
 
 
-def t_test_seeds_needed(mean: float, std: float, level: float, power: float) -> float:
-    """Smallest n >= 2 at which the two-sided one-sample t test at 1 - level has `power`
-    against a true mean `mean` with standard deviation `std` (statsmodels' `TTestPower`);
-    NaN where the effect is 0 or more than `MAX_SEEDS` would be needed."""
+def t_test_power(effect: float, n: int, level: float) -> float:
+    """Exact power of the two-sided one-sample t test at 1 - level with n values against a
+    standardized true mean `effect` (mean / std): P(T > t_c) + P(T < -t_c) with T noncentral
+    t with n - 1 degrees of freedom and noncentrality effect sqrt(n). Both tails are scipy's
+    `nct.sf` (the lower one as the upper tail of -T, noncentrality -effect sqrt(n)): its
+    `nct.cdf` gives NaN for a negligible lower tail (at 1 degree of freedom and large
+    noncentrality), and statsmodels' `TTestPower` with it."""
+    df = n - 1
+    critical = stats.t.ppf((1 + level) / 2, df)
+    noncentrality = effect * math.sqrt(n)
+    upper = stats.nct.sf(critical, df, noncentrality)
+    lower = stats.nct.sf(critical, df, -noncentrality)
+    return float(upper + lower)
+
+
+def t_test_seeds_needed(
+    mean: float, std: float, level: float, power: float, more_than: int = 1
+) -> float:
+    """Smallest n > `more_than` (and >= 2) at which the two-sided one-sample t test at
+    1 - level has `power` against a true mean `mean` with standard deviation `std`
+    (`t_test_power`); NaN where the effect is 0 or more than `MAX_SEEDS` would be needed."""
     if std == 0 or mean == 0:
         return math.nan
     effect = abs(mean) / std
-    return _smallest_n(
-        lambda n: TTestPower().power(effect, n, 1 - level, alternative="two-sided"), power
-    )
+    return _smallest_n(lambda n: t_test_power(effect, n, level), power, more_than)
 
 
-def tost_power(mean: float, std: float, margin: float, n: float, level: float) -> float:
-    """Power of the two one-sided tests at 1 - level each with n seeds, against a true mean
-    difference `mean` with standard deviation `std`: P(T_low > t_c) + P(T_high < -t_c) - 1
-    (floored at 0), with T_low = (D + margin) / SE and T_high = (D - margin) / SE noncentral t
-    with n - 1 degrees of freedom. The Bonferroni lower bound of the joint rejection, so the
-    seeds needed are at worst slightly more than enough (tests/test_verdicts.py checks it
-    against a simulation)."""
+def tost_power(mean: float, std: float, margin: float, n: int, level: float) -> float:
+    """Exact power of the two one-sided tests at 1 - level each with n values, against a true
+    mean difference `mean` with standard deviation `std` > 0. With Z = sqrt(n) (D - mean) /
+    std standard normal and U = sqrt(n - 1) S / std chi-distributed with n - 1 degrees of
+    freedom (independent), both tests reject where c U / sqrt(n - 1) - b < Z < a - c U /
+    sqrt(n - 1), a = sqrt(n) (margin - mean) / std, b = sqrt(n) (margin + mean) / std, c the
+    one-sided critical t; so the power is the integral over U of Phi(a - c u') - Phi(c u' - b)
+    (u' = u / sqrt(n - 1)) where positive (Owen 1965), by quadrature over the chi
+    distribution's bulk (`TAIL_MASS` left out each side)."""
     df = n - 1
     critical = stats.t.ppf(level, df)
-    scale = math.sqrt(n) / std
-    upper = stats.nct.sf(critical, df, (mean + margin) * scale)
-    lower = stats.nct.cdf(-critical, df, (mean - margin) * scale)
-    return max(float(upper + lower - 1), 0.0)
+    root_n = math.sqrt(n)
+    a, b = root_n * (margin - mean) / std, root_n * (margin + mean) / std
+    low = float(stats.chi.ppf(TAIL_MASS, df))
+    high = min(float(stats.chi.isf(TAIL_MASS, df)), math.sqrt(df) * (a + b) / (2 * critical))
+    if high <= low:
+        return 0.0
+    log_norm = (df / 2 - 1) * math.log(2) + math.lgamma(df / 2)  # chi density's constant
+    step = critical / math.sqrt(df)
+
+    def density(u: float) -> float:
+        inside = _normal_cdf(a - step * u) - _normal_cdf(step * u - b)
+        return inside * math.exp((df - 1) * math.log(u) - u * u / 2 - log_norm)
+
+    mode = math.sqrt(max(df - 1, 0))
+    points = [mode] if low < mode < high else None
+    value = integrate.quad(density, low, high, points=points, epsabs=1e-12, limit=200)[0]
+    return min(max(value, 0.0), 1.0)
 
 
-def tost_seeds_needed(mean: float, std: float, margin: float, level: float, power: float) -> float:
-    """Smallest n >= 2 at which `tost_power` reaches `power`; NaN where |mean| >= margin
-    (equivalence cannot be shown) or more than `MAX_SEEDS` would be needed."""
-    if abs(mean) >= margin:
+def _normal_cdf(x: float) -> float:
+    """The standard normal cdf of one number (math.erfc: exact in both tails, and fast
+    inside a quadrature)."""
+    return 0.5 * math.erfc(-x / math.sqrt(2))
+
+
+def tost_seeds_needed(
+    mean: float, std: float, margin: float, level: float, power: float, more_than: int = 1
+) -> float:
+    """Smallest n > `more_than` (and >= 2) at which `tost_power` reaches `power`; NaN where
+    |mean| >= margin (equivalence cannot be shown), std is 0, or more than `MAX_SEEDS` would
+    be needed."""
+    if abs(mean) >= margin or std == 0:
         return math.nan
-    if std == 0:
-        return 2.0
-    return _smallest_n(lambda n: tost_power(mean, std, margin, n, level), power)
+    return _smallest_n(lambda n: tost_power(mean, std, margin, n, level), power, more_than)
 
 
-def _smallest_n(power_at: Callable[[int], float], target: float) -> float:
-    """The smallest n in [2, MAX_SEEDS] with power_at(n) >= target (both powers grow with n):
-    doubling, then bisection; NaN where even MAX_SEEDS falls short. A NaN power counts as
-    reached: the noncentral t's series fails only at large noncentrality, where the power is
-    1 to double precision (scipy and statsmodels alike, e.g. effect 0.75 at n = 251)."""
+def _smallest_n(power_at: Callable[[int], float], target: float, more_than: int = 1) -> float:
+    """The smallest n in (more_than, MAX_SEEDS], n >= 2, with power_at(n) >= target (both
+    powers grow with n): doubling, then bisection; NaN where even MAX_SEEDS falls short.
+    Searching above the seeds that failed keeps "not shown with n seeds" from ever naming n
+    or fewer seeds as enough."""
+    first = max(2, more_than + 1)
+    if first > MAX_SEEDS:
+        return math.nan
 
     def reached(n: int) -> bool:
-        power = power_at(n)
-        return math.isnan(power) or power >= target
+        return power_at(n) >= target
 
-    high = 2
+    low, high = first, first
     while not reached(high):
         if high == MAX_SEEDS:
             return math.nan
-        high = min(2 * high, MAX_SEEDS)
-    low = high // 2 + 1 if high > 2 else 2
+        low, high = high + 1, min(2 * high, MAX_SEEDS)
     while low < high:
         middle = (low + high) // 2
         if reached(middle):

@@ -467,3 +467,32 @@ def bootstrap_bias_ci(
     tail = (1 - level) / 2
     low, high = np.quantile(replicates, [tail, 1 - tail])
     return float(low), float(high)
+
+
+__all__ = [
+    "ROBUSTNESS_TOLERANCE",
+    "AuditGaps",
+    "AuditResult",
+    "AuditSettings",
+    "Delta",
+    "PairAudit",
+    "PairKey",
+    "audit_gaps",
+    "bias_curve",
+    "bootstrap_bias_ci",
+    "check_delta",
+    "conformal_delta",
+    "cosine_distances",
+    "delta_from_quantile",
+    "drift_budget",
+    "evaluation_pools",
+    "fixed_delta_audit",
+    "induced_thresholds",
+    "pair_distances",
+    "pair_key",
+    "ranking_is_robust",
+    "resolve_delta",
+    "sample_pairs",
+    "scores_frame",
+    "validate_scores",
+]

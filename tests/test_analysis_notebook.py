@@ -3,7 +3,10 @@ Jupyter starts it) on a generated experiment and shows every view it promises.""
 
 from __future__ import annotations
 
+import json
 import re
+import runpy
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -87,6 +90,28 @@ def test_notebook_is_stored_with_the_demos_outputs():
     assert BANNER not in shown(code[0].outputs)
     assert not any(out.get("output_type") == "error" for cell in code for out in cell.outputs)
     assert sum(images(cell.outputs) for cell in code) >= 8  # the figures are shown
+    stored = json.dumps([cell.outputs for cell in code])
+    assert "/tmp/" not in stored and tempfile.gettempdir() + "/" not in stored
+
+
+def test_the_stored_outputs_name_the_demos_folder_in_the_repository(tmp_path):
+    """docs/figures/make_figures.py runs the demo in a temporary folder; the outputs it stores
+    show the experiment where the demo writes it in the repository, in every text output."""
+    make_figures = runpy.run_path(str(REPO / "docs" / "figures" / "make_figures.py"))
+    experiment = tmp_path / "results" / "nyuv2-demo"
+    notebook = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print(EXPERIMENT)")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text=f"experiment: {experiment}\n"),
+        nbformat.v4.new_output("display_data", data={"text/plain": f"{experiment}/a",
+                                                     "text/markdown": f"`{experiment}`"}),
+    ]  # fmt: skip
+    notebook.cells = [cell]
+    shown = make_figures["shown_as_in_the_repository"](notebook, experiment)
+    outputs = shown.cells[0].outputs
+    assert outputs[0]["text"] == f"experiment: {DEMO_EXPERIMENT}\n"
+    assert outputs[1]["data"] == {"text/plain": f"{DEMO_EXPERIMENT}/a",
+                                  "text/markdown": f"`{DEMO_EXPERIMENT}`"}  # fmt: skip
 
 
 def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypatch):

@@ -13,6 +13,8 @@
 - one home each for the squash formula and the other audit interfaces (`relif_ray.squash`),
   whether lambda adapts (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels`
   and the controller) and the first / last line of an error (`relif_ray.errors`);
+- the analysis notebook uses only public names: each project name it imports or reads off a
+  module is in that module's `__all__`;
 - no module of `relif_ray/`, `analysis/` and `benchmarks/` has more than `MAX_MODULE_LINES`
   lines, and no function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with
   a reason.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import json
 import re
 from pathlib import Path
 
@@ -410,3 +413,86 @@ def test_the_benchmark_scripts_import_each_other_without_a_cycle():
         graph[name] = imported & set(scripts)
     assert graph["run"] == {"harness"} and {"harness", "workers"} <= graph["methods"]
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+NOTEBOOK = REPO / "analysis" / "notebooks" / "explore_experiment.ipynb"
+
+
+def exported_names(path: Path) -> set[str] | None:
+    """The names of the module's `__all__` (a literal list or tuple); None without one."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def private_uses(source: str, modules: dict[str, Path]) -> list[str]:
+    """Each use in `source` of a project name outside its module's `__all__`: a name imported
+    `from` a project module, or an attribute of a project module imported as a whole (`from
+    relif_ray import analysis; analysis.X`), whose module has no `__all__` or does not list it.
+    A project module imported as a whole must have an `__all__` of its own."""
+    tree = ast.parse(source)
+    exported = {name: exported_names(path) for name, path in modules.items()}
+    bound: dict[str, str] = {}  # local name -> the project module it is
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in modules:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                if submodule in modules and exported[submodule] is not None:
+                    bound[alias.asname or alias.name] = submodule
+                elif alias.name not in (exported[node.module] or set()):
+                    found.append(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    if exported[alias.name] is None:
+                        found.append(alias.name)
+                    bound[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module = bound.get(node.value.id)
+            if module is not None and node.attr not in exported[module]:
+                found.append(f"{module}.{node.attr}")
+    return found
+
+
+def notebook_code(path: Path) -> str:
+    """The code cells of a notebook as one Python source, IPython's `%` magics left out."""
+    cells = json.loads(path.read_text())["cells"]
+    lines = [
+        line
+        for cell in cells
+        if cell["cell_type"] == "code"
+        for line in "".join(cell["source"]).splitlines()
+        if not line.lstrip().startswith("%")
+    ]
+    return "\n".join(lines)
+
+
+def test_the_notebook_uses_only_public_names():
+    """Every project name the analysis notebook imports or reads off an imported module is in
+    that module's `__all__`: the notebook shows users the public API, which the API reference
+    (mkdocs.yml) documents."""
+    modules = find_modules(REPO, PACKAGES, INSTALLED_AS)
+    source = notebook_code(NOTEBOOK)
+    assert "from relif_ray import analysis" in source and "analysis.audit(" in source
+    assert private_uses(source, modules) == []
+
+
+def test_the_public_name_check_sees_private_imports_and_attributes():
+    modules = find_modules(REPO, PACKAGES, INSTALLED_AS)
+    source = (
+        "from relif_ray import analysis\n"
+        "from relif_ray.analysis.breakdown import by_pair\n"  # breakdown has no __all__
+        "from relif_ray.analysis.figures import slug, pareto_figure\n"
+        "import relif_ray.audit\n"
+        "analysis.load, analysis.Experiment, analysis.render\n"
+    )
+    assert private_uses(source, modules) == [
+        "relif_ray.analysis.breakdown.by_pair",
+        "relif_ray.analysis.figures.slug",
+        "relif_ray.analysis.render",
+    ]

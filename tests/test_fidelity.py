@@ -4,12 +4,17 @@ at the smoke size, end to end through the real sweep and report."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from relif_ray import analysis
 from relif_ray.cli import fidelity
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_fidelity_compares_each_label_with_the_same_seed_erm_trial() -> None:
@@ -113,3 +118,14 @@ def test_the_flags_choose_the_size_data_and_sweep_flags_of_another_run(tmp_path)
     assert (row.target, row.result) == ("-", "info")
     judged = fidelity.target_row("relif", "worst", "Worst relif - ERM", -0.1, "", "", {}, True)
     assert (judged.target, judged.result) == (">= -0.02", "FAIL")
+
+
+def test_the_record_names_the_commit_of_the_code_it_ran() -> None:
+    """`--json` and `--out` records carry the checkout's short commit (this test runs in one),
+    marked "+" where a tracked file differs from it."""
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert fidelity.machine()["commit"].removesuffix("+") == head.stdout.strip()

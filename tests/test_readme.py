@@ -137,3 +137,22 @@ def test_the_versions_agree_and_none_is_released():
     assert citation["version"] == project.group(1) == relif_ray.__version__
     assert relif_ray.__version__.endswith(".dev0")  # nothing has been released
     assert "No version has been released yet" in (REPO / "CHANGELOG.md").read_text()
+
+
+def test_every_record_of_the_docs_names_its_commit_and_machine():
+    """Each figure record (docs/figures/*.json) and each transcribed report (docs/results/
+    *.md) says which code made it on which machine: a commit or "not recorded", never nothing
+    (docs/results/*.json: tests/test_benchmarks.py)."""
+    for path in sorted(FIGURES.glob("*.json")):
+        record = json.loads(path.read_text())
+        machine = record["machine"]
+        commit = record.get("commit") or (
+            machine.get("commit") if isinstance(machine, dict) else None
+        )
+        assert commit and machine, path.name
+        assert commit == "not recorded" or re.fullmatch(r"[0-9a-f]{7,}\+?( .*)?", commit), commit
+    reports = sorted((REPO / "docs" / "results").glob("*.md"))
+    assert reports
+    for path in reports:
+        header = path.read_text().split("\n## ", 1)[0]
+        assert re.search(r"Commit [0-9a-f]{7,}", header) and "machine: " in header, path.name

@@ -1,6 +1,9 @@
 """docs/examples/slurm_sweep.sh runs as written on a simulated two-node Slurm allocation on this
 machine: its start lines (a Ray head, a worker joining it), its sweep line (one tiny ERM trial)
-and its stop lines, with token authentication, every Ray process bound to 127.0.0.1.
+and its stop lines, with token authentication, every Ray process bound to 127.0.0.1. Its
+choice of the head's address (HEAD_IP, HEAD_INTERFACE, else the first IPv4 address), the
+resources of its Ray steps and its checks of the settings run in a fraction of a second on
+stand-ins whose Ray head fails at once.
 
 The simulation is the environment Slurm gives a batch script (SLURM_JOB_NODELIST,
 SLURM_JOB_NUM_NODES, SLURM_CPUS_PER_TASK) and stand-ins on PATH: `scontrol show hostnames`
@@ -12,6 +15,7 @@ storage, name, GPUs per node, port) are given as the environment variables it re
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,8 +38,6 @@ from tests.conftest import TINY_DATA
 from tests.local_cluster import free_port, listening_addresses
 from tests.test_cluster_e2e import has_checkpoint
 from tests.test_sweeps import trial_records
-
-pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "docs" / "examples" / "slurm_sweep.sh"
@@ -112,6 +114,7 @@ def allocation(tmp_path) -> dict[str, str]:
         "NAME": "slurm",
         "TUNE_GLOBAL_CHECKPOINT_S": "0",  # Tune saves its state every loop step: we wait on it
         "RAY_PORT": str(free_port()),
+        "JOIN_WAIT": "120",
         "RAY_TMPDIR": ray_tmp,
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # "this node" is 127.0.0.1 (local_cluster.py)
         "RAY_USAGE_STATS_ENABLED": "0",
@@ -158,6 +161,7 @@ def assert_ray_stopped(ray_tmp: str) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_numbers(
     allocation, tmp_path
 ):
@@ -178,10 +182,10 @@ def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_nu
     port = allocation["RAY_PORT"]
     assert [step[3] for step in steps] == [
         "--nodes=1 --ntasks=1 -w node1 hostname --all-ip-addresses",
-        f"--nodes=1 --ntasks=1 -w node1 ray start --head --block --node-ip-address=127.0.0.1 "
-        f"--port={port} --num-cpus=1 --num-gpus=0",
-        f"--nodes=1 --ntasks=1 --exclude=node1 ray start --block --address=127.0.0.1:{port} "
-        "--num-cpus=1 --num-gpus=0",
+        "--nodes=1 --ntasks=1 -w node1 --cpus-per-task=1 ray start --head --block "
+        f"--node-ip-address=127.0.0.1 --port={port} --num-cpus=1 --num-gpus=0",
+        "--nodes=1 --ntasks=1 --exclude=node1 --cpus-per-task=1 ray start --block "
+        f"--address=127.0.0.1:{port} --num-cpus=1 --num-gpus=0",
     ]
     # token authentication: every step got the job's one 64-character token
     assert {tuple(step[:3]) for step in steps} == {("token", "64", steps[0][2])}
@@ -203,3 +207,108 @@ def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_nu
     trace = pd.DataFrame(run.trace)
     stored = loaded.trace(row["trial"]).drop(columns="trial")
     pd.testing.assert_frame_equal(stored[trace.columns], trace, check_exact=True)
+
+
+FAST_SLURM = {
+    **FAKE_SLURM,
+    "srun": """#!/bin/bash
+# srun that logs each step and runs only its `hostname` and `ip` commands: a Ray step fails at
+# once, so the script stops at its first check of the head, before any Ray runs.
+echo "$*" >> "$SLURM_FAKE_LOG"
+while [[ $# -gt 0 && $1 == -* ]]; do
+    if [[ $1 == -w ]]; then shift; fi
+    shift
+done
+if [[ $1 == ray ]]; then exit 1; fi
+exec "$@"
+""",
+    "hostname": """#!/bin/bash
+echo "fe80::1 127.0.0.4 127.0.0.5"
+""",
+    "ip": """#!/bin/bash
+[[ "$*" == "-4 -o addr show dev ib0" ]] || exit 1
+echo "4: ib0    inet 127.0.0.3/16 brd 127.0.255.255 scope global ib0\\       valid_lft forever"
+""",
+}
+"""Stand-ins that run the script up to its Ray head, in a fraction of a second. The addresses
+are loopback ones (a connection to them is refused at once): a multi-network node's first
+IPv4 address, 127.0.0.4, and the address of its interface ib0, 127.0.0.3."""
+
+
+def start_lines(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run the script on a simulated allocation whose Ray head fails to start: its output and
+    the steps it started."""
+    folder = tmp_path / "bin"
+    folder.mkdir(parents=True)
+    for name, text in FAST_SLURM.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    log = tmp_path / "srun.log"
+    log.touch()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    env.update(
+        PATH=f"{folder}:{Path(sys.executable).parent}:{env['PATH']}", SLURM_JOB_ID="7",
+        SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_NUM_NODES="2", SLURM_CPUS_PER_TASK="32",
+        SLURM_GPUS_ON_NODE="8", SLURM_FAKE_LOG=str(log), RAY_PORT=str(free_port()),
+        RAY_TMPDIR=str(tmp_path / "ray"), **settings,
+    )  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    return done, log.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("settings", "address_step", "head_ip"),
+    [
+        ({}, "hostname --all-ip-addresses", "127.0.0.4"),
+        ({"HEAD_INTERFACE": "ib0"}, "ip -4 -o addr show dev ib0", "127.0.0.3"),
+        ({"HEAD_IP": "127.0.0.2", "HEAD_INTERFACE": "ib0"}, None, "127.0.0.2"),
+    ],
+)
+def test_the_head_address_is_the_given_one_the_interfaces_or_the_first_ipv4(
+    tmp_path, settings, address_step, head_ip
+):
+    """HEAD_IP wins, then HEAD_INTERFACE's address, then the head node's first IPv4 address;
+    the Ray steps ask for their node's CPUs and GPUs themselves."""
+    done, steps = start_lines(tmp_path, **settings)
+    assert done.returncode == 1 and "exited before listening" in done.stderr, done.stderr
+    assert f"the Ray head is {head_ip}:" in done.stdout
+    expected = [f"--nodes=1 --ntasks=1 -w node1 {address_step}"] if address_step else []
+    assert steps[:-1] == expected
+    assert steps[-1].startswith(
+        "--nodes=1 --ntasks=1 -w node1 --cpus-per-task=32 --gpus-per-node=8 ray start --head "
+        f"--block --node-ip-address={head_ip} "
+    )
+
+
+def test_an_interface_without_an_ipv4_address_or_a_bad_wait_is_one_line(tmp_path):
+    done, steps = start_lines(tmp_path / "a", HEAD_INTERFACE="eth9")
+    assert done.returncode == 1 and steps == ["--nodes=1 --ntasks=1 -w node1 ip -4 -o addr "
+                                              "show dev eth9"]  # fmt: skip
+    assert done.stderr == (
+        "slurm_sweep.sh: no IPv4 address for the Ray head on node1 (interface eth9)\n"
+    )
+    for name in ("JOIN_WAIT", "HEAD_WAIT"):
+        done, steps = start_lines(tmp_path / name, **{name: "5m"})
+        assert done.returncode == 1 and steps == []
+        assert done.stderr == (
+            f"slurm_sweep.sh: {name} must be a whole number of seconds, got '5m'\n"
+        )
+
+
+def test_the_script_asks_for_memory_and_lists_the_ports_ray_uses():
+    """`#SBATCH --mem` is set, the join deadline is JOIN_WAIT's (no fixed number of seconds),
+    and the header lists Ray's ports, naming only `ray start` flags that exist."""
+    from ray.scripts.scripts import start
+
+    text = SCRIPT.read_text()
+    assert re.search(r"^#SBATCH --mem=\S+", text, re.M)
+    assert "deadline = time.monotonic() + float(sys.argv[3])" in text
+    assert '"$JOIN_WAIT" <<' in text
+    header = text.split("set -euo pipefail")[0]
+    for port in ("RAY_PORT (6379)", "10001", "8265", "52365", "10002-19999"):
+        assert port in header, port
+    flags = set(re.findall(r"--[a-z-]+-port\b", header))
+    known = {option for parameter in start.params for option in parameter.opts}
+    assert len(flags) >= 7 and flags <= known, flags - known

@@ -15,12 +15,22 @@
 # docs/cluster.md explains each step; tests/test_slurm_recipe.py runs this script with a
 # simulated two-node allocation on 127.0.0.1.
 #
+# The ports Ray uses between the allocation's nodes (a firewall between them must let them
+# through; none of them is for outside the cluster): on the head, the GCS at RAY_PORT (6379),
+# the Ray Client server 10001 and the dashboard 8265; on every node, the node manager, the
+# object manager, the runtime-env agent, the dashboard agent's gRPC port and the metrics
+# export port (each random unless ray start's --node-manager-port, --object-manager-port,
+# --runtime-env-agent-port, --dashboard-agent-grpc-port and --metrics-export-port pin it),
+# the dashboard agent's HTTP port 52365, and one port per worker process in 10002-19999
+# (--min-worker-port, --max-worker-port).
+#
 #SBATCH --job-name=relif-nyuv2
 #SBATCH --nodes=2
 #SBATCH --exclusive
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=32
 #SBATCH --gpus-per-node=8
+#SBATCH --mem=0                  # all of each node's memory (or a size: --mem=500G)
 #SBATCH --time=24:00:00
 #SBATCH --signal=B:USR1@300
 #SBATCH --requeue
@@ -32,10 +42,28 @@ STORAGE=${STORAGE:-/nfs/relif-results}        # seen by every node
 NAME=${NAME:-nyuv2-table1}
 RAY_PORT=${RAY_PORT:-6379}                    # the head's GCS port, inside the cluster only
 HEAD_WAIT=${HEAD_WAIT:-300}                   # seconds the Ray head may take to listen
+JOIN_WAIT=${JOIN_WAIT:-600}                   # seconds every node may take to join the head
+# The head's address on the network the nodes share. Unset: the head node's first IPv4
+# address; on nodes with several networks (docker0, InfiniBand, a management network) name
+# it, or the head's interface on it (e.g. HEAD_INTERFACE=eth0 or ib0).
+HEAD_IP=${HEAD_IP:-}
+HEAD_INTERFACE=${HEAD_INTERFACE:-}
+for wait in HEAD_WAIT JOIN_WAIT; do
+    if [[ ! ${!wait} =~ ^[0-9]+$ ]]; then
+        echo "slurm_sweep.sh: $wait must be a whole number of seconds, got '${!wait}'" >&2
+        exit 1
+    fi
+done
 
 # The resources as Slurm granted them: its variables, not a second copy of #SBATCH's numbers.
 GPUS_PER_NODE=${SLURM_GPUS_ON_NODE:-0}
 CPUS_PER_NODE=${SLURM_CPUS_PER_TASK}
+# Each Ray step asks for its node's CPUs and GPUs itself: srun does not pass on sbatch's
+# --cpus-per-task (Slurm 22.05 and newer), and a step that asks for no GPU may see none.
+step_resources=(--cpus-per-task="$CPUS_PER_NODE")
+if ((GPUS_PER_NODE > 0)); then
+    step_resources+=(--gpus-per-node="$GPUS_PER_NODE")
+fi
 # Ray's sockets and logs in a folder of this job's own (short: Unix socket paths are limited).
 export RAY_TMPDIR=${RAY_TMPDIR:-/tmp/ray-$SLURM_JOB_ID}
 
@@ -48,15 +76,29 @@ export RAY_AUTH_TOKEN
 # The allocation: the first node is the head, the others are workers.
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 head_node=${nodes[0]}
-# The head's IPv4 address on the cluster's network: `hostname --all-ip-addresses` lists the
-# node's addresses without the loopback ones (127.0.1.1 from /etc/hosts), IPv6 ones may come
-# first, and Ray's --node-ip-address takes the first IPv4 one here.
-head_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --all-ip-addresses \
-    | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || true)
-if [[ -z $head_ip ]]; then
-    echo "slurm_sweep.sh: $head_node has no IPv4 address (hostname --all-ip-addresses)" >&2
+# The head's IPv4 address on the cluster's network: HEAD_IP as given; else the address of
+# HEAD_INTERFACE on the head node (`ip -4 -o addr show dev IF`); else the first IPv4 address
+# `hostname --all-ip-addresses` lists (it leaves out the loopback ones, such as 127.0.1.1 from
+# /etc/hosts; IPv6 ones may come first). The workers' Ray finds its own address on the route
+# to this one.
+ipv4='^[0-9]+(\.[0-9]+){3}$'
+if [[ -n $HEAD_IP ]]; then
+    head_ip=$HEAD_IP
+    found_by="HEAD_IP"
+elif [[ -n $HEAD_INTERFACE ]]; then
+    head_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" ip -4 -o addr show dev "$HEAD_INTERFACE" \
+        | awk '{sub("/.*", "", $4); print $4}' | grep -m1 -E "$ipv4" || true)
+    found_by="interface $HEAD_INTERFACE"
+else
+    head_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --all-ip-addresses \
+        | tr ' ' '\n' | grep -m1 -E "$ipv4" || true)
+    found_by="hostname --all-ip-addresses"
+fi
+if [[ ! $head_ip =~ $ipv4 ]]; then
+    echo "slurm_sweep.sh: no IPv4 address for the Ray head on $head_node ($found_by)" >&2
     exit 1
 fi
+echo "slurm_sweep.sh: the Ray head is $head_ip:$RAY_PORT on $head_node ($found_by)"
 workers=$((SLURM_JOB_NUM_NODES - 1))
 
 steps=()
@@ -68,19 +110,21 @@ stop_ray() {  # SIGTERM to the Ray steps; `ray start --block` stops its node's p
 }
 trap stop_ray EXIT
 
-wait_for_nodes() {  # until $1 Ray nodes are alive (a worker needs a few seconds to join)
-    python - "$head_ip:$RAY_PORT" "$1" <<'EOF'
+wait_for_nodes() {  # until $1 Ray nodes are alive, for at most JOIN_WAIT seconds
+    python - "$head_ip:$RAY_PORT" "$1" "$JOIN_WAIT" <<'EOF'
 import sys, time, ray
 ray.init(address=sys.argv[1], logging_level="ERROR")
-deadline = time.monotonic() + 300
+deadline = time.monotonic() + float(sys.argv[3])
 while sum(node["Alive"] for node in ray.nodes()) < int(sys.argv[2]):
     if time.monotonic() > deadline:
-        sys.exit(f"only {sum(n['Alive'] for n in ray.nodes())} of {sys.argv[2]} Ray nodes joined")
+        alive = sum(node["Alive"] for node in ray.nodes())
+        sys.exit(f"slurm_sweep.sh: only {alive} of {sys.argv[2]} Ray nodes joined "
+                 f"in JOIN_WAIT={sys.argv[3]}s")
     time.sleep(1)
 EOF
 }
 
-srun --nodes=1 --ntasks=1 -w "$head_node" \
+srun --nodes=1 --ntasks=1 -w "$head_node" "${step_resources[@]}" \
     ray start --head --block --node-ip-address="$head_ip" --port="$RAY_PORT" \
     --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" &
 steps+=($!)
@@ -99,7 +143,7 @@ until (exec 3<>"/dev/tcp/$head_ip/$RAY_PORT") 2>/dev/null; do
     sleep 1
 done
 if ((workers > 0)); then
-    srun --nodes="$workers" --ntasks="$workers" --exclude="$head_node" \
+    srun --nodes="$workers" --ntasks="$workers" --exclude="$head_node" "${step_resources[@]}" \
         ray start --block --address="$head_ip:$RAY_PORT" \
         --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" &
     steps+=($!)

@@ -144,7 +144,25 @@ def execute_notebook(experiment: Path) -> None:
         resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     )  # fmt: skip
     client.execute()
-    nbformat.write(notebook, NOTEBOOK)
+    nbformat.write(shown_as_in_the_repository(notebook, experiment), NOTEBOOK)
+
+
+def shown_as_in_the_repository(notebook, experiment: Path):
+    """`notebook` with the demo's experiment shown where the demo writes it when run in the
+    repository (`relif-results/nyuv2-demo`), not at this run's temporary folder: the stored
+    outputs name no folder that is gone once they are written."""
+    from relif_ray.testing.synthetic_experiment import DEMO_EXPERIMENT
+
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            texts = {"text": output} if "text" in output else {}
+            texts.update({key: output["data"] for key in output.get("data", {})
+                          if key.startswith("text/")})  # fmt: skip
+            for key, holder in texts.items():
+                value = holder[key]
+                joined = "".join(value) if isinstance(value, list) else value
+                holder[key] = joined.replace(str(experiment), str(DEMO_EXPERIMENT))
+    return notebook
 
 
 def version(package: str) -> str:

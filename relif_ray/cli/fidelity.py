@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -455,7 +456,7 @@ def print_tables(rows: list[Row], info: dict[str, object]) -> None:
 
 
 def machine() -> dict[str, object]:
-    """Where the rows come from."""
+    """Where the rows come from: the machine, the software and the code's commit."""
     import torch
 
     cpuinfo = Path("/proc/cpuinfo")
@@ -464,4 +465,18 @@ def machine() -> dict[str, object]:
     return {"cpu": names[0] if names else platform.machine(), "cores": os.cpu_count(),
             "load_average": os.getloadavg()[0], "gpu": None, "torch": torch.__version__,
             "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
-            }  # fmt: skip
+            "commit": source_commit()}  # fmt: skip
+
+
+def source_commit() -> str:
+    """The short commit of the checkout this code runs from, with "+" where a tracked file
+    differs from it (as benchmarks/harness.py marks its records); "not recorded" outside a git
+    checkout (an installed wheel)."""
+    git = ["git", "-C", str(Path(__file__).resolve().parent)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return "not recorded"
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("+" if changed.stdout.strip() else "")

@@ -167,6 +167,15 @@ def add_interval_flags(parser: argparse.ArgumentParser) -> None:
         help="margin of the equivalence test of Worst and Macro against same-seed ERM, on the "
         f"normalized scores ({verdicts.margin:g})",
     )
+    parser.add_argument(
+        "--ratio-floor",
+        type=float,
+        default=verdicts.ratio_floor,
+        metavar="R",
+        help="where a per-seed Bias or VR ratio of 0 (the method's value is 0) counts on the "
+        "log scale of the verdicts over seeds, unless a positive ratio of the comparison is "
+        f"lower ({verdicts.ratio_floor:g})",
+    )
 
 
 def add_delta_m_flags(parser: argparse.ArgumentParser) -> None:
@@ -236,7 +245,10 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
         drift_baseline=args.drift_baseline,
         ci=CISettings(args.n_boot, args.ci_level),
         verdicts=VerdictSettings(
-            level=args.ci_level, margin=args.equivalence_margin, n_boot=args.n_boot
+            level=args.ci_level,
+            margin=args.equivalence_margin,
+            n_boot=args.n_boot,
+            ratio_floor=args.ratio_floor,
         ),
         delta_m=delta_m_options(args),
         figures=not args.no_figures,

@@ -325,3 +325,6 @@ def _trace(
             row.update(zip(STAT_KEYS[:6], values, strict=True))  # all but the clipped share
         rows.append(row)
     return rows
+
+
+__all__ = ["DEMO_EXPERIMENT", "example_experiment", "write_synthetic_experiment"]
