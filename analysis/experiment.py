@@ -47,6 +47,7 @@ from relif_ray.experiment.outputs import (
     scheduler_snapshot,
 )
 from relif_ray.experiment.storage import DamagedFile, Location
+from relif_ray.problems import use_spec
 from relif_ray.progress import progress
 from relif_ray.sweep.labels import SETTING_FIELDS, setting_values, variant_name
 from relif_ray.sweep.selection import SELECTION_FILE
@@ -336,6 +337,7 @@ def _problem(trial_dir: Location, files: dict[str, int], running: bool) -> dict[
 
 def _trial_row(info: dict, root: Location, final: Location) -> dict:
     config = info["config"]
+    use_spec(config["data"])  # a benchmark that a data spec defines: its tasks are the spec's
     relif = config["relif"]
     row = {
         "trial": info["trial_id"],

@@ -19,7 +19,7 @@ import math
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,20 @@ Planner = Callable[[ExperimentConfig], tuple[SweepSpace, OptunaPlan | None]]
 """The sweep's trials for its validated base config: (space, Optuna plan or None)."""
 
 
+@dataclass(frozen=True)
+class DataSource:
+    """Flags of their own that say where a sweep's data are and what they mean, in place of
+    --data-dir (the tabular benchmark's --data, --task, --spec, --preset: `relif_ray.cli.tabular`).
+
+    add: adds the flags to the sweep's parser.
+    read: (the parsed flags, the data set's defaults) -> the data root, `data.spec` and
+        whether the sweep writes the demo data there; it checks the data and may prepare them.
+    """
+
+    add: Callable[[argparse.ArgumentParser], None]
+    read: Callable[[argparse.Namespace, DatasetDefaults], tuple[str, dict[str, Any], bool]]
+
+
 def main(
     argv: list[str] | None = None,
     *,
@@ -89,13 +103,15 @@ def main(
     datasets: tuple[str, ...] | None = None,
     controller_checks: bool | None = None,
     retry: list[str] | None = None,
+    source: DataSource | None = None,
 ) -> int:
     """Run a sweep from the command line; the exit status (`relif_ray.sweep.exit_status`).
 
     datasets: the choices of --dataset (default: every registered benchmark; with one, the
         flag is not offered: `sweeps/nyuv2.py`); controller_checks: True runs the paper's
         controller checks (`sweeps/controller_sensitivity.py`), None offers
-        --controller-checks (`relif sweep`); retry: the program of the retry command.
+        --controller-checks (`relif sweep`); retry: the program of the retry command;
+        source: the data flags of a data set that --data-dir does not describe.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     name = prog or Path(sys.argv[0]).name
@@ -104,7 +120,11 @@ def main(
     def command() -> int:
         try:
             experiment_dir = run(
-                argv, prog=prog, datasets=datasets, controller_checks=controller_checks
+                argv,
+                prog=prog,
+                datasets=datasets,
+                controller_checks=controller_checks,
+                source=source,
             )
         except TrialsErrored as failure:
             print(f"experiment directory: {display(failure.experiment_dir)}")
@@ -127,10 +147,11 @@ def run(
     prog: str | None = None,
     datasets: tuple[str, ...] | None = None,
     controller_checks: bool | None = None,
+    source: DataSource | None = None,
 ) -> str:
     """Parse and check `argv`, then run the sweep (`relif_ray.tuning.run_sweep_request`); return its
     experiment directory. Arguments as for `main`."""
-    request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks)
+    request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks, source)
     if request.selection is not None:
         print("\n".join(request.selection.lines()))
     if not request.resume:
@@ -143,6 +164,7 @@ def sweep_request(
     prog: str | None,
     datasets: tuple[str, ...],
     controller_checks: bool | None,
+    source: DataSource | None = None,
 ) -> SweepRequest:
     """Parse and check the flags of `argv` (--dataset first: its defaults are the flags')."""
     dataset, checks = choose(argv, datasets, offer_checks=controller_checks is None)
@@ -151,6 +173,8 @@ def sweep_request(
     parser = build_parser(
         defaults, datasets, checks=checks, offer_checks=controller_checks is None, prog=prog
     )
+    if source is not None:
+        source.add(parser)
     args = parser.parse_args(argv)
     check_storage(args.storage)  # once per sweep, before anything reads it
     if args.resume_if_present and not args.resume:
@@ -164,7 +188,8 @@ def sweep_request(
         planner, selection = selected_planner(args, defaults, seeds)
     else:
         planner = grid_planner(args, defaults, seeds, architectures)
-    return request_of(args, defaults, CHECKS_SUFFIX if checks else "", planner, selection)
+    suffix = CHECKS_SUFFIX if checks else ""
+    return request_of(args, defaults, suffix, planner, selection, source)
 
 
 def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) -> bool:
@@ -194,6 +219,7 @@ def request_of(
     suffix: str,
     planner: Planner,
     selection: Selection | None,
+    source: DataSource | None = None,
 ) -> SweepRequest:
     """The checked request (its storage is checked already, `sweep_request`): resources, name,
     then (unless resuming) the data, the base config and the trials."""
@@ -210,8 +236,15 @@ def request_of(
     }
     if args.resume:
         return SweepRequest(**common)
-    root = data_root(args, defaults)
-    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
+    if source is None:
+        root, spec, writes_demo_data = (
+            data_root(args, defaults),
+            {},
+            args.demo and not args.data_dir,
+        )
+    else:
+        root, spec, writes_demo_data = source.read(args, defaults)
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0, spec)
     options = tune_options(args, base)
     space, search = planner(base)
     return SweepRequest(
@@ -221,7 +254,7 @@ def request_of(
         options=options,
         data_root=root,
         demo=args.demo,
-        writes_demo_data=args.demo and not args.data_dir,
+        writes_demo_data=writes_demo_data,
         reference=args.reference,
         selection=selection,
         checkpoint_every=0 if args.demo else 1,
@@ -289,11 +322,15 @@ def checks_planner(
 
 
 def base_config(
-    args: argparse.Namespace, defaults: DatasetDefaults, root: str, use_gpu: bool | None = None
+    args: argparse.Namespace,
+    defaults: DatasetDefaults,
+    root: str,
+    use_gpu: bool | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> ExperimentConfig:
     """The ExperimentConfig shared by every trial of the sweep (validated;
     `relif_ray.sweep.compose.compose_config` of the flags' layers); `use_gpu` defaults to
-    what the resource flags ask for."""
+    what the resource flags ask for; `spec` is `data.spec`."""
     use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
     layers = [
         (f"--config {args.config}", read_config_file(args.config) if args.config else {}),
@@ -301,7 +338,7 @@ def base_config(
         ("flags", flag_fields(args)),
     ]
     demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
-    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path)
+    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path, spec or {})
     pretrained = resolve_pretrained(config.model.pretrained)
     return replace(config, model=replace(config.model, pretrained=pretrained))
 

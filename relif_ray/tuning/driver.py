@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
-from relif_ray.problems import DatasetDefaults, benchmark
+from relif_ray.problems import DatasetDefaults, benchmark, use_spec
 from relif_ray.sweep.preflight import check_data, check_resumable, lent_constants
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import record_selection
@@ -70,6 +70,8 @@ def check_inputs(request: SweepRequest) -> None:
     the command checked the storage when it made the request."""
     if request.reference:
         lent_constants(request.reference)  # run_sweep copies them into the experiment
+    if request.space is not None:
+        use_spec(request.space.base.data)
     if not request.writes_demo_data:
         check_data(request.defaults.dataset, request.data_root)
 
