@@ -88,12 +88,24 @@ class DataSource:
     --data-dir (the tabular benchmark's --data, --task, --spec, --preset: `relif_ray.cli.tabular`).
 
     add: adds the flags to the sweep's parser.
-    read: (the parsed flags, the data set's defaults) -> the data root, `data.spec` and
-        whether the sweep writes the demo data there; it checks the data and may prepare them.
+    read: (the parsed flags, the data set's defaults) -> the `SourceData`; it checks the data
+        and writes nothing.
     """
 
     add: Callable[[argparse.ArgumentParser], None]
-    read: Callable[[argparse.Namespace, DatasetDefaults], tuple[str, dict[str, Any], bool]]
+    read: Callable[[argparse.Namespace, DatasetDefaults], SourceData]
+
+
+@dataclass(frozen=True)
+class SourceData:
+    """What a `DataSource`'s flags say: the data root, `data.spec`, whether the sweep writes
+    the demo data there, and what writes the data it prepares there (a preset's table;
+    `SweepRequest.prepare_data`)."""
+
+    root: str
+    spec: dict[str, Any]
+    demo_data: bool = False
+    prepare: Callable[[], object] | None = None
 
 
 def main(
@@ -204,7 +216,7 @@ def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) ->
 
 def choose(argv: list[str], datasets: tuple[str, ...], offer_checks: bool) -> tuple[str, bool]:
     """(--dataset, --controller-checks) of `argv`; they decide the other flags."""
-    chooser = OneLineParser(add_help=False)
+    chooser = OneLineParser(add_help=False, allow_abbrev=False)  # --data is not --dataset
     default = "nyuv2" if "nyuv2" in datasets else datasets[0]
     chooser.add_argument("--dataset", choices=datasets, default=default)
     if offer_checks:
@@ -237,14 +249,11 @@ def request_of(
     if args.resume:
         return SweepRequest(**common)
     if source is None:
-        root, spec, writes_demo_data = (
-            data_root(args, defaults),
-            {},
-            args.demo and not args.data_dir,
-        )
+        data = SourceData(data_root(args, defaults), {}, args.demo and not args.data_dir)
     else:
-        root, spec, writes_demo_data = source.read(args, defaults)
-    base = base_config(args, defaults, root, limits.gpus_per_trial > 0, spec)
+        data = source.read(args, defaults)
+    root = data.root
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0, data.spec)
     options = tune_options(args, base)
     space, search = planner(base)
     return SweepRequest(
@@ -254,7 +263,8 @@ def request_of(
         options=options,
         data_root=root,
         demo=args.demo,
-        writes_demo_data=writes_demo_data,
+        writes_demo_data=data.demo_data,
+        prepare_data=data.prepare,
         reference=args.reference,
         selection=selection,
         checkpoint_every=0 if args.demo else 1,

@@ -17,15 +17,23 @@ features or drop, fractions, data_seed) and `data`, the table's path (relative t
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from relif_ray.cli.sweep import DataSource, data_root
+from relif_ray.cli.sweep import DataSource, SourceData, data_root
 from relif_ray.data import actg175
-from relif_ray.data.synthetic_tabular import DEMO_SPEC
-from relif_ray.data.tabular import SPEC_KEYS, TableSpec, load_table
+from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE
+from relif_ray.data.tabular import (
+    SPEC_KEYS,
+    TableData,
+    TableSpec,
+    load_table,
+    parse_group,
+    parse_task,
+)
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.storage import local_path
 from relif_ray.problems import DatasetDefaults
@@ -74,11 +82,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read_source(
-    args: argparse.Namespace, defaults: DatasetDefaults
-) -> tuple[str, dict[str, Any], bool]:
-    """(the table's path, `data.spec` with the data's summary, whether the demo table is to be
-    written) of the flags; the table is read and checked here."""
+def read_source(args: argparse.Namespace, defaults: DatasetDefaults) -> SourceData:
+    """The table's path and `data.spec` (with the data's summary) of the flags; the table is
+    read and checked here, and nothing is written."""
     if args.data_dir:
         raise UserError("--data-dir: a table sweep reads --data FILE (or --spec, --preset)")
     given = [f"--{flag}" for flag in SPEC_FLAGS if getattr(args, flag)]
@@ -88,15 +94,15 @@ def read_source(
     if args.preset:
         if args.data:
             raise UserError(f"--preset {args.preset}: conflicts with --data (it reads its own)")
-        values, path = dict(actg175.SPEC), str(prepared(args))
-    elif args.spec:
+        return preset(args)
+    if args.spec:
         values, path = spec_file(args.spec, args.data)
     elif args.data:
         if not args.task:
             raise UserError("--task: at least one NAME=COLUMN:KIND is needed with --data")
         values = {
-            "tasks": args.task,
-            "groups": args.group,
+            "tasks": [asdict(parse_task(text)) for text in args.task],
+            "groups": [asdict(parse_group(text)) for text in args.group],
             "features": args.feature,
             "drop": args.drop,
         }
@@ -105,13 +111,18 @@ def read_source(
         if given:
             raise UserError(f"{given[0]}: needs --data FILE (--demo alone uses its own table)")
         spec = TableSpec.from_dict(flag_values(args, DEMO_SPEC))
-        return data_root(args, defaults), spec.to_dict(), True
+        return SourceData(data_root(args, defaults), spec.to_dict(), demo_data=True)
     else:
         raise UserError("--data FILE with --task, --spec FILE.yaml or --preset is required")
     spec = TableSpec.from_dict(flag_values(args, values), args.spec or "data spec")
     path = str(table_path(Path(path).resolve()))
     data = load_table(path, spec)
-    return path, {**data.spec.to_dict(), "summary": data.summary()}, False
+    return SourceData(path, recorded(data))
+
+
+def recorded(data: TableData) -> dict[str, Any]:
+    """`data.spec` of a checked table: its spec, features named, and the data's summary."""
+    return {**data.spec.to_dict(), "summary": data.summary()}
 
 
 def flag_values(args: argparse.Namespace, values: dict[str, Any]) -> dict[str, Any]:
@@ -153,15 +164,21 @@ def spec_file(path: str, data: str | None) -> tuple[dict[str, Any], str]:
     return values, str(file.parent / table) if not data else table
 
 
-def prepared(args: argparse.Namespace) -> Path:
-    """The preset's table, written next to the results as the demo's data are."""
+def preset(args: argparse.Namespace) -> SourceData:
+    """The preset's table, checked here and written next to the results (as the demo's data)
+    once the sweep's every check has passed."""
     results = local_path(args.storage, "--storage")
     if results is None:
         raise UserError(
             f"--preset {args.preset}: writes its table next to the results: use a local --storage"
         )
-    actg175.lifelines_table()  # the one-line error where lifelines is missing, before anything
-    return actg175.write_actg175(results / "data" / actg175.NAME)
+    table = actg175.actg175_table(actg175.lifelines_table())
+    folder = results / "data" / actg175.NAME
+    spec = TableSpec.from_dict(flag_values(args, actg175.SPEC))
+    data = load_table(folder / TABLE, spec, table)
+    return SourceData(
+        str(folder / TABLE), recorded(data), prepare=lambda: actg175.write_actg175(folder)
+    )
 
 
 SOURCE = DataSource(add=add_flags, read=read_source)

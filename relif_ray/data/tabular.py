@@ -292,7 +292,7 @@ def _labels(cells: pd.Series, task: TaskColumn, path: str | Path) -> tuple[np.nd
         return np.stack([present, np.nan_to_num(values)], axis=1), []
     classes = sorted(cells[present].unique().tolist(), key=_sort_key)
     if task.kind == "binary" and len(classes) != 2:
-        shown = ", ".join(map(str, classes[:5]))
+        shown = ", ".join(map(_text, classes[:5]))
         raise UserError(
             f"{path}: task {task.name}: a binary column needs exactly two values, "
             f"'{task.column}' has {len(classes)} ({shown}{', ...' if len(classes) > 5 else ''})"
@@ -464,9 +464,10 @@ def group_text(group: GroupColumn) -> str:
     return group.column + (":" + ",".join(f"{e:g}" for e in group.bands) if group.bands else "")
 
 
-def load_table(path: str | Path, spec: TableSpec) -> TableData:
-    """Read, check, split and encode the table at `path` as `spec` says (module docstring)."""
-    table = read_table(path)
+def load_table(path: str | Path, spec: TableSpec, table: pd.DataFrame | None = None) -> TableData:
+    """Read, check, split and encode the table at `path` as `spec` says (module docstring);
+    `table`: the table itself, not yet written to `path`."""
+    table = read_table(path) if table is None else table
     spec = resolve(spec, table, path)
     rows = split_rows(table, spec, path)
     train = table.iloc[rows["train"]]

@@ -43,6 +43,8 @@ def run(request: SweepRequest) -> str:
             prepare_new_experiment(request.storage, request.name, replace=request.demo)
             if request.writes_demo_data:
                 write_demo_data(request.data_root, request.defaults)
+            if request.prepare_data is not None:
+                request.prepare_data()
         experiment_dir = launch.run_sweep(
             request.space,
             name=request.name,
@@ -72,7 +74,7 @@ def check_inputs(request: SweepRequest) -> None:
         lent_constants(request.reference)  # run_sweep copies them into the experiment
     if request.space is not None:
         use_spec(request.space.base.data)
-    if not request.writes_demo_data:
+    if not request.writes_demo_data and request.prepare_data is None:
         check_data(request.defaults.dataset, request.data_root)
 
 
