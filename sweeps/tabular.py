@@ -6,6 +6,7 @@ python sweeps/tabular.py --data cohort.csv --task death=died:binary --task los=d
 python sweeps/tabular.py --spec cohort.yaml                 # the same, as a file
 python sweeps/tabular.py --preset actg175 --name actg175    # ACTG 175 (pip install lifelines)
 python sweeps/tabular.py --demo                             # a synthetic table, CPU, a minute
+python sweeps/tabular.py --preset actg175 --controller-checks  # the paper's controller checks
 
 Every other flag is the sweep's (`python sweeps/tabular.py --help`).
 """

@@ -46,7 +46,7 @@ def tabular_main() -> int:
         from relif_ray.cli.sweep import main as sweep
         from relif_ray.cli.tabular import SOURCE
 
-        return sweep(datasets=("tabular",), controller_checks=False, source=SOURCE)
+        return sweep(datasets=("tabular",), controller_checks=None, source=SOURCE)
 
     return run_command(Path(sys.argv[0]).name, command)
 
