@@ -23,7 +23,8 @@ from relif_ray.cli.sweep import main
 from relif_ray.cli.tabular import SOURCE
 from relif_ray.data import actg175
 from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE, write_synthetic_table
-from relif_ray.data.tabular import MISSING_LEVEL, TableSpec, load_table
+from relif_ray.data.table_spec import TableSpec
+from relif_ray.data.tabular import MISSING_LEVEL, load_table
 from relif_ray.problems import benchmark, use_spec
 from relif_ray.tasks.tabular import MulticlassTask, RegressionTask
 
@@ -41,7 +42,8 @@ def table(tmp_path_factory) -> Path:
 
 DIGEST = """
 import hashlib, json, sys
-from relif_ray.data.tabular import TableSpec, load_table
+from relif_ray.data.table_spec import TableSpec
+from relif_ray.data.tabular import load_table
 rows = load_table(sys.argv[1], TableSpec.from_dict(json.loads(sys.argv[2]))).rows
 text = ";".join(f"{split}:{','.join(map(str, rows[split]))}" for split in sorted(rows))
 print(hashlib.sha256(text.encode()).hexdigest())

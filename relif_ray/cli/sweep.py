@@ -14,12 +14,11 @@ sweep that a signal stopped exits 75 with the command that resumes it
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,17 @@ from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import OneLineParser, comma_list, parse_floats, run_command
 from relif_ray.cli.sweep_flags import (
     CHECKS_SUFFIX,
+    DataSource,
+    SourceData,
     build_parser,
     default_methods,
     parse_architectures,
+    parse_callbacks,
+    parse_range,
+    parse_seeds,
 )
 from relif_ray.config import ExperimentConfig
-from relif_ray.errors import UserError, install_hint
+from relif_ray.errors import UserError
 from relif_ray.experiment.storage import display, local_path
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
@@ -56,7 +60,6 @@ from relif_ray.sweep.labels import (
 from relif_ray.sweep.overrides import parse_set, read_config_file
 from relif_ray.sweep.plan import (
     GPUS_PER_TRIAL,
-    LOGGER_CALLBACKS,
     OptunaPlan,
     Resources,
     SweepSpace,
@@ -80,32 +83,6 @@ CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
 
 Planner = Callable[[ExperimentConfig], tuple[SweepSpace, OptunaPlan | None]]
 """The sweep's trials for its validated base config: (space, Optuna plan or None)."""
-
-
-@dataclass(frozen=True)
-class DataSource:
-    """Flags of their own that say where a sweep's data are and what they mean, in place of
-    --data-dir (the tabular benchmark's --data, --task, --spec, --preset: `relif_ray.cli.tabular`).
-
-    add: adds the flags to the sweep's parser.
-    read: (the parsed flags, the data set's defaults) -> the `SourceData`; it checks the data
-        and writes nothing.
-    """
-
-    add: Callable[[argparse.ArgumentParser], None]
-    read: Callable[[argparse.Namespace, DatasetDefaults], SourceData]
-
-
-@dataclass(frozen=True)
-class SourceData:
-    """What a `DataSource`'s flags say: the data root, `data.spec`, whether the sweep writes
-    the demo data there, and what writes the data it prepares there (a preset's table;
-    `SweepRequest.prepare_data`)."""
-
-    root: str
-    spec: dict[str, Any]
-    demo_data: bool = False
-    prepare: Callable[[], object] | None = None
 
 
 def main(
@@ -364,31 +341,6 @@ def controller_grid(
     return parse_floats(r_star, "--r-star"), parse_floats(eta, "--eta")
 
 
-def parse_seeds(text: str) -> list[int]:
-    """`7` -> seeds 0..6; `0,3,5` -> exactly those."""
-    try:
-        values = [int(part) for part in comma_list(text, "--seeds")]
-    except ValueError:
-        raise UserError(
-            f"--seeds: expected a count or a comma-separated list, got '{text}'"
-        ) from None
-    if "," not in text:
-        if not values or values[0] <= 0:
-            raise UserError(f"--seeds: a count must be positive, got '{text}'")
-        return list(range(values[0]))
-    if not values or min(values) < 0 or len(set(values)) != len(values):
-        raise UserError(f"--seeds: a list needs distinct non-negative seeds, got '{text}'")
-    return values
-
-
-def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, float]:
-    values = parse_floats(text, flag)
-    if len(values) != 2 or not values[0] < values[1] or (positive and values[0] <= 0):
-        need = "0 < LOW < HIGH" if positive else "LOW < HIGH"
-        raise UserError(f"{flag}: expected LOW,HIGH with {need}, got '{text}'")
-    return values[0], values[1]
-
-
 def parse_labels(text: str, flag: str = "--methods") -> list[str]:
     """Method labels, each checked against the method registry (with the plug-ins of
     `RELIF_METHODS_PATH`) and the ReLiF labels."""
@@ -488,25 +440,6 @@ def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix:
 def seeds_of(args: argparse.Namespace, defaults: DatasetDefaults) -> list[int]:
     default = defaults.demo_train["seeds"] if args.demo else defaults.seeds
     return parse_seeds(str(default) if args.seeds is None else args.seeds)
-
-
-def parse_callbacks(text: str | None) -> tuple[str, ...]:
-    """`--callbacks wandb,mlflow`: known names whose package is installed (Ray's integrations
-    import them only when a trial starts); none without the flag."""
-    if text is None:
-        return ()
-    names = tuple(dict.fromkeys(comma_list(text, "--callbacks")))
-    for name in names:
-        if name not in LOGGER_CALLBACKS:
-            raise UserError(
-                f"--callbacks: unknown logger '{name}' (known: {', '.join(LOGGER_CALLBACKS)})"
-            )
-        if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
-            raise UserError(
-                f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
-                f"({install_hint(name)})"
-            )
-    return names
 
 
 def tune_options(args: argparse.Namespace, base: ExperimentConfig | None) -> TuneOptions:

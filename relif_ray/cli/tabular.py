@@ -23,17 +23,12 @@ from typing import Any
 
 import yaml
 
-from relif_ray.cli.sweep import DataSource, SourceData, data_root
+from relif_ray.cli.sweep import data_root
+from relif_ray.cli.sweep_flags import DataSource, SourceData
 from relif_ray.data import actg175
 from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE
-from relif_ray.data.tabular import (
-    SPEC_KEYS,
-    TableData,
-    TableSpec,
-    load_table,
-    parse_group,
-    parse_task,
-)
+from relif_ray.data.table_spec import SPEC_KEYS, TableSpec, parse_group, parse_task
+from relif_ray.data.tabular import TableData, load_table
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.storage import local_path
 from relif_ray.problems import DatasetDefaults

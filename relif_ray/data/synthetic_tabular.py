@@ -17,7 +17,7 @@ from relif_ray.data.atomic_dir import atomic_directory
 from relif_ray.errors import UserError
 
 TABLE = "table.csv"
-"""The table's file name in a folder (`relif_ray.problems.tabular` reads a folder's)."""
+"""The table's file name in a folder (the tabular benchmark reads a folder's)."""
 
 DEMO_SPEC = {
     "tasks": ["event=event:binary", "stage=stage:multiclass", "score=score:regression"],

@@ -1,16 +1,9 @@
-"""Any table (CSV or parquet) as a multi-task problem: the spec, the reader and its encoding.
+"""Any table (CSV or parquet) as a multi-task problem: the reader, the split and the encoding.
 
-A `TableSpec` says what the table means:
-
-    tasks      NAME=COLUMN:KIND, KIND binary, multiclass or regression. binary: exactly two
-               distinct values, the larger (in sort order) is the positive class; multiclass:
-               the classes are the distinct values in sort order; regression: numbers.
-    groups     sensitive attributes of the group audit: COLUMN, or COLUMN:EDGES for a numeric
-               column banded at the edges (`age:30,40` gives <30, [30, 40), >=40).
-    features   the input columns; by default every column that is not a task or a group
-               column and not in `drop`. The spec recorded with an experiment names them all.
-    fractions  train, val and test fractions (they sum to 1).
-    data_seed  the seed of the split.
+A `TableSpec` (`relif_ray.data.table_spec`) says what the table means. Labels: binary, exactly
+two distinct values, the larger (in sort order) the positive class; multiclass, the classes
+are the distinct values in sort order; regression, numbers. Groups: a column's values as text,
+or the bands of a banded numeric column (`age:30,40` gives <30, [30, 40), >=40).
 
 Splits are stratified on the first task (its class; for a regression task its quintile over
 the whole table; a missing label is a stratum of its own): within each stratum, in the order
@@ -24,7 +17,7 @@ training median (0 where training has none), plus a 0/1 missing-indicator column
 training split has a missing value; then standardised with the training mean and population
 std (std 0: divided by 1). Categorical: one-hot over the training split's levels, a missing
 value being the level `MISSING_LEVEL` of its own; a level training never saw is all zeros.
-Missing cells are counted per feature and split (`TableSummary.imputed`).
+Missing cells are counted per feature and split (`TableData.imputed`).
 
 Labels: a missing label masks that task for that row only; every target is (mask, value) per
 row: the label 0/1, the class index, or the value in the column's own units.
@@ -34,8 +27,8 @@ Every problem with the input is a one-line `UserError` naming the file or the sp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,167 +36,18 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.data.attributes import UNKNOWN, band_names
+from relif_ray.data.table_spec import (
+    GroupColumn,
+    TableSpec,
+    TaskColumn,
+)
 from relif_ray.errors import UserError, first_line
 
-KINDS = ("binary", "multiclass", "regression")
-"""The task kinds of a table."""
 SPLITS = ("train", "val", "test")
-DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
 MISSING_LEVEL = "(missing)"
 """The level of a missing categorical value."""
 REGRESSION_STRATA = 5
 """A regression task stratifies the split by its quintiles."""
-SPEC_KEYS = ("tasks", "groups", "features", "drop", "fractions", "data_seed", "summary")
-"""The keys of a spec (`summary` is what the sweep recorded of the data: `TableSummary`)."""
-
-
-@dataclass(frozen=True)
-class TaskColumn:
-    """One task: its name, its column and its kind (`KINDS`)."""
-
-    name: str
-    column: str
-    kind: str
-
-
-@dataclass(frozen=True)
-class GroupColumn:
-    """One sensitive attribute: its column and, for a banded numeric column, the inner edges."""
-
-    column: str
-    bands: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """What a table means (module docstring); `features` empty: every other column."""
-
-    tasks: tuple[TaskColumn, ...]
-    groups: tuple[GroupColumn, ...] = ()
-    features: tuple[str, ...] = ()
-    drop: tuple[str, ...] = ()
-    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS
-    data_seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.tasks:
-            raise UserError("data spec: tasks: at least one task is needed")
-        names = [task.name for task in self.tasks]
-        for task in self.tasks:
-            if not task.name.replace("_", "").isalnum():
-                raise UserError(f"data spec: task name '{task.name}' must be a plain word")
-            if task.kind not in KINDS:
-                raise UserError(
-                    f"data spec: task {task.name}: unknown kind '{task.kind}' "
-                    f"(known: {', '.join(KINDS)})"
-                )
-        if len(set(names)) != len(names):
-            raise UserError(f"data spec: tasks: a task name is repeated in {names}")
-        if self.features and self.drop:
-            raise UserError("data spec: give features or drop, not both")
-        fractions = self.fractions
-        if len(fractions) != 3 or min(fractions) <= 0 or abs(sum(fractions) - 1.0) > 1e-9:
-            raise UserError(
-                f"data spec: fractions: need three positive train, val, test fractions "
-                f"summing to 1, got {list(fractions)}"
-            )
-        task_columns = {task.column: task.name for task in self.tasks}
-        for role, columns in (
-            ("feature", self.features),
-            ("group", [group.column for group in self.groups]),
-        ):
-            for column in columns:
-                if column in task_columns:
-                    raise UserError(
-                        f"data spec: column '{column}' is task {task_columns[column]}'s label "
-                        f"and cannot also be a {role}"
-                    )
-        for group in self.groups:
-            if list(group.bands) != sorted(set(group.bands)):
-                raise UserError(
-                    f"data spec: group {group.column}: band edges must increase, "
-                    f"got {list(group.bands)}"
-                )
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], where: str = "data spec") -> TableSpec:
-        """The spec of a dict (a YAML spec file, or `data.spec` of a config): tasks as
-        "NAME=COLUMN:KIND" strings or {name, column, kind}; groups as "COLUMN[:EDGES]"
-        strings or {column, bands}. An unknown key is an error."""
-        if not isinstance(values, Mapping):
-            raise UserError(f"{where}: expected a mapping of {', '.join(SPEC_KEYS)}")
-        unknown = [key for key in values if key not in SPEC_KEYS]
-        if unknown:
-            raise UserError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(SPEC_KEYS)})")
-        try:
-            fractions = tuple(float(x) for x in values.get("fractions", DEFAULT_FRACTIONS))
-            data_seed = int(values.get("data_seed", 0))
-        except (TypeError, ValueError):
-            raise UserError(
-                f"{where}: fractions must be numbers and data_seed an integer"
-            ) from None
-        return cls(
-            tasks=tuple(_task(item, where) for item in _items(values, "tasks", where)),
-            groups=tuple(_group(item, where) for item in _items(values, "groups", where)),
-            features=tuple(str(c) for c in _items(values, "features", where)),
-            drop=tuple(str(c) for c in _items(values, "drop", where)),
-            fractions=fractions,  # type: ignore[arg-type]
-            data_seed=data_seed,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The spec as plain lists and dicts (what a config records; `from_dict` reads it)."""
-        values = asdict(self)
-        values["fractions"] = list(self.fractions)
-        for key in ("tasks", "groups", "features", "drop"):
-            values[key] = list(values[key])
-        values["groups"] = [{**g, "bands": list(g["bands"])} for g in values["groups"]]
-        return values
-
-
-def _items(values: Mapping[str, Any], key: str, where: str) -> list[Any]:
-    found = values.get(key) or []
-    if not isinstance(found, list):
-        raise UserError(f"{where}: {key} must be a list")
-    return found
-
-
-def parse_task(text: str, where: str = "--task") -> TaskColumn:
-    """NAME=COLUMN:KIND."""
-    name, equals, rest = text.partition("=")
-    column, colon, kind = rest.rpartition(":")
-    if not equals or not colon or not name or not column:
-        raise UserError(f"{where}: expected NAME=COLUMN:KIND, got '{text}'")
-    if kind not in KINDS:
-        raise UserError(f"{where} {name}: unknown kind '{kind}' (known: {', '.join(KINDS)})")
-    return TaskColumn(name.strip(), column, kind)
-
-
-def parse_group(text: str, where: str = "--group") -> GroupColumn:
-    """COLUMN or COLUMN:EDGES (comma-separated numbers)."""
-    column, colon, edges = text.partition(":")
-    if not colon:
-        return GroupColumn(text)
-    try:
-        return GroupColumn(column, tuple(float(edge) for edge in edges.split(",")))
-    except ValueError:
-        raise UserError(f"{where}: expected COLUMN or COLUMN:EDGE,EDGE,..., got '{text}'") from None
-
-
-def _task(item: Any, where: str) -> TaskColumn:
-    if isinstance(item, str):
-        return parse_task(item, f"{where}: tasks")
-    if isinstance(item, Mapping) and set(item) == {"name", "column", "kind"}:
-        return TaskColumn(str(item["name"]), str(item["column"]), str(item["kind"]))
-    raise UserError(f"{where}: tasks: expected NAME=COLUMN:KIND or {{name, column, kind}}")
-
-
-def _group(item: Any, where: str) -> GroupColumn:
-    if isinstance(item, str):
-        return parse_group(item, f"{where}: groups")
-    if isinstance(item, Mapping) and set(item) <= {"column", "bands"} and "column" in item:
-        return GroupColumn(str(item["column"]), tuple(float(x) for x in item.get("bands", ())))
-    raise UserError(f"{where}: groups: expected COLUMN[:EDGES] or {{column, bands}}")
 
 
 # ----------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE, write_synthetic_table
-from relif_ray.data.tabular import TableData, TableSpec, load_table, read_groups
+from relif_ray.data.table_spec import TableSpec
+from relif_ray.data.tabular import TableData, load_table, read_groups
 from relif_ray.models.tabular import build_tabular_model
 from relif_ray.problems import (
     AttributeSource,
