@@ -23,6 +23,8 @@ from relif_ray.errors import UserError
 KINDS = ("binary", "multiclass", "regression")
 """The task kinds of a table."""
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
+RESERVED = ("input", "example_id")
+"""Batch keys a task cannot be named (`relif_ray.data.splits.Batch`)."""
 SPEC_KEYS = ("tasks", "groups", "features", "drop", "fractions", "data_seed", "summary")
 """The keys of a spec (`summary`: what the sweep recorded of the data,
 `relif_ray.data.tabular.TableData.summary`)."""
@@ -61,8 +63,11 @@ class TableSpec:
             raise UserError("data spec: tasks: at least one task is needed")
         names = [task.name for task in self.tasks]
         for task in self.tasks:
-            if not task.name.replace("_", "").isalnum():
-                raise UserError(f"data spec: task name '{task.name}' must be a plain word")
+            if not task.name.replace("_", "").isalnum() or task.name in RESERVED:
+                raise UserError(
+                    f"data spec: task name '{task.name}' must be a plain word other than "
+                    f"{' and '.join(RESERVED)}"
+                )
             if task.kind not in KINDS:
                 raise UserError(
                     f"data spec: task {task.name}: unknown kind '{task.kind}' "
