@@ -197,6 +197,7 @@ def load(*paths: str | Path) -> Experiment:
             tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
+    _one_spec(rows)
     order = _numeric_order(rows)
     rows, tables = [rows[i] for i in order], [tables[i] for i in order]
     trials = pd.DataFrame(rows)
@@ -333,6 +334,21 @@ def _problem(trial_dir: Location, files: dict[str, int], running: bool) -> dict[
             skip(f"the error message of {storage.display(trial_dir)}", damaged)
     status = "running" if running else "errored" if ERROR_FILE in files else "incomplete"
     return {"path": storage.display(trial_dir), "status": status, "error": error}
+
+
+def _one_spec(rows: list[dict]) -> None:
+    """The trials of a benchmark that a data spec defines (the tabular benchmark) must share
+    their tasks: the audit reads one set of task declarations per data set."""
+    tasks: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        data = row["config"]["data"]
+        found = repr(data.get("spec", {}).get("tasks"))
+        first = tasks.setdefault(data["dataset"], (found, row["path"]))
+        if first[0] != found:
+            raise UserError(
+                f"{row['path']}: its {data['dataset']} tasks differ from those of {first[1]}; "
+                "report trials of different data specs apart"
+            )
 
 
 def _trial_row(info: dict, root: Location, final: Location) -> dict:

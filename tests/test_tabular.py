@@ -257,3 +257,16 @@ def test_the_preset_without_lifelines_says_what_to_install(tmp_path, capsys, mon
     status = sweep(["--preset", "actg175", "--storage", str(tmp_path / "results")])
     one_line(status, capsys, "--preset actg175:", "pip install lifelines")
     assert not (tmp_path / "results").exists()
+
+
+def test_trials_of_different_specs_are_not_reported_together() -> None:
+    from relif_ray.analysis.experiment import _one_spec
+    from relif_ray.errors import UserError
+
+    def row(tasks: list[str], path: str) -> dict:
+        spec = TableSpec.from_dict({"tasks": tasks}).to_dict()
+        return {"path": path, "config": {"data": {"dataset": "tabular", "spec": spec}}}
+
+    _one_spec([row(["e=event:binary"], "a"), row(["e=event:binary"], "b")])
+    with pytest.raises(UserError, match="^c: its tabular tasks differ from those of a;"):
+        _one_spec([row(["e=event:binary"], "a"), row(["e=stage:multiclass"], "c")])
