@@ -197,8 +197,7 @@ def load(*paths: str | Path) -> Experiment:
             tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
-    _one_spec(rows)
-    order = _numeric_order(rows)
+    order = _numeric_order(_one_spec(rows))
     rows, tables = [rows[i] for i in order], [tables[i] for i in order]
     trials = pd.DataFrame(rows)
     if len(trials):
@@ -336,9 +335,10 @@ def _problem(trial_dir: Location, files: dict[str, int], running: bool) -> dict[
     return {"path": storage.display(trial_dir), "status": status, "error": error}
 
 
-def _one_spec(rows: list[dict]) -> None:
-    """The trials of a benchmark that a data spec defines (the tabular benchmark) must share
-    their tasks: the audit reads one set of task declarations per data set."""
+def _one_spec(rows: list[dict]) -> list[dict]:
+    """`rows`, checked: the trials of a benchmark that a data spec defines (the tabular
+    benchmark) must share their tasks, as the audit reads one set of task declarations per
+    data set."""
     tasks: dict[str, tuple[str, str]] = {}
     for row in rows:
         data = row["config"]["data"]
@@ -349,6 +349,7 @@ def _one_spec(rows: list[dict]) -> None:
                 f"{row['path']}: its {data['dataset']} tasks differ from those of {first[1]}; "
                 "report trials of different data specs apart"
             )
+    return rows
 
 
 def _trial_row(info: dict, root: Location, final: Location) -> dict:
