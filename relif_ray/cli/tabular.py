@@ -45,7 +45,6 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--task",
         action="append",
-        default=[],
         metavar="NAME=COLUMN:KIND",
         help="a task: KIND binary, multiclass or regression (repeat for each task; the first "
         "stratifies the split)",
@@ -53,18 +52,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--group",
         action="append",
-        default=[],
         metavar="COLUMN[:EDGES]",
         help="a sensitive attribute of the group audit; EDGES band a numeric column "
         "(age:30,40 gives <30, [30, 40), >=40)",
     )
     group.add_argument(
-        "--feature", action="append", default=[], metavar="COLUMN",
+        "--feature", action="append", metavar="COLUMN",
         help="an input column (default: every column that is not a task, a group or dropped)",
     )  # fmt: skip
-    group.add_argument(
-        "--drop", action="append", default=[], metavar="COLUMN", help="a column not to use"
-    )
+    group.add_argument("--drop", action="append", metavar="COLUMN", help="a column not to use")
     group.add_argument(
         "--fractions", metavar="TRAIN,VAL,TEST", help="split fractions (default 0.7,0.15,0.15)"
     )
@@ -97,9 +93,9 @@ def read_source(args: argparse.Namespace, defaults: DatasetDefaults) -> SourceDa
             raise UserError("--task: at least one NAME=COLUMN:KIND is needed with --data")
         values = {
             "tasks": [asdict(parse_task(text)) for text in args.task],
-            "groups": [asdict(parse_group(text)) for text in args.group],
-            "features": args.feature,
-            "drop": args.drop,
+            "groups": [asdict(parse_group(text)) for text in args.group or []],
+            "features": args.feature or [],
+            "drop": args.drop or [],
         }
         path = args.data
     elif args.demo:
