@@ -47,6 +47,7 @@ from relif_ray.experiment.outputs import (
     scheduler_snapshot,
 )
 from relif_ray.experiment.storage import DamagedFile, Location
+from relif_ray.problems import use_spec
 from relif_ray.progress import progress
 from relif_ray.sweep.labels import SETTING_FIELDS, setting_values, variant_name
 from relif_ray.sweep.selection import SELECTION_FILE
@@ -196,7 +197,7 @@ def load(*paths: str | Path) -> Experiment:
             tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
-    order = _numeric_order(rows)
+    order = _numeric_order(_one_spec(rows))
     rows, tables = [rows[i] for i in order], [tables[i] for i in order]
     trials = pd.DataFrame(rows)
     if len(trials):
@@ -334,8 +335,26 @@ def _problem(trial_dir: Location, files: dict[str, int], running: bool) -> dict[
     return {"path": storage.display(trial_dir), "status": status, "error": error}
 
 
+def _one_spec(rows: list[dict]) -> list[dict]:
+    """`rows`, checked: the trials of a benchmark that a data spec defines (the tabular
+    benchmark) must share their tasks, as the audit reads one set of task declarations per
+    data set."""
+    tasks: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        data = row["config"]["data"]
+        found = repr(data.get("spec", {}).get("tasks"))
+        first = tasks.setdefault(data["dataset"], (found, row["path"]))
+        if first[0] != found:
+            raise UserError(
+                f"{row['path']}: its {data['dataset']} tasks differ from those of {first[1]}; "
+                "report trials of different data specs apart"
+            )
+    return rows
+
+
 def _trial_row(info: dict, root: Location, final: Location) -> dict:
     config = info["config"]
+    use_spec(config["data"])  # a benchmark that a data spec defines: its tasks are the spec's
     relif = config["relif"]
     row = {
         "trial": info["trial_id"],

@@ -46,11 +46,12 @@ def group_tables(audit: GroupAudit) -> list[Table | Skipped]:
 
 def ordered(frame: pd.DataFrame, audit: GroupAudit) -> pd.DataFrame:
     """`frame` (columns among task, attribute, group, metric, variant) in the audit's order:
-    tasks and methods as the trials list them, attributes as `ATTRIBUTES`, disparities as
-    `DISPARITIES`, age bands by age, other groups by name, unknown groups last."""
+    tasks and methods as the trials list them, attributes as `ATTRIBUTES` (a table's groups
+    after them), disparities as `DISPARITIES`, age bands by age, other groups by name, unknown
+    groups last."""
     ranks = {
         "task": list(dict.fromkeys(audit.per_trial["task"])),
-        "attribute": list(ATTRIBUTES),
+        "attribute": list(dict.fromkeys([*ATTRIBUTES, *audit.per_trial["attribute"]])),
         "metric": list(DISPARITIES),
         "variant": list(dict.fromkeys(audit.per_trial["variant"])),
     }
@@ -158,6 +159,17 @@ def disparity_table(audit: GroupAudit) -> Table:
     return Table("group_disparities", title, "Method", columns, rows)
 
 
+def attribute_words(audit: GroupAudit) -> str:
+    """The audited attributes in words: the clinical ones as the clinical docs name them, a
+    table's groups by name with their groups."""
+    attributes = list(dict.fromkeys(audit.per_trial["attribute"]))
+    if attributes == list(ATTRIBUTES):
+        bands = ", ".join(band_names(audit.options.age_bands))
+        return f"gender, age in bands ({bands}) and ethnicity"
+    groups = audit.per_group.groupby("attribute", sort=False)["group"].unique()
+    return "; ".join(f"{name} ({', '.join(map(str, groups[name]))})" for name in attributes)
+
+
 def group_section(audit: GroupAudit, tables: list[Table | Skipped], ci: CISettings) -> str:
     """The report's group-fairness section: what was audited, then the tables."""
     heading = f"## {TITLE}\n"
@@ -167,8 +179,8 @@ def group_section(audit: GroupAudit, tables: list[Table | Skipped], ci: CISettin
     lines = [
         heading,
         "Group fairness within each task (Fairlearn's MetricFrame and disparity metrics), "
-        "beside the fixed-δ audit's individual fairness across tasks: gender, age in bands "
-        f"({', '.join(band_names(options.age_bands))}) and ethnicity, each missing or "
+        f"beside the fixed-δ audit's individual fairness across tasks: {attribute_words(audit)}, "
+        "each missing or "
         f"unknown value in its own group. Decisions: probability >= {options.threshold:g} "
         f"(binary tasks); remaining stay >= {options.long_stay_hours:g} h (length of stay). "
         "Each method's disparities are compared with its same-seed ERM trial's over seeds, "

@@ -56,14 +56,16 @@ from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.results import report_split
 from relif_ray.analysis.verdicts import VerdictSettings, compare_differences
-from relif_ray.data.attributes import UNKNOWN
+from relif_ray.data.attributes import UNKNOWN, band_names
 from relif_ray.errors import UserError
 from relif_ray.problems import AttributeSource, benchmark
 from relif_ray.tasks import clinical
 from relif_ray.tasks.clinical import LOS_BIN_EDGES_HOURS
 
 ATTRIBUTES = ("gender", "age", "ethnicity")
-"""The audited attributes, age as bands (`age_bands`)."""
+"""The audited attributes of the clinical data sets, age as bands (`age_bands`); a data set
+whose attribute table has other columns (a table's groups, `relif_ray.data.tabular`) is
+audited on those, in their order."""
 DISPARITIES = ("demographic_parity_difference", "equalized_odds_difference", "metric_gap")
 """The per-trial disparities, each paired with same-seed ERM in `GroupAudit.paired`."""
 VERDICT_COLUMNS = [
@@ -237,7 +239,7 @@ def trial_groups(
     trial's trial, label, variant and seed, repeated on every row)."""
     per_group, per_trial = [], []
     for task, rows in outcomes.groupby("task", sort=False):
-        for attribute in ATTRIBUTES:
+        for attribute in groups.columns:
             sensitive = groups[attribute].reindex(rows["name"]).fillna(UNKNOWN).to_numpy()
             frame, disparities = task_groups(rows, kinds[task], sensitive, options)
             per_group.append(frame.assign(**ids, task=task, attribute=attribute))
@@ -248,11 +250,12 @@ def trial_groups(
 def attribute_groups(
     table: pd.DataFrame, stays: list[str], edges: tuple[float, ...], folder: str, split: str
 ) -> pd.DataFrame:
-    """Each stay's group per attribute (index: the stay's name; columns `ATTRIBUTES`, age
-    banded by `age_band`). A stay without an attribute row is in `UNKNOWN` for every
-    attribute, counted in one `MissingAttributes` warning."""
+    """Each stay's group per attribute (index: the stay's name; columns: the table's other
+    than `stay`, `ATTRIBUTES` for the clinical readers; a numeric `age` banded by `age_band`).
+    A stay without an attribute row is in `UNKNOWN` for every attribute, counted in one
+    `MissingAttributes` warning."""
     found = table.drop_duplicates("stay").set_index("stay").reindex(stays)
-    absent = int(found["gender"].isna().sum())
+    absent = int((~pd.Index(stays).isin(table["stay"])).sum())
     if absent:
         warnings.warn(
             f"{absent} of {len(stays)} stays of the {split} split have no attribute row in "
@@ -260,14 +263,14 @@ def attribute_groups(
             MissingAttributes,
             stacklevel=2,
         )
-    return pd.DataFrame(
-        {
-            "gender": found["gender"].fillna(UNKNOWN),
-            "age": age_band(found["age"].to_numpy(dtype=np.float64), edges),
-            "ethnicity": found["ethnicity"].fillna(UNKNOWN),
-        },
-        index=found.index,
-    )
+    columns = {}
+    for attribute in found.columns:
+        values = found[attribute]
+        if attribute == "age" and pd.api.types.is_numeric_dtype(values):
+            columns[attribute] = age_band(values.to_numpy(dtype=np.float64), edges)
+        else:
+            columns[attribute] = values.fillna(UNKNOWN)
+    return pd.DataFrame(columns, index=found.index)
 
 
 def age_band(ages: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
@@ -276,11 +279,6 @@ def age_band(ages: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
     names = np.array(band_names(edges), dtype=object)
     bands = names[np.searchsorted(np.asarray(edges), np.nan_to_num(ages), side="right")]
     return np.where(np.isnan(ages), UNKNOWN, bands)
-
-
-def band_names(edges: tuple[float, ...]) -> list[str]:
-    inner = [f"[{low:g}, {high:g})" for low, high in zip(edges[:-1], edges[1:], strict=True)]
-    return [f"<{edges[0]:g}", *inner, f">={edges[-1]:g}"]
 
 
 def decisions(

@@ -91,6 +91,7 @@ def sources(experiment: Experiment) -> str:
             f"{', '.join(sorted(set(trials['dataset'])))})"
         )
         lines += [f"- {display_text(variant)}: seeds {seeds}" for variant, seeds in counts.items()]
+        lines += data_lines(trials)
         stopped = trials[trials["status"] == "stopped"]
         if len(stopped):
             lines.append(
@@ -107,6 +108,47 @@ def sources(experiment: Experiment) -> str:
     if note:
         lines.append(f"**{note}.**")
     return "\n".join(lines) + "\n"
+
+
+def data_lines(trials: pd.DataFrame) -> list[str]:
+    """The recorded data spec of each data set that a spec defines (the tabular benchmark):
+    the table, tasks and kinds, the features used, groups, split sizes, labelled rows per task
+    and split, and the imputed cells (`relif_ray.data.tabular.TableData.summary`)."""
+    lines = []
+    seen = set()
+    for config in trials["config"]:
+        data = config["data"]
+        summary = data.get("spec", {}).get("summary")
+        key = repr((data["dataset"], data["root"], summary))
+        if not summary or key in seen:
+            continue
+        seen.add(key)
+        tasks = ", ".join(summary["tasks"])
+        features = summary["features"]
+        categorical = summary["categorical_features"]
+        sizes = _per_split(summary["split_sizes"])
+        labelled = "; ".join(
+            f"{task}: {_per_split(counts)}" for task, counts in summary["labelled"].items()
+        )
+        imputed = "; ".join(
+            f"{feature}: {_per_split(counts)}" for feature, counts in summary["imputed"].items()
+        )
+        lines += [
+            f"Data ({data['dataset']}): `{data['root']}`",
+            f"- tasks: {tasks}",
+            f"- features ({len(features)}, {summary['encoded_width']} columns once encoded; "
+            f"categorical: {', '.join(categorical) or 'none'}): {', '.join(features)}",
+            f"- groups: {', '.join(summary['groups']) or 'none'}",
+            f"- splits (fractions {summary['fractions']}, data seed {summary['data_seed']}): "
+            f"{sizes}",
+            f"- labelled rows: {labelled}",
+            f"- imputed feature cells (training-split median or level): {imputed or 'none'}",
+        ]
+    return lines
+
+
+def _per_split(counts: dict[str, int]) -> str:
+    return ", ".join(f"{split} {counts[split]}" for split in ("train", "val", "test"))
 
 
 def verdicts_section(results: Results, paired: pd.DataFrame, settings: VerdictSettings) -> str:
@@ -224,7 +266,8 @@ def protocol(experiment: Experiment, results: Results, settings: AuditSettings) 
     datasets = sorted(set(experiment.trials["dataset"]))
     squashed = sorted({t for d in datasets for t in squashed_tasks(d)})
     interface = (
-        f"audit scores of {', '.join(squashed)} are raw feature norms, squashed by "
+        f"audit scores of {', '.join(squashed)} are raw (unbounded: feature norms, "
+        f"regression predictions), squashed by "
         f"{SQUASH_FORMULA} with q10/q90 of the SAME-SEED ERM trial's "
         "validation scores, identically for every method (values in "
         f"{link('squash_quantiles.csv')}; two other interfaces: {TITLE}); "

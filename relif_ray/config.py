@@ -29,10 +29,18 @@ HARD_SHARING = "hps"
 @dataclass
 class DataConfig:
     """Which data set and where it lives on disk. `dataset` names a benchmark of
-    `relif_ray.problems`; loading the problem checks it against the registry."""
+    `relif_ray.problems`; loading the problem checks it against the registry.
+
+    spec: the data spec of a benchmark that a spec defines rather than its files (the tabular
+        benchmark: tasks, kinds, groups, features, split fractions and data seed,
+        `relif_ray.data.tabular.TableSpec`, with the summary of the data the sweep recorded);
+        empty for the others. Every trial gets it with its config, and the experiment records
+        it with each trial's config.
+    """
 
     dataset: str = "nyuv2"
     root: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

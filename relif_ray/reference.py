@@ -30,7 +30,7 @@ import math
 
 import pyarrow.fs
 
-from relif_ray.config import HARD_SHARING, ExperimentConfig
+from relif_ray.config import HARD_SHARING, DataConfig, ExperimentConfig
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.experiment.storage import Location
@@ -56,18 +56,19 @@ def is_plain_erm(method: str, relif_enabled: bool) -> bool:
     return method == "erm" and not relif_enabled
 
 
-def has_squashed_scores(dataset: str) -> bool:
-    """Whether `dataset`'s audit squashes some task's scores (its benchmark's tasks declare
+def has_squashed_scores(data: DataConfig) -> bool:
+    """Whether the audit of `data`'s benchmark squashes some task's scores (its tasks declare
     `score_is_probability = False`), so that its ReLiF trials need a reference."""
-    from relif_ray.problems import benchmark  # deferred: the registry imports torch
+    from relif_ray.problems import benchmark, use_spec  # deferred: the registry imports torch
 
-    return bool(benchmark(dataset).squashed_tasks)
+    use_spec(data)
+    return bool(benchmark(data.dataset).squashed_tasks)
 
 
 def is_reference(config: ExperimentConfig) -> bool:
     """Whether a trial is an ERM reference: plain ERM on a data set with squashed scores."""
     plain = is_plain_erm(config.method.name, config.relif.enabled)
-    return plain and has_squashed_scores(config.data.dataset)
+    return plain and has_squashed_scores(config.data)
 
 
 def waits_for_reference(config: ExperimentConfig) -> bool:
@@ -76,7 +77,7 @@ def waits_for_reference(config: ExperimentConfig) -> bool:
     relif = config.relif
     if not relif.enabled or relif.squash != "erm" or relif.squash_constants:
         return False
-    return has_squashed_scores(config.data.dataset)
+    return has_squashed_scores(config.data)
 
 
 def read_squash_constants(experiment_dir: Location | str) -> dict[str, dict[str, list[float]]]:

@@ -37,6 +37,20 @@ def sweep_main(**options: Any) -> int:
     return run_command(Path(sys.argv[0]).name, command)
 
 
+def tabular_main() -> int:
+    """`sweeps/tabular.py`: the sweep on a table (`relif_ray.cli.tabular`) on the process's
+    arguments."""
+    from relif_ray.cli.parsing import run_command
+
+    def command() -> int:
+        from relif_ray.cli.sweep import main as sweep
+        from relif_ray.cli.tabular import SOURCE
+
+        return sweep(datasets=("tabular",), controller_checks=None, source=SOURCE)
+
+    return run_command(Path(sys.argv[0]).name, command)
+
+
 def fidelity_main() -> int:
     """`sweeps/fidelity.py`: `relif_ray.cli.fidelity.main` on the process's arguments."""
     from relif_ray.cli.parsing import run_command

@@ -14,7 +14,6 @@ sweep that a signal stopped exits 75 with the command that resumes it
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import shlex
 import sys
@@ -27,12 +26,17 @@ from relif_ray.audit import check_delta
 from relif_ray.cli.parsing import OneLineParser, comma_list, parse_floats, run_command
 from relif_ray.cli.sweep_flags import (
     CHECKS_SUFFIX,
+    DataSource,
+    SourceData,
     build_parser,
     default_methods,
     parse_architectures,
+    parse_callbacks,
+    parse_range,
+    parse_seeds,
 )
 from relif_ray.config import ExperimentConfig
-from relif_ray.errors import UserError, install_hint
+from relif_ray.errors import UserError
 from relif_ray.experiment.storage import display, local_path
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks
@@ -56,7 +60,6 @@ from relif_ray.sweep.labels import (
 from relif_ray.sweep.overrides import parse_set, read_config_file
 from relif_ray.sweep.plan import (
     GPUS_PER_TRIAL,
-    LOGGER_CALLBACKS,
     OptunaPlan,
     Resources,
     SweepSpace,
@@ -89,13 +92,15 @@ def main(
     datasets: tuple[str, ...] | None = None,
     controller_checks: bool | None = None,
     retry: list[str] | None = None,
+    source: DataSource | None = None,
 ) -> int:
     """Run a sweep from the command line; the exit status (`relif_ray.sweep.exit_status`).
 
     datasets: the choices of --dataset (default: every registered benchmark; with one, the
         flag is not offered: `sweeps/nyuv2.py`); controller_checks: True runs the paper's
         controller checks (`sweeps/controller_sensitivity.py`), None offers
-        --controller-checks (`relif sweep`); retry: the program of the retry command.
+        --controller-checks (`relif sweep`); retry: the program of the retry command;
+        source: the data flags of a data set that --data-dir does not describe.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     name = prog or Path(sys.argv[0]).name
@@ -104,7 +109,11 @@ def main(
     def command() -> int:
         try:
             experiment_dir = run(
-                argv, prog=prog, datasets=datasets, controller_checks=controller_checks
+                argv,
+                prog=prog,
+                datasets=datasets,
+                controller_checks=controller_checks,
+                source=source,
             )
         except TrialsErrored as failure:
             print(f"experiment directory: {display(failure.experiment_dir)}")
@@ -130,10 +139,11 @@ def run(
     prog: str | None = None,
     datasets: tuple[str, ...] | None = None,
     controller_checks: bool | None = None,
+    source: DataSource | None = None,
 ) -> str:
     """Parse and check `argv`, then run the sweep (`relif_ray.tuning.run_sweep_request`); return its
     experiment directory. Arguments as for `main`."""
-    request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks)
+    request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks, source)
     if request.selection is not None:
         print("\n".join(request.selection.lines()))
     if not request.resume:
@@ -146,6 +156,7 @@ def sweep_request(
     prog: str | None,
     datasets: tuple[str, ...],
     controller_checks: bool | None,
+    source: DataSource | None = None,
 ) -> SweepRequest:
     """Parse and check the flags of `argv` (--dataset first: its defaults are the flags')."""
     dataset, checks = choose(argv, datasets, offer_checks=controller_checks is None)
@@ -154,6 +165,8 @@ def sweep_request(
     parser = build_parser(
         defaults, datasets, checks=checks, offer_checks=controller_checks is None, prog=prog
     )
+    if source is not None:
+        source.add(parser)
     args = parser.parse_args(argv)
     check_storage(args.storage)  # once per sweep, before anything reads it
     if args.resume_if_present and not args.resume:
@@ -167,7 +180,8 @@ def sweep_request(
         planner, selection = selected_planner(args, defaults, seeds)
     else:
         planner = grid_planner(args, defaults, seeds, architectures)
-    return request_of(args, defaults, CHECKS_SUFFIX if checks else "", planner, selection)
+    suffix = CHECKS_SUFFIX if checks else ""
+    return request_of(args, defaults, suffix, planner, selection, source)
 
 
 def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) -> bool:
@@ -182,7 +196,7 @@ def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) ->
 
 def choose(argv: list[str], datasets: tuple[str, ...], offer_checks: bool) -> tuple[str, bool]:
     """(--dataset, --controller-checks) of `argv`; they decide the other flags."""
-    chooser = OneLineParser(add_help=False)
+    chooser = OneLineParser(add_help=False, allow_abbrev=False)  # --data is not --dataset
     default = "nyuv2" if "nyuv2" in datasets else datasets[0]
     chooser.add_argument("--dataset", choices=datasets, default=default)
     if offer_checks:
@@ -197,6 +211,7 @@ def request_of(
     suffix: str,
     planner: Planner,
     selection: Selection | None,
+    source: DataSource | None = None,
 ) -> SweepRequest:
     """The checked request (its storage is checked already, `sweep_request`): resources, name,
     then (unless resuming) the data, the base config and the trials."""
@@ -213,8 +228,12 @@ def request_of(
     }
     if args.resume:
         return SweepRequest(**common)
-    root = data_root(args, defaults)
-    base = base_config(args, defaults, root, limits.gpus_per_trial > 0)
+    if source is None:
+        data = SourceData(data_root(args, defaults), {}, args.demo and not args.data_dir)
+    else:
+        data = source.read(args, defaults)
+    root = data.root
+    base = base_config(args, defaults, root, limits.gpus_per_trial > 0, data.spec)
     options = tune_options(args, base)
     space, search = planner(base)
     return SweepRequest(
@@ -224,7 +243,8 @@ def request_of(
         options=options,
         data_root=root,
         demo=args.demo,
-        writes_demo_data=args.demo and not args.data_dir,
+        writes_demo_data=data.demo_data,
+        prepare_data=data.prepare,
         reference=args.reference,
         selection=selection,
         checkpoint_every=0 if args.demo else 1,
@@ -292,11 +312,15 @@ def checks_planner(
 
 
 def base_config(
-    args: argparse.Namespace, defaults: DatasetDefaults, root: str, use_gpu: bool | None = None
+    args: argparse.Namespace,
+    defaults: DatasetDefaults,
+    root: str,
+    use_gpu: bool | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> ExperimentConfig:
     """The ExperimentConfig shared by every trial of the sweep (validated;
     `relif_ray.sweep.compose.compose_config` of the flags' layers); `use_gpu` defaults to
-    what the resource flags ask for."""
+    what the resource flags ask for; `spec` is `data.spec`."""
     use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
     layers = [
         (f"--config {args.config}", read_config_file(args.config) if args.config else {}),
@@ -304,7 +328,7 @@ def base_config(
         ("flags", flag_fields(args)),
     ]
     demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
-    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path)
+    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path, spec or {})
     pretrained = resolve_pretrained(config.model.pretrained)
     return replace(config, model=replace(config.model, pretrained=pretrained))
 
@@ -318,31 +342,6 @@ def controller_grid(
     eta = f"{scaled if scaled else defaults.eta:g}" if args.eta is None else args.eta
     r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
     return parse_floats(r_star, "--r-star"), parse_floats(eta, "--eta")
-
-
-def parse_seeds(text: str) -> list[int]:
-    """`7` -> seeds 0..6; `0,3,5` -> exactly those."""
-    try:
-        values = [int(part) for part in comma_list(text, "--seeds")]
-    except ValueError:
-        raise UserError(
-            f"--seeds: expected a count or a comma-separated list, got '{text}'"
-        ) from None
-    if "," not in text:
-        if not values or values[0] <= 0:
-            raise UserError(f"--seeds: a count must be positive, got '{text}'")
-        return list(range(values[0]))
-    if not values or min(values) < 0 or len(set(values)) != len(values):
-        raise UserError(f"--seeds: a list needs distinct non-negative seeds, got '{text}'")
-    return values
-
-
-def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, float]:
-    values = parse_floats(text, flag)
-    if len(values) != 2 or not values[0] < values[1] or (positive and values[0] <= 0):
-        need = "0 < LOW < HIGH" if positive else "LOW < HIGH"
-        raise UserError(f"{flag}: expected LOW,HIGH with {need}, got '{text}'")
-    return values[0], values[1]
 
 
 def parse_labels(text: str, flag: str = "--methods") -> list[str]:
@@ -444,25 +443,6 @@ def experiment_name(args: argparse.Namespace, defaults: DatasetDefaults, suffix:
 def seeds_of(args: argparse.Namespace, defaults: DatasetDefaults) -> list[int]:
     default = defaults.demo_train["seeds"] if args.demo else defaults.seeds
     return parse_seeds(str(default) if args.seeds is None else args.seeds)
-
-
-def parse_callbacks(text: str | None) -> tuple[str, ...]:
-    """`--callbacks wandb,mlflow`: known names whose package is installed (Ray's integrations
-    import them only when a trial starts); none without the flag."""
-    if text is None:
-        return ()
-    names = tuple(dict.fromkeys(comma_list(text, "--callbacks")))
-    for name in names:
-        if name not in LOGGER_CALLBACKS:
-            raise UserError(
-                f"--callbacks: unknown logger '{name}' (known: {', '.join(LOGGER_CALLBACKS)})"
-            )
-        if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
-            raise UserError(
-                f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
-                f"({install_hint(name)})"
-            )
-    return names
 
 
 def tune_options(args: argparse.Namespace, base: ExperimentConfig | None) -> TuneOptions:

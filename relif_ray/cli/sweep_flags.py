@@ -8,9 +8,13 @@ once parsed is read in `relif_ray.cli.sweep`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser, comma_list
-from relif_ray.errors import UserError
+from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser, comma_list, parse_floats
+from relif_ray.errors import UserError, install_hint
 from relif_ray.models.architectures import known_architecture
 from relif_ray.problems import DatasetDefaults
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
@@ -18,6 +22,7 @@ from relif_ray.sweep.plan import (
     CONTROLLER_ETAS,
     CONTROLLER_R_STARS,
     GPUS_PER_TRIAL,
+    LOGGER_CALLBACKS,
     SCHEDULER_METRICS,
     STATIC_LAMBDAS,
 )
@@ -354,3 +359,73 @@ def parse_architectures(args: argparse.Namespace, checks: bool) -> list[str]:
     if len(set(names)) != len(names):
         raise UserError(f"--architectures: expected distinct names, got '{args.architectures}'")
     return [known_architecture(name, "--architectures").name for name in names]
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Flags of their own that say where a sweep's data are and what they mean, in place of
+    --data-dir (the tabular benchmark's --data, --task, --spec, --preset: `relif_ray.cli.tabular`).
+
+    add: adds the flags to the sweep's parser.
+    read: (the parsed flags, the data set's defaults) -> the `SourceData`; it checks the data
+        and writes nothing.
+    """
+
+    add: Callable[[argparse.ArgumentParser], None]
+    read: Callable[[argparse.Namespace, DatasetDefaults], SourceData]
+
+
+@dataclass(frozen=True)
+class SourceData:
+    """What a `DataSource`'s flags say: the data root, `data.spec`, whether the sweep writes
+    the demo data there, and what writes the data it prepares there (a preset's table;
+    `SweepRequest.prepare_data`)."""
+
+    root: str
+    spec: dict[str, Any]
+    demo_data: bool = False
+    prepare: Callable[[], object] | None = None
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`7` -> seeds 0..6; `0,3,5` -> exactly those."""
+    try:
+        values = [int(part) for part in comma_list(text, "--seeds")]
+    except ValueError:
+        raise UserError(
+            f"--seeds: expected a count or a comma-separated list, got '{text}'"
+        ) from None
+    if "," not in text:
+        if not values or values[0] <= 0:
+            raise UserError(f"--seeds: a count must be positive, got '{text}'")
+        return list(range(values[0]))
+    if not values or min(values) < 0 or len(set(values)) != len(values):
+        raise UserError(f"--seeds: a list needs distinct non-negative seeds, got '{text}'")
+    return values
+
+
+def parse_range(text: str, flag: str, positive: bool = False) -> tuple[float, float]:
+    values = parse_floats(text, flag)
+    if len(values) != 2 or not values[0] < values[1] or (positive and values[0] <= 0):
+        need = "0 < LOW < HIGH" if positive else "LOW < HIGH"
+        raise UserError(f"{flag}: expected LOW,HIGH with {need}, got '{text}'")
+    return values[0], values[1]
+
+
+def parse_callbacks(text: str | None) -> tuple[str, ...]:
+    """`--callbacks wandb,mlflow`: known names whose package is installed (Ray's integrations
+    import them only when a trial starts); none without the flag."""
+    if text is None:
+        return ()
+    names = tuple(dict.fromkeys(comma_list(text, "--callbacks")))
+    for name in names:
+        if name not in LOGGER_CALLBACKS:
+            raise UserError(
+                f"--callbacks: unknown logger '{name}' (known: {', '.join(LOGGER_CALLBACKS)})"
+            )
+        if importlib.util.find_spec(LOGGER_CALLBACKS[name]) is None:
+            raise UserError(
+                f"--callbacks {name}: the {LOGGER_CALLBACKS[name]} package is not installed "
+                f"({install_hint(name)})"
+            )
+    return names

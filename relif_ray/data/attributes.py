@@ -17,8 +17,17 @@ puts it in `UNKNOWN` for every attribute.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 ATTRIBUTE_COLUMNS = ("stay", "gender", "age", "ethnicity")
 """The columns of an attribute table."""
 
 UNKNOWN = "unknown"
 """The group of a missing or unknown value, and of a stay without an attribute row."""
+
+
+def band_names(edges: Sequence[float]) -> list[str]:
+    """The names of the half-open bands of increasing `edges`: (45, 65) gives <45, [45, 65),
+    >=65 (the group audit's age bands, a table's banded groups)."""
+    inner = [f"[{low:g}, {high:g})" for low, high in zip(edges[:-1], edges[1:], strict=True)]
+    return [f"<{edges[0]:g}", *inner, f">={edges[-1]:g}"]

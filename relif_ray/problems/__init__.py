@@ -18,8 +18,10 @@ many trials reads its data once, not once per trial.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
+import json
 import os
 import pkgutil
 import sys
@@ -191,6 +193,9 @@ class Benchmark:
         RMSE); empty: every native metric (`relif_ray.analysis.mtl_metrics`).
     attributes: where the stays' sensitive attributes are (`AttributeSource`); None: the
         benchmark has no patient groups to audit.
+    specified: for a benchmark that a data spec defines (`data.spec`: the tabular benchmark,
+        whose tasks are a table's columns), the Benchmark of one spec; `benchmark(name)` gives
+        it for the spec in effect in this process (`use_spec`). None: the files define it.
     """
 
     load: Callable[[str], Problem]
@@ -202,6 +207,7 @@ class Benchmark:
     model: Callable[[ModelConfig], MultiTaskModel] | None = None
     delta_m_metrics: tuple[str, ...] = ()
     attributes: AttributeSource | None = None
+    specified: Callable[[dict[str, Any]], Benchmark] | None = None
 
     @property
     def name(self) -> str:
@@ -234,14 +240,43 @@ def benchmarks() -> dict[str, Benchmark]:
 
 
 def benchmark(name: str, where: str = "data.dataset") -> Benchmark:
-    """The benchmark called `name`; a one-line error naming `where` and the known names."""
+    """The benchmark called `name`; a one-line error naming `where` and the known names. For
+    a benchmark that a data spec defines (`Benchmark.specified`), the one of the spec in
+    effect (`use_spec`), or without one the benchmark itself."""
     found = benchmarks()
     if name not in found:
         raise UserError(
             f"{where}: must be one of {', '.join(found)}, got '{name}' "
             f"(benchmark modules are found in relif_ray/problems/ and on ${PATH_VARIABLE})"
         )
-    return found[name]
+    described = found[name]
+    spec = _SPECS.get(name)
+    if described.specified is None or spec is None:
+        return described
+    return _specified(name, spec)
+
+
+_SPECS: dict[str, str] = {}
+"""Benchmark name -> the data spec in effect in this process (JSON text)."""
+
+
+def use_spec(config: DataConfig | dict[str, Any]) -> None:
+    """Put the data spec of `config` (a `DataConfig`, or its dict as a trial records it) in
+    effect for its benchmark in this process: what `benchmark(name)` then describes (tasks,
+    data check, group attributes). Every process that loads, checks or analyses trials of a
+    benchmark that a spec defines calls it with their config; other benchmarks ignore it."""
+    values = config if isinstance(config, dict) else dataclasses.asdict(config)
+    if values.get("spec"):
+        _SPECS[str(values["dataset"])] = json.dumps(values["spec"], sort_keys=True)
+    else:  # none: the benchmark's own description
+        _SPECS.pop(str(values.get("dataset")), None)
+
+
+@functools.lru_cache(maxsize=8)
+def _specified(name: str, spec: str) -> Benchmark:
+    specified = benchmarks()[name].specified
+    assert specified is not None
+    return specified(json.loads(spec))
 
 
 @functools.cache
@@ -272,12 +307,14 @@ def load_problem(config: DataConfig) -> Problem:
     benchmark(config.dataset, "config field data.dataset")
     if not config.root:
         raise UserError("config field data.root: no data directory given")
-    return _cached_problem(config.dataset, config.root)
+    use_spec(config)
+    return _cached_problem(config.dataset, config.root, json.dumps(config.spec, sort_keys=True))
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_problem(dataset: str, root: str) -> Problem:
-    return benchmarks()[dataset].load(root)
+def _cached_problem(dataset: str, root: str, spec: str) -> Problem:
+    """The problem of (data set, root, spec): a worker that runs many trials reads it once."""
+    return benchmark(dataset).load(root)
 
 
 __all__ = [
@@ -294,4 +331,5 @@ __all__ = [
     "benchmark",
     "benchmarks",
     "load_problem",
+    "use_spec",
 ]

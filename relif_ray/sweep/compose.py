@@ -86,13 +86,14 @@ def compose_config(
     use_gpu: bool,
     demo: DemoBudget | None = None,
     gpu_fast_path: bool = True,
+    spec: dict[str, Any] | None = None,
 ) -> ExperimentConfig:
     """The validated base config: the data set's defaults, its GPU fast path where trials get
     a GPU (`DatasetDefaults.gpu_config`, unless `gpu_fast_path` is False), the --demo layer
     (with `demo`), then `layers` ((source, dotted fields), lowest first: --config, --set, the
     named flags), each checked as it is applied so that an error names the layer; then the
-    data set at `data_root` and the device ("auto": CUDA where the trial's worker sees a
-    GPU)."""
+    data set at `data_root` with its `spec` (`data.spec`) and the device ("auto": CUDA where
+    the trial's worker sees a GPU)."""
     config = apply_overrides(ExperimentConfig().to_dict(), dataset_fields(defaults))
     if use_gpu and gpu_fast_path:
         config = apply_overrides(config, defaults.gpu_config)
@@ -102,7 +103,7 @@ def compose_config(
         config = apply_overrides(config, fields)
         if fields:
             check_config(config, source)
-    config["data"] = {"dataset": defaults.dataset, "root": data_root}
+    config["data"] = {"dataset": defaults.dataset, "root": data_root, "spec": spec or {}}
     config["device"] = "auto" if use_gpu else "cpu"
     return ExperimentConfig.from_dict(config)
 

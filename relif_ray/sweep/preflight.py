@@ -50,7 +50,7 @@ from relif_ray.experiment.storage import (
 )
 from relif_ray.methods import build_method
 from relif_ray.models.base import check_gradient_source
-from relif_ray.problems import benchmark, checked_model
+from relif_ray.problems import benchmark, checked_model, use_spec
 from relif_ray.reference import read_squash_constants
 
 
@@ -58,6 +58,7 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
     """Build each distinct method and model of `configs` once, as a trial would."""
     built: set[str] = set()
     for config in configs:
+        use_spec(config.data)
         described = benchmark(config.data.dataset, "config field data.dataset")
         check_squash_gradient(config, described.squashed_tasks)
         method = config.method

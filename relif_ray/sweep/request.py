@@ -3,6 +3,7 @@ import). `relif_ray.tuning.driver` runs it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from relif_ray.problems import DatasetDefaults
@@ -25,6 +26,8 @@ class SweepRequest:
     reference: an experiment lending its same-seed ERM squash constants (`--reference`);
     selection: the (r*, eta) chosen per seed from a search (`--select-from`), recorded in the
         experiment as `selection.csv`;
+    prepare_data: writes the data the sweep prepares from others (a preset's table, at
+        `data_root`), once every check has passed, inside the experiment's lock; None: none;
     checkpoint_every: epochs between checkpoints (0: only the final one);
     checkpoint_interval_s: and at least this many seconds between two checkpoints of a trial
         (`relif_ray.tuning.launch.CheckpointCadence`).
@@ -40,6 +43,7 @@ class SweepRequest:
     data_root: str | None = None
     demo: bool = False
     writes_demo_data: bool = False
+    prepare_data: Callable[[], object] | None = None
     reference: str | None = None
     selection: Selection | None = None
     max_failures: int = 2

@@ -147,7 +147,7 @@ def linear_weighted_kappa(true_bins: np.ndarray, predicted_bins: np.ndarray) -> 
     return float(1.0 - (weights * observed).sum() / disagreement)
 
 
-class _Collector:
+class Collector:
     """Every batch's values of a whole-split computation, kept where they are (on the device)
     as flat tensors with the mask of the entries that count, and copied to the host once:
     `get` selects the counted entries there, so no mask is applied on the device."""
@@ -176,7 +176,7 @@ class BinaryMetrics(MetricAccumulator):
     higher_is_better: ClassVar[Mapping[str, bool]] = {"auroc": True, "auprc": True}
 
     def __init__(self) -> None:
-        self.collected = _Collector()
+        self.collected = Collector()
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         labelled = target[..., 0] > 0.5
@@ -193,7 +193,7 @@ class PhenotypeMetrics(MetricAccumulator):
     higher_is_better: ClassVar[Mapping[str, bool]] = {"auroc_macro": True}
 
     def __init__(self) -> None:
-        self.collected = _Collector()
+        self.collected = Collector()
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         every_stay = torch.ones_like(prediction[:, 0], dtype=torch.bool)
@@ -213,7 +213,7 @@ class LengthOfStayMetrics(MetricAccumulator):
     higher_is_better: ClassVar[Mapping[str, bool]] = {"kappa": True, "mad": False}
 
     def __init__(self) -> None:
-        self.collected = _Collector()
+        self.collected = Collector()
 
     def update(self, prediction: Tensor, target: Tensor) -> None:
         labelled = target[..., 0] > 0.5

@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
-from relif_ray.problems import DatasetDefaults, benchmark
+from relif_ray.problems import DatasetDefaults, benchmark, use_spec
 from relif_ray.sweep.preflight import check_data, check_resumable, lent_constants
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import record_selection
@@ -43,6 +43,8 @@ def run(request: SweepRequest) -> str:
             prepare_new_experiment(request.storage, request.name, replace=request.demo)
             if request.writes_demo_data:
                 write_demo_data(request.data_root, request.defaults)
+            if request.prepare_data is not None:
+                request.prepare_data()
         experiment_dir = launch.run_sweep(
             request.space,
             name=request.name,
@@ -70,7 +72,9 @@ def check_inputs(request: SweepRequest) -> None:
     the command checked the storage when it made the request."""
     if request.reference:
         lent_constants(request.reference)  # run_sweep copies them into the experiment
-    if not request.writes_demo_data:
+    if request.space is not None:
+        use_spec(request.space.base.data)
+    if not request.writes_demo_data and request.prepare_data is None:
         check_data(request.defaults.dataset, request.data_root)
 
 

@@ -1,0 +1,61 @@
+"""End to end on real data: `sweeps/tabular.py --preset actg175` (lifelines' ACTG 175 table)
+-> `relif report`: a small sweep (erm and relif-st, two seeds, two epochs) on the session's
+Ray, then the report with its data spec, native metrics per task and group audit."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from relif_ray import analysis
+from relif_ray.cli.console import main as relif
+from relif_ray.cli.sweep import main as sweep_main
+from relif_ray.cli.tabular import SOURCE
+from relif_ray.data.actg175 import POST_BASELINE
+from tests.conftest import ONE_TRIAL_AT_A_TIME
+
+METRICS = [
+    "event_auroc", "event_auprc", "course_auroc_macro", "course_accuracy",
+    "cd4_20_mae", "cd4_20_rmse", "cd4_96_mae", "cd4_96_rmse",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def actg175(ray_session, sweep_folder: Path) -> Path:
+    argv = [
+        *("--preset", "actg175", "--methods", "erm,relif-st", "--seeds", "2", "--epochs", "2"),
+        *("--storage", str(sweep_folder), "--name", "actg175", *ONE_TRIAL_AT_A_TIME),
+    ]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        status = sweep_main(argv, datasets=("tabular",), controller_checks=False, source=SOURCE)
+    assert status == 0, out.getvalue()[-3000:]
+    return sweep_folder / "actg175"
+
+
+def test_the_preset_trains_on_the_real_table_and_the_report_says_what_it_read(
+    actg175: Path, tmp_path: Path
+) -> None:
+    experiment = analysis.load(str(actg175))
+    assert len(experiment.trials) == 4
+    spec = experiment.trials["config"].iloc[0]["data"]["spec"]
+    assert not set(spec["features"]) & set(POST_BASELINE)
+    assert sum(spec["summary"]["split_sizes"].values()) == 2139
+    assert spec["summary"]["labelled"]["cd4_96"]["train"] < spec["summary"]["split_sizes"]["train"]
+
+    out = tmp_path / "report"
+    assert relif(["report", str(actg175), "--out", str(out), "--no-figures"]) == 0
+    text = (out / "report.md").read_text()
+    assert "Data (tabular): " in text and "event=cens:binary, course=course:multiclass" in text
+    assert "race (non-white, white); gender (female, male); age (" in text
+    trials = pd.read_csv(out / "per_trial.csv")
+    assert set(METRICS) <= set(trials.columns)
+    for column in ("event_auroc", "course_auroc_macro", "course_accuracy"):
+        assert trials[column].between(0, 1).all(), column
+    assert (trials[["cd4_20_mae", "cd4_96_rmse"]] > 0).all().all()
+    verdicts = pd.read_csv(out / "group_verdicts.csv")
+    assert set(verdicts["attribute"]) == {"race", "gender", "age"}
+    assert set(verdicts["task"]) == {"event"}
