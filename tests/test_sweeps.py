@@ -828,6 +828,7 @@ def test_the_tests_local_ray_listens_on_loopback_only(ray_session):
 
 @pytest.mark.slow
 def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tmp_path):
+    from relif_ray.experiment import storage
     from relif_ray.sweep.plan import OptunaPlan, TuneOptions
     from relif_ray.sweep.selection import hypervolume
     from relif_ray.tuning.launch import run_sweep
@@ -846,7 +847,7 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
     assert len(states) == 3 and {status for status, _ in states.values()} == {"TERMINATED"}
     trials = analysis.load(experiment).trials
     assert sorted(trials["label"]) == ["erm", "relif", "relif"]
-    front = pd.read_csv(Path(experiment) / "pareto.csv")
+    front = storage.read_csv(Path(experiment) / "pareto.csv")  # floats exactly as written
     assert set(front["study"]) == {"relif/seed0"} and 1 <= len(front) <= 2
     assert set(front["trial_id"]) <= set(trials["trial"])
     by_trial = trials.set_index("trial")

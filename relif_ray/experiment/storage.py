@@ -257,12 +257,14 @@ def read_json_lines(place: Location) -> list[dict[str, Any]]:
 
 
 def read_csv(place: Location) -> pd.DataFrame:
-    """A CSV file with a header row, as pandas reads it."""
+    """A CSV file with a header row, as pandas reads it, each float exactly as written (pandas
+    writes the shortest repr that reads back as the same float; its default parser may read
+    such a number one unit in the last place off)."""
     import pandas as pd  # deferred: the storage probe's Ray task imports this module
 
     data = read_bytes(place)
     with reading(place):
-        return pd.read_csv(io.BytesIO(data))
+        return pd.read_csv(io.BytesIO(data), float_precision="round_trip")
 
 
 def read_parquet(place: Location, **options: Any) -> pa.Table:
