@@ -343,8 +343,6 @@ def test_a_csv_the_project_wrote_reads_back_float_for_float(tmp_path):
     """pandas writes each float as its shortest repr; its default parser reads some of them one
     unit in the last place off (0.09138622366765443 as 0.0913862236676544): the project's
     reader reads them exactly, so a value compared after the round trip is the one written."""
-    import pandas as pd
-
     from relif_ray.experiment import storage
 
     values = [0.09138622366765443, 0.1 + 0.2, 1 / 3, 2.0**-30, 123456.789e-300]
