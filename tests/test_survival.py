@@ -164,7 +164,11 @@ class Reader(threading.Thread):
             report = ["report", str(self.experiment), "--out", str(out), "--no-figures"]
             self.call([*report, "--n-boot", "0"])
             if (out / "per_trial.csv").exists():
-                self.rows.append(pd.read_csv(out / "per_trial.csv", dtype={"trial": str}))
+                self.rows.append(  # floats exactly as written: they are compared with ==
+                    pd.read_csv(
+                        out / "per_trial.csv", dtype={"trial": str}, float_precision="round_trip"
+                    )
+                )
             if self.call(["export", str(self.experiment), str(copy)]) == 0:
                 self.exported += [read_trial_info(p.parent) for p in copy.rglob("trial.json")]
             shutil.rmtree(out, ignore_errors=True)
