@@ -19,6 +19,10 @@ from relif_ray.experiment import storage
 from relif_ray.tuning import keep_local_ray_on_loopback
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# No process of the tests (Ray workers included) asks the cloud's metadata address for
+# credentials: S3 clients that find none in the environment send unsigned requests (moto
+# takes them).
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 # Every local Ray of the tests (the session's and those of the CLI subprocesses, which inherit
 # the environment) binds to 127.0.0.1; this must happen before anything imports Ray.
 keep_local_ray_on_loopback()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
-import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -42,6 +41,7 @@ from relif_ray.sweep.exit_status import (
     EXIT_TRIALS_ERRORED,
     SweepStopped,
     TrialsErrored,
+    command_line,
     retry_command,
     stopped_line,
     summary_lines,
@@ -112,7 +112,7 @@ def main(
             return EXIT_TRIALS_ERRORED
         except SweepStopped as stop:
             print(f"experiment directory: {display(stop.experiment_dir)}")
-            same = shlex.join([*program, *argv])
+            same = command_line(program, argv)
             print(stopped_line(stop, retry_command(program, argv), same), file=sys.stderr)
             return EXIT_STOPPED
         print(f"experiment directory: {display(experiment_dir)}")
@@ -173,7 +173,8 @@ def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) ->
     name = experiment_name(args, defaults, suffix)
     if not sweep_exists(args.storage, name):
         return False
-    print(f"--resume-if-present: continuing the sweep {name} in {args.storage}", flush=True)
+    where = display(args.storage)
+    print(f"--resume-if-present: continuing the sweep {name} in {where}", flush=True)
     return True
 
 
