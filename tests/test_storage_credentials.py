@@ -8,6 +8,7 @@ holds a pickle)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -100,7 +101,8 @@ def test_credentials_in_a_storage_uri_are_written_nowhere(
     done = run(["-m", "relif_ray.cli", "export", experiment, str(exported)], scratch)
     outputs.append(done)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    assert list(exported.glob("erm*/params.json"))
+    (params,) = exported.glob("erm*/params.json")  # the trial's config names the store so
+    assert json.loads(params.read_text())["experiment_dir"] == f"s3://{BUCKET}/sealed/exp?{options}"
     # the credentials in the environment, the URI without them
     from_env = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
     plain = f"s3://{BUCKET}/sealed/exp?{options}"

@@ -287,8 +287,7 @@ def test_a_sweep_survives_a_killed_worker_a_full_disk_and_stop_signals_while_it_
 def store(monkeypatch) -> Iterator[dict]:
     """An S3 store (moto) on 127.0.0.1 that the test can stop and start again on its port;
     the storage URI names it and its (test) credentials, which the driver takes into its own
-    environment; the trial workers of the session's Ray, started without them, go without
-    (moto takes unsigned requests), as a cluster's nodes would use their own."""
+    environment; the trial workers of the session's Ray use their own (tests/conftest.py)."""
     from moto.server import ThreadedMotoServer
 
     port = free_port()
