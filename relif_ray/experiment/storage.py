@@ -16,9 +16,10 @@ file read below it). Credentials in an S3 URI itself, `s3://KEY:SECRET@bucket/di
 Arrow reads), are taken out of it where it is first read (`location`): they become this
 process's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and the URI goes on without them, so
 that no location this library passes on, writes or shows holds them (a sweep's trial configs,
-Ray Tune's state, messages). A local Ray that a sweep starts inherits that environment; Ray
-writes none of it to its session folder (its `runtime_env` would: it logs its variables).
-Command lines shown to the user drop them too (`redacted`). Reading never writes to the store.
+Ray Tune's state, messages). A local Ray that a sweep starts inherits that environment, which
+Ray writes nowhere (a `runtime_env` it logs in its session folder: Ray Tune is told not to copy
+credentials into one, `relif_ray.tuning.launch.keep_credentials_out_of_runtime_env`). Command
+lines shown to the user drop them too (`redacted`). Reading never writes to the store.
 """
 
 from __future__ import annotations
