@@ -19,6 +19,9 @@ from relif_ray.experiment import storage
 from relif_ray.tuning import keep_local_ray_on_loopback
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# No process of the tests (Ray workers included) asks the cloud's metadata address for
+# credentials.
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 # Every local Ray of the tests (the session's and those of the CLI subprocesses, which inherit
 # the environment) binds to 127.0.0.1; this must happen before anything imports Ray.
 keep_local_ray_on_loopback()
@@ -70,6 +73,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 BUCKET = "relif"
 """The bucket of the moto S3 server of `s3_server`."""
+MOTO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+"""Credentials for the moto S3 servers of the tests (moto takes any signed request)."""
 
 TINY_DATA = {"train": 24, "val": 12, "height": 32, "width": 40}
 TINY_ERM_SQUASH = {"depth": [4.8131, 4.9289], "normal": [3.9598, 4.0494]}
@@ -127,18 +132,23 @@ def sweep_folder(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[P
 def ray_session():
     """Local Ray with 2 CPUs and 2 logical GPUs (for fractional-GPU packing; trials still run
     on the CPU), no dashboard, bound to 127.0.0.1, with the settings of the local Ray a sweep
-    starts, started once for all sweep tests."""
+    starts, started once for all sweep tests. Its workers read the tests' S3 stores (moto) with
+    credentials of their own (`MOTO_CREDENTIALS`), as a cluster's nodes do: a sweep that joins
+    it never hands its workers the driver's."""
     import ray
 
     from relif_ray.tuning.launch import LOCAL_RAY_SYSTEM_CONFIG
 
-    ray.init(
-        num_cpus=2,
-        num_gpus=2,
-        include_dashboard=False,
-        ignore_reinit_error=True,
-        _system_config=LOCAL_RAY_SYSTEM_CONFIG,
-    )
+    with pytest.MonkeyPatch.context() as patch:  # the Ray processes inherit them, not this one
+        for name, value in MOTO_CREDENTIALS.items():
+            patch.setenv(name, value)
+        ray.init(
+            num_cpus=2,
+            num_gpus=2,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+            _system_config=LOCAL_RAY_SYSTEM_CONFIG,
+        )
     yield ray
     ray.shutdown()
 
@@ -202,8 +212,7 @@ def s3_server(tmp_path_factory) -> dict:
 def s3(s3_server: dict, monkeypatch) -> dict:
     """Credentials and the endpoint the way a user sets them (environment variables)."""
     for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        **MOTO_CREDENTIALS,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_ENDPOINT_URL": s3_server["endpoint"],

@@ -5,6 +5,8 @@ alike, and give the same numbers as the local copy."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +141,34 @@ def test_storage_decides_once_that_file_uris_are_local(tmp_path):
     assert storage.resolved(tmp_path.as_uri()) == tmp_path.resolve()
     assert storage.local_path("s3://bucket/results") is None
     assert storage.resolved("s3://bucket/results?scheme=http") == "s3://bucket/results?scheme=http"
+
+
+def test_credentials_of_an_s3_uri_leave_it_for_the_environment(monkeypatch):
+    """`s3://KEY:SECRET@bucket/...` (percent-encoded, as Arrow reads it) is the URI without
+    them; they become this process's AWS credentials, in place of those there (and of their
+    session token); messages and command lines never show them."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "before")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "before")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "of-before")
+    uri = "s3://AK%2B1:s%2Fe%2Bcret@bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+    place = storage.location(uri, "--storage")
+    assert place == "s3://bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]) == (
+        "AK+1",
+        "s/e+cret",
+    )
+    assert "AWS_SESSION_TOKEN" not in os.environ
+    assert storage.display(uri) == "s3://bucket/runs"
+    line = f"sweeps/nyuv2.py --storage {uri} --set=x=s3://k:v@b/c"
+    assert storage.redacted(line) == (
+        "sweeps/nyuv2.py --storage s3://bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+        " --set=x=s3://b/c"
+    )
+    for bad, error in [
+        ("gs://key:secret@bucket/runs", "--storage gs://bucket/runs: a gs:// URI takes no"),
+        ("s3://secret@bucket/runs", "--storage s3://bucket/runs: credentials in an s3:// URI"),
+        ("ftp://key:secret@host/runs", "--storage ftp://host/runs: unsupported storage"),
+    ]:
+        with pytest.raises(UserError, match="^" + re.escape(error)) as raised:
+            storage.location(bad, "--storage")
+        assert "secret" not in str(raised.value)

@@ -288,10 +288,10 @@ def test_a_sweep_survives_a_killed_worker_a_full_disk_and_stop_signals_while_it_
 
 
 @pytest.fixture
-def store() -> Iterator[dict]:
+def store(monkeypatch) -> Iterator[dict]:
     """An S3 store (moto) on 127.0.0.1 that the test can stop and start again on its port;
-    the storage URI names it and its (test) credentials, which the trial workers of the
-    session's Ray, started without them, read from there."""
+    the storage URI names it and its (test) credentials, which the driver takes into its own
+    environment; the trial workers of the session's Ray use their own (tests/conftest.py)."""
     from moto.server import ThreadedMotoServer
 
     port = free_port()
@@ -302,6 +302,8 @@ def store() -> Iterator[dict]:
         access_key="testing", secret_key="testing", allow_bucket_creation=True,
     )  # fmt: skip
     client.create_dir(OUTAGE_BUCKET)
+    for name in storage.CREDENTIAL_VARIABLES:  # where the URI's go in this process, put back after
+        monkeypatch.delenv(name, raising=False)
 
     def stop() -> None:
         servers[-1].stop()
@@ -354,8 +356,9 @@ def test_a_storage_outage_stops_the_sweep_resumably_and_resume_loses_nothing(
     summary = log[log.index("1 trial(s) errored in s3://relif-outage/runs/outage:") :].splitlines()
     assert re.match(r"  erm seed 0: OSError: .*Could not connect to server", summary[1]), summary
     retry = "retry the errored trials (after fixing the cause) with: "
-    assert summary[2] == retry + shlex.join([sys.executable, "sweeps/nyuv2.py", *argv])
-    assert "testing:testing" not in "\n".join(summary[:2])  # URI credentials are never shown
+    shown = [storage.redacted(word) for word in argv]  # URI credentials are never shown
+    assert summary[2] == retry + shlex.join([sys.executable, "sweeps/nyuv2.py", *shown])
+    assert "testing:testing" not in log
 
     second = Driver(argv, tmp_path / "run2.log", env)
     assert second.wait() == 0, second.log.read_text()[-3000:]

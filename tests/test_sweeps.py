@@ -673,6 +673,10 @@ def test_a_stopped_sweep_says_why_and_how_the_same_command_continues_it(tmp_path
     again = retry_command(program, ["--name", "x", "--resume-if-present"])
     assert again == "relif sweep --name x --resume-if-present"  # the same command resumes
     assert retry_command(program, ["--name", "x"]) == "relif sweep --name x --resume"
+    with_key = ["--storage", "s3://KEY:SECRET@bucket/runs?scheme=http", "--name", "x"]
+    assert retry_command(program, with_key) == (  # the key is taken again from the user
+        "relif sweep --storage 's3://bucket/runs?scheme=http' --name x --resume"
+    )
     assert not hard.value.resumable  # nothing of the sweep was saved there
     assert stopped_line(hard.value, "R", "S") == (
         "sweep stopped at once by a second signal (SIGTERM, then SIGUSR1): the state Ray Tune "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -119,6 +120,10 @@ def read_wandb_offline_run(run_dir: Path) -> tuple[dict, list[dict]]:
     return config, history
 
 
+WANDB_KEY = uuid.uuid4().hex + uuid.uuid4().hex[:8]
+"""A W&B API key (40 characters) of this run."""
+
+
 @pytest.fixture(scope="module")
 def asha_sweep(ray_session, nyuv2_dir, sweep_folder: Path, monkeypatch_module) -> Path:
     """erm and relif x 3 seeds, 3 epochs, one trial at a time, ASHA on validation Worst, with
@@ -130,6 +135,7 @@ def asha_sweep(ray_session, nyuv2_dir, sweep_folder: Path, monkeypatch_module) -
     monkeypatch_module.setenv("WANDB_MODE", "offline")
     monkeypatch_module.setenv("WANDB_DIR", str(sweep_folder))
     monkeypatch_module.setenv("WANDB_SILENT", "true")
+    monkeypatch_module.setenv("WANDB_API_KEY", WANDB_KEY)  # offline: unused, and never written
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", (sweep_folder / "mlruns").as_uri())
     monkeypatch_module.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: opt in
     status = main(
@@ -239,3 +245,18 @@ def test_mlflow_and_wandb_have_one_run_per_trial_with_its_config_and_lambda(asha
         config, history = wandb_by_trial[row["trial"]]
         assert config["relif.enabled"] == row["relif"] and config["seed"] == row["seed"]
         assert [h["lambda"] for h in history] == pytest.approx(expected, nan_ok=True)
+
+
+@pytest.mark.slow
+def test_the_wandb_key_is_in_no_file_of_the_ray_session_or_the_sweep(asha_sweep, ray_session):
+    """Ray would hand the key to its logging actors in their runtime_env, which its runtime-env
+    agent logs in the session folder (`relif_ray.tuning.integrations.wandb_callback`)."""
+    session = Path(ray_session._private.worker._global_node.get_session_dir_path())
+    files = [path for folder in (session, asha_sweep) for path in folder.rglob("*")]
+    assert len([path for path in files if path.is_file()]) > 10
+    holding = [
+        str(path)
+        for path in files
+        if path.is_file() and not path.is_symlink() and WANDB_KEY.encode() in path.read_bytes()
+    ]
+    assert holding == []

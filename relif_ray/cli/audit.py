@@ -46,19 +46,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def read_scores(path: str) -> pd.DataFrame:
     """Read a parquet or CSV score file (a local path or a `file://`, `s3://`, `gs://` URI,
-    see `relif_ray.experiment.storage`); any failure is a one-line `UserError`."""
-    place = storage.location(path)
+    see `relif_ray.experiment.storage`); any failure is a one-line `UserError`, naming the
+    file without the credentials of its URI."""
+    place, shown = storage.location(path), storage.redacted(path)
     suffix = PurePosixPath(urlsplit(path).path if isinstance(place, str) else path).suffix
     if suffix.lower() not in (".parquet", ".csv"):
-        raise UserError(f"{path}: expected a .parquet or .csv file")
+        raise UserError(f"{shown}: expected a .parquet or .csv file")
     if storage.file_type(place) != FileType.File:
-        raise UserError(f"{path}: no such file")
+        raise UserError(f"{shown}: no such file")
     try:  # a file that is not what its name says: `storage.DamagedFile`, naming it
         if suffix.lower() == ".parquet":
             return storage.read_parquet(place).to_pandas()
         return storage.read_csv(place)
     except OSError as error:
-        raise UserError(f"{path}: cannot read: {first_line(error)}") from error
+        raise UserError(f"{shown}: cannot read: {first_line(error)}") from error
 
 
 def select_split(scores: pd.DataFrame, split: str | None, path: str) -> pd.DataFrame:
@@ -75,16 +76,18 @@ def select_split(scores: pd.DataFrame, split: str | None, path: str) -> pd.DataF
 def run_audit(args: argparse.Namespace) -> int:
     check_delta(args.delta, "--delta")
     settings = audit_settings(args)
-    scores = select_split(read_scores(args.scores), args.split, args.scores)
-    validate_scores(scores, source=args.scores)
+    source = storage.redacted(args.scores)
+    scores = select_split(read_scores(args.scores), args.split, source)
+    validate_scores(scores, source=source)
     result = fixed_delta_audit(scores, args.delta, **vars(settings))
-    print(json.dumps(result.to_dict()) if args.json else format_table(result, args))
+    print(json.dumps(result.to_dict()) if args.json else format_table(result, args, source))
     return 0
 
 
-def format_table(result: AuditResult, args: argparse.Namespace) -> str:
+def format_table(result: AuditResult, args: argparse.Namespace, source: str) -> str:
+    """The audit as a table; `source`: the score file as shown."""
     lines = [
-        f"fixed-delta audit of {args.scores}: delta={args.delta:g}, pool_size={args.pool_size}, "
+        f"fixed-delta audit of {source}: delta={args.delta:g}, pool_size={args.pool_size}, "
         f"pairs={args.pairs}, pair_seed={args.pair_seed}, eval_seed={args.eval_seed}",
     ]
     width = max(len("task pair"), *(len(key) for key in result.pairs))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -46,6 +45,7 @@ from relif_ray.sweep.exit_status import (
     EXIT_TRIALS_ERRORED,
     SweepStopped,
     TrialsErrored,
+    command_line,
     retry_command,
     stopped_line,
     summary_lines,
@@ -124,7 +124,7 @@ def main(
 
             ignore_stop_signals()  # this process ends: let Ray's shutdown at exit finish
             print(f"experiment directory: {display(stop.experiment_dir)}")
-            same = shlex.join([*program, *argv])
+            same = command_line(program, argv)
             print(stopped_line(stop, retry_command(program, argv), same), file=sys.stderr)
             return EXIT_STOPPED
         print(f"experiment directory: {display(experiment_dir)}")
@@ -190,7 +190,8 @@ def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) ->
     name = experiment_name(args, defaults, suffix)
     if not sweep_exists(args.storage, name):
         return False
-    print(f"--resume-if-present: continuing the sweep {name} in {args.storage}", flush=True)
+    where = display(args.storage)
+    print(f"--resume-if-present: continuing the sweep {name} in {where}", flush=True)
     return True
 
 

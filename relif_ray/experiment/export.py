@@ -70,7 +70,8 @@ def export_experiment(experiment: str, destination: str | Path) -> ExportSummary
         raise UserError(f"experiment directory not found: {storage.display(root)}")
     target = storage.check_writable(destination, "DEST")
     if target is None:
-        raise UserError(f"DEST {destination}: export writes a new local folder, not a URI")
+        shown = storage.redacted(str(destination))
+        raise UserError(f"DEST {shown}: export writes a new local folder, not a URI")
     if target.exists():
         raise UserError(f"DEST {destination}: already exists (export writes a new folder)")
     staging = target.with_name(target.name + ".partial")

@@ -8,12 +8,18 @@ This module is the one place that decides which: `location` (and `local_path`, f
 that needs a directory on this machine: the experiment lock, the storage checks, demo data).
 A `file://` URI is local everywhere, exactly like the plain path it names.
 Credentials come from the usual places of each store (AWS_* / GOOGLE_* environment variables,
-their config files). An S3-compatible store on another endpoint (MinIO, moto, ...) is reached
-by setting `AWS_ENDPOINT_URL` (e.g. `http://127.0.0.1:9000`, which Arrow reads), or by putting
-Arrow's options in the URI itself: `s3://bucket/dir?endpoint_override=127.0.0.1:9000&scheme=http`
-(the query is kept for every file read below it). Credentials in the URI itself,
-`s3://KEY:SECRET@bucket/dir` (Arrow reads them), are never shown (`display`). Reading never
-writes to the store.
+their config and profile files). An S3-compatible store on another endpoint (MinIO, moto, ...)
+is reached by setting `AWS_ENDPOINT_URL` (e.g. `http://127.0.0.1:9000`, which Arrow reads), or
+by putting Arrow's options in the URI itself:
+`s3://bucket/dir?endpoint_override=127.0.0.1:9000&scheme=http` (the query is kept for every
+file read below it). Credentials in an S3 URI itself, `s3://KEY:SECRET@bucket/dir` (the form
+Arrow reads), are taken out of it where it is first read (`location`): they become this
+process's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and the URI goes on without them, so
+that no location this library passes on, writes or shows holds them (a sweep's trial configs,
+Ray Tune's state, messages). A local Ray that a sweep starts inherits that environment, which
+Ray writes nowhere (a `runtime_env` it logs in its session folder: Ray Tune is told not to copy
+credentials into one, `relif_ray.tuning.launch.keep_credentials_out_of_runtime_env`). Command
+lines shown to the user drop them too (`redacted`). Reading never writes to the store.
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ import functools
 import io
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
 import pyarrow as pa
@@ -53,18 +60,57 @@ _LOCAL = pafs.LocalFileSystem()
 def location(text: str | Path, what: str = "") -> Location:
     """A path or URI as given by a user: `file://` URIs and plain paths become `Path`s; a URI
     of an unsupported scheme, or a bucket URI without a bucket, is a one-line error (`what`:
-    the flag or argument that gave it, named first)."""
+    the flag or argument that gave it, named first). Credentials in an S3 URI are taken out
+    of it (`take_credentials`): the location returned never holds them."""
     if isinstance(text, Path) or "://" not in text:
         return Path(text)
     parts = urlsplit(text)
     if parts.scheme == "file":
         return Path(url2pathname(parts.path))
-    given = f"{what} {text}" if what else text
+    given = f"{what} {redacted(text)}" if what else redacted(text)
     if parts.scheme not in _BUCKET_SCHEMES:
         raise UserError(f"{given}: unsupported storage '{parts.scheme}://' (use {SUPPORTED})")
-    if not parts.netloc:
+    if not _bucket(parts.netloc):
         raise UserError(f"{given}: no bucket named (expected {parts.scheme}://BUCKET/PATH)")
+    if "@" in parts.netloc:
+        take_credentials(parts, given)
+        return urlunsplit(parts._replace(netloc=_bucket(parts.netloc)))
     return text
+
+
+CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+"""Where the credentials of an S3 URI go: the environment variables that Arrow (this process's
+and every Ray worker's) and every other S3 client read first."""
+
+
+def take_credentials(parts: SplitResult, given: str) -> None:
+    """The credentials of an S3 URI's `KEY:SECRET@` (percent-encoded, as Arrow reads them)
+    become this process's `CREDENTIAL_VARIABLES`, in place of any there (and of a session token
+    that went with those); filesystems opened before with other credentials are forgotten.
+    A GCS URI takes none (Arrow's neither): GOOGLE_APPLICATION_CREDENTIALS names them."""
+    if parts.scheme != "s3":
+        raise UserError(
+            f"{given}: a {parts.scheme}:// URI takes no credentials (set "
+            "GOOGLE_APPLICATION_CREDENTIALS, or use the gcloud default credentials)"
+        )
+    key, colon, secret = parts.netloc.rpartition("@")[0].partition(":")
+    if not (key and colon and secret):
+        raise UserError(f"{given}: credentials in an s3:// URI are KEY:SECRET@ before the bucket")
+    credentials = dict(zip(CREDENTIAL_VARIABLES, (unquote(key), unquote(secret)), strict=True))
+    if any(os.environ.get(name) != value for name, value in credentials.items()):
+        os.environ.update(credentials)
+        os.environ.pop("AWS_SESSION_TOKEN", None)
+        _bucket_filesystem.cache_clear()
+
+
+_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@", re.IGNORECASE)
+"""The `scheme://userinfo@` of a URI, wherever it stands in a text."""
+
+
+def redacted(text: str) -> str:
+    """`text` (a URI, a flag, a command line) with the userinfo of every URI in it left out:
+    what a message or a command line shown to the user says of a location."""
+    return _USERINFO.sub(r"\1", text)
 
 
 def local_path(text: str | Path, what: str = "") -> Path | None:
@@ -104,14 +150,17 @@ def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
     try:
         query = f"?{parts.query}" if parts.query else ""
         store = _bucket_filesystem(f"{parts.scheme}://{parts.netloc}{query}")
-        return store, f"{_bucket(parts.netloc)}{parts.path}".rstrip("/")
+        return store, f"{parts.netloc}{parts.path}".rstrip("/")
     except (OSError, pa.ArrowException) as error:
         raise UserError(f"{display(place)}: cannot open: {first_line(error)}") from error
 
 
 @functools.lru_cache(maxsize=16)
 def _bucket_filesystem(bucket_uri: str) -> pafs.FileSystem:
-    """One filesystem object per bucket and options (creating one resolves the region)."""
+    """One filesystem object per bucket and options (creating one resolves the region). It
+    holds no credentials of its own: Arrow finds them in the environment or profile when it
+    is created (`take_credentials` forgets those created before it changes them), so that Ray
+    Tune can pickle it into its state (`relif_ray.tuning.launch.tune_storage`)."""
     return pafs.FileSystem.from_uri(bucket_uri)[0]
 
 
@@ -134,11 +183,10 @@ def parent(place: Location) -> Location:
 
 def display(place: Location) -> str:
     """The location as shown to a user (a URI without its query options, and without the
-    credentials that Arrow takes from a URI's `ACCESS_KEY:SECRET_KEY@`)."""
+    credentials of a URI's `ACCESS_KEY:SECRET_KEY@`, `redacted`)."""
     if isinstance(place, Path):
         return str(place)
-    parts = urlsplit(place)
-    return urlunsplit(parts._replace(netloc=_bucket(parts.netloc), query=""))
+    return urlunsplit(urlsplit(redacted(place))._replace(query=""))
 
 
 def _bucket(netloc: str) -> str:

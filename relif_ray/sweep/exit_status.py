@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from relif_ray.experiment.storage import display
+from relif_ray.experiment.storage import display, redacted
 
 EXIT_TRIALS_ERRORED = 1
 """Exit status of a sweep that ran but left errored trials (2 is a mistake found before)."""
@@ -78,12 +78,18 @@ def by_storage(error: str) -> str:
     return f"because its storage failed ({error}): the state Ray Tune saved there last is kept"
 
 
+def command_line(program: list[str], argv: list[str]) -> str:
+    """The command as given, as shown to the user: without the credentials of a URI in it
+    (`redacted`), which the command takes again from the environment, or from the URI given
+    again."""
+    return shlex.join(redacted(word) for word in [*program, *argv])
+
+
 def retry_command(program: list[str], argv: list[str]) -> str:
-    """The command line that resumes the sweep: the same flags, plus `--resume` unless they
-    already resume (`RESUME_FLAGS`)."""
+    """The command line that resumes the sweep (`command_line`): the same flags, plus
+    `--resume` unless they already resume (`RESUME_FLAGS`)."""
     resumes = any(flag in argv for flag in RESUME_FLAGS)
-    flags = argv if resumes else [*argv, "--resume"]
-    return shlex.join([*program, *flags])
+    return command_line(program, argv if resumes else [*argv, "--resume"])
 
 
 def summary_lines(failure: TrialsErrored, retry: str) -> list[str]:

@@ -104,13 +104,13 @@ def check_data(dataset: str, root: str) -> None:
 def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
     """The same-seed ERM squash constants an experiment lends through `--reference` (seed ->
     task -> [q10, q90]); a one-line error when it has none."""
-    location(reference, "--reference")
+    place = location(reference, "--reference")
     try:
-        constants = read_squash_constants(reference)
+        constants = read_squash_constants(place)
     except DamagedFile as error:
-        raise UserError(f"--reference {reference}: {error}") from None
+        raise UserError(f"--reference {display(place)}: {error}") from None
     if not constants:
-        raise UserError(f"--reference {reference}: no {SQUASH_CONSTANTS_FILE} there")
+        raise UserError(f"--reference {display(place)}: no {SQUASH_CONSTANTS_FILE} there")
     return constants
 
 

@@ -119,8 +119,16 @@ def wandb_callback(**wandb_init: Any) -> Callback:
     out: the last trial of a sweep, cleaned up at once at the experiment's end, was left with an
     empty run file in offline mode (seen in our W&B test). `wandb.teardown()` waits for that
     process to finish, as W&B's exit hook would where the process ends normally.
+
+    Ray hands the driver's WANDB_API_KEY to its logging actors in their `runtime_env`, and Ray's
+    runtime-env agent writes every runtime_env, variables and all, to its log in the session
+    folder. The actors here get none: they run on the driver's node (Ray places them there),
+    in a worker of that node's Ray, which a local Ray started by the sweep inherits with the
+    driver's environment; on a cluster, that node's own key (its environment, `wandb login`).
     """
+    import ray
     from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
+    from ray.air.util.node import _force_on_current_node
 
     class WrittenOutLoggingActor(_WandbLoggingActor):
         def run(self) -> None:
@@ -129,5 +137,12 @@ def wandb_callback(**wandb_init: Any) -> Callback:
 
     class WrittenOutWandbLoggerCallback(WandbLoggerCallback):
         _logger_actor_cls = WrittenOutLoggingActor
+
+        def _start_logging_actor(self, trial: Any, exclude_results: list[str], **init: Any):
+            if not self._remote_logger_class:  # Ray's options, less the runtime_env
+                self._remote_logger_class = ray.remote(
+                    num_cpus=0, **_force_on_current_node(), max_restarts=-1, max_task_retries=-1
+                )(self._logger_actor_cls)
+            super()._start_logging_actor(trial, exclude_results, **init)
 
     return WrittenOutWandbLoggerCallback(**wandb_init)
