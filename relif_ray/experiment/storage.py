@@ -18,7 +18,7 @@ process's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and the URI goes on witho
 that no location this library passes on, writes or shows holds them (a sweep's trial configs,
 Ray Tune's state, messages). A local Ray that a sweep starts inherits that environment, which
 Ray writes nowhere (a `runtime_env` it logs in its session folder: Ray Tune is told not to copy
-credentials into one, `relif_ray.tuning.launch.keep_credentials_out_of_runtime_env`). Command
+credentials into one, `relif_ray.tuning.tune_storage.keep_credentials_out_of_runtime_env`). Command
 lines shown to the user drop them too (`redacted`). Reading never writes to the store.
 """
 
@@ -160,7 +160,7 @@ def _bucket_filesystem(bucket_uri: str) -> pafs.FileSystem:
     """One filesystem object per bucket and options (creating one resolves the region). It
     holds no credentials of its own: Arrow finds them in the environment or profile when it
     is created (`take_credentials` forgets those created before it changes them), so that Ray
-    Tune can pickle it into its state (`relif_ray.tuning.launch.tune_storage`)."""
+    Tune can pickle it into its state (`relif_ray.tuning.tune_storage.tune_storage`)."""
     return pafs.FileSystem.from_uri(bucket_uri)[0]
 
 

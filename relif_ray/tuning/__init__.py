@@ -6,8 +6,9 @@ audit; `search`: the Optuna studies (`StudyGroups`); `order`: same-seed ERM refe
 before the trials that wait for them (`ReferenceOrder`); `launch`: connect, cluster and
 storage checks, `run_sweep`, the studies' `pareto.csv`; `resume`: the driver state a killed
 driver cut off, checked before `--resume`; `stop`: SIGTERM, SIGUSR1 and SIGINT as Tune's
-graceful stop; `integrations`: schedulers and logger callbacks;
-`errored_trials`, `user_errors`: errored trials. What to run is planned without Ray in
+graceful stop; `tune_storage`: the storage as Tune takes it, without credentials;
+`integrations`: schedulers and logger callbacks; `errored_trials`, `user_errors`: errored
+trials. What to run is planned without Ray in
 `relif_ray.sweep`. This package's own module imports no Ray when it is imported:
 `run_sweep_request` first keeps a local Ray on 127.0.0.1 (`keep_local_ray_on_loopback`), then
 imports the driver and with it Ray.

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
-import pyarrow.fs as pafs
 import ray
 from ray import tune
 from ray.tune.result import SHOULD_CHECKPOINT, TRAINING_ITERATION
@@ -27,7 +26,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.layout import PARETO_FILE
 from relif_ray.experiment.storage import (
-    filesystem,
     join,
     local_path,
     location,
@@ -63,6 +61,7 @@ from relif_ray.tuning.resume import repair_driver_state
 from relif_ray.tuning.search import OBJECTIVES, StudyGroups
 from relif_ray.tuning.stop import GracefulStop, StopSignals, stop_signals
 from relif_ray.tuning.trainable import CHECKPOINT_SECONDS, ReLiFTrainable
+from relif_ray.tuning.tune_storage import keep_credentials_out_of_runtime_env, tune_storage
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
 
 LOGGER = logging.getLogger(__name__)
@@ -141,29 +140,6 @@ def connect(resources: Resources) -> None:
             runtime_env=runtime_env,
             _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
-
-
-CREDENTIALS_TUNE_COPIES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SECURITY_TOKEN",
-    "AWS_SESSION_TOKEN",
-)
-"""The driver's environment variables that Ray Tune 2.60 copies into each trial actor's
-`runtime_env` (`ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE`)."""
-
-
-def keep_credentials_out_of_runtime_env() -> None:
-    """Tell Ray Tune not to copy the driver's AWS credentials (`CREDENTIALS_TUNE_COPIES`) into
-    its trial actors' `runtime_env`: Ray's runtime-env agent writes every runtime_env, variables
-    and all, to `logs/runtime_env_agent.log` in the session folder of each node that starts a
-    trial, so the secret would be on disk there. The trials of a local Ray, which the driver
-    starts, inherit the driver's environment instead (a storage URI's credentials among them:
-    `relif_ray.experiment.storage.take_credentials`), which Ray writes nowhere; a cluster's
-    nodes read the store with their own credentials (environment, profile or role)."""
-    from ray.tune.execution import class_cache
-
-    class_cache.ENV_VARS_TO_PROPAGATE.difference_update(CREDENTIALS_TUNE_COPIES)
 
 
 def check_cluster(resources: Resources) -> None:
@@ -360,20 +336,6 @@ def stopped(experiment_dir: str, cause: str) -> SweepStopped:
     except OSError:
         resumable = True
     return SweepStopped(experiment_dir, cause, resumable=resumable)
-
-
-def tune_storage(place: str) -> tuple[str, pafs.FileSystem | None]:
-    """`place` (a sweep's storage or experiment directory) as Ray Tune takes it: a local path
-    as it is (no filesystem); in object storage, the path inside the store and the store's
-    filesystem (`relif_ray.experiment.storage.filesystem`, the one our own readers use). Tune
-    pickles that filesystem into its state (`tuner.pkl`, every trial's storage in
-    `experiment_state-*.json`) and into each trial's actor; it holds no credentials (Arrow
-    takes them from the environment, where a URI's went: `storage.take_credentials`), so
-    neither does anything Tune writes; a trial's worker finds them in its own environment."""
-    if local_path(place) is not None:
-        return place, None
-    store, path = filesystem(place)
-    return path, store
 
 
 def run_sweep(
