@@ -27,6 +27,7 @@ from relif_ray.data.table_spec import TableSpec
 from relif_ray.data.tabular import MISSING_LEVEL, load_table
 from relif_ray.problems import benchmark, use_spec
 from relif_ray.tasks.tabular import MulticlassTask, RegressionTask
+from tests.test_bad_inputs import one_line
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = TableSpec.from_dict(DEMO_SPEC)
@@ -176,14 +177,6 @@ def test_the_actg175_preset_uses_no_post_baseline_column_and_has_three_kinds() -
 
 def sweep(argv: list[str]) -> int:
     return main(argv, datasets=("tabular",), controller_checks=False, source=SOURCE)
-
-
-def one_line(status: int, capsys: pytest.CaptureFixture, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    assert all(fragment in lines[0] for fragment in fragments), (fragments, lines[0])
-    return lines[0]
 
 
 def bad_files(folder: Path, table: Path) -> dict[str, Path]:
