@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.data.attributes import ATTRIBUTE_COLUMNS, UNKNOWN
+from relif_ray.data.cells import as_numbers
 from relif_ray.data.sequences import SequenceSplit, Standardizer, build_split, carry_forward
 from relif_ray.errors import UserError, first_line
 
@@ -134,10 +135,8 @@ def _numeric_columns(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _numbers(cells: pd.Series, path: Path) -> pd.Series:
-    values = pd.to_numeric(cells, errors="coerce").astype(np.float64)
-    bad = (values.isna() & cells.notna()) | np.isinf(values)
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+    values, row = as_numbers(cells)
+    if row is not None:
         raise UserError(
             f"{path}: line {row + 2}: column '{cells.name}' must be a number, "
             f"got '{cells.iloc[row]}'"

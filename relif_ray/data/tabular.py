@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.data.attributes import UNKNOWN, band_names
+from relif_ray.data.cells import as_numbers
 from relif_ray.data.table_spec import (
     GroupColumn,
     TableSpec,
@@ -113,10 +114,8 @@ def resolve(spec: TableSpec, table: pd.DataFrame, path: str | Path) -> TableSpec
 def _numbers(cells: pd.Series, path: str | Path, what: str) -> np.ndarray:
     """The cells as float64 (NaN = missing); a one-line error naming the first cell that is
     not a number."""
-    values = pd.to_numeric(cells, errors="coerce").astype(np.float64)
-    bad = (values.isna() & cells.notna()) | np.isinf(values)
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+    values, row = as_numbers(cells)
+    if row is not None:
         raise UserError(
             f"{path}: column '{cells.name}' ({what}) must hold numbers; row {row + 1} "
             f"has '{cells.iloc[row]}'"
