@@ -20,7 +20,7 @@ from relif_ray.reference import read_squash_constants
 from relif_ray.sweep.exit_status import TrialsErrored
 from relif_ray.sweep.labels import variant
 from relif_ray.sweep.plan import SweepSpace, param_space, trial_order
-from relif_ray.sweep.trial_config import tune_trial
+from relif_ray.sweep.trial_config import TuneKeys, tune_trial
 from tests.test_sweeps import base_config, trial_states
 
 
@@ -294,7 +294,7 @@ def test_dependents_of_an_errored_reference_error_without_training(
     from relif_ray.tuning.launch import run_sweep
 
     space = _space(small_data, ["erm", "relif"], [0], epochs=2)
-    space.extra["fault_injection_step"] = 0  # every trial fails once before any checkpoint
+    space.shared = TuneKeys(fault_injection_step=0)  # every trial fails once before a checkpoint
     with pytest.raises(TrialsErrored):
         run_sweep(space, name="broken", storage=str(tmp_path), max_failures=0, verbose=0)
     experiment = tmp_path / "broken"

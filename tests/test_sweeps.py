@@ -38,7 +38,13 @@ from relif_ray.experiment.outputs import read_trial_info
 from relif_ray.sweep.exit_status import SweepStopped
 from relif_ray.sweep.labels import grid_variants, split_label, uses_controller, variant
 from relif_ray.sweep.plan import controller_variants
-from relif_ray.sweep.trial_config import TrialSpec, experiment_config, tune_constants, tune_trial
+from relif_ray.sweep.trial_config import (
+    TrialSpec,
+    TuneKeys,
+    experiment_config,
+    tune_constants,
+    tune_trial,
+)
 from relif_ray.tuning.trainable import STATE_FILE, readable_state
 from tests.conftest import tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses
@@ -232,10 +238,18 @@ def test_a_trial_is_typed_until_tune_and_its_tune_form_round_trips(tmp_path):
     items = [variant("erm"), variant("relif-static", extra={"relif.lambda0": 0.3})]
     items += [variant("pcgrad+relif", 0.2, 1e-2, {"model.architecture": "mtan"})]
     for item in items:
-        trial = TrialSpec.of(item, 5, fault_injection_step=None)
-        tune_config = {**tune_constants(base, 0.2), **tune_trial(trial)}
+        trial = TrialSpec.of(item, 5, fault_injection_step=3)
+        shared = TuneKeys(experiment_dir="/x", outputs_at_iterations=(1, 3))
+        tune_config = {**tune_constants(base, 0.2, shared), **tune_trial(trial)}
         assert experiment_config(tune_config) == trial.config(base)
-        assert tune_config["fault_injection_step"] is None and tune_config["seed"] == 5
+        assert TuneKeys.of(tune_config) == TuneKeys(
+            label=item["label"],
+            seed=5,
+            delta=0.2,
+            fault_injection_step=3,
+            outputs_at_iterations=(1, 3),
+            experiment_dir="/x",
+        )
     flattening = {
         path.relative_to(REPO).as_posix()
         for path in (REPO / "relif_ray").rglob("*.py")
@@ -723,8 +737,9 @@ def packed_sweep(
     base = replace(base_config(small_data), device="auto")  # as the CLI sets for GPU trials
     variants = grid_variants(["erm", "relif"], [0.2], [1e-3])
     space = param_space(base, variants, [0], 0.2)
-    faults = [{"fault_injection_step": step} for step in (None, 3)]
-    space.trials = [replace(t, tune=fault) for t in space.trials for fault in faults]
+    space.trials = [
+        replace(t, fault_injection_step=step) for t in space.trials for step in (None, 3)
+    ]
     callback = LowestFreeGpus()
     experiment = run_sweep(
         space,

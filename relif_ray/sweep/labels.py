@@ -31,7 +31,7 @@ from typing import Any
 
 from relif_ray.config import HARD_SHARING, ReLiFConfig
 from relif_ray.errors import UserError
-from relif_ray.sweep.trial_config import experiment_config
+from relif_ray.sweep.trial_config import TuneKeys, experiment_config
 
 RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif": {},
@@ -213,9 +213,9 @@ def trial_name(tune_config: dict[str, Any]) -> str:
     `relif_r0.24_eta0.001_seed0`, `relif-static_lam0.3_seed1`, `erm_mtan_seed0`."""
     config = experiment_config(tune_config)
     settings = identifying_settings(config.relif)
-    parts = [tune_config["label"].replace("+", "_")]
+    parts = [str(TuneKeys.of(tune_config).label).replace("+", "_")]
     parts += [f"{SETTING_FIELDS[field][1]}{value:g}" for field, value in settings.items()]
     if config.model.architecture != HARD_SHARING:
         parts.append(config.model.architecture)
-    parts.append(f"seed{tune_config['seed']}")
+    parts.append(f"seed{config.seed}")
     return "_".join(parts)

@@ -26,7 +26,7 @@ from relif_ray.reference import (
 )
 from relif_ray.sweep.labels import grid_variants, unique_variants, uses_controller, variant
 from relif_ray.sweep.preflight import check_trial_configs
-from relif_ray.sweep.trial_config import TrialSpec, tune_trial
+from relif_ray.sweep.trial_config import TrialSpec, TuneKeys, tune_trial
 
 # The defaults of the paper's controller checks (appendix "Controller sensitivity"): eta at
 # one r*, r* from 0.16 to 0.28 in steps of 0.02 at one eta, and the static-lambda grid.
@@ -110,15 +110,15 @@ class SweepSpace:
     (empty for Optuna, whose studies suggest them); `trial.config(base)` is the config that
     runs. `relif_ray.sweep.trial_config` converts them for Tune.
 
-    extra: keys every trial's Tune config carries besides the config (`tune_constants`): a
-        subclassed Trainable's own settings (the benchmarks' `TimedTrainable` reads its
-        `timing_dir`) and the test-only `fault_injection_step`.
+    shared: Tune-only keys every trial's Tune config carries besides the config
+        (`relif_ray.sweep.trial_config.TuneKeys`): a subclassed Trainable's own settings (the
+        benchmarks' `timing_dir`) and the test-only `fault_injection_step`.
     """
 
     base: ExperimentConfig
     delta: float
     trials: list[TrialSpec] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    shared: TuneKeys = TuneKeys()
 
 
 SCHEDULER_METRICS = {name: tune_mode(name) for name in ("worst", "macro", "val_bias")}

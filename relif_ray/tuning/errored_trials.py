@@ -6,6 +6,7 @@ from ray import tune
 
 from relif_ray.errors import last_line
 from relif_ray.sweep.exit_status import ErroredTrial, TrialsErrored
+from relif_ray.sweep.trial_config import TuneKeys
 
 
 def errored_trials(results: tune.ResultGrid) -> list[ErroredTrial]:
@@ -14,11 +15,11 @@ def errored_trials(results: tune.ResultGrid) -> list[ErroredTrial]:
     for result in results:
         if result.error is None:
             continue
-        config = result.config or {}
+        keys = TuneKeys.of(result.config or {})
         errored.append(
             ErroredTrial(
-                label=str(config.get("label", "?")),
-                seed=config.get("seed"),
+                label="?" if keys.label is None else str(keys.label),
+                seed=keys.seed,
                 error=last_line(str(result.error)),
                 error_file=f"{str(result.path).rstrip('/')}/error.txt",
             )

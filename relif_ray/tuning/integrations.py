@@ -6,8 +6,9 @@ the epoch's result and stops the worse ones. The same-seed ERM trials are the re
 ReLiF trains on and the audit squashes NYUv2 scores with, so they must run their whole budget:
 `ReferenceSafeASHA` leaves them out of the rungs altogether (never stopped, never ranked
 against). A trial can only be stopped at a rung, so a trial writes its outputs (status
-"stopped") at the checkpoints of the rung epochs (`outputs_at_iterations`); a trial that goes
-on overwrites them at the end.
+"stopped") at the checkpoints of the rung epochs (`asha_rung_epochs`, which the sweep hands
+every trial: `relif_ray.sweep.trial_config.TuneKeys`); a trial that goes on overwrites them at
+the end.
 """
 
 from __future__ import annotations
@@ -75,14 +76,6 @@ def scheduler(options: TuneOptions) -> TrialScheduler | None:
         grace_period=options.asha_grace_epochs,
         reduction_factor=options.asha_reduction_factor,
     )
-
-
-def scheduler_constants(options: TuneOptions) -> dict[str, Any]:
-    """What the trials need to know of the scheduler: the epochs at which to write outputs,
-    since ASHA may stop them there."""
-    if options.scheduler != "asha":
-        return {}
-    return {"outputs_at_iterations": asha_rung_epochs(options)}
 
 
 def logger_callbacks(names: tuple[str, ...], experiment: str) -> list[Callback]:

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -48,13 +49,12 @@ from relif_ray.sweep.plan import (
 )
 from relif_ray.sweep.preflight import lent_constants
 from relif_ray.sweep.selection import PARETO_COLUMNS, pareto_front
-from relif_ray.sweep.trial_config import tune_constants
+from relif_ray.sweep.trial_config import TuneKeys, tune_constants
 from relif_ray.tuning.errored_trials import raise_if_errored
 from relif_ray.tuning.integrations import (
     asha_rung_epochs,
     logger_callbacks,
     scheduler,
-    scheduler_constants,
 )
 from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.resume import repair_driver_state
@@ -84,7 +84,7 @@ def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
     columns `PARETO_COLUMNS` (after the study, each a value its trials report)."""
     rows = []
     for result in results:
-        study = (result.config or {}).get("study")
+        study = TuneKeys.of(result.config or {}).study
         metrics = result.metrics or {}
         if study is None or result.error is not None or "val_bias" not in metrics:
             continue
@@ -425,8 +425,10 @@ def run_sweep(
         else:
             assert space is not None, "a new sweep needs its space"
             order = reference_order(space, search, experiment_dir, reference)
-            constants = {**tune_constants(space.base, space.delta), **space.extra}
-            constants.update(scheduler_constants(options), experiment_dir=experiment_dir)
+            shared = replace(
+                space.shared, outputs_at_iterations=tuple(rungs), experiment_dir=experiment_dir
+            )
+            constants = tune_constants(space.base, space.delta, shared)
             tuner = tune.Tuner(
                 with_resources,
                 param_space=constants,

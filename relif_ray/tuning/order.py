@@ -36,6 +36,7 @@ from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import tune_trials
 from relif_ray.reference import read_squash_constants, write_squash_constants
+from relif_ray.sweep.trial_config import TuneKeys, with_reference_error
 
 SNAPSHOT_FORMAT = "relif-ray trial order 1"
 """What a snapshot of `ReferenceOrder` says it is (its "format"): JSON, never a pickle."""
@@ -103,7 +104,8 @@ class ReferenceOrder(Searcher):
             ready = settled if self._studies_need_reference else None
             suggestion = self._studies.suggest(trial_id, ready=ready)
             if isinstance(suggestion, dict):
-                key = self._study_keys.get(suggestion["seed"], str(suggestion["seed"]))
+                seed = TuneKeys.of(suggestion).seed
+                key = self._study_keys.get(seed, str(seed))
                 depends = key if self._studies_need_reference else None
                 return self._with_reference_error(suggestion, depends)
             studies_done = suggestion == Searcher.FINISHED
@@ -129,9 +131,7 @@ class ReferenceOrder(Searcher):
     def _with_reference_error(self, config: dict, needs: str | None) -> dict:
         """`config`, with the reason its reference errored where it depends on one that did."""
         reason = self._failed.get(str(needs)) if needs is not None else None
-        if reason is not None:
-            config["reference_error"] = reason
-        return config
+        return config if reason is None else with_reference_error(config, reason)
 
     def save(self, checkpoint_path: str) -> None:
         """Tune's experiment-state snapshot of the order and of the Optuna studies, as JSON (a

@@ -67,7 +67,7 @@ from relif_ray.reference import (
 from relif_ray.relif import STAT_KEYS
 from relif_ray.squash import squash, squash_bounds
 from relif_ray.sweep.labels import setting_values
-from relif_ray.sweep.trial_config import experiment_config
+from relif_ray.sweep.trial_config import TuneKeys, experiment_config
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
@@ -127,12 +127,11 @@ def live_controller_state(trace: list[dict[str, float]]) -> dict[str, float]:
     return {key: float(last.get(key, math.nan)) for key in STAT_KEYS}
 
 
-def with_reference_constants(config: ExperimentConfig, trial: dict[str, Any]) -> ExperimentConfig:
+def with_reference_constants(config: ExperimentConfig, where: str | None) -> ExperimentConfig:
     """`config` with its seed's same-seed ERM squash constants, read from the experiment's
-    `squash_constants.json` (`trial["experiment_dir"]`), where it waits for them."""
+    `squash_constants.json` (in the experiment directory `where`), where it waits for them."""
     if not waits_for_reference(config):
         return config
-    where = trial.get("experiment_dir", "")
     key = config_reference_key(config)
     constants = read_squash_constants(where).get(key) if where else None
     if not constants:
@@ -244,15 +243,16 @@ class ReLiFTrainable(tune.Trainable):
         show_messages()  # a trial's log lines, as its command's (relif_ray.messages)
         cpus = self.trial_resources.required_resources.get("CPU", 1)
         torch.set_num_threads(max(1, int(cpus)))
-        self.label = config["label"]
-        self.delta = float(config["delta"])
-        self.fault_step = config.get("fault_injection_step")
-        self.outputs_at = set(config.get("outputs_at_iterations", ()))
+        keys = TuneKeys.of(config)
+        self.label = keys.label
+        self.delta = float(keys.delta)
+        self.fault_step = keys.fault_injection_step
+        self.outputs_at = set(keys.outputs_at_iterations)
         self.restored = False
         self.started_at = time.time()  # this process's start (wall clock), kept in trial.json
-        if config.get("reference_error"):
-            raise UserError(f"not started: {config['reference_error']}")
-        run_config = with_reference_constants(experiment_config(config), config)
+        if keys.reference_error:
+            raise UserError(f"not started: {keys.reference_error}")
+        run_config = with_reference_constants(experiment_config(config), keys.experiment_dir)
         self.run = TrainingRun(run_config)
         self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
         self.squashed_tasks = [t.name for t in self.run.tasks if not t.score_is_probability]
