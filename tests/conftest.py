@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from relif_ray.experiment import storage
+from relif_ray.sweep.request import SweepRequest
 from relif_ray.tuning import keep_local_ray_on_loopback
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -137,7 +138,7 @@ def ray_session():
     it never hands its workers the driver's."""
     import ray
 
-    from relif_ray.tuning.launch import LOCAL_RAY_SYSTEM_CONFIG
+    from relif_ray.tuning.cluster import LOCAL_RAY_SYSTEM_CONFIG
 
     with pytest.MonkeyPatch.context() as patch:  # the Ray processes inherit them, not this one
         for name, value in MOTO_CREDENTIALS.items():
@@ -252,3 +253,12 @@ def isolated_registry(monkeypatch):
     for name in set(sys.modules) - before:
         if name.startswith((f"{methods_package.__name__}.", f"{problems_package.__name__}.")):
             del sys.modules[name]
+
+
+def in_code(space, name: str, storage: str | Path, **fields) -> SweepRequest:  # noqa: ANN001
+    """A sweep's request built in code, as the tests launch it with
+    `relif_ray.tuning.launch.run_sweep` (`space` None: a resume): a checkpoint after every
+    epoch, without the command's floor of seconds between two."""
+    return SweepRequest(
+        name=name, storage=str(storage), space=space, checkpoint_interval_s=0.0, **fields
+    )

@@ -31,7 +31,7 @@ from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
 from relif_ray.sweep.preflight import check_storage, check_trial_configs
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
-from tests.conftest import tiny_config
+from tests.conftest import in_code, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 RAY_ENV = {
@@ -411,7 +411,7 @@ def test_a_user_error_ends_an_optuna_trial_without_stopping_the_study(
     base["relif"] = {**base["relif"], "warmup_steps": 1}
     space = plan.space(ExperimentConfig.from_dict(base), 0.2)
     with pytest.raises(TrialsErrored) as raised:
-        run_sweep(space, name="optuna", storage=str(tmp_path), search=plan, verbose=0)
+        run_sweep(in_code(space, "optuna", tmp_path, search=plan), verbose=0)
     [trial] = raised.value.trials
     assert (trial.label, trial.seed) == ("relif", 0)
     assert trial.error.endswith(f"{bad}: depth contains negative values (min -1)")

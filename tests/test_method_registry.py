@@ -348,7 +348,9 @@ def planned(monkeypatch) -> list:
     from relif_ray.tuning import launch
 
     spaces: list = []
-    monkeypatch.setattr(launch, "run_sweep", lambda space, **_: spaces.append(space) or "")
+    monkeypatch.setattr(
+        launch, "run_sweep", lambda request, **_: spaces.append(request.space) or ""
+    )
     return spaces
 
 

@@ -21,6 +21,7 @@ from relif_ray.sweep.exit_status import TrialsErrored
 from relif_ray.sweep.labels import variant
 from relif_ray.sweep.plan import SweepSpace, param_space, trial_order
 from relif_ray.sweep.trial_config import TuneKeys, tune_trial
+from tests.conftest import in_code
 from tests.test_sweeps import base_config, trial_states
 
 
@@ -174,9 +175,9 @@ def phased(ray_session, small_data: Path, sweep_folder: Path) -> Path:
     storage = sweep_folder / "phased"
     return Path(
         run_sweep(
-            _space(small_data, ["erm", "pcgrad", "relif"], [0], epochs=3),
-            name="phased",
-            storage=str(storage),
+            in_code(
+                _space(small_data, ["erm", "pcgrad", "relif"], [0], epochs=3), "phased", storage
+            ),
             verbose=0,
         )
     )
@@ -198,7 +199,7 @@ def test_a_resume_that_tune_cannot_restore_is_not_started_over(phased: Path, tmp
     record["trial_data"] = [["{}", "{}"]]
     state.write_text(json.dumps(record))
     with pytest.raises(UserError, match="could not restore the sweep .* nothing was started"):
-        run_sweep(None, name=copy.name, storage=str(tmp_path), resume=True, verbose=0)
+        run_sweep(in_code(None, copy.name, tmp_path), verbose=0)
     assert not [path for path in copy.iterdir() if path.is_dir()]  # no trial was created
 
 
@@ -218,7 +219,7 @@ def test_a_state_file_cut_by_a_killed_driver_is_put_back_and_the_sweep_resumes(
     state = next(copy.glob("experiment_state-*.json"))
     whole = state.read_bytes()
     state.write_bytes(whole[: len(whole) // 2])
-    run_sweep(None, name=copy.name, storage=str(tmp_path), resume=True, verbose=0)
+    run_sweep(in_code(None, copy.name, tmp_path), verbose=0)
     assert f"--resume: {state.name} was cut off" in capsys.readouterr().out
     assert state.read_bytes() == whole
     assert set(trial_states(copy).values()) == {("TERMINATED", 0)}
@@ -269,10 +270,12 @@ def test_reference_lends_its_constants_to_a_new_sweep(
 
     experiment = Path(
         run_sweep(
-            _space(small_data, ["relif"], [0], epochs=1),
-            name="lent",
-            storage=str(tmp_path),
-            reference=str(phased),
+            in_code(
+                _space(small_data, ["relif"], [0], epochs=1),
+                "lent",
+                tmp_path,
+                reference=str(phased),
+            ),
             verbose=0,
         )
     )
@@ -296,7 +299,7 @@ def test_dependents_of_an_errored_reference_error_without_training(
     space = _space(small_data, ["erm", "relif"], [0], epochs=2)
     space.shared = TuneKeys(fault_injection_step=0)  # every trial fails once before a checkpoint
     with pytest.raises(TrialsErrored):
-        run_sweep(space, name="broken", storage=str(tmp_path), max_failures=0, verbose=0)
+        run_sweep(in_code(space, "broken", tmp_path, max_failures=0), verbose=0)
     experiment = tmp_path / "broken"
     assert sorted(status for status, _ in trial_states(experiment).values()) == ["ERROR"] * 2
     errors = {

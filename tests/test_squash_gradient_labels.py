@@ -64,8 +64,8 @@ def sweep_request(monkeypatch: pytest.MonkeyPatch) -> list:
 
     requests: list = []
 
-    def record(space, **kwargs):
-        requests.append((space, kwargs["search"]))
+    def record(request, **_):
+        requests.append((request.space, request.search))
         return "experiment"
 
     monkeypatch.setattr(relif_ray.tuning.launch, "run_sweep", record)

@@ -38,6 +38,7 @@ from relif_ray.experiment.outputs import read_trial_info
 from relif_ray.sweep.exit_status import SweepStopped
 from relif_ray.sweep.labels import grid_variants, split_label, uses_controller, variant
 from relif_ray.sweep.plan import controller_variants
+from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.trial_config import (
     TrialSpec,
     TuneKeys,
@@ -429,7 +430,7 @@ def test_study_groups_resume_from_json_and_draw_what_an_uninterrupted_run_draws(
 
 
 def test_an_unreachable_cluster_address_is_reported_at_once():
-    from relif_ray.tuning.launch import check_reachable
+    from relif_ray.tuning.cluster import check_reachable
 
     with pytest.raises(UserError, match="--address 127.0.0.1:1: no Ray cluster answers there"):
         check_reachable("127.0.0.1:1")
@@ -741,14 +742,14 @@ def packed_sweep(
         replace(t, fault_injection_step=step) for t in space.trials for step in (None, 3)
     ]
     callback = LowestFreeGpus()
-    experiment = run_sweep(
-        space,
+    request = SweepRequest(
         name="grid",
         storage=str(sweep_folder / "grid"),
         resources=Resources(cpus_per_trial=0.5, gpus_per_trial=0.5, num_gpus=2),
-        callbacks=[callback],
-        verbose=0,
+        space=space,
+        checkpoint_interval_s=0.0,
     )
+    experiment = run_sweep(request, callbacks=[callback], verbose=0)
     after = {number: signal.signal(number, before[number]) for number in STOP_SIGNALS}
     return Path(experiment), callback, after
 
@@ -853,14 +854,15 @@ def test_optuna_search_writes_each_studys_pareto_set(ray_session, small_data, tm
     from relif_ray.tuning.launch import run_sweep
 
     plan = OptunaPlan(["relif"], [0], 2, (0.1, 0.4), (1e-4, 1e-2))
-    experiment = run_sweep(
-        plan.space(base_config(small_data, epochs=1), 0.2),
+    request = SweepRequest(
         name="optuna",
         storage=str(tmp_path),
+        space=plan.space(base_config(small_data, epochs=1), 0.2),
         search=plan,
         options=TuneOptions(max_concurrent_trials=1),  # as tests.conftest.ONE_TRIAL_AT_A_TIME
-        verbose=0,
+        checkpoint_interval_s=0.0,
     )
+    experiment = run_sweep(request, verbose=0)
     states = trial_states(Path(experiment))
     # 2 study trials + the same-seed ERM reference the sweep adds for ReLiF's squash constants
     assert len(states) == 3 and {status for status, _ in states.values()} == {"TERMINATED"}

@@ -168,7 +168,6 @@ def sweep_request(
     if source is not None:
         source.add(parser)
     args = parser.parse_args(argv)
-    check_storage(args.storage)  # once per sweep, before anything reads it
     if args.resume_if_present and not args.resume:
         args.resume = present(args, defaults, CHECKS_SUFFIX if checks else "")
     seeds = seeds_of(args, defaults)
@@ -188,6 +187,7 @@ def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) ->
     """`--resume-if-present`: whether the experiment holds a sweep to continue (then the sweep
     resumes it, as with `--resume`, and says so), else the flags start it."""
     name = experiment_name(args, defaults, suffix)
+    check_storage(args.storage)  # before it is read (the driver's check makes it again)
     if not sweep_exists(args.storage, name):
         return False
     where = display(args.storage)

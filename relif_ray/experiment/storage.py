@@ -387,7 +387,7 @@ def open_input(place: Location) -> pa.NativeFile:
 def storage_problem(probe: str, token: str) -> str | None:
     """Why the probe file that a sweep's driver wrote, holding `token`, is not usable on the
     node that runs this (None if it is): a multi-node sweep needs its local `--storage` to be
-    one shared directory (`relif_ray.tuning.launch.check_storage_visible` runs this as a Ray
+    one shared directory (`relif_ray.tuning.cluster.check_storage_visible` runs this as a Ray
     task on each node)."""
     path = Path(probe)
     if not path.exists():

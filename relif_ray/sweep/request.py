@@ -1,5 +1,5 @@
-"""A sweep as the command line decided it: everything checked before Ray starts (no Ray
-import). `relif_ray.tuning.driver` runs it."""
+"""A sweep as the command line decided it (no Ray import): `relif_ray.tuning.driver` checks it
+(`check`) and runs it; `relif_ray.tuning.launch.run_sweep` launches it on Ray Tune, whole."""
 
 from __future__ import annotations
 
@@ -17,10 +17,14 @@ the experiment state at most every 10 s on its own."""
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """One sweep, checked.
+    """One sweep.
 
+    name, storage: the experiment `<storage>/<name>`; resources: what it may use;
     space: the trials (None: `resume` continues the experiment as it was planned);
     search: the Optuna studies of `space` (None: a grid or an explicit trial list);
+    options: how Tune schedules and logs the trials (None: `TuneOptions()`);
+    defaults: the data set's defaults (None in a request built in code, which
+        `relif_ray.tuning.launch.run_sweep` launches without the driver);
     data_root: the data set's folder; `demo`: a --demo sweep, whose data are written there
         when `writes_demo_data` and which replaces its own earlier experiment;
     reference: an experiment lending its same-seed ERM squash constants (`--reference`);
@@ -33,13 +37,13 @@ class SweepRequest:
         (`relif_ray.tuning.launch.CheckpointCadence`).
     """
 
-    defaults: DatasetDefaults
     name: str
     storage: str
-    resources: Resources
+    resources: Resources = Resources()
     space: SweepSpace | None = None
     search: OptunaPlan | None = None
     options: TuneOptions | None = None
+    defaults: DatasetDefaults | None = None
     data_root: str | None = None
     demo: bool = False
     writes_demo_data: bool = False

@@ -1,8 +1,10 @@
-"""Launch a sweep on Ray Tune: connect, check the cluster and storage, run or resume, and
-write the Optuna studies' Pareto sets.
+"""Launch a checked sweep on Ray Tune (`run_sweep` takes its `SweepRequest` whole): join Ray
+and check the cluster, run or resume the sweep with its checkpoint cadence, and write the
+Optuna studies' Pareto sets.
 
 `relif_ray.tuning` is the only package of the library that imports Ray; what a sweep runs is
-planned and checked before, without Ray, in `relif_ray.sweep.plan`.
+planned without Ray in `relif_ray.sweep.plan`, and checked before it launches by
+`relif_ray.tuning.driver.check`.
 """
 
 from __future__ import annotations
@@ -10,9 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -22,19 +22,15 @@ import pandas as pd
 import ray
 from ray import tune
 from ray.tune.result import SHOULD_CHECKPOINT, TRAINING_ITERATION
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.layout import PARETO_FILE
 from relif_ray.experiment.storage import (
     join,
-    local_path,
     location,
     resolved,
-    storage_problem,
     write_text,
 )
-from relif_ray.plugins import worker_env
 from relif_ray.reference import write_squash_constants
 from relif_ray.relif import CONTROLLER_KEYS
 from relif_ray.sweep.exit_status import SweepStopped, by_signals, by_storage
@@ -48,8 +44,10 @@ from relif_ray.sweep.plan import (
     trial_order,
 )
 from relif_ray.sweep.preflight import lent_constants
+from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import PARETO_COLUMNS, pareto_front
 from relif_ray.sweep.trial_config import TuneKeys, tune_constants
+from relif_ray.tuning.cluster import check_cluster, check_storage_visible, connect
 from relif_ray.tuning.errored_trials import raise_if_errored
 from relif_ray.tuning.integrations import (
     asha_rung_epochs,
@@ -96,110 +94,6 @@ def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
     path = join(location(experiment_dir), PARETO_FILE)
     write_text(path, pareto_front(table).to_csv(index=False))
     return str(path)
-
-
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A `host:port` (or `ray://host:port`) address must accept a TCP connection: Ray itself
-    retries an unreachable address for minutes."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        return  # "auto" and other forms: ray.init reports those itself, and quickly
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise UserError(f"--address {address}: no Ray cluster answers there ({reason})") from None
-
-
-LOCAL_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
-"""Ray settings of the local Ray a sweep starts. Ray prestarts one idle worker per CPU when the
-driver connects, but Tune's trial actors never took one: each idle worker only imported Ray,
-held 80 to 190 MB and was killed at the end (measured with `benchmarks/cpu_by_process.py`: a
-demo sweep of 4 trials ran 2 trial workers beside 2 idle ones, 0.3 to 1.3 s of CPU each)."""
-
-
-def connect(resources: Resources) -> None:
-    """Start local Ray or join the cluster at `resources.address` (unless already connected); its
-    workers get the driver's plug-in paths (`relif_ray.plugins.worker_env`). Local Ray
-    binds to 127.0.0.1 when the driver called `relif_ray.tuning.keep_local_ray_on_loopback` before
-    importing Ray, as `relif_ray.tuning.run_sweep_request` does."""
-    if ray.is_initialized():
-        return
-    runtime_env = {"env_vars": env} if (env := worker_env()) else None
-    if resources.address:
-        check_reachable(resources.address)
-        try:
-            ray.init(address=resources.address, runtime_env=runtime_env)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            reason = first_line(exc)
-            raise UserError(f"--address {resources.address}: cannot connect ({reason})") from None
-    else:
-        ray.init(
-            num_cpus=resources.num_cpus,
-            include_dashboard=False,
-            runtime_env=runtime_env,
-            _system_config=LOCAL_RAY_SYSTEM_CONFIG,
-        )
-
-
-def check_cluster(resources: Resources) -> None:
-    """Fail before any trial starts when no trial could ever be scheduled (Ray would wait
-    forever): too few GPUs in the cluster, or a trial larger than every node."""
-    nodes = [node for node in ray.nodes() if node.get("Alive")]
-    total = ray.cluster_resources()
-    gpus = total.get("GPU", 0.0)
-    where = "local Ray" if not resources.address else f"the Ray cluster at {resources.address}"
-    if resources.num_gpus > gpus + 1e-9:
-        raise UserError(
-            f"--num-gpus {resources.num_gpus:g}: {where} has {gpus:g} GPU(s); "
-            "no GPU trial could start (use --num-gpus 0 for CPU trials)"
-        )
-    for kind, asked, flag in (
-        ("CPU", resources.cpus_per_trial, "--cpus-per-trial"),
-        ("GPU", resources.gpus_per_trial, "--gpus-per-trial"),
-    ):
-        largest = max((node["Resources"].get(kind, 0.0) for node in nodes), default=0.0)
-        if asked > largest + 1e-9:
-            raise UserError(
-                f"{flag} {asked:g}: the largest node of {where} has {largest:g} {kind}(s); "
-                "no trial could start"
-            )
-
-
-def check_storage_visible(storage_path: str) -> None:
-    """On a multi-node cluster, a local `--storage` path must be one shared directory (NFS):
-    the driver writes a probe file with a random token and a task pinned to each node reads it
-    back and writes next to it (`storage_problem`, which lives in the storage module so that
-    the task's worker imports no more than it: no torch, no Ray Tune, a fraction of a second of
-    CPU on each node instead of 3.5 s). Object storage (s3://, gs://) is left to Ray's storage
-    layer."""
-    root = local_path(storage_path)
-    if root is None:
-        return
-    nodes = [node for node in ray.nodes() if node.get("Alive")]
-    if len(nodes) <= 1:
-        return
-    root.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex
-    probe = root / f".relif-storage-probe-{token}"
-    probe.write_text(token)
-    remote_check = ray.remote(num_cpus=0)(storage_problem)
-    try:
-        pending = {
-            node["NodeManagerAddress"]: remote_check.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            ).remote(str(probe), token)
-            for node in nodes
-        }
-        for address, reference in pending.items():
-            problem = ray.get(reference, timeout=120)
-            if problem:
-                raise UserError(
-                    f"--storage {storage_path}: {problem} on node {address}; a multi-node sweep "
-                    "needs shared storage (an NFS path mounted on every node, or s3://...)"
-                )
-    finally:
-        probe.unlink(missing_ok=True)
 
 
 CHECKPOINT_SHARE = 0.05
@@ -339,28 +233,19 @@ def stopped(experiment_dir: str, cause: str) -> SweepStopped:
 
 
 def run_sweep(
-    space: SweepSpace | None,
+    request: SweepRequest,
     *,
-    name: str,
-    storage: str,
-    resources: Resources | None = None,
-    max_failures: int = 2,
-    keep_checkpoints: int = 2,
-    checkpoint_every: int = 1,
-    checkpoint_interval_s: float = 0.0,
-    resume: bool = False,
-    search: OptunaPlan | None = None,
-    options: TuneOptions | None = None,
-    reference: str | None = None,
     callbacks: list[tune.Callback] | None = None,
     verbose: int = 1,
     trainable: type[ReLiFTrainable] = ReLiFTrainable,
 ) -> str:
-    """Run (or resume) one sweep; return the experiment directory (a path or a URI).
+    """Run (or resume) the sweep of a checked `request` (`relif_ray.tuning.driver.check`, which
+    the driver runs first); return the experiment directory (a path or a URI).
 
-    Checks that fail fast, before any trial starts: resources (`check_cluster`) and, on a
-    multi-node cluster, shared storage (`check_storage_visible`). `resume` continues a killed
-    sweep from its experiment state: finished trials are kept, unfinished and errored ones
+    Checks that fail fast once Ray is joined (`connect`), before any trial starts: resources
+    (`check_cluster`) and, on a multi-node cluster, shared storage (`check_storage_visible`);
+    a demo's were made before it replaced its experiment. A resumed sweep continues a killed
+    one from its experiment state: finished trials are kept, unfinished and errored ones
     continue from their last checkpoint. `trainable` may be an instrumented subclass: it stays
     for the benchmarks' sweep and breakdown suites, which time a trial's set-up, steps and saves
     inside its actor, where nothing else sees them; a `UserError` in a trial ends it without
@@ -369,19 +254,20 @@ def run_sweep(
     SIGTERM, SIGUSR1 and SIGINT stop the sweep gracefully (a second one at once) and raise
     `SweepStopped` (`relif_ray.tuning.stop`), as does storage that Tune cannot reach
     (`stopping`).
-    `checkpoint_every`: epochs between checkpoints, 0 = only the final one;
-    `checkpoint_interval_s`: and at least this many seconds between two checkpoints of a trial
-    (`CheckpointCadence`: short epochs would otherwise make Tune snapshot the experiment state
-    several times a second). Tune's warning about frequent snapshots is switched off (it says
-    to checkpoint less often, which the cadence does; trials of a sweep still checkpoint at
-    independent moments).
+    `request.checkpoint_every`: epochs between checkpoints, 0 = only the final one;
+    `request.checkpoint_interval_s`: and at least this many seconds between two checkpoints of
+    a trial (`CheckpointCadence`: short epochs would otherwise make Tune snapshot the
+    experiment state several times a second). Tune's warning about frequent snapshots is
+    switched off (it says to checkpoint less often, which the cadence does; trials of a sweep
+    still checkpoint at independent moments).
 
     Trials reach Tune through `ReferenceOrder`: a ReLiF trial that trains on its seed's ERM
     squash constants starts after that seed's ERM trial (added where the sweep has none, and
-    said so); `reference` (an experiment directory or URI) lends its `squash_constants.json`
-    instead, for the seeds it has.
+    said so); `request.reference` (an experiment directory or URI) lends its
+    `squash_constants.json` instead, for the seeds it has.
     """
-    resources, options = resources or Resources(), options or TuneOptions()
+    name, storage, resume = request.name, request.storage, request.resume
+    resources, options = request.resources, request.options or TuneOptions()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -406,7 +292,7 @@ def run_sweep(
                 "or another --name)"
             )
         rungs = asha_rung_epochs(options) if options.scheduler == "asha" else []
-        cadence = CheckpointCadence(checkpoint_every, checkpoint_interval_s, rungs)
+        cadence = CheckpointCadence(request.checkpoint_every, request.checkpoint_interval_s, rungs)
         callbacks = [
             *(callbacks or []),
             *logger_callbacks(options.callbacks, name),
@@ -423,8 +309,9 @@ def run_sweep(
                 experiment_path, with_resources, resume_errored=True, storage_filesystem=store
             )
         else:
+            space, search = request.space, request.search
             assert space is not None, "a new sweep needs its space"
-            order = reference_order(space, search, experiment_dir, reference)
+            order = reference_order(space, search, experiment_dir, request.reference)
             shared = replace(
                 space.shared, outputs_at_iterations=tuple(rungs), experiment_dir=experiment_dir
             )
@@ -456,15 +343,15 @@ def run_sweep(
                     checkpoint_config=tune.CheckpointConfig(
                         checkpoint_frequency=0,  # CheckpointCadence asks for them
                         checkpoint_at_end=True,
-                        num_to_keep=keep_checkpoints,
+                        num_to_keep=request.keep_checkpoints,
                     ),
-                    failure_config=tune.FailureConfig(max_failures=max_failures),
+                    failure_config=tune.FailureConfig(max_failures=request.max_failures),
                     progress_reporter=tune.CLIReporter(
                         metric_columns=PROGRESS_METRICS,
                         parameter_columns=PROGRESS_PARAMETERS,
                         max_report_frequency=30,
                     ),
-                    callbacks=[*callbacks, UserErrorsEndTrials(max_failures)],
+                    callbacks=[*callbacks, UserErrorsEndTrials(request.max_failures)],
                     verbose=verbose,
                 ),
             )
