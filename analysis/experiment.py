@@ -37,15 +37,13 @@ from relif_ray.experiment.layout import (
 )
 from relif_ray.experiment.lock import running_sweep
 from relif_ray.experiment.outputs import (
-    SCORES_FILE,
-    TRACE_FILE,
-    TRIAL_FILE,
     check_complete,
     read_outcomes,
     read_representations,
     read_trial_info,
     scheduler_snapshot,
 )
+from relif_ray.experiment.schema import SCORES_FILE, TRACE_FILE, TRIAL_FILE
 from relif_ray.experiment.storage import DamagedFile, Location
 from relif_ray.problems import use_spec
 from relif_ray.progress import progress

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from relif_ray.experiment.outputs import OUTCOME_COLUMNS
+from relif_ray.experiment.schema import OUTCOME_COLUMNS
 from relif_ray.squash import squash_bounds
 from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task, worst_and_macro
 

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from relif_ray.experiment import storage
-from relif_ray.experiment.outputs import OUTPUTS_DIR, TRIAL_FILE
+from relif_ray.experiment.schema import OUTPUTS_DIR, TRIAL_FILE
 from relif_ray.experiment.storage import Location
 
 PARETO_FILE = "pareto.csv"

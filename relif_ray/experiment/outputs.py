@@ -1,4 +1,5 @@
-"""The on-disk outputs of one finished trial, written by the Tune layer, read by analysis.
+"""The on-disk outputs of one finished trial, written by the Tune layer, read by analysis (the
+names of its files and their columns: `relif_ray.experiment.schema`).
 
 A trial's outputs live in a folder `outputs/` inside its final Ray Tune checkpoint, so they
 reach the experiment directory in storage (local, NFS or s3://) through Tune's own checkpoint
@@ -38,25 +39,23 @@ import pyarrow.fs
 import pyarrow.parquet as pq
 
 from relif_ray.experiment import storage
+from relif_ray.experiment.schema import (
+    EXAMPLES_FILE,
+    FILES_KEY,
+    OUTCOME_COLUMNS,
+    OUTCOMES_FILE,
+    OUTPUTS_DIR,
+    REPRESENTATIONS_FILE,
+    SCORE_COLUMNS,
+    SCORES_FILE,
+    TRACE_FILE,
+    TRIAL_FILE,
+    TRIAL_KEYS,
+)
 from relif_ray.experiment.storage import Location
 
 if TYPE_CHECKING:
     from relif_ray.evaluation import EvalResult
-
-OUTPUTS_DIR = "outputs"
-TRIAL_FILE = "trial.json"
-SCORES_FILE = "scores.parquet"
-REPRESENTATIONS_FILE = "representations.parquet"
-TRACE_FILE = "trace.parquet"
-OUTCOMES_FILE = "outcomes.parquet"
-EXAMPLES_FILE = "examples.parquet"
-OUTCOME_COLUMNS = ["task", "example_id", "position", "label", "prediction"]
-"""The columns of a split's outcomes (`relif_ray.evaluation.EvalResult.outcomes`)."""
-TRIAL_KEYS = ("trial_id", "label", "method", "relif", "seed", "steps", "config", "metrics")
-"""What every trial.json holds (analysis reads them; more keys are descriptive)."""
-FILES_KEY = "files"
-"""trial.json's list of the folder's other files: name -> size in bytes (absent in outputs
-written before it was added: those are taken as complete)."""
 
 
 def write_trial_outputs(
@@ -73,9 +72,8 @@ def write_trial_outputs(
     scores = pd.concat(
         [out.scores.assign(split=name) for name, out in splits.items()], ignore_index=True
     )
-    columns = ["split", "task", "example_id", "score", "valid"]
     with storage.writing(staging / SCORES_FILE):
-        scores[columns].to_parquet(staging / SCORES_FILE, index=False)
+        scores[SCORE_COLUMNS].to_parquet(staging / SCORES_FILE, index=False)
     with storage.writing(staging / REPRESENTATIONS_FILE):
         pq.write_table(_representation_table(splits), staging / REPRESENTATIONS_FILE)
     with storage.writing(staging / TRACE_FILE):

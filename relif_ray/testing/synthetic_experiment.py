@@ -29,7 +29,8 @@ import torch
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.data.mimic3 import NUM_PHENOTYPES
 from relif_ray.evaluation import EvalResult
-from relif_ray.experiment.outputs import FILES_KEY, TRIAL_FILE, write_trial_outputs
+from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.experiment.schema import FILES_KEY, TRIAL_FILE
 from relif_ray.relif import STAT_KEYS
 from relif_ray.relif.controller import ViolationController
 from relif_ray.sweep.labels import uses_controller, variant
