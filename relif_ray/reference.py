@@ -2,7 +2,7 @@
 constants travel.
 
 The squash that maps non-probability audit scores into [0, 1] and the other audit interfaces
-are plain math in `relif_ray.squash` (re-exported here). Their constants come from the valid
+are plain math in `relif_ray.squash`. Their constants come from the valid
 VALIDATION raw scores of the ERM trial with the SAME seed and data set (and architecture,
 `reference_key`): plain ERM (method `erm`, ReLiF off) is the reference. One squash serves
 three places (paper section 3, appendix A.3):

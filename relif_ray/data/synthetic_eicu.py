@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from relif_ray.data.atomic_dir import atomic_directory
-from relif_ray.data.synthetic_mimic3 import check_synthetic_arguments
+from relif_ray.data.synthetic_clinical import clinical_folder
 from relif_ray.progress import progress
 
 VARIABLE_COLUMNS = (
@@ -41,19 +40,14 @@ LAYOUT = frozenset({"all_data.csv", "splits.csv"})
 def write_synthetic_eicu(
     out: str | Path, *, patients: int, seed: int, overwrite: bool = False
 ) -> Path:
-    """Write a synthetic eICU folder with one unit stay per patient to `out`; return its path.
-
-    Written atomically (temporary folder, then rename). A non-empty `out` is refused unless
-    `overwrite`, and then replaced only if it holds nothing but this layout's files.
-    """
-    check_synthetic_arguments(patients, seed)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(patients)
-    n_held_out = max(1, round(0.15 * patients))
-    split_of = ["train"] * patients
-    for rank, patient in enumerate(order[: 2 * n_held_out]):
-        split_of[patient] = "test" if rank < n_held_out else "val"
-    with atomic_directory(out, overwrite=overwrite, replaceable=LAYOUT) as folder:
+    """Write a synthetic eICU folder with one unit stay per patient to `out` (atomically, as
+    `relif_ray.data.synthetic_clinical.clinical_folder` writes); return its path."""
+    with clinical_folder(out, patients, seed, overwrite, LAYOUT) as (folder, rng):
+        order = rng.permutation(patients)
+        n_held_out = max(1, round(0.15 * patients))
+        split_of = ["train"] * patients
+        for rank, patient in enumerate(order[: 2 * n_held_out]):
+            split_of[patient] = "test" if rank < n_held_out else "val"
         lines = [",".join(HEADER)]
         splits = ["patientunitstayid,split"]
         for patient in progress(range(patients), "eICU", unit="patient"):

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 
-from relif_ray.data.atomic_dir import atomic_directory
 from relif_ray.data.mimic3 import CHANNELS, EPS, LISTFILE_HEADER, NUM_PHENOTYPES
 from relif_ray.data.mimic3_root import (
     EPISODE_COLUMNS,
@@ -46,7 +45,7 @@ from relif_ray.data.mimic3_root import (
     STAYS_FILE,
     aggregated_ethnicity,
 )
-from relif_ray.errors import UserError
+from relif_ray.data.synthetic_clinical import clinical_folder
 from relif_ray.progress import progress
 
 CHART_PROBABILITY = {
@@ -113,18 +112,13 @@ LAYOUT = frozenset(
 def write_synthetic_mimic3(
     out: str | Path, *, patients: int, seed: int, overwrite: bool = False
 ) -> Path:
-    """Write a synthetic multitask folder with `patients` patients to `out`; return its path.
-
-    Written atomically (temporary folder, then rename). A non-empty `out` is refused unless
-    `overwrite`, and then replaced only if it holds nothing but this layout's files.
-    """
-    check_synthetic_arguments(patients, seed)
-    rng = np.random.default_rng(seed)
-    phenotype_weights = rng.normal(0.0, 1.5, size=(NUM_PHENOTYPES, 3))
-    phenotype_bias = rng.normal(-1.0, 0.5, size=NUM_PHENOTYPES)
-    split_of = _assign_splits(patients, rng)
-    attribute_rng = np.random.default_rng([seed, ATTRIBUTE_STREAM])
-    with atomic_directory(out, overwrite=overwrite, replaceable=LAYOUT) as folder:
+    """Write a synthetic multitask folder with `patients` patients to `out` (atomically, as
+    `relif_ray.data.synthetic_clinical.clinical_folder` writes); return its path."""
+    with clinical_folder(out, patients, seed, overwrite, LAYOUT) as (folder, rng):
+        phenotype_weights = rng.normal(0.0, 1.5, size=(NUM_PHENOTYPES, 3))
+        phenotype_bias = rng.normal(-1.0, 0.5, size=NUM_PHENOTYPES)
+        split_of = _assign_splits(patients, rng)
+        attribute_rng = np.random.default_rng([seed, ATTRIBUTE_STREAM])
         rows: dict[str, list[str]] = {"train": [], "val": [], "test": []}
         for patient in progress(range(patients), "MIMIC-III", unit="patient"):
             subject = str(10000 + patient)
@@ -311,13 +305,3 @@ def _listfile_row(
 
 def _sigmoid(x: np.ndarray | float) -> np.ndarray | float:
     return 1.0 / (1.0 + np.exp(-x))
-
-
-def check_synthetic_arguments(patients: int, seed: int) -> None:
-    """--patients and --seed of the clinical synthetic writers (MIMIC-III and eICU)."""
-    if isinstance(patients, bool) or not isinstance(patients, int) or patients < 3:
-        raise UserError(
-            f"--patients: need an integer of at least 3 (one per split), got {patients!r}"
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UserError(f"--seed: must be a non-negative integer, got {seed!r}")

@@ -6,7 +6,7 @@ field: value}} in a sweep, one row of the tables in analysis. What identifies it
 beside the label is decided once, by `identifying_settings` (r* and eta where lambda adapts,
 lambda0 where it is static): trial names, the values a trial reports to Tune, analysis's row
 names and the controller table all follow it. A trial's Tune config and the ExperimentConfig
-it stands for: `relif_ray.sweep.trial_config` (its functions are re-exported here).
+it stands for: `relif_ray.sweep.trial_config`.
 
 Labels:
 - a registered method name (`erm`, `pcgrad`, ...): that method, ReLiF off;
