@@ -514,3 +514,102 @@ def test_the_public_name_check_sees_private_imports_and_attributes():
         "relif_ray.analysis.figures.slug",
         "relif_ray.analysis.render",
     ]
+
+
+TUNE_ONLY_NAMES = (
+    "experiment_dir",
+    "reference_error",
+    "outputs_at_iterations",
+    "fault_injection_step",
+    "timing_dir",
+)
+"""The Tune-only keys of a trial's config (`relif_ray.sweep.trial_config.TuneKeys`) that name
+nothing else in the library (label, seed, delta and study are also result keys and columns)."""
+TUNE_CONFIG_LAYERS = ("relif_ray/sweep/", "relif_ray/tuning/")
+"""Where Tune configs are held: the plan and the Ray layer."""
+
+
+def keyed_strings(text: str) -> list[tuple[int, str, str]]:
+    """(line, key, what it keys) of every string constant used to index or `.get` an
+    expression, and (line, string, "") of every other string that is not a docstring."""
+    tree = ast.parse(text)
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            found.append((node.lineno, node.slice.value, ast.unparse(node.value)))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop", "setdefault")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            found.append((node.lineno, node.args[0].value, ast.unparse(node.func.value)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [] if id(node) in docstrings else [(node.lineno, node.value, "")]
+    return found
+
+
+def test_only_the_trial_config_module_spells_the_tune_only_keys():
+    """A trial's Tune-only keys are written and read through `TuneKeys` alone: no other module
+    of the library or analysis spells one that names nothing else, and in the plan and the Ray
+    layer no config is indexed by any of them (label, seed, delta, study included)."""
+    from dataclasses import fields
+
+    from relif_ray.sweep.trial_config import TuneKeys
+
+    every = {field.name for field in fields(TuneKeys)}
+    assert set(TUNE_ONLY_NAMES) < every
+    owner = "relif_ray/sweep/trial_config.py"
+    files = source_files()
+    assert {key for _, key, _ in keyed_strings(files[owner])} >= {"label", "seed"}
+    spelled, indexed = [], []
+    for name, text in files.items():
+        if name == owner:
+            continue
+        for line, key, of in keyed_strings(text):
+            if key in TUNE_ONLY_NAMES:
+                spelled.append(f"{name}:{line} {key}")
+            in_layer = name.startswith(TUNE_CONFIG_LAYERS)
+            if in_layer and key in every and of.endswith("config"):
+                indexed.append(f"{name}:{line} {of}[{key!r}]")
+    assert spelled == [] and indexed == []
+    read = keyed_strings('"""doc"""\nconfig["seed"]\ntrial.config.get("delta")\n')
+    assert {(line, key, of) for line, key, of in read if of} == {
+        (2, "seed", "config"),
+        (3, "delta", "trial.config"),
+    }
+    assert "doc" not in {key for _, key, _ in read}
+
+
+def test_every_launch_is_checked_first_and_takes_the_request_whole():
+    """`relif_ray.tuning.launch.run_sweep` takes the `SweepRequest` whole (no keyword per
+    field), and its one caller in the library, the driver's `run`, runs `check(request)`
+    before anything else."""
+    launch = ast.parse((REPO / "relif_ray/tuning/launch.py").read_text())
+    run_sweep = next(
+        node
+        for node in launch.body
+        if isinstance(node, ast.FunctionDef) and node.name == "run_sweep"
+    )
+    first = run_sweep.args.args[0]
+    assert (first.arg, ast.unparse(first.annotation)) == ("request", "SweepRequest")
+    assert [arg.arg for arg in run_sweep.args.args] == ["request"]
+    callers = {
+        name
+        for name, text in source_files().items()
+        if re.search(r"\brun_sweep\(", text) and "def run_sweep(" not in text
+    }
+    assert callers == {"relif_ray/tuning/driver.py"}
+    driver = ast.parse((REPO / "relif_ray/tuning/driver.py").read_text())
+    run = next(
+        node for node in driver.body if isinstance(node, ast.FunctionDef) and node.name == "run"
+    )
+    body = [node for node in run.body if not isinstance(node, ast.Expr) or node is not run.body[0]]
+    assert ast.unparse(body[0]) == "check(request)"
+    assert "launch.run_sweep(request)" in ast.unparse(run)
