@@ -20,7 +20,7 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.problems import DatasetDefaults
 from relif_ray.relif.controller import scale_to_budget
-from relif_ray.sweep.trial_config import apply_overrides
+from relif_ray.sweep.trial_config import apply_overrides, with_fields
 
 
 @dataclass(frozen=True)
@@ -91,26 +91,20 @@ def compose_config(
     """The validated base config: the data set's defaults, its GPU fast path where trials get
     a GPU (`DatasetDefaults.gpu_config`, unless `gpu_fast_path` is False), the --demo layer
     (with `demo`), then `layers` ((source, dotted fields), lowest first: --config, --set, the
-    named flags), each checked as it is applied so that an error names the layer; then the
+    named flags), each applied to the typed config and checked as it is, so that an error
+    names the layer (`relif_ray.sweep.trial_config.with_fields`); then the
     data set at `data_root` with its `spec` (`data.spec`) and the device ("auto": CUDA where
     the trial's worker sees a GPU)."""
-    config = apply_overrides(ExperimentConfig().to_dict(), dataset_fields(defaults))
+    values = apply_overrides(ExperimentConfig().to_dict(), dataset_fields(defaults))
     if use_gpu and gpu_fast_path:
-        config = apply_overrides(config, defaults.gpu_config)
+        values = apply_overrides(values, defaults.gpu_config)
     if demo is not None:
-        config = apply_overrides(config, demo_fields(defaults, demo))
-    for source, fields in layers:
-        config = apply_overrides(config, fields)
-        if fields:
-            check_config(config, source)
-    config["data"] = {"dataset": defaults.dataset, "root": data_root, "spec": spec or {}}
-    config["device"] = "auto" if use_gpu else "cpu"
-    return ExperimentConfig.from_dict(config)
-
-
-def check_config(config: dict[str, Any], source: str) -> None:
-    """The config after one layer of overrides must be valid; the error names the layer."""
-    try:
-        ExperimentConfig.from_dict(config)
-    except UserError as exc:
-        raise UserError(f"{source}: {exc}") from None
+        values = apply_overrides(values, demo_fields(defaults, demo))
+    config = ExperimentConfig.from_dict(values)
+    for source, layer in layers:
+        try:
+            config = with_fields(config, layer)
+        except UserError as exc:
+            raise UserError(f"{source}: {exc}") from None
+    data = {"dataset": defaults.dataset, "root": data_root, "spec": spec or {}}
+    return with_fields(config, {"data": data, "device": "auto" if use_gpu else "cpu"})

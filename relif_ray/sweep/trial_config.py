@@ -84,8 +84,16 @@ class TrialSpec:
 
     def config(self, base: ExperimentConfig) -> ExperimentConfig:
         """The validated ExperimentConfig this trial runs: `base` with its overrides and seed."""
-        values = apply_overrides(base.to_dict(), {**self.overrides, "seed": self.seed})
-        return ExperimentConfig.from_dict(values)
+        return with_fields(base, {**self.overrides, "seed": self.seed})
+
+
+def with_fields(config: ExperimentConfig, fields: dict[str, Any]) -> ExperimentConfig:
+    """`config` with dotted fields set (`relif.r_star`, ...; a section's name sets it whole),
+    validated: how every override reaches a typed config, once (a variant's settings, and the
+    layers of the sweep's base config: --config, --set, the flags; `relif_ray.sweep.compose`)."""
+    if not fields:
+        return config
+    return ExperimentConfig.from_dict(apply_overrides(config.to_dict(), fields))
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
