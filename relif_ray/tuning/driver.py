@@ -30,14 +30,12 @@ LOGGER = logging.getLogger(__name__)
 
 def check(request: SweepRequest) -> None:
     """Every check of a sweep's request before it launches, found before anything is written
-    and, but for a demo, before Ray starts: the storage (`relif_ray.sweep.preflight.
-    check_storage`); for `--resume`, the experiment it continues (`check_resumable`); else a
-    lent `--reference`'s squash constants and the data set (unless the sweep writes it). A
-    demo, which replaces its own experiment, also joins Ray and checks that the cluster can
-    run a trial (`relif_ray.tuning.cluster`) first; other sweeps check the cluster where they
-    join Ray (`relif_ray.tuning.launch.run_sweep`), so that a sweep refused by its lock never
-    starts Ray. The trial configs were checked when the request was planned
-    (`relif_ray.sweep.plan.trial_space`)."""
+    and before Ray starts: the storage (`relif_ray.sweep.preflight.check_storage`); for
+    `--resume`, the experiment it continues (`check_resumable`); else a lent `--reference`'s
+    squash constants and the data set (unless the sweep writes it). The trial configs were
+    checked when the request was planned (`relif_ray.sweep.plan.trial_space`); the cluster is
+    checked where Ray is joined (`relif_ray.tuning.cluster`), after the experiment's lock, so
+    that a sweep refused by the lock never starts Ray."""
     check_storage(request.storage)
     if request.resume:
         check_resumable(request.storage, request.name)
@@ -48,9 +46,6 @@ def check(request: SweepRequest) -> None:
             use_spec(request.space.base.data)
         if not request.writes_demo_data and request.prepare_data is None:
             check_data(request.space.base.data.dataset, request.data_root)
-    if request.demo:  # a demo no trial could run fails before it replaces or writes anything
-        connect(request.resources)
-        check_cluster(request.resources)
 
 
 def run(request: SweepRequest) -> str:
@@ -59,6 +54,9 @@ def run(request: SweepRequest) -> str:
     its storage stopped it (`relif_ray.sweep.exit_status`)."""
     check(request)
     with exclusive_experiment(request.storage, request.name):
+        if request.demo:  # a demo no trial could run fails before it replaces anything
+            connect(request.resources)
+            check_cluster(request.resources)
         if not request.resume:
             prepare_new_experiment(request.storage, request.name, replace=request.demo)
             if request.writes_demo_data:
