@@ -5,8 +5,8 @@ and a controller grid. Regenerate them with
 
 It runs, in a temporary folder, the Quickstart's demo (`sweeps/nyuv2.py --demo`: a real Ray
 Tune sweep of ERM and ReLiF, 2 seeds of 240 steps, on synthetic NYUv2) and `relif report`, and
-the controller grid: the same demo sweep with ReLiF crossed with a 3 x 3 (r*, eta) grid
-(`GRID_R_STARS` x `GRID_ETAS`, 2 seeds, the same-seed ERM trials included for delta_ref). It
+the controller grid: the demo's sweep at 120 steps with ReLiF crossed with a 3 x 3 (r*, eta)
+grid (`GRID_R_STARS` x `GRID_ETAS`, 2 seeds, the same-seed ERM trials included for delta_ref). It
 copies the report's Pareto figure and ReLiF's controller figure here (pareto.png,
 controller.png), executes the analysis notebook on the demo's experiment with the grid's for its
 controller heatmaps (`RELIF_CONTROLLER_GRID`) and stores it with its outputs (so that it opens
@@ -20,7 +20,7 @@ with its figures shown), and writes
   Bias@delta_p75 and Worst (`analysis.audit`, the notebook's settings), from which the
   notebook's heatmap cells are the means over seeds (tests/test_analysis_notebook.py).
 tests/test_readme.py holds the README's caption and its sentence on the demo to demo.json. The
-demo takes minutes on 2 cores (docs/benchmarks.md), the grid about ten; another CPU gives
+demo takes minutes on 2 cores (docs/benchmarks.md), the grid a few more; another CPU gives
 other numbers, as another seed would.
 """
 
@@ -55,11 +55,11 @@ GRID_EXPERIMENT = DEMO_EXPERIMENT.parent / "nyuv2-controller-grid"
 GRID_R_STARS = (0.20, 0.24, 0.28)
 """r* of the grid: NYUv2's r* = 0.24 (paper Table 5) and 0.04 either side, inside the range of
 the paper's r* check (0.16 to 0.28)."""
-GRID_ETAS = tuple(
-    scale_to_budget(NYUV2.demo_train["steps"], float(eta))[0] for eta in CONTROLLER_ETAS.split(",")
-)
-"""eta of the grid: the paper's eta check (1e-4, 1e-3, 1e-2) scaled to the demo's 240 steps as
-the demo scales NYUv2's eta = 1e-3 (`scale_to_budget`: 0.00825, 0.0825, 0.825)."""
+GRID_STEPS = NYUV2.demo_train["steps"] // 2
+"""Steps per grid trial: half the demo's 240, so that its 20 trials take minutes on 2 cores."""
+GRID_ETAS = tuple(scale_to_budget(GRID_STEPS, float(eta))[0] for eta in CONTROLLER_ETAS.split(","))
+"""eta of the grid: the paper's eta check (1e-4, 1e-3, 1e-2) scaled to `GRID_STEPS` as the demo
+scales NYUv2's eta = 1e-3 to its own steps (`scale_to_budget`: 0.0165, 0.165, 1.65)."""
 GRID_SEEDS = 2
 """Seeds per grid setting: the demo's."""
 
@@ -137,10 +137,11 @@ def provenance() -> dict[str, str]:
 
 
 def grid_command(storage: Path | str) -> list[str]:
-    """The controller grid's sweep (run from the repository): the demo's ERM and ReLiF, ReLiF
-    crossed with `GRID_R_STARS` x `GRID_ETAS`, `GRID_SEEDS` seeds, into `storage`."""
+    """The controller grid's sweep (run from the repository): the demo's ERM and ReLiF at
+    `GRID_STEPS` steps, ReLiF crossed with `GRID_R_STARS` x `GRID_ETAS`, `GRID_SEEDS` seeds,
+    into `storage`."""
     return [
-        "sweeps/nyuv2.py", "--demo", "--seeds", str(GRID_SEEDS),
+        "sweeps/nyuv2.py", "--demo", "--steps", str(GRID_STEPS), "--seeds", str(GRID_SEEDS),
         "--r-star", ",".join(f"{r_star:g}" for r_star in GRID_R_STARS),
         "--eta", ",".join(f"{eta:g}" for eta in GRID_ETAS),
         "--name", GRID_EXPERIMENT.name, "--storage", str(storage),
@@ -180,7 +181,12 @@ def run_grid(storage: Path) -> dict[str, object]:
     return {
         **provenance(),
         "command": "python " + " ".join(grid_command("relif-results")),
-        "grid": {"r_star": list(GRID_R_STARS), "eta": list(GRID_ETAS), "seeds": GRID_SEEDS},
+        "grid": {
+            "r_star": list(GRID_R_STARS),
+            "eta": list(GRID_ETAS),
+            "seeds": GRID_SEEDS,
+            "steps": GRID_STEPS,
+        },  # fmt: skip
         "sweep_s": seconds,
         "load_average_start": load_start,
         "load_average_end": round(os.getloadavg()[0], 1),
