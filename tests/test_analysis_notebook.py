@@ -168,8 +168,8 @@ def test_the_stored_heatmaps_are_the_controller_grids_means_over_seeds():
         if trial["label"] == "relif"
     ]
     expected = means_over_seeds(rows)
-    assert {(r, eta) for _, r, eta in expected} == {
-        (r, eta) for r in grid["r_star"] for eta in grid["eta"]
+    assert {(f"{r:g}", f"{eta:g}") for _, r, eta in expected} == {
+        (f"{r:g}", f"{eta:g}") for r in grid["r_star"] for eta in grid["eta"]
     }
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
@@ -327,3 +327,36 @@ def test_without_an_experiment_the_notebook_uses_a_generated_one(tmp_path):
 def test_notebook_parameters_come_from_the_environment(name):
     source = nbformat.read(NOTEBOOK, as_version=4).cells[1].source
     assert name in source
+
+
+def test_the_docs_say_what_the_stored_heatmaps_show():
+    """docs/analysis.md names the stored heatmaps' grid, seeds, steps, trials and the time,
+    machine and load of their run as docs/figures/controller_grid.json records them."""
+    record = json.loads((REPO / "docs" / "figures" / "controller_grid.json").read_text())
+    grid = record["grid"]
+    docs = " ".join((REPO / "docs" / "analysis.md").read_text().split())
+    r_stars, etas = (", ".join(f"{value:g}" for value in grid[key]) for key in ("r_star", "eta"))
+    assert f"ReLiF at r* in {{{r_stars}}} x eta in {{{etas}}}" in docs
+    assert f"{grid['seeds']} seeds of {grid['steps']} steps per setting" in docs
+    assert (
+        f"{len(record['trials'])} trials in {record['sweep_s']} s on {record['machine']} (load "
+        f"average {record['load_average_start']} before, {record['load_average_end']} after; "
+        f"commit {record['commit']}, {record['date']})" in docs
+    )
+    cells: dict[tuple, list[dict]] = {}
+    for trial in record["trials"]:
+        if trial["label"] == "relif":
+            cells.setdefault((trial["r_star"], trial["eta"]), []).append(trial)
+
+    def spread(metric: str) -> str:
+        apart = [max(t[metric] for t in c) - min(t[metric] for t in c) for c in cells.values()]
+        means = [sum(t[metric] for t in c) / len(c) for c in cells.values()]
+        return (
+            f"seeds {min(apart):.2f} to {max(apart):.2f} apart, {len(cells)} cell means "
+            f"{min(means):.2f} to {max(means):.2f}"
+        )
+
+    assert f"Bias: {spread('bias')}; Worst: {spread('worst')}" in docs
+    erm = " and ".join(f"{t['bias']:.2f}" for t in record["trials"] if t["label"] == "erm")
+    assert f"ERM's two seeds have Bias {erm}" in docs
+    assert f"Its delta_p75 ({record['delta_ref']['value']:.4f})" in docs

@@ -58,9 +58,12 @@ the paper's r* check (0.16 to 0.28)."""
 GRID_STEPS = NYUV2.demo_train["steps"] // 5
 """Steps per grid trial: a fifth of the demo's 240, so that its 20 trials take minutes on 2
 cores (at the paper's controller speed, `GRID_ETAS`)."""
-GRID_ETAS = tuple(scale_to_budget(GRID_STEPS, float(eta))[0] for eta in CONTROLLER_ETAS.split(","))
+GRID_ETAS = tuple(
+    float(f"{scale_to_budget(GRID_STEPS, float(eta))[0]:g}") for eta in CONTROLLER_ETAS.split(",")
+)
 """eta of the grid: the paper's eta check (1e-4, 1e-3, 1e-2) scaled to `GRID_STEPS` as the demo
-scales NYUv2's eta = 1e-3 to its own steps (`scale_to_budget`: 0.04125, 0.4125, 4.125)."""
+scales NYUv2's eta = 1e-3 to its own steps (`scale_to_budget`: 0.04125, 0.4125, 4.125), as the
+command writes them (6 significant digits)."""
 GRID_SEEDS = 2
 """Seeds per grid setting: the demo's."""
 
