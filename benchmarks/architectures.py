@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from harness import Context, interleaved_times, ratio_with_interval
+from harness import Context, interleaved_times, ratio_with_interval, trained_on
 from methods import sgd_step
 from torch import Tensor, nn
 from workers import GPU_SIZE, data_root, setting_text, timed_worker, trial_config
@@ -115,5 +115,7 @@ def memory_row(ctx: Context, name: str, options: dict) -> None:
     result = timed_worker(ctx, config)
     peak = "cuda_peak_mb" if ctx.cuda else "peak_rss_mb"
     where = "torch.cuda.max_memory_allocated" if ctx.cuda else "peak RSS, one process"
+    devices = trained_on(ctx, [result["device"]], f"architecture {name}")
     ctx.row(f"peak {'GPU memory' if ctx.cuda else 'RSS'} per trial, architecture {name}",
-            result[peak], "MiB", f"{setting_text(config, root)}, ERM, {where}")  # fmt: skip
+            result[peak], "MiB", f"{setting_text(config, root)}, ERM, {where}, {devices}"
+            )  # fmt: skip

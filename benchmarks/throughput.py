@@ -12,7 +12,7 @@ import copy
 import time
 
 import torch
-from harness import NEEDS_GPU, OUT_OF_TIME, Context
+from harness import NEEDS_GPU, OUT_OF_TIME, Context, trained_on
 from torch.profiler import ProfilerActivity, profile
 from workers import data_root, setting_text, timed_worker, trial_config, variants, worker_rows
 
@@ -138,9 +138,10 @@ def numeric_rows(ctx: Context) -> None:
     captured = graphed.graphed is not None and graphed.graphed.graph is not None
     name = NUMERIC_ROW
     how = "captured" if captured else f"NOT captured: {graphed.eager_reason}"
+    devices = trained_on(ctx, [str(run.device) for run in (*eager, graphed)], name)
     ctx.judged(name, name, difference, "", f"{NUMERIC_STEPS} steps from one state, ERM+ReLiF, "
                f"every traced number and weight; two eager runs differ by {spread:.3g} (CUDA's "
-               f"atomic adds); {how}", reference=max(10 * spread, 1e-5))  # fmt: skip
+               f"atomic adds); {how}; {devices}", reference=max(10 * spread, 1e-5))  # fmt: skip
 
 
 def default_suite(ctx: Context) -> None:
@@ -171,8 +172,8 @@ def sweep_trial_rate(ctx: Context, name: str, extra: list[str]) -> float:
     request = sweep_request(argv, "nyuv2.py", tuple(DATASETS), False)
     values = request.space.trials[0].config(request.space.base).to_dict()
     values["train"]["epochs"] = 100_000
-    if not ctx.cuda:  # toy size on the CPU; the config's own fields otherwise
-        values["model"]["backbone"], values["device"] = "resnet18", "cpu"
+    if not ctx.cuda:  # toy size on the CPU (its device "auto" is the CPU there)
+        values["model"]["backbone"] = "resnet18"
     result = timed_worker(ctx, values)
     setting = f"{setting_text(values, root)}; cuda_graph {values['train']['cuda_graph']}"
     worker_rows(ctx, f"sweeps/nyuv2.py {name}", result, setting)
@@ -268,10 +269,11 @@ def profile_variant(ctx: Context, variant: str) -> dict:
     run = TrainingRun(ExperimentConfig.from_dict(config))
     run.train_steps(WORKER_WARMUP_STEPS if ctx.cuda else 1)
     figures = profile_steps(run, PROFILED_STEPS)
+    devices = trained_on(ctx, [str(run.device)], f"profile, {variant}")
     detail = (f"{config['model']['backbone']}, batch {config['train']['batch_size']}, bf16, "
-              f"channels-last, data on the device, eager; mean of {PROFILED_STEPS} steps issued "
-              "back to back (host time: until the last call returned; step time: until the GPU "
-              "finished)")  # fmt: skip
+              f"channels-last, data on the device, eager, {devices}; mean of {PROFILED_STEPS} "
+              "steps issued back to back (host time: until the last call returned; step time: "
+              "until the GPU finished)")  # fmt: skip
     for key, (title, unit) in FIGURES.items():
         value = figures[key]
         ctx.row(f"{title}, {variant}", value, unit, detail,

@@ -38,7 +38,10 @@ GPU's clocks settle in them."""
 
 def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
     """A dense NYUv2 trial of `variant` (a method, or "relif" for ERM + ReLiF); `gpu`: the GPU
-    rows' fast path, with ResNet-50 on CUDA and a toy resnet18 at toy size."""
+    rows' fast path, with ResNet-50 on CUDA and a toy resnet18 at toy size; its device by the
+    sweep's rule (`relif_ray.sweep.compose.trial_device`: "auto" for a GPU row on CUDA)."""
+    from relif_ray.sweep.compose import trial_device
+
     model, train = {"backbone": "resnet18", "head_channels": 128}, {"batch_size": 8}
     if gpu:
         model = {"backbone": GPU_SIZE["backbone"], "head_channels": 128}
@@ -46,7 +49,7 @@ def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
             model = {"backbone": "resnet18", "head_channels": 16}
         train = {"batch_size": GPU_SIZE["batch_size"], **GPU_FAST_PATH}
     return {
-        "device": str(ctx.device) if gpu else "cpu",
+        "device": trial_device(gpu and ctx.cuda),
         "data": {"dataset": "nyuv2", "root": str(root)},
         "model": model,
         "train": {"epochs": 100_000, "lr": 1e-4, **train},
@@ -130,7 +133,11 @@ def setting_text(config: dict, root: Path) -> str:
 
 def worker_rows(ctx: Context, name: str, result: dict, setting: str, note: str = "") -> None:
     """The GPU utilisation (on CUDA), peak GPU memory (`note` first in its detail) and training
-    images/s rows of one worker's result."""
+    images/s rows of one worker's result, with the device it trained on (`trained_on`: on
+    CUDA a worker that trained elsewhere is an error)."""
+    from harness import trained_on
+
+    setting = f"{setting}, {trained_on(ctx, [result['device']], name)}"
     if "gpu_utilisation" in result:
         busy, span = result["gpu_utilisation"], result["timed_to"] - result["timed_from"]
         ctx.row(f"GPU utilisation while timed, {name}", busy, "%",
@@ -280,7 +287,7 @@ def main() -> None:
         "step_s": statistics.median(s / count for count, s in chunks),
         "steps": steps, "rss_imports_mb": imports_mb, "peak_rss_mb": peak_rss_mb(),
         "cuda_peak_mb": torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
-        "timed_from": timed_from, "timed_to": timed_to,
+        "timed_from": timed_from, "timed_to": timed_to, "device": str(run.device),
     }  # fmt: skip
     if args.trace:
         result["trace"] = run.trace

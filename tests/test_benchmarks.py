@@ -150,7 +150,36 @@ def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, toy) -> N
     result = workers.run_worker(config, warmup=1, steps=2)
     assert result["steps"] == 2 and result["images_per_s"] > 0
     assert 0 < result["rss_imports_mb"] <= result["peak_rss_mb"]
-    assert result["cuda_peak_mb"] is None
+    assert result["cuda_peak_mb"] is None and result["device"] == "cpu"
+
+
+def test_a_gpu_row_whose_trials_trained_on_the_cpu_is_an_error_not_a_figure(load, tmp_path):
+    """Each GPU row says the device its trials reported training on; on CUDA a trial that
+    trained on the CPU makes the row a FAIL without a value. The dry run's rows (toy size on
+    the CPU) record the CPU; the trials take the sweep's device rule ("auto" on CUDA)."""
+    harness, workers = load("harness"), load("workers")
+    gpu = harness.Context("real", torch.device("cuda"), tmp_path)
+    toy = harness.Context("toy", torch.device("cpu"), tmp_path)
+    assert harness.trained_on(gpu, ["cuda:0", "cuda:0"], "x") == "trained on cuda:0"
+    assert harness.trained_on(toy, ["cpu"], "x") == "trained on cpu"
+    message = r"^packing: its trials trained on cpu, cuda:0, not on the GPU: not a GPU figure$"
+    with pytest.raises(harness.NotOnTheGpu, match=message):
+        harness.trained_on(gpu, ["cuda:0", "cpu"], "packing")
+    result = {"device": "cpu", "cuda_peak_mb": None, "peak_rss_mb": 900.0, "images_per_s": 40.0,
+              "steps": 10, "step_s": 0.2}  # fmt: skip
+    with gpu.step("training images/s, erm (graphed)"):
+        workers.worker_rows(gpu, "erm (graphed)", result, "resnet50 288x384")
+    (row,) = gpu.rows
+    assert (row.value, row.result) == (None, "FAIL")
+    assert row.detail == "NotOnTheGpu: erm (graphed): its trials trained on cpu, not on the GPU: "\
+        "not a GPU figure"  # fmt: skip
+    workers.worker_rows(toy, "erm (graphed)", result, "resnet18 32x40")
+    assert len(toy.rows) == 2 and all(
+        "resnet18 32x40, trained on cpu" in r.detail for r in toy.rows
+    )
+    root = workers.data_root(toy, gpu=True)
+    assert workers.trial_config(gpu, root, "erm", gpu=True)["device"] == "auto"
+    assert workers.trial_config(toy, root, "erm", gpu=True)["device"] == "cpu"
 
 
 def test_trial_worker_times_whole_chunks_of_steps(load, toy) -> None:
@@ -409,8 +438,8 @@ def test_trial_breakdown_attributes_each_epochs_span_to_its_parts(load, tmp_path
     trial, timing = tmp_path / "trial", tmp_path / "timing"
     trial.mkdir(), timing.mkdir()
     results = [
-        {"time_train_s": 3.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5},
-        {"time_train_s": 4.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5},
+        {"time_train_s": 3.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5, "device": "cpu"},
+        {"time_train_s": 4.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5, "device": "cpu"},
     ]
     (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in results))
     records = [  # phase, seconds, end (wall clock)
