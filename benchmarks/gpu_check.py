@@ -1,17 +1,20 @@
 """The prepared GPU check: the suites of `run.SUITES` that have a cap, at the real size on CUDA,
-in their priority order ((a) profile to (h) compile, then `cuda` and `repeatability` as time
-remains), within one budget of at most 9 minutes.
+in their priority order (the decisive rows first: `breakdown`, where a real-size trial's time
+goes; `packing`, 1 to 4 trials of 8 epochs per GPU; `fidelity`, bf16 against fp32; then
+ReLiF's graphed step and the exact methods: `graph`, `profile`, `methods`; then `default`,
+`compile`, `cuda` and `repeatability` as time remains), within one budget of at most 9 minutes.
 
     bash benchmarks/gpu_check.sh OUT                  # on the lent GPU machine (see there)
     python benchmarks/gpu_check.py --out DIR --only graph fidelity    # some suites only
     python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy size (minutes on 2 cores)
 
 Each suite runs in a process of its own with a deadline (its cap's share of `--budget-s`): one
-that would start with less than it needs is recorded as skipped, one that overruns is killed
-and keeps its rows. The real-size data are written in the background from the start. DIR gets
-`gpu_check.json` and `.md` (rewritten after every suite, so a killed run still returns what it
-measured), `gpu_check.log` and the fidelity reports; nothing is downloaded. `--dry-run` runs
-every suite at toy size on the CPU, with one logical GPU for Ray.
+that would start with less than it needs is recorded as skipped (the record lists what is
+left), one that overruns is killed and keeps its rows (each row is appended as it is measured).
+The real-size data are written in the background from the start. DIR gets `gpu_check.json` and
+`.md` (rewritten after every suite, so a killed run still returns what it measured),
+`gpu_check.log` and the fidelity reports; nothing is downloaded. `--dry-run` runs every suite
+at toy size on the CPU, with one logical GPU for Ray.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -131,8 +132,9 @@ def test_run_writes_one_record_with_the_machine_and_rows(load, tmp_path, capsys)
     assert payload == json.loads((tmp_path / "benchmarks.json").read_text())
     assert payload["size"] == "demo" and payload["machine"]["cores"] >= 1
     assert {"cpu_flags", "torch", "ray", "commit", "load_average_end"} <= set(payload["machine"])
-    names = [f"{what}, {k} trial(s) per GPU" for k in (1, 2, 3)
-             for what in ("sweep aggregate images/s", "GPU utilisation")]  # fmt: skip
+    names = [load("real_size").ISOLATED]
+    names += [f"{what}, {k} trial(s) per GPU" for k in (1, 2, 3, 4)
+              for what in ("sweep aggregate images/s", "GPU utilisation")]  # fmt: skip
     assert [row["name"] for row in payload["rows"]] == names
     assert all(
         row["result"] == "needs a GPU" and row["group"] == "packing" for row in payload["rows"]
@@ -233,10 +235,11 @@ def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_
 def test_the_gpu_check_runs_the_suites_with_a_cap_in_their_priority_order(load) -> None:
     check = load("gpu_check")
     assert [suite.name for suite in check.CHECKED] == [
-        "profile", "graph", "default", "breakdown", "fidelity", "packing", "methods", "compile",
+        "breakdown", "packing", "fidelity", "graph", "profile", "methods", "default", "compile",
         "cuda", "repeatability",
     ]  # fmt: skip
-    # (a)-(e) fill the budget: the later suites run when earlier ones end early, or with --only
+    # the first five fill the budget: the later suites run when earlier ones end early, or with
+    # --only
     assert sum(suite.gpu[0] for suite in check.CHECKED[:5]) >= check.BUDGET_S
     assert all(least <= cap for cap, least in (suite.gpu for suite in check.CHECKED))
 
@@ -298,6 +301,82 @@ def test_the_packing_rows_split_each_trials_span_from_what_the_trials_reported(l
         "mean seconds per trial over 2 trial(s) of 2 epochs: train 4.00, evaluate 2.00, "
         "audit 1.00, rest of the epochs 1.00, outside the epochs 4.00"
     )
+
+
+def test_packing_measures_its_reference_then_one_to_four_trials_per_gpu(load, toy, monkeypatch):
+    """The packing rows in the order the check writes them: the isolated graphed ERM rate
+    first, then for 1, 2, 3 and 4 trials per GPU (sweeps of 8 real-size epochs) the aggregate
+    over it; the best packing is judged against the raised target."""
+    real_size = load("real_size")
+    assert real_size.PACKINGS == (1, 2, 3, 4) and real_size.PACKING_EPOCHS >= 8
+    monkeypatch.setattr(real_size, "isolated_rate", lambda ctx: ctx.row(real_size.ISOLATED, 100.0))
+    aggregate = {1: 80.0, 2: 120.0, 3: 150.0, 4: 140.0}
+
+    def sweep_throughput(ctx, per_gpu, name):
+        ctx.row(name, aggregate[per_gpu], "img/s")
+        return aggregate[per_gpu]
+
+    monkeypatch.setattr(real_size, "sweep_throughput", sweep_throughput)
+    real_size.packing_suite(toy)
+    names = [row.name for row in toy.rows]
+    assert names[0] == real_size.ISOLATED
+    for per_gpu in (1, 2, 3, 4):
+        ratio = f"sweep aggregate / isolated graphed ERM, {per_gpu} trial(s) per GPU"
+        assert names.index(f"sweep aggregate images/s, {per_gpu} trial(s) per GPU") + 1 == (
+            names.index(ratio)
+        )
+        assert toy.rows[names.index(ratio)].value == pytest.approx(aggregate[per_gpu] / 100.0)
+    judged = toy.rows[-1]
+    assert judged.name == "sweep aggregate images/s per GPU / isolated graphed ERM"
+    assert (judged.value, judged.target, judged.result) == (1.5, ">= 1", "pass")
+    assert judged.detail.startswith("3 trial(s) per GPU, the best of 1, 2, 3, 4")
+
+
+class NoSampler:
+    """A GPU utilisation sampler without readings, for a CUDA context on a CPU machine."""
+
+    def __init__(self, device: torch.device, period: float) -> None:
+        self.stopped, self.samples = threading.Event(), []
+
+    def start(self) -> None:
+        pass
+
+    def mean(self, start: float, end: float) -> None:
+        return None
+
+
+def test_a_packing_whose_trials_trained_on_the_cpu_is_no_gpu_figure(load, tmp_path, monkeypatch):
+    """A packing sweep's rows read each trial's own record (trial.json's device, result.json's
+    peak memory and epochs): on CUDA trials that report the CPU make the row a FAIL; on the
+    dry run the rows say the CPU."""
+    harness, real_size = load("harness"), load("real_size")
+    experiment = tmp_path / "results" / "packing-2"
+    for index in range(2):
+        trial = experiment / f"trial{index}"
+        outputs = trial / "checkpoint_000001" / "outputs"
+        outputs.mkdir(parents=True)
+        info = {"device": "cpu", "steps": 16, "started_at": 10.0, "finished_at": 18.0 + index}
+        (outputs / "trial.json").write_text(json.dumps(info))
+        epoch = {"time_train_s": 3.0, "time_evaluate_s": 0.5, "time_audit_s": 0.1,
+                 "time_this_iter_s": 4.0}  # fmt: skip
+        (trial / "result.json").write_text((json.dumps(epoch) + "\n") * 2)
+    monkeypatch.setattr(real_size, "sweep_command", lambda *args: ["true"])
+    gpu = harness.Context("real", torch.device("cuda"), tmp_path)
+    monkeypatch.setattr(gpu, "run", lambda command: 0)
+    monkeypatch.setattr(real_size, "UtilisationSampler", NoSampler)
+    name = "sweep aggregate images/s, 2 trial(s) per GPU"
+    with gpu.step(name):
+        real_size.sweep_throughput(gpu, 2, name)
+    (row,) = gpu.rows
+    assert (row.name, row.value, row.result) == (name, None, "FAIL")
+    assert "its trials trained on cpu, not on the GPU: not a GPU figure" in row.detail
+    toy = harness.Context("toy", torch.device("cpu"), tmp_path)
+    monkeypatch.setattr(toy, "run", lambda command: 0)
+    assert real_size.sweep_throughput(toy, 2, name) == pytest.approx(32 * 8 / 9.0)
+    rows = {row.name: row for row in toy.rows}
+    assert rows[name].detail.endswith("trained on cpu")
+    assert "(2 epochs)" in rows[name].detail
+    assert rows["peak GPU memory per trial, 2 trial(s) per GPU"].value is None
 
 
 def test_the_cuda_suite_collects_only_the_modules_with_cuda_tests(load) -> None:
