@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from harness import Context, interleaved_times, ratio_with_interval, trained_on
-from methods import sgd_step
 from torch import Tensor, nn
-from workers import GPU_SIZE, data_root, setting_text, timed_worker, trial_config
 
+from benchmarks.harness import Context, interleaved_times, ratio_with_interval, trained_on
+from benchmarks.methods import sgd_step
+from benchmarks.workers import GPU_SIZE, data_root, setting_text, timed_worker, trial_config
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.models.architectures import ARCHITECTURES, RESNET, build_dense_model

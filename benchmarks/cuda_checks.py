@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness import NEEDS_CUDA, OUT_OF_TIME, REPO, Context, Row, trained_on
-from targets import TARGETS
-from workers import data_root, run_worker, trial_config
+from benchmarks.harness import NEEDS_CUDA, OUT_OF_TIME, REPO, Context, Row, trained_on
+from benchmarks.targets import TARGETS
+from benchmarks.workers import data_root, run_worker, trial_config
 
 PINS = REPO / "tests" / "pinned_numbers.json"
 

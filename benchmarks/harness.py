@@ -29,7 +29,8 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
-from targets import TARGETS
+
+from benchmarks.targets import TARGETS
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ("toy", "demo", "real")

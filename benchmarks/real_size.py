@@ -14,11 +14,11 @@ import statistics
 import sys
 import time
 
-from harness import NEEDS_CUDA, NEEDS_GPU, OUT_OF_TIME, Context, Row, trained_on
-from sweep import TIMED_PARTS, real_data
-from targets import TARGETS
-from throughput import GRAPHED
-from workers import (
+from benchmarks.harness import NEEDS_CUDA, NEEDS_GPU, OUT_OF_TIME, Context, Row, trained_on
+from benchmarks.sweep import TIMED_PARTS, real_data
+from benchmarks.targets import TARGETS
+from benchmarks.throughput import GRAPHED
+from benchmarks.workers import (
     UtilisationSampler,
     data_root,
     setting_text,
@@ -26,7 +26,6 @@ from workers import (
     trial_config,
     worker_rows,
 )
-
 from relif_ray.experiment.storage import read_json_lines
 
 ISOLATED = "isolated graphed ERM images/s (the packing's reference)"

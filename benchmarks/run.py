@@ -1,9 +1,9 @@
 """Every performance figure of relif-ray, side by side: the table of suites and the CPU run.
 
-    python benchmarks/run.py --quick          # the demo size: minutes on a 2-core CPU
-    python benchmarks/run.py                  # the real size (tens of minutes on a CPU)
-    python benchmarks/run.py --only relif audit --json    # some suites, as JSON
-    python benchmarks/run.py --quick --out DIR            # DIR/benchmarks.json and .md
+    python -m benchmarks.run --quick          # the demo size: minutes on a 2-core CPU
+    python -m benchmarks.run                  # the real size (tens of minutes on a CPU)
+    python -m benchmarks.run --only relif audit --json    # some suites, as JSON
+    python -m benchmarks.run --quick --out DIR            # DIR/benchmarks.json and .md
 
 Ratios are taken in one process, variants interleaved, on one torch thread; docs/benchmarks.md
 says what each suite measures. Suites are imported when they run, so one runs without another's
@@ -23,14 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from harness import SIZES, Context, Record, Row, markdown
+
+from benchmarks.harness import SIZES, Context, Record, Row, markdown
 
 
 @dataclass(frozen=True)
 class Suite:
     name: str
     title: str
-    function: str  # module.function of the suite, imported when it runs
+    function: str  # module.function of the suite in benchmarks/, imported when it runs
     cpu: bool = False  # in run.py's default run
     gpu: tuple[float, float] = (0.0, 0.0)
     """In the GPU check: its cap of the 540-s budget and the least it needs (s on an H100;
@@ -43,7 +44,7 @@ class Suite:
 
     def run(self, ctx: Context) -> None:
         module, function = self.function.rsplit(".", 1)
-        getattr(importlib.import_module(module), function)(ctx)
+        getattr(importlib.import_module(f"benchmarks.{module}"), function)(ctx)
 
 
 SUITES = (
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")
     torch.set_num_threads(1)
-    command = "python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
     record = Record(command.strip(), size, device.type, args.out)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:

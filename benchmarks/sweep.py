@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from harness import REPO, Context, trained_on
 
+from benchmarks.harness import REPO, Context, trained_on
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.engine import TrainingRun

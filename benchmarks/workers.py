@@ -1,8 +1,9 @@
 """Trial workers: one `TrainingRun` in a process of its own, so that its peak memory is its alone
 and several can share a GPU; what a worker trains, how it is run and timed (with the GPU's
-utilisation sampled meanwhile) and its rows. Run as a script, this file is the worker: it
-prints one JSON line (images/s, median step, peak memory, the timed window; `--trace`: every
-step's trace row); `--loop plain` trains with a plain fp32 PyTorch loop (`PlainLoop`)."""
+utilisation sampled meanwhile) and its rows. Run as `python -m benchmarks.workers`, it is the
+worker: it prints one JSON line (images/s, median step, peak memory, the timed window;
+`--trace`: every step's trace row); `--loop plain` trains with a plain fp32 PyTorch loop
+(`PlainLoop`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from harness import Context
+    from benchmarks.harness import Context
 
 GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
 """The paper's NYUv2 size: every GPU row's model, images and batch."""
@@ -87,14 +88,18 @@ def variants() -> tuple[str, ...]:
 def run_worker(config: dict, warmup: int, steps: int, **options: object) -> dict:
     """One worker process; its JSON result. `options` are further flags: `loop="plain"` gives
     `--loop plain`, `trace=True` gives `--trace`."""
-    command = [sys.executable, __file__, "--config", json.dumps(config), "--warmup", str(warmup)]
+    from benchmarks.harness import REPO
+
+    command = [sys.executable, "-m", "benchmarks.workers", "--config", json.dumps(config)]
+    command += ["--warmup", str(warmup)]
     command += ["--steps", str(steps)]
     for key, value in options.items():
         flag = f"--{key.replace('_', '-')}"
         command += [flag] if value is True else [flag, str(value)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
-        raise RuntimeError(f"workers.py exited {result.returncode}:\n{result.stderr[-3000:]}")
+        failed = f"benchmarks.workers exited {result.returncode}"
+        raise RuntimeError(f"{failed}:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -135,7 +140,7 @@ def worker_rows(ctx: Context, name: str, result: dict, setting: str, note: str =
     """The GPU utilisation (on CUDA), peak GPU memory (`note` first in its detail) and training
     images/s rows of one worker's result, with the device it trained on (`trained_on`: on
     CUDA a worker that trained elsewhere is an error)."""
-    from harness import trained_on
+    from benchmarks.harness import trained_on
 
     setting = f"{setting}, {trained_on(ctx, [result['device']], name)}"
     if "gpu_utilisation" in result:

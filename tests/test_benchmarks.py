@@ -12,21 +12,16 @@ import sys
 import threading
 import time
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture
-def load(monkeypatch: pytest.MonkeyPatch):
-    """Import a benchmarks/ module by name, with benchmarks/ first on the import path as when
-    its scripts run (they import each other by name)."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module
+def load():
+    """Import a module of the `benchmarks` package by its name."""
+    return lambda name: importlib.import_module(f"benchmarks.{name}")
 
 
 @pytest.fixture
@@ -489,6 +484,7 @@ def test_gpu_bundle_slims_a_wheel_that_pip_still_installs(load, tmp_path) -> Non
         ("/v/bin/python /v/bin/relif report exp --out r", "driver relif"),
         (".venv/bin/python -m relif_ray.cli report exp --out r", "driver relif_ray.cli"),
         (".venv/bin/python -m pytest -q", "pytest and its workers"),
+        (".venv/bin/python -m benchmarks.gpu_check --out o", "driver benchmarks.gpu_check"),
         ("/usr/bin/git status", "other"),
     ],
 )  # fmt: skip
