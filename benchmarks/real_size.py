@@ -93,8 +93,9 @@ def recorded_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
 
 
 def precision_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
-    """One run of the experiment at `precision`: its rows (named with the precision), its
-    report copied to the output folder; the rows by their own name."""
+    """One run of the experiment at `precision`: its rows (named with the precision; its
+    setting row names the device its trials reported, `trained_on`), its report copied to the
+    output folder; the rows by their own name."""
     out = ctx.workdir / f"fidelity-{precision}"
     shutil.rmtree(out, ignore_errors=True)
     backbone, lr = ("resnet18", "1e-3") if ctx.toy else ("resnet50", "1e-4")
@@ -106,9 +107,13 @@ def precision_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
     code = ctx.run(command)
     if not (out / "fidelity.json").exists():
         raise RuntimeError(f"sweeps/fidelity.py exited {code} without its rows (see the log)")
+    records = sorted(out.glob("results/*/*/checkpoint_*/outputs/trial.json"))
+    what = f"ReLiF at real size, {precision}"
+    devices = trained_on(ctx, [json.loads(path.read_text())["device"] for path in records], what)
     found = {}
     for values in json.loads((out / "fidelity.json").read_text())["rows"]:
         row = Row(**{**values, "group": ""})
+        row.detail += f"; {devices}" if row.name == "setting" else ""
         found[row.name] = row
         row.name = f"{row.name}, {precision}"
         ctx.add(row)
