@@ -107,4 +107,11 @@ def compose_config(
         except UserError as exc:
             raise UserError(f"{source}: {exc}") from None
     data = {"dataset": defaults.dataset, "root": data_root, "spec": spec or {}}
-    return with_fields(config, {"data": data, "device": "auto" if use_gpu else "cpu"})
+    return with_fields(config, {"data": data, "device": trial_device(use_gpu)})
+
+
+def trial_device(use_gpu: bool) -> str:
+    """The sweep's device rule: "auto" (CUDA where the trial's worker sees a GPU) where trials
+    get a GPU, else "cpu" (`ExperimentConfig.device` defaults to "cpu", so a config built
+    without this rule trains on the CPU even where Ray holds a GPU for it)."""
+    return "auto" if use_gpu else "cpu"
