@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.engine import TrainingRun
 from relif_ray.experiment.storage import read_json_lines
+from relif_ray.sweep.trial_config import TuneKeys
 from relif_ray.tuning.trainable import ReLiFTrainable
 
 REAL_DATA = {"train": 795, "val": 654, "height": 288, "width": 384}
@@ -76,7 +77,8 @@ def _alive(pid: int) -> bool:
 
 class TimedTrainable(ReLiFTrainable):
     """The sweep's trainable, appending (phase, seconds, wall-clock end) of every set-up, step
-    and save to a file per actor process in the folder `config["timing_dir"]`."""
+    and save to a file per actor process in the folder of its Tune config's `timing_dir`
+    (`relif_ray.sweep.trial_config.TuneKeys`)."""
 
     def _record(self, phase: str, start: float) -> None:
         seconds = time.perf_counter() - start
@@ -87,7 +89,7 @@ class TimedTrainable(ReLiFTrainable):
 
     def setup(self, config: dict) -> None:
         start = time.perf_counter()
-        self.timing_dir = config["timing_dir"]
+        self.timing_dir = TuneKeys.of(config).timing_dir
         super().setup(config)
         self._record("setup", start)
         self._print_epoch_parts()
@@ -136,12 +138,14 @@ def timing_records(timing_dir: Path) -> dict[str, list[dict]]:
 
 def timed_sweep(space, name: str, workdir: Path, resources, **options: object) -> str:  # noqa: ANN001
     """`run_sweep` of `space` with `TimedTrainable`, its records in `workdir/timing`."""
+    from relif_ray.sweep.request import SweepRequest
     from relif_ray.tuning.launch import run_sweep
 
-    space.extra["timing_dir"] = str(workdir / "timing")
+    space = replace(space, shared=replace(space.shared, timing_dir=str(workdir / "timing")))
     (workdir / "timing").mkdir(parents=True, exist_ok=True)
-    return run_sweep(space, name=name, storage=str(workdir / "results"), resources=resources,
-                     verbose=0, trainable=TimedTrainable, **options)  # fmt: skip
+    request = SweepRequest(name=name, storage=str(workdir / "results"), resources=resources,
+                           space=space, **options)  # fmt: skip
+    return run_sweep(request, verbose=0, trainable=TimedTrainable)
 
 
 # --- sweep efficiency -------------------------------------------------------------------------
@@ -176,7 +180,7 @@ def measure_efficiency(trials: int = 8, trial_seconds: float = 30.0, epochs: int
 
     from relif_ray.sweep.labels import grid_variants
     from relif_ray.sweep.plan import Resources, param_space
-    from relif_ray.tuning.launch import connect
+    from relif_ray.tuning.cluster import connect
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     connect(Resources(num_cpus=slots))  # the local Ray a sweep starts
@@ -195,7 +199,9 @@ def measure_efficiency(trials: int = 8, trial_seconds: float = 30.0, epochs: int
             base = ExperimentConfig.from_dict(config)
             space = param_space(base, grid_variants(["erm"], [], []), list(range(trials)), 0.2)
             start, started = time.perf_counter(), time.time()
-            experiment = timed_sweep(space, "efficiency", workdir, Resources(cpus_per_trial=1))
+            experiment = timed_sweep(
+                space, "efficiency", workdir, Resources(cpus_per_trial=1), checkpoint_interval_s=0.0
+            )  # every epoch
             wall = time.perf_counter() - start
             records = timing_records(workdir / "timing")
             results = [trial.last_result for trial in ExperimentAnalysis(experiment).trials]
@@ -265,7 +271,7 @@ def run_trial(size: BreakdownSize, root: Path, workdir: Path, cuda: bool) -> Pat
     from relif_ray.sweep.compose import compose_config
     from relif_ray.sweep.labels import variant
     from relif_ray.sweep.plan import Resources, param_space
-    from relif_ray.tuning.launch import connect
+    from relif_ray.tuning.cluster import connect
 
     fields = {"train.epochs": size.epochs, "train.batch_size": 8, "train.lr": size.lr,
               "model.backbone": size.backbone, "model.pretrained": "none"}  # fmt: skip
