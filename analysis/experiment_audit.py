@@ -163,7 +163,7 @@ class ExperimentAudit:
         if any("|" in name for name in names):
             raise UserError(f"{source}: task names must not contain '|'")
         frame = pd.DataFrame({"task": pd.Series(tasks, dtype=object), "example_id": ids})
-        return sample_pairs(frame, **vars(self.settings))
+        return sample_pairs(frame, settings=self.settings)
 
     def _draw(self, split: str) -> dict[str, TrialSample]:
         scores = self.scores

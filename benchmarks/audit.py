@@ -13,7 +13,7 @@ import pandas as pd
 
 from benchmarks.harness import Context
 from benchmarks.targets import TARGETS
-from relif_ray.audit import fixed_delta_audit, sample_pairs, validate_scores
+from relif_ray.audit import AuditSettings, fixed_delta_audit, sample_pairs, validate_scores
 
 DELTA = 0.2
 TASKS = ("seg", "depth", "normal")
@@ -47,13 +47,14 @@ def measure_audit(pairs: int, repeats: int = 3) -> dict[str, float]:
     first task pair's sampled pairs, checked against the audit's Bias and VR there)."""
     table = score_table()
     task_pairs = len(TASKS) * (len(TASKS) - 1) // 2
+    settings = AuditSettings(pairs=pairs)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        result = fixed_delta_audit(table, DELTA, pool_size=256, pairs=pairs)
+        result = fixed_delta_audit(table, DELTA, settings=settings)
         best = min(best, time.perf_counter() - start)
     frame = validate_scores(table)
-    key, (first, second) = next(iter(sample_pairs(frame, 256, pairs, 42, 0).items()))
+    key, (first, second) = next(iter(sample_pairs(frame, settings=settings).items()))
     start = time.perf_counter()
     bias, vr = python_loop_audit(frame["score"].to_list(), first.tolist(), second.tolist(), DELTA)
     loop_seconds = time.perf_counter() - start

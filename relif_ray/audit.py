@@ -209,7 +209,8 @@ def _rng(seed: int, *names: str) -> np.random.Generator:
 class AuditSettings:
     """Algorithm 1's sampling settings: N_eval (`pool_size`), S (`pairs`), `pair_seed` (paper
     Table 7: 256, 4096, 42) and `eval_seed`. The one home of their defaults: the audit
-    functions, `relif audit`, `relif report` and `analysis.audit` all take them from here."""
+    functions take one as `settings` (default `AuditSettings()`), and `relif audit`,
+    `relif report` and `analysis.audit` build one from their flags."""
 
     pool_size: int = 256
     pairs: int = 4096
@@ -229,58 +230,58 @@ class AuditSettings:
                 raise UserError(f"{names.get(field, field)}: must be {need}, got {value!r}")
 
 
-def evaluation_pools(frame: pd.DataFrame, pool_size: int, eval_seed: int) -> dict[str, np.ndarray]:
-    """Row positions of each task's evaluation pool (Algorithm 1 line 1)."""
+def evaluation_pools(
+    frame: pd.DataFrame, *, settings: AuditSettings = AuditSettings()
+) -> dict[str, np.ndarray]:
+    """Row positions of each task's evaluation pool (Algorithm 1 line 1): N_eval
+    (`settings.pool_size`) rows drawn with `settings.eval_seed`."""
+    size, seed = settings.pool_size, settings.eval_seed
     pools = {}
     for task, rows in frame.groupby("task", sort=True).indices.items():
         if "example_id" in frame.columns:
             rows = rows[np.argsort(frame["example_id"].to_numpy()[rows], kind="stable")]
-        if rows.size > pool_size:
-            rows = rows[_rng(eval_seed, task).choice(rows.size, size=pool_size, replace=False)]
+        if rows.size > size:
+            rows = rows[_rng(seed, task).choice(rows.size, size=size, replace=False)]
         pools[task] = rows
     return pools
 
 
 def sample_pairs(
-    frame: pd.DataFrame, pool_size: int, pairs: int, pair_seed: int, eval_seed: int
+    frame: pd.DataFrame, *, settings: AuditSettings = AuditSettings()
 ) -> dict[PairKey, tuple[np.ndarray, np.ndarray]]:
     """Row positions (x of task a, y of task b) of the S sampled pairs of every task pair "a|b"
     (Algorithm 1 line 3); `frame` is the output of `validate_scores`."""
-    AuditSettings(pool_size, pairs, pair_seed, eval_seed).check()
-    pools = evaluation_pools(frame, pool_size, eval_seed)
+    settings.check()
+    pools = evaluation_pools(frame, settings=settings)
     sampled = {}
     for a, b in itertools.combinations(sorted(pools), 2):
-        rng = _rng(pair_seed, a, b)
-        first = pools[a][rng.integers(0, pools[a].size, size=pairs)]
-        second = pools[b][rng.integers(0, pools[b].size, size=pairs)]
+        rng = _rng(settings.pair_seed, a, b)
+        first = pools[a][rng.integers(0, pools[a].size, size=settings.pairs)]
+        second = pools[b][rng.integers(0, pools[b].size, size=settings.pairs)]
         sampled[pair_key(a, b)] = (first, second)
     return sampled
 
 
 def audit_gaps(
     scores: pd.DataFrame,
-    pool_size: int = AuditSettings.pool_size,
-    pairs: int = AuditSettings.pairs,
-    pair_seed: int = AuditSettings.pair_seed,
-    eval_seed: int = AuditSettings.eval_seed,
+    *,
+    settings: AuditSettings = AuditSettings(),
 ) -> AuditGaps:
     """The S sampled gaps of every task pair (Algorithm 1 lines 1-4)."""
     frame = validate_scores(scores)
     values = frame["score"].to_numpy(dtype=np.float64)
-    sampled = sample_pairs(frame, pool_size, pairs, pair_seed, eval_seed)
+    sampled = sample_pairs(frame, settings=settings)
     return AuditGaps({key: np.abs(values[x] - values[y]) for key, (x, y) in sampled.items()})
 
 
 def fixed_delta_audit(
     scores: pd.DataFrame,
     delta: Delta,
-    pool_size: int = AuditSettings.pool_size,
-    pairs: int = AuditSettings.pairs,
-    pair_seed: int = AuditSettings.pair_seed,
-    eval_seed: int = AuditSettings.eval_seed,
+    *,
+    settings: AuditSettings = AuditSettings(),
 ) -> AuditResult:
     """Bias and VR under the held-fixed threshold `delta` (Algorithm 1)."""
-    gaps = audit_gaps(scores, pool_size, pairs, pair_seed, eval_seed)
+    gaps = audit_gaps(scores, settings=settings)
     return gaps.audit(delta)
 
 
@@ -311,10 +312,8 @@ def pair_distances(
     scores: pd.DataFrame,
     example_ids: Sequence | np.ndarray,
     embeddings: np.ndarray,
-    pool_size: int = AuditSettings.pool_size,
-    pairs: int = AuditSettings.pairs,
-    pair_seed: int = AuditSettings.pair_seed,
-    eval_seed: int = AuditSettings.eval_seed,
+    *,
+    settings: AuditSettings = AuditSettings(),
 ) -> dict[PairKey, np.ndarray]:
     """Per task pair, the cosine-induced distances (1 - cos(f(x), f(y))) / 2 of the
     L2-normalized shared representations over the SAME S pairs the audit samples (same pools,
@@ -337,7 +336,7 @@ def pair_distances(
         missing = frame["example_id"].to_numpy()[positions < 0][0]
         raise UserError(f"embeddings: no representation for example_id {missing!r}")
     rows = unit_rows(matrix)[positions]
-    sampled = sample_pairs(frame, pool_size, pairs, pair_seed, eval_seed)
+    sampled = sample_pairs(frame, settings=settings)
     return {key: cosine_distances(rows, x, y) for key, (x, y) in sampled.items()}
 
 
@@ -357,10 +356,8 @@ def induced_thresholds(
     scores: pd.DataFrame,
     example_ids: Sequence | np.ndarray,
     embeddings: np.ndarray,
-    pool_size: int = AuditSettings.pool_size,
-    pairs: int = AuditSettings.pairs,
-    pair_seed: int = AuditSettings.pair_seed,
-    eval_seed: int = AuditSettings.eval_seed,
+    *,
+    settings: AuditSettings = AuditSettings(),
 ) -> dict[PairKey, float]:
     """Method-induced thresholds delta_m,ab: diagnostics of threshold drift, never the audit.
 
@@ -372,9 +369,7 @@ def induced_thresholds(
     do not use class means of each task's pool: where all tasks share the same inputs (NYUv2)
     those means coincide and every threshold would collapse to ~0.
     """
-    distances = pair_distances(
-        scores, example_ids, embeddings, pool_size, pairs, pair_seed, eval_seed
-    )
+    distances = pair_distances(scores, example_ids, embeddings, settings=settings)
     return {key: float(values.mean()) for key, values in distances.items()}
 
 

@@ -90,12 +90,12 @@ def squashed_scores(trials: dict[str, StoredTrial], trial: str, split: str) -> p
 
 
 def reference_distances(
-    trials: dict[str, StoredTrial], trial: str, pool_size: int, pairs: int, pair_seed: int
+    trials: dict[str, StoredTrial], trial: str, settings: AuditSettings
 ) -> np.ndarray:
     """(1 - cos) / 2 of the trial's validation representations over the audit's sampled
     validation pairs, all task pairs concatenated (sorted task-pair order)."""
     frame = validate_scores(squashed_scores(trials, trial, "val"))
-    sampled = sample_pairs(frame, pool_size, pairs, pair_seed, 0)
+    sampled = sample_pairs(frame, settings=settings)
     ids, matrix = trials[trial].representations("val")
     lookup = {example: row for row, example in enumerate(ids)}
     matrix = matrix.astype(np.float64)
@@ -270,7 +270,7 @@ def test_gaps_equal_the_library_audit_of_each_trial(experiment_audit, stored):
     for split in ("val", "test"):
         gaps = experiment_audit.gaps(split)
         for trial in stored:
-            expected = audit_gaps(squashed_scores(stored, trial, split), **vars(SETTINGS))
+            expected = audit_gaps(squashed_scores(stored, trial, split), settings=SETTINGS)
             assert gaps[trial].gaps.keys() == expected.gaps.keys()
             for key, values in expected.gaps.items():
                 np.testing.assert_array_equal(gaps[trial].gaps[key], values)
@@ -279,7 +279,7 @@ def test_gaps_equal_the_library_audit_of_each_trial(experiment_audit, stored):
 def test_fixed_bias_and_vr_equal_the_definition(experiment_audit, stored):
     fixed = experiment_audit.fixed([0.1, 0.3], "test").set_index(["trial", "delta"])
     for trial in stored:
-        expected = audit_gaps(squashed_scores(stored, trial, "test"), **vars(SETTINGS))
+        expected = audit_gaps(squashed_scores(stored, trial, "test"), settings=SETTINGS)
         for delta in (0.1, 0.3):
             bias = np.mean([np.maximum(g - delta, 0).mean() for g in expected.gaps.values()])
             vr = np.mean([(g > delta).mean() for g in expected.gaps.values()])
@@ -292,13 +292,13 @@ def test_induced_thresholds_equal_the_library(experiment_audit, stored):
     for trial, record in stored.items():
         ids, matrix = record.representations("val")
         expected = induced_thresholds(
-            squashed_scores(stored, trial, "val"), ids, matrix, **vars(SETTINGS)
+            squashed_scores(stored, trial, "val"), ids, matrix, settings=SETTINGS
         )
         for key, value in expected.items():
             assert induced[trial, key] == pytest.approx(value, abs=1e-12)
         assert induced[trial, "mean"] == pytest.approx(np.mean(list(expected.values())))
         distances = pair_distances(
-            squashed_scores(stored, trial, "val"), ids, matrix, **vars(SETTINGS)
+            squashed_scores(stored, trial, "val"), ids, matrix, settings=SETTINGS
         )
         for key, values in experiment_audit.distances(trial).items():
             np.testing.assert_allclose(values, distances[key], rtol=0, atol=1e-12)
@@ -319,7 +319,7 @@ def test_scores_outside_unit_interval_name_the_trial(tmp_path):
 
 def test_delta_from_quantile_of_pooled_erm_distances(experiment_audit, stored):
     erm = [t for t, r in stored.items() if r.is_erm]
-    pooled = np.concatenate([reference_distances(stored, t, 16, 256, 42) for t in erm])
+    pooled = np.concatenate([reference_distances(stored, t, SETTINGS) for t in erm])
     chosen = delta_options.resolve(delta_options.quantile("erm:p75"), experiment_audit)
     assert chosen.value == pytest.approx(np.quantile(pooled, 0.75), abs=1e-12)
     assert chosen.n == pooled.size == 3 * 3 * 256
@@ -335,7 +335,7 @@ def test_delta_from_quantile_of_pooled_erm_gaps(experiment_audit, stored):
             values
             for t in erm
             for values in audit_gaps(
-                squashed_scores(stored, t, "val"), **vars(SETTINGS)
+                squashed_scores(stored, t, "val"), settings=SETTINGS
             ).gaps.values()
         ]
     )

@@ -185,7 +185,7 @@ def test_per_pair_bias_equals_the_audit_of_each_pair(experiment_dir, results):
     audits = pair_audits(results)
     for trial in list(stored)[:4]:
         expected = fixed_delta_audit(
-            squashed_scores(stored, trial, "test"), delta, **vars(SETTINGS)
+            squashed_scores(stored, trial, "test"), delta, settings=SETTINGS
         )
         rows = audits[audits["trial"] == trial].set_index("pair")
         assert set(rows.index) == set(expected.pairs) == {"depth|normal", "depth|seg", "normal|seg"}

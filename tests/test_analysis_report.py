@@ -90,16 +90,16 @@ def direct_per_trial(stored, results: Results) -> pd.DataFrame:
             "depth_rmse": metrics["depth_rmse"],
         }
         for delta in results.deltas:
-            audit = fixed_delta_audit(scores, delta.value, **vars(SETTINGS))
+            audit = fixed_delta_audit(scores, delta.value, settings=SETTINGS)
             row[f"bias_{delta.key}"], row[f"vr_{delta.key}"] = audit.bias, audit.vr
         for delta in results.sensitivity:
-            row[f"bias_at_{delta:g}"] = fixed_delta_audit(scores, delta, **vars(SETTINGS)).bias
+            row[f"bias_at_{delta:g}"] = fixed_delta_audit(scores, delta, settings=SETTINGS).bias
         ids, matrix = record.representations("val")
         induced = induced_thresholds(
-            squashed_scores(stored, trial, "val"), ids, matrix, **vars(SETTINGS)
+            squashed_scores(stored, trial, "val"), ids, matrix, settings=SETTINGS
         )
         row["induced_mean"] = np.mean(list(induced.values()))
-        row["raw_bias"] = fixed_delta_audit(scores, induced, **vars(SETTINGS)).bias
+        row["raw_bias"] = fixed_delta_audit(scores, induced, settings=SETTINGS).bias
         row["drift"] = np.mean([abs(v - results.primary.value) for v in induced.values()])
         rows.append(row)
     return pd.DataFrame(rows)

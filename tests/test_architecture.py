@@ -13,6 +13,8 @@
 - one home each for the squash formula and the other audit interfaces (`relif_ray.squash`),
   whether lambda adapts (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels`
   and the controller) and the first / last line of an error (`relif_ray.errors`);
+- the audit's sampling settings (N_eval, S, the seeds) travel as one
+  `relif_ray.audit.AuditSettings`: no function takes them one by one or re-spells their defaults;
 - the analysis notebook uses only public names: each project name it imports or reads off a
   module is in that module's `__all__`;
 - no module of `relif_ray/`, `analysis/` and `benchmarks/` has more than `MAX_MODULE_LINES`
@@ -414,6 +416,62 @@ def test_directions_and_the_delta_range_have_one_home():
 def test_the_first_and_last_line_of_an_error_have_one_home():
     assert files_matching(r"\)\.strip\(\)\.splitlines\(\)") == {"relif_ray/errors.py"}
     assert files_matching(r"\blines\[-1\]") == {"relif_ray/errors.py"}
+
+
+AUDIT_SETTINGS_FIELDS = ("pool_size", "pair_seed", "eval_seed")
+"""`relif_ray.audit.AuditSettings`' fields whose names mean nothing else (`pairs` also names
+ReLiF's pairs of examples)."""
+
+
+def respelled_audit_settings(files: dict[str, str]) -> list[str]:
+    """file:function:parameter for every parameter that re-spells the audit settings instead of
+    taking an `AuditSettings`: one defaulting to an `AuditSettings.<field>` attribute, or one
+    named after a field (`AUDIT_SETTINGS_FIELDS`)."""
+    found = []
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = node.args
+            positional = [*args.posonlyargs, *args.args]
+            defaults = dict(zip(positional[::-1], args.defaults[::-1], strict=False))
+            defaults.update(zip(args.kwonlyargs, args.kw_defaults, strict=True))
+            for param in [*positional, *args.kwonlyargs]:
+                default = defaults.get(param)
+                from_class = (
+                    isinstance(default, ast.Attribute)
+                    and isinstance(default.value, ast.Name)
+                    and default.value.id == "AuditSettings"
+                )
+                if from_class or param.arg in AUDIT_SETTINGS_FIELDS:
+                    found.append(f"{name}:{node.name}:{param.arg}")
+    return found
+
+
+def test_the_audit_settings_are_passed_whole():
+    """N_eval, S and the seeds travel as one `AuditSettings` (the one home of their defaults):
+    no function of the library, the analysis or the benchmarks takes them one by one, and the
+    audit functions take `settings`."""
+    assert respelled_audit_settings(source_files(LENGTH_RULED)) == []
+    audit = ast.parse((REPO / "relif_ray/audit.py").read_text())
+    sampling = ("evaluation_pools", "sample_pairs", "audit_gaps", "fixed_delta_audit")
+    sampling += ("pair_distances", "induced_thresholds")
+    for node in audit.body:
+        if isinstance(node, ast.FunctionDef) and node.name in sampling:
+            keywords = {arg.arg: ast.unparse(arg.annotation) for arg in node.args.kwonlyargs}
+            assert keywords == {"settings": "AuditSettings"}, node.name
+
+
+def test_the_audit_settings_reader_sees_respelled_parameters():
+    text = (
+        "def by_default(scores, pairs: int = AuditSettings.pairs):\n    pass\n\n\n"
+        "def by_name(scores, *, eval_seed=0):\n    pass\n\n\n"
+        "def whole(scores, *, settings: AuditSettings = AuditSettings()):\n    pass\n"
+    )
+    assert respelled_audit_settings({"toy.py": text}) == [
+        "toy.py:by_default:pairs",
+        "toy.py:by_name:eval_seed",
+    ]
 
 
 def test_the_benchmarks_package_imports_its_modules_by_package_without_a_cycle():

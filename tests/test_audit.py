@@ -15,6 +15,7 @@ from sklearn.metrics.pairwise import paired_cosine_distances
 
 from relif_ray.audit import (
     AuditGaps,
+    AuditSettings,
     audit_gaps,
     bias_curve,
     bootstrap_bias_ci,
@@ -65,10 +66,10 @@ def score_table(sizes: dict[str, int], seed: int = 0, invalid: int = 0) -> pd.Da
 def test_audit_matches_a_loop_over_the_sampled_pairs() -> None:
     scores = score_table({"seg": 300, "depth": 200, "normal": 50}, invalid=5)
     frame = validate_scores(scores)
-    sampled = sample_pairs(frame, pool_size=64, pairs=500, pair_seed=42, eval_seed=0)
+    sampled = sample_pairs(frame, settings=AuditSettings(pool_size=64, pairs=500, pair_seed=42))
     values = frame["score"].tolist()
     delta = 0.1
-    result = fixed_delta_audit(scores, delta, pool_size=64, pairs=500)
+    result = fixed_delta_audit(scores, delta, settings=AuditSettings(pool_size=64, pairs=500))
     assert set(result.pairs) == {"depth|normal", "depth|seg", "normal|seg"}
     biases, rates = [], []
     for key, (x, y) in sampled.items():
@@ -90,10 +91,10 @@ def test_audit_matches_a_loop_over_the_sampled_pairs() -> None:
 def test_pools_are_valid_distinct_and_capped() -> None:
     scores = score_table({"a": 300, "b": 40}, invalid=10)
     frame = validate_scores(scores)
-    pools = evaluation_pools(frame, pool_size=256, eval_seed=3)
+    pools = evaluation_pools(frame, settings=AuditSettings(pool_size=256, eval_seed=3))
     assert len(pools["a"]) == len(set(pools["a"])) == 256
     assert sorted(frame["example_id"].iloc[pools["b"]]) == list(range(40))  # all of a small task
-    sampled = sample_pairs(frame, 256, 4096, 42, 3)
+    sampled = sample_pairs(frame, settings=AuditSettings(eval_seed=3))
     x, y = sampled["a|b"]
     assert (frame["score"].iloc[np.concatenate([x, y])] < 1.0).all()  # no invalid row
     assert set(x) <= set(pools["a"]) and set(y) <= set(pools["b"])
@@ -101,7 +102,7 @@ def test_pools_are_valid_distinct_and_capped() -> None:
 
 def test_pairs_are_drawn_uniformly_with_replacement() -> None:
     scores = score_table({"a": 4, "b": 3})
-    x, y = sample_pairs(validate_scores(scores), 256, 60_000, 42, 0)["a|b"]
+    x, y = sample_pairs(validate_scores(scores), settings=AuditSettings(pairs=60_000))["a|b"]
     counts = np.bincount(x, minlength=7)[:4]
     assert np.allclose(counts / 60_000, 0.25, atol=0.01)
     joint = pd.crosstab(x, y).to_numpy() / 60_000
@@ -122,8 +123,8 @@ def test_result_does_not_depend_on_row_order_task_order_or_other_tasks() -> None
 def test_seeds_change_the_sample() -> None:
     scores = score_table({"a": 500, "b": 500})
     base = fixed_delta_audit(scores, 0.1)
-    assert fixed_delta_audit(scores, 0.1, pair_seed=7) != base
-    assert fixed_delta_audit(scores, 0.1, eval_seed=7) != base
+    assert fixed_delta_audit(scores, 0.1, settings=AuditSettings(pair_seed=7)) != base
+    assert fixed_delta_audit(scores, 0.1, settings=AuditSettings(eval_seed=7)) != base
 
 
 def test_sampled_audit_estimates_the_all_pairs_expectation() -> None:
@@ -133,7 +134,7 @@ def test_sampled_audit_estimates_the_all_pairs_expectation() -> None:
     a = scores.loc[scores["task"] == "a", "score"].to_numpy()
     b = scores.loc[scores["task"] == "b", "score"].to_numpy()
     gaps = np.abs(a[:, None] - b[None, :]).ravel()
-    result = fixed_delta_audit(scores, 0.15, pairs=40_000)
+    result = fixed_delta_audit(scores, 0.15, settings=AuditSettings(pairs=40_000))
     assert result.bias == pytest.approx(np.maximum(gaps - 0.15, 0).mean(), abs=4 * 0.15 / 200)
     assert result.vr == pytest.approx((gaps > 0.15).mean(), abs=4 * 0.5 / 200)
 
@@ -252,7 +253,7 @@ def test_conformal_coverage_holds_empirically() -> None:
 
 
 def test_bootstrap_interval_brackets_the_estimate_with_the_normal_width() -> None:
-    gaps = audit_gaps(score_table({"a": 300, "b": 300}), pairs=4096)
+    gaps = audit_gaps(score_table({"a": 300, "b": 300}))
     low, high = bootstrap_bias_ci(gaps, 0.1, n_boot=2000)
     point = gaps.audit(0.1).bias
     assert low < point < high
@@ -268,11 +269,12 @@ def test_pair_distances_and_induced_thresholds_match_scikit_learn_on_the_audit_p
     rng = np.random.default_rng(1)
     ids = np.arange(45)[::-1]  # embeddings listed in another order than the scores
     embeddings = rng.normal(size=(45, 6))
-    distances = pair_distances(scores, ids, embeddings, pool_size=16, pairs=300)
-    induced = induced_thresholds(scores, ids, embeddings, pool_size=16, pairs=300)
+    small = AuditSettings(pool_size=16, pairs=300)
+    distances = pair_distances(scores, ids, embeddings, settings=small)
+    induced = induced_thresholds(scores, ids, embeddings, settings=small)
     frame = validate_scores(scores)
     row_of = {example: row for row, example in enumerate(ids)}
-    sampled = sample_pairs(frame, 16, 300, 42, 0)
+    sampled = sample_pairs(frame, settings=small)
     assert sorted(distances) == sorted(sampled) == ["a|b", "a|c", "b|c"]
     for key, (x, y) in sampled.items():
         u = embeddings[[row_of[e] for e in frame["example_id"].iloc[x]]]
@@ -323,9 +325,10 @@ def test_invalid_rows_may_hold_anything() -> None:
     [
         ({"delta": 1.5}, "delta"),
         ({"delta": -0.1}, "delta"),
-        ({"delta": 0.1, "pool_size": 0}, "pool_size"),
-        ({"delta": 0.1, "pairs": -3}, "pairs"),
-        ({"delta": 0.1, "pair_seed": -1}, "pair_seed"),
+        ({"delta": 0.1, "settings": AuditSettings(pool_size=0)}, "pool_size"),
+        ({"delta": 0.1, "settings": AuditSettings(pairs=-3)}, "pairs"),
+        ({"delta": 0.1, "settings": AuditSettings(pair_seed=-1)}, "pair_seed"),
+        ({"delta": 0.1, "settings": AuditSettings(eval_seed=1.5)}, "eval_seed"),
     ],
 )
 def test_bad_arguments_raise(kwargs: dict, message: str) -> None:
@@ -335,7 +338,9 @@ def test_bad_arguments_raise(kwargs: dict, message: str) -> None:
 
 def test_all_pairs_of_many_tasks() -> None:
     tasks = [f"t{k}" for k in range(5)]
-    result = fixed_delta_audit(score_table(dict.fromkeys(tasks, 10)), 0.2, pairs=10)
+    result = fixed_delta_audit(
+        score_table(dict.fromkeys(tasks, 10)), 0.2, settings=AuditSettings(pairs=10)
+    )
     expected = {f"{a}|{b}" for a, b in itertools.combinations(tasks, 2)}
     assert set(result.pairs) == expected
 
@@ -350,8 +355,8 @@ def test_scores_frame_builds_the_audit_table_of_per_task_arrays():
     assert list(frame.columns) == ["task", "example_id", "score", "valid"]
     assert frame["example_id"].tolist() == [0, 1, 2, 0, 1, 2]
     assert frame["valid"].tolist() == [True] * 5 + [False]
-    gaps = audit_gaps(frame, pairs=6).gaps["a|b"]
+    gaps = audit_gaps(frame, settings=AuditSettings(pairs=6)).gaps["a|b"]
     # every |a - b| of valid scores; b's invalid 0.3 would add the gaps 0.2 and 0.6
     assert set(np.round(gaps, 12)) <= {0.1, 0.85, 0.3, 0.45, 0.7, 0.05}
-    audit = fixed_delta_audit(frame, delta=0.25, pairs=6)
+    audit = fixed_delta_audit(frame, delta=0.25, settings=AuditSettings(pairs=6))
     assert audit.bias == pytest.approx(np.maximum(gaps - 0.25, 0).mean())

@@ -126,7 +126,7 @@ def test_analysis_audit_takes_the_interface(experiment_dir, stored):
     assert results.interface == "ecdf"
     bias = results.per_trial.set_index("trial")["bias_0.2"]
     for trial in stored:
-        expected = fixed_delta_audit(mapped_scores(stored, trial, "ecdf"), 0.2, **vars(SETTINGS))
+        expected = fixed_delta_audit(mapped_scores(stored, trial, "ecdf"), 0.2, settings=SETTINGS)
         assert bias[trial] == pytest.approx(expected.bias, abs=1e-12)
     with pytest.raises(UserError, match="^audit interface 'cdf': must be one of"):
         analysis.audit(analysis.load(experiment_dir), 0.2, interface="cdf")
@@ -152,7 +152,7 @@ def test_the_interface_table_recomputes_from_the_files(report_dir, stored):
     for interface in AUDIT_INTERFACES:
         bias = {
             trial: fixed_delta_audit(
-                mapped_scores(stored, trial, interface), delta["value"], **vars(SETTINGS)
+                mapped_scores(stored, trial, interface), delta["value"], settings=SETTINGS
             ).bias
             for trial in stored
         }

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from relif_ray.audit import fixed_delta_audit
+from relif_ray.audit import AuditSettings, fixed_delta_audit
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.audit import add_parser
 
@@ -48,7 +48,9 @@ def test_add_parser_registers_the_audit_subcommand(tmp_path: Path, capsys) -> No
     args = parser.parse_args(["audit", str(path), "--delta", "0.3", "--pairs", "500", "--json"])
     assert args.handler(args) == 0
     printed = json.loads(capsys.readouterr().out)
-    expected = fixed_delta_audit(pd.read_parquet(path), 0.3, pairs=500).to_dict()
+    expected = fixed_delta_audit(
+        pd.read_parquet(path), 0.3, settings=AuditSettings(pairs=500)
+    ).to_dict()
     assert printed == expected
     assert set(printed) == {"bias", "vr", "pairs"}
     assert set(printed["pairs"]) == {"depth|normal", "depth|seg", "normal|seg"}
@@ -59,7 +61,9 @@ def test_table_output_and_csv_input(tmp_path: Path, capsys) -> None:
     path = write_scores(tmp_path, ".csv")
     assert main([str(path), "--delta", "0.2", "--pool-size", "16", "--pair-seed", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
-    result = fixed_delta_audit(pd.read_csv(path), 0.2, pool_size=16, pair_seed=3)
+    result = fixed_delta_audit(
+        pd.read_csv(path), 0.2, settings=AuditSettings(pool_size=16, pair_seed=3)
+    )
     assert out[-1].split() == ["mean", f"{result.bias:.4f}", f"{result.vr:.4f}"]
     rows = {line.split()[0]: line.split()[1:] for line in out[2:-1]}
     assert rows["depth|seg"] == [

@@ -18,7 +18,13 @@ from urllib.parse import urlsplit
 import pandas as pd
 from pyarrow.fs import FileType
 
-from relif_ray.audit import AuditResult, check_delta, fixed_delta_audit, validate_scores
+from relif_ray.audit import (
+    AuditResult,
+    AuditSettings,
+    check_delta,
+    fixed_delta_audit,
+    validate_scores,
+)
 from relif_ray.cli.parsing import add_audit_flags, audit_settings
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment import storage
@@ -79,16 +85,19 @@ def run_audit(args: argparse.Namespace) -> int:
     source = storage.redacted(args.scores)
     scores = select_split(read_scores(args.scores), args.split, source)
     validate_scores(scores, source=source)
-    result = fixed_delta_audit(scores, args.delta, **vars(settings))
-    print(json.dumps(result.to_dict()) if args.json else format_table(result, args, source))
+    result = fixed_delta_audit(scores, args.delta, settings=settings)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(format_table(result, args.delta, settings, source))
     return 0
 
 
-def format_table(result: AuditResult, args: argparse.Namespace, source: str) -> str:
+def format_table(result: AuditResult, delta: float, settings: AuditSettings, source: str) -> str:
     """The audit as a table; `source`: the score file as shown."""
     lines = [
-        f"fixed-delta audit of {source}: delta={args.delta:g}, pool_size={args.pool_size}, "
-        f"pairs={args.pairs}, pair_seed={args.pair_seed}, eval_seed={args.eval_seed}",
+        f"fixed-delta audit of {source}: delta={delta:g}, pool_size={settings.pool_size}, "
+        f"pairs={settings.pairs}, pair_seed={settings.pair_seed}, eval_seed={settings.eval_seed}",
     ]
     width = max(len("task pair"), *(len(key) for key in result.pairs))
     lines.append(f"{'task pair':<{width}}  {'bias':>8}  {'vr':>8}  {'n':>7}")
