@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from relif_ray import analysis
-from relif_ray.cli import fidelity
+from relif_ray.cli import fidelity, fidelity_goal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,10 +44,11 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
     rows = fidelity.fidelity_rows(size, tmp_path)
     trials = pd.read_csv(tmp_path / "report" / "per_trial.csv")
     interfaces = pd.read_csv(tmp_path / "report" / "interface_per_trial.csv")
-    assert sorted(trials["label"]) == ["erm", "relif", "relif-st"] == sorted(size.labels + ("erm",))
+    labels = ["erm", "relif", "relif-clipshare", "relif-logistic", "relif-st"]
+    assert sorted(trials["label"]) == labels == sorted(size.labels + ("erm",))
     erm = trials[trials["label"] == "erm"].set_index("seed")
     by_name = {row.name: row for row in rows}
-    assert len(rows) == 1 + 8 * len(size.labels)
+    assert len(rows) == 1 + 8 * len(size.labels) + len(fidelity_goal.GOAL_LABELS)
     traces = analysis.load(tmp_path / "results" / "fidelity").traces
     clip_columns = ["clip0_depth", "clip0_normal", "clip1_depth", "clip1_normal"]
     for label in size.labels:
@@ -79,7 +80,11 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
         difference = trial[clip_columns] - erm.loc[trial.index, clip_columns]
         assert clipped.per_seed == pytest.approx(difference.max(axis=1).to_dict())
         assert clipped.value == pytest.approx(difference.mean().max())
-    judged = {row.name: row for row in rows if row.result in ("pass", "FAIL")}
+    for label in fidelity_goal.GOAL_LABELS:  # one seed shows no cut: the goal is not met
+        goal = by_name.pop(f"goal {label}")
+        assert goal.result == "FAIL" and "(a) q10-q90 FAIL" in goal.detail
+        assert goal.detail.count("not shown") == 3 + 2  # three interfaces, Worst and Macro
+    judged = {row.name: row for row in by_name.values() if row.result in ("pass", "FAIL")}
     bounds = {
         "Bias@delta_p75 relif / ERM (a) q10-q90": ("<=", 0.5),
         "Worst relif - ERM": (">=", -0.02),
