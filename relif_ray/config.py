@@ -233,7 +233,7 @@ class ReLiFConfig:
     surrogate_score: the score a squashed task's surrogate gaps are formed from. "audit" (the
         paper's): the audit's squash itself. "logistic" (our extension, label
         `relif-logistic`): sigmoid(4 (u - 1/2)) of the same ERM-normalised score
-        u = (s - q10) / (q90 - q10 + 1e-6), smooth and never flat, with the clip's slope at
+        u (`relif_ray.squash.normalised_score`), smooth and never flat, with the clip's slope at
         the band's middle (`relif_ray.relif.regularizer.logistic_squash`); takes the clip's
         squash_gradient only.
     clip_share_penalty: our extension (label `relif-clipshare`): lambda_t also weights, per

@@ -134,3 +134,31 @@ def test_the_record_names_the_commit_of_the_code_it_ran() -> None:
     if head.returncode != 0:
         pytest.skip("not a git checkout")
     assert fidelity.machine()["commit"].removesuffix("+") == head.stdout.strip()
+
+
+def test_the_variants_goal_needs_every_part_over_seeds() -> None:
+    """`fidelity_goal.judge`: the Bias interval's upper bound (Student-t over seeds of the log
+    ratio, recomputed here with scipy) at most 0.5x under every interface, Worst and Macro shown
+    within ±0.02, the clipped share at most ERM's + 0.05; any part missing fails it."""
+    from scipy import stats
+
+    ratios = {
+        "(a) q10-q90": {0: 0.20, 1: 0.25, 2: 0.22, 3: 0.18, 4: 0.21},
+        "(b) q1-q99": {0: 0.30, 1: 0.35, 2: 0.28, 3: 0.33, 4: 0.31},
+        "(c) ecdf": {0: 0.25, 1: 0.27, 2: 0.24, 3: 0.26, 4: 0.22},
+    }
+    within = "within ±0.02 of ERM (95%, 5 seeds)"
+    utility = {"worst": within, "macro": within}
+    met = fidelity_goal.judge(ratios, utility, 0.03)
+    logs = np.log(list(ratios["(b) q1-q99"].values()))
+    upper = np.exp(logs.mean() + stats.t.ppf(0.975, 4) * logs.std(ddof=1) / np.sqrt(5))
+    assert met.met and met.largest_upper == pytest.approx(upper, rel=1e-9)
+    assert met.detail.count("pass") == 6
+    wide = {**ratios, "(b) q1-q99": {0: 0.2, 1: 0.9, 2: 0.3, 3: 0.5, 4: 0.4}}
+    failed = fidelity_goal.judge(wide, utility, 0.03)
+    assert not failed.met and "(b) q1-q99 FAIL" in failed.detail and failed.largest_upper > 0.5
+    assert not fidelity_goal.judge(ratios, utility, 0.051).met
+    shown_loss = {"worst": "lower than ERM (95%, 5 seeds)", "macro": within}
+    assert not fidelity_goal.judge(ratios, shown_loss, 0.0).met
+    higher = {**ratios, "(c) ecdf": {seed: 1 / value for seed, value in ratios["(c) ecdf"].items()}}
+    assert not fidelity_goal.judge(higher, utility, 0.0).met

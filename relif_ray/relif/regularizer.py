@@ -58,7 +58,7 @@ from relif_ray.relif.surrogate import (
     masked_quantiles,
     prototype_pairs,
 )
-from relif_ray.squash import SQUASH_EPS, SQUASH_QUANTILES, squash
+from relif_ray.squash import SQUASH_EPS, SQUASH_QUANTILES, normalised_score, squash
 
 STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip", "clipped")
 """The statistics of one step, in this order: lambda_t, the batch violation rate r_t, its EMA
@@ -110,9 +110,8 @@ class ReLiFRegularizer(nn.Module):
         score_is_probability: task -> whether its raw score is already in [0, 1] (default:
             every task's is); other scores are squashed as `relif.squash` says (step 1 above).
 
-        The loss is a 0-dim tensor on every step (exactly 0, with zero gradients, on a step
-        without pairs); it is None only for the lipschitz_branch=False ablation, a fixed choice
-        of the config.
+        The loss is a 0-dim tensor (an exact 0 with zero gradients on a step without pairs),
+        None only for the lipschitz_branch=False ablation, a fixed choice of the config.
         """
         if score_is_probability is None:
             score_is_probability = dict.fromkeys(self.task_names, True)
@@ -124,11 +123,11 @@ class ReLiFRegularizer(nn.Module):
         else:
             low, high = self._squash_quantiles(raw.detach(), valid)
         any_squashed = not all(score_is_probability[name] for name in self.task_names)
-        audit_scores, clipped = raw, None  # probabilities only: nothing to squash
+        surrogate_scores, clipped = raw, None  # probabilities only: nothing to squash
         if any_squashed:
-            audit_scores, clipped = self._squash(raw, low, high, squashed_rows)
+            surrogate_scores, clipped = self._squash(raw, low, high, squashed_rows)
         pairs = prototype_pairs(
-            audit_scores,
+            surrogate_scores,
             valid,
             representation,
             per_task=self.config.prototypes_per_task,
@@ -155,10 +154,22 @@ class ReLiFRegularizer(nn.Module):
         )
         if not self.config.lipschitz_branch:
             return None, stats
-        if self.config.clip_share_penalty and any_squashed:
-            penalty = clip_share_penalty(raw, valid, *_placeholders(low, high), squashed_rows)
-            loss_lip = loss_lip + torch.where(has_pairs, penalty, constant(0.0, penalty))
+        if self.config.clip_share_penalty and any_squashed:  # our extension: lambda_t (L_lip + P)
+            loss_lip = loss_lip + self._penalty(raw, valid, (low, high), squashed_rows, has_pairs)
         return _as_dtype(weight, loss_lip.dtype) * loss_lip, stats
+
+    def _penalty(
+        self,
+        raw: Tensor,
+        valid: Tensor,
+        bounds: tuple[Tensor, Tensor],
+        squashed_rows: Tensor,
+        has_pairs: Tensor,
+    ) -> Tensor:
+        """`clip_share_penalty` on this step's scores; an exact zero (with zero gradients) on a
+        step without pairs, like L_lip."""
+        penalty = clip_share_penalty(raw, valid, *_placeholders(*bounds), squashed_rows)
+        return torch.where(has_pairs, penalty, constant(0.0, penalty))
 
     def _margin(self, pairs: PrototypePairs, scales: Tensor) -> Tensor:
         """z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, with `scales` = (tau_t, kappa_t)
@@ -289,14 +300,9 @@ so k = 4 matches the clip's slope there (1 per band width); it maps ERM's q10 an
 sigmoid(-2) = 0.12 and sigmoid(2) = 0.88."""
 
 
-def normalised_score(raw: Tensor, low: Tensor, high: Tensor) -> Tensor:
-    """u = (s - q10) / (q90 - q10 + 1e-6): the audit squash's affine map before its clip
-    (`relif_ray.squash.squash` is u clipped to [0, 1]); `low`/`high` broadcast against `raw`."""
-    return (raw - low) / (high - low + SQUASH_EPS)
-
-
 def logistic_squash(raw: Tensor, low: Tensor, high: Tensor) -> Tensor:
-    """sigmoid(LOGISTIC_SLOPE (u - 1/2)) of the ERM-normalised score u (`normalised_score`):
+    """sigmoid(LOGISTIC_SLOPE (u - 1/2)) of the ERM-normalised score u
+    (`relif_ray.squash.normalised_score`):
     the surrogate score of `relif.surrogate_score: logistic` (ours, not the paper's).
 
     Why: the paper's surrogate uses the audit's clipped squash, so a prototype score pushed past
