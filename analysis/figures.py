@@ -223,10 +223,13 @@ def slug(name: str) -> str:
 def learning_curves_figure(
     experiment: Experiment, metrics: Sequence[str] = ("val_worst", "val_bias")
 ) -> Figure:
-    """Per-epoch validation results (Tune's per-epoch records, `Experiment.epochs`): one panel
-    per metric, the mean over seeds per method against the epoch with a ± std band. val_bias
-    is the live audit at the sweep's live delta, not the held-fixed delta_ref."""
+    """Per-epoch validation results (Tune's per-epoch records, `Experiment.epochs`, of the
+    validated epochs): one panel per metric, the mean over seeds per method against the epoch
+    with a ± std band. val_bias is the live audit at the sweep's live delta, not the
+    held-fixed delta_ref."""
     epochs = experiment.epochs.merge(experiment.trials[["trial", "variant"]], on="trial")
+    if "evaluated" in epochs:  # the validated epochs only (`train.eval_every`)
+        epochs = epochs[epochs["evaluated"].fillna(True).astype(bool)]
     variants = list(dict.fromkeys(experiment.trials["variant"]))
     colors = _colors(variants)
     figure, panels = _figure(4.2 * len(metrics) + 2.5, 3.6, columns=len(metrics))

@@ -302,7 +302,7 @@ def _epoch_values(
         if absent:
             keep = " (run it with train.epoch_test_metrics: true)" if split == "test" else ""
             raise UserError(f"{flag}: trial {trial} kept no per-epoch {absent[0]}{keep}")
-        records = records.sort_values("epoch")
+        records = records.dropna(subset=columns).sort_values("epoch")  # the validated epochs
         if options.epochs == "best":
             chosen = records.loc[[records["val_macro"].idxmax()]]
         else:

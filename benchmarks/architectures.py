@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from harness import Context, interleaved_times, ratio_with_interval
-from methods import sgd_step
 from torch import Tensor, nn
-from workers import GPU_SIZE, data_root, setting_text, timed_worker, trial_config
 
+from benchmarks.harness import Context, interleaved_times, ratio_with_interval, trained_on
+from benchmarks.methods import sgd_step
+from benchmarks.workers import GPU_SIZE, data_root, setting_text, timed_worker, trial_config
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.models.architectures import ARCHITECTURES, RESNET, build_dense_model
@@ -115,5 +115,7 @@ def memory_row(ctx: Context, name: str, options: dict) -> None:
     result = timed_worker(ctx, config)
     peak = "cuda_peak_mb" if ctx.cuda else "peak_rss_mb"
     where = "torch.cuda.max_memory_allocated" if ctx.cuda else "peak RSS, one process"
+    devices = trained_on(ctx, [result["device"]], f"architecture {name}")
     ctx.row(f"peak {'GPU memory' if ctx.cuda else 'RSS'} per trial, architecture {name}",
-            result[peak], "MiB", f"{setting_text(config, root)}, ERM, {where}")  # fmt: skip
+            result[peak], "MiB", f"{setting_text(config, root)}, ERM, {where}, {devices}"
+            )  # fmt: skip

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from harness import Context
-from targets import TARGETS
 
+from benchmarks.harness import Context
+from benchmarks.targets import TARGETS
 from relif_ray.audit import fixed_delta_audit, sample_pairs, validate_scores
 
 DELTA = 0.2

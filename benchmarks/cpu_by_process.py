@@ -1,6 +1,6 @@
 """Where a command's CPU time goes, by kind of process (Linux; reads /proc).
 
-    python benchmarks/cpu_by_process.py -- .venv/bin/python -m pytest -q
+    python -m benchmarks.cpu_by_process -- .venv/bin/python -m pytest -q
 
 Samples every process every `--interval` seconds; one started after the command is charged to a
 kind read from its command line (Ray's trial and idle workers, its services, our drivers, pytest
@@ -22,7 +22,7 @@ from pathlib import Path
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 RAY_SERVICES = ("gcs_server", "raylet", "dashboard", "monitor", "Agent", "log_monitor")
-DRIVERS = ("sweeps/", "benchmarks/", "relif_ray.cli", "bin/relif")
+DRIVERS = ("sweeps/", "benchmarks.", "relif_ray.cli", "bin/relif")
 """A driver is a Python process whose script or module (`-m`) names one of these."""
 
 

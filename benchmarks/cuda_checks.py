@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness import NEEDS_CUDA, OUT_OF_TIME, REPO, Context, Row
-from targets import TARGETS
-from workers import data_root, run_worker, trial_config
+from benchmarks.harness import NEEDS_CUDA, OUT_OF_TIME, REPO, Context, Row, trained_on
+from benchmarks.targets import TARGETS
+from benchmarks.workers import data_root, run_worker, trial_config
 
 PINS = REPO / "tests" / "pinned_numbers.json"
 
@@ -119,11 +119,11 @@ def repeat(ctx: Context, name: str, benchmark: bool) -> None:
     config = trial_config(ctx, data_root(ctx, gpu=True), "relif", gpu=True)
     config["train"]["cudnn_benchmark"] = benchmark
     steps = 3 if ctx.toy else 20
-    traces = [run_worker(config, 0, steps, trace=True)["trace"] for _ in range(2)]
-    values = list(drift(traces[0], traces[1]))
+    results = [run_worker(config, 0, steps, trace=True) for _ in range(2)]
+    devices = trained_on(ctx, [result["device"] for result in results], name)
+    values = list(drift(results[0]["trace"], results[1]["trace"]))
     worst = max(value[1] for value in values)
     ctx.row(name, worst, "max |diff|",
-            f"ERM + ReLiF bf16 channels-last, {steps} steps from one seed in two processes on "
-            f"{ctx.device.type}: every step's losses, weights and ReLiF state ({len(values)} "
-            "numbers)",
+            f"ERM + ReLiF bf16 channels-last, {steps} steps from one seed in two processes, "
+            f"{devices}: every step's losses, weights and ReLiF state ({len(values)} numbers)",
             result="identical" if worst == 0 else "differs")  # fmt: skip

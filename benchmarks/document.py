@@ -1,8 +1,8 @@
 """docs/benchmarks.md from the committed result files, so that its figures cannot drift from
 the runs that made them.
 
-    python benchmarks/document.py            # rewrite the generated parts of the document
-    python benchmarks/document.py --check    # exit 1 if the document and the results differ
+    python -m benchmarks.document            # rewrite the generated parts of the document
+    python -m benchmarks.document --check    # exit 1 if the document and the results differ
 
 Generated parts sit between `<!-- generated: SPEC -->` and `<!-- end -->`; SPEC is `suites`,
 `targets` or `results/NAME.json [SUITE ...]` (a record of docs/results/, a run's `--out` JSON,
@@ -16,9 +16,9 @@ import json
 import re
 import sys
 
-from harness import REPO, markdown
-from run import SUITES
-from targets import TARGETS
+from benchmarks.harness import REPO, markdown
+from benchmarks.run import SUITES
+from benchmarks.targets import TARGETS
 
 DOCUMENT = REPO / "docs" / "benchmarks.md"
 RESULTS = REPO / "docs" / "results"
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check:
         DOCUMENT.write_text(fresh)
     elif fresh != text:
-        print(f"{DOCUMENT.name} differs from docs/results/: run benchmarks/document.py")
+        print(f"{DOCUMENT.name} differs from docs/results/: run python -m benchmarks.document")
     return int(args.check and fresh != text)
 
 

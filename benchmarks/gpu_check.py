@@ -1,17 +1,20 @@
 """The prepared GPU check: the suites of `run.SUITES` that have a cap, at the real size on CUDA,
-in their priority order ((a) profile to (h) compile, then `cuda` and `repeatability` as time
-remains), within one budget of at most 9 minutes.
+in their priority order (the decisive rows first: `breakdown`, where a real-size trial's time
+goes; `packing`, 1 to 4 trials of 8 epochs per GPU; `fidelity`, bf16 against fp32; then
+ReLiF's graphed step and the exact methods: `graph`, `profile`, `methods`; then `default`,
+`compile`, `cuda` and `repeatability` as time remains), within one budget of at most 9 minutes.
 
     bash benchmarks/gpu_check.sh OUT                  # on the lent GPU machine (see there)
-    python benchmarks/gpu_check.py --out DIR --only graph fidelity    # some suites only
-    python benchmarks/gpu_check.py --dry-run --out DIR    # CPU, toy size (minutes on 2 cores)
+    python -m benchmarks.gpu_check --out DIR --only graph fidelity    # some suites only
+    python -m benchmarks.gpu_check --dry-run --out DIR    # CPU, toy size (minutes on 2 cores)
 
 Each suite runs in a process of its own with a deadline (its cap's share of `--budget-s`): one
-that would start with less than it needs is recorded as skipped, one that overruns is killed
-and keeps its rows. The real-size data are written in the background from the start. DIR gets
-`gpu_check.json` and `.md` (rewritten after every suite, so a killed run still returns what it
-measured), `gpu_check.log` and the fidelity reports; nothing is downloaded. `--dry-run` runs
-every suite at toy size on the CPU, with one logical GPU for Ray.
+that would start with less than it needs is recorded as skipped (the record lists what is
+left), one that overruns is killed and keeps its rows (each row is appended as it is measured).
+The real-size data are written in the background from the start. DIR gets `gpu_check.json` and
+`.md` (rewritten after every suite, so a killed run still returns what it measured),
+`gpu_check.log` and the fidelity reports; nothing is downloaded. `--dry-run` runs every suite
+at toy size on the CPU, with one logical GPU for Ray.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ import time
 from pathlib import Path
 
 import torch
-from harness import OUT_OF_TIME, REPO, Context, Record, Row, markdown
-from run import BY_NAME, SUITES, Suite
+
+from benchmarks.harness import OUT_OF_TIME, REPO, Context, Record, Row, markdown
+from benchmarks.run import BY_NAME, SUITES, Suite
 
 BUDGET_S = 540.0  # The whole check on one GPU: 9 minutes.
 KILL_GRACE_S = 30.0  # a suite's process gets this long past its deadline to end its commands
@@ -67,14 +71,14 @@ def run_section(args: argparse.Namespace) -> int:
 
 def run_all(args: argparse.Namespace) -> int:
     """Every chosen suite in order, each in its own process, within the budget."""
-    from sweep import start_real_data
+    from benchmarks.sweep import start_real_data
 
     out = args.out.resolve()
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu_check.py: error: no CUDA device (use --dry-run on a CPU)", file=sys.stderr)
         return 2
     size, device = ("toy", "cpu") if args.dry_run else ("real", "cuda")
-    record = Record(f"python benchmarks/gpu_check.py {' '.join(args.argv)}", size, device, out,
+    record = Record(f"python -m benchmarks.gpu_check {' '.join(args.argv)}", size, device, out,
                     "gpu_check", dry_run=args.dry_run, budget_s=args.budget_s)  # fmt: skip
     args.earlier = earlier_record(args.earlier, record.payload["machine"]["gpu"])
     chosen = [suite for suite in CHECKED if not args.only or suite.name in args.only]
@@ -138,7 +142,7 @@ def section_process(args: argparse.Namespace, suite: Suite, workdir: Path, deadl
     """Run one suite in its own process group; (status, rows)."""
     rows_file = workdir / f"{suite.name}.rows.jsonl"
     rows_file.unlink(missing_ok=True)
-    command = [sys.executable, str(Path(__file__).resolve()), "--section", suite.name,
+    command = [sys.executable, "-m", "benchmarks.gpu_check", "--section", suite.name,
                "--out", str(args.out.resolve()), "--workdir", str(workdir), "--rows",
                str(rows_file), "--deadline", repr(deadline)]  # fmt: skip
     command += ["--dry-run"] if args.dry_run else []

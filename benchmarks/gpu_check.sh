@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check on a lent GPU machine with no network: install the wheels carried in .whl/
-# (built here by `python benchmarks/gpu_bundle.py`) into /tmp/site, install this tree
+# (built here by `python -m benchmarks.gpu_bundle`) into /tmp/site, install this tree
 # editable (as the Quickstart does: `relif_ray.analysis` is the analysis/ folder only through
 # the install's mapping), then run gpu_check.py.
 #
@@ -25,4 +25,4 @@ export PYTHONUNBUFFERED=1
 } >>"$out/gpu_check.log" 2>&1 || { echo "the wheels of .whl/ or the project did not install (see $out/gpu_check.log)"; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD
 python3 -m pip list 2>/dev/null | grep -i -E '^(torch|torchvision|numpy|pandas|pyarrow|protobuf|ray|pydantic|nvidia-ml-py) ' >>"$out/gpu_check.log"
-python3 benchmarks/gpu_check.py --out "$out" "$@"
+python3 -m benchmarks.gpu_check --out "$out" "$@"

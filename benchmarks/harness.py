@@ -23,13 +23,14 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 import torch
-from targets import TARGETS
+
+from benchmarks.targets import TARGETS
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ("toy", "demo", "real")
@@ -143,6 +144,21 @@ class Context:
             traceback.print_exc()
             lines = [line for line in str(exc).splitlines() if line.strip()] or [""]
             self.row(what, None, detail=f"{type(exc).__name__}: {lines[-1][:400]}", result="FAIL")
+
+
+class NotOnTheGpu(RuntimeError):
+    """A GPU row whose trials trained on another device: an error, not a figure."""
+
+
+def trained_on(ctx: Context, devices: Iterable[str], what: str) -> str:
+    """The devices a row's trials trained on, as each trial reported it (its result or record,
+    not its config), for the row's detail. A GPU row (a suite on CUDA) whose trials trained
+    anywhere but on CUDA raises `NotOnTheGpu` (in `Context.step`: a FAIL row naming them)."""
+    found = sorted(set(devices))
+    if ctx.cuda and (not found or any(not device.startswith("cuda") for device in found)):
+        raise NotOnTheGpu(f"{what}: its trials trained on {', '.join(found) or 'no device'}, "
+                          "not on the GPU: not a GPU figure")  # fmt: skip
+    return "trained on " + ", ".join(found)
 
 
 def die_with_parent() -> None:

@@ -10,8 +10,8 @@ import statistics
 import time
 
 import torch
-from harness import Context, interleaved_times, ratio_with_interval
 
+from benchmarks.harness import Context, interleaved_times, ratio_with_interval
 from relif_ray.data.splits import TensorSplit
 
 SHAPES = {"image": (3, 288, 384), "depth": (1, 288, 384), "normal": (3, 288, 384)}
@@ -64,8 +64,7 @@ def host_batch_suite(ctx: Context) -> None:
 
 def preflight_suite(ctx: Context) -> None:
     """On the real-size data the sweep suites share (written by `relif make-data`)."""
-    from sweep import REAL_DATA, TOY_DATA, real_data
-
+    from benchmarks.sweep import REAL_DATA, TOY_DATA, real_data
     from relif_ray.data.nyuv2 import check_nyuv2
 
     root, sizes = real_data(ctx), TOY_DATA if ctx.toy else REAL_DATA

@@ -13,11 +13,11 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import torch
-from harness import OUT_OF_TIME, Context, interleaved_times, ratio_with_interval
-from throughput import variant_rows
 from torch import Tensor
-from workers import GPU_SIZE, variants
 
+from benchmarks.harness import OUT_OF_TIME, Context, interleaved_times, ratio_with_interval
+from benchmarks.throughput import variant_rows
+from benchmarks.workers import GPU_SIZE, variants
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.methods import METHODS, MTLMethod, StepContext, build_method

@@ -1,7 +1,8 @@
 """The GPU check's real sweeps on the data of the paper's NYUv2 size (`sweep.real_data`): the
 `fidelity` suite (the fidelity experiment, `sweeps/fidelity.py`, in bf16 then fp32, and whether
-the two agree within the seed spread) and the `packing` suite (1, 2 and 3 ERM trials sharing
-one GPU through `sweeps/nyuv2.py`, against the isolated graphed ERM rate of the same run)."""
+the two agree within the seed spread) and the `packing` suite (1, 2, 3 and 4 ERM trials of 8
+epochs sharing one GPU through `sweeps/nyuv2.py`, against the isolated graphed ERM rate it
+measures first)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,23 @@ import statistics
 import sys
 import time
 
-from harness import NEEDS_CUDA, NEEDS_GPU, OUT_OF_TIME, Context, Row
-from sweep import TIMED_PARTS, real_data
-from targets import TARGETS
-from throughput import GRAPHED
-from workers import UtilisationSampler
-
+from benchmarks.harness import NEEDS_CUDA, NEEDS_GPU, OUT_OF_TIME, Context, Row, trained_on
+from benchmarks.sweep import TIMED_PARTS, real_data
+from benchmarks.targets import TARGETS
+from benchmarks.throughput import GRAPHED
+from benchmarks.workers import (
+    UtilisationSampler,
+    data_root,
+    setting_text,
+    timed_worker,
+    trial_config,
+    worker_rows,
+)
 from relif_ray.experiment.storage import read_json_lines
 
+ISOLATED = "isolated graphed ERM images/s (the packing's reference)"
+"""One ERM worker alone on the GPU, graphed (the `graph` suite's ERM row, measured here so that
+the packing rows stand first in the check)."""
 MIN_STEPS = 1500
 SWEEP_SECONDS = 170.0
 """The training time the step budget is sized for: with set-up, validations, checkpoints and
@@ -34,11 +44,11 @@ label's mean Bias ratio to ERM under the paper's interface, and its mean Worst a
 
 def step_budget(ctx: Context) -> int:
     """The largest step budget of 6 trials, 3 per GPU, that trains for about `SWEEP_SECONDS`
-    at the graphed ERM rate the `graph` suite measured (at least `MIN_STEPS`, rounded down to
-    hundreds); at toy size 4 steps."""
+    at the graphed ERM rate the `graph` or `packing` suite measured (at least `MIN_STEPS`,
+    rounded down to hundreds); at toy size 4 steps."""
     if ctx.toy:
         return 4
-    rate = ctx.earlier_row(GRAPHED)
+    rate = ctx.earlier_row(GRAPHED) or ctx.earlier_row(ISOLATED)
     if rate is None:
         return MIN_STEPS
     return max(MIN_STEPS, 100 * math.floor(rate.value * SWEEP_SECONDS / (8 * TRIALS) / 100))
@@ -83,8 +93,9 @@ def recorded_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
 
 
 def precision_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
-    """One run of the experiment at `precision`: its rows (named with the precision), its
-    report copied to the output folder; the rows by their own name."""
+    """One run of the experiment at `precision`: its rows (named with the precision; its
+    setting row names the device its trials reported, `trained_on`), its report copied to the
+    output folder; the rows by their own name."""
     out = ctx.workdir / f"fidelity-{precision}"
     shutil.rmtree(out, ignore_errors=True)
     backbone, lr = ("resnet18", "1e-3") if ctx.toy else ("resnet50", "1e-4")
@@ -96,9 +107,13 @@ def precision_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
     code = ctx.run(command)
     if not (out / "fidelity.json").exists():
         raise RuntimeError(f"sweeps/fidelity.py exited {code} without its rows (see the log)")
+    records = sorted(out.glob("results/*/*/checkpoint_*/outputs/trial.json"))
+    what = f"ReLiF at real size, {precision}"
+    devices = trained_on(ctx, [json.loads(path.read_text())["device"] for path in records], what)
     found = {}
     for values in json.loads((out / "fidelity.json").read_text())["rows"]:
         row = Row(**{**values, "group": ""})
+        row.detail += f"; {devices}" if row.name == "setting" else ""
         found[row.name] = row
         row.name = f"{row.name}, {precision}"
         ctx.add(row)
@@ -107,14 +122,26 @@ def precision_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
     return found
 
 
-PACKINGS = (1, 2, 3)
+PACKINGS = (1, 2, 3, 4)
+"""Trials sharing one GPU, in the order measured: the decision of `--gpus-per-trial`."""
+PACKING_EPOCHS = 8
+"""A real trial's length for the packing rows: per-epoch work (validation, audit, checkpoints)
+recurs in every epoch, so packing must pay for it over several (2 epochs hid it in set-up)."""
 BATCH_SIZE = 8
 
 
+def packing_seconds(per_gpu: int) -> float:
+    """The least time to start a packing's sweep (s): Ray's start and shutdown, set-up, and
+    `PACKING_EPOCHS` real-size epochs of `per_gpu` trials (an estimate for an H100 or H200 at
+    the isolated graphed rate, about 25 s of trial time each with validation)."""
+    return 20.0 + 25.0 * per_gpu
+
+
 def sweep_command(ctx: Context, name: str, gpus_per_trial: float, seeds: int) -> list[str]:
-    """`sweeps/nyuv2.py` of ERM x `seeds` on the real-size data with the sweep's default GPU
-    path: one GPU, random weights, 2 real-size epochs (1 at toy size), no retries."""
-    epochs, backbone = (1, "resnet18") if ctx.toy else (2, "resnet50")
+    """`sweeps/nyuv2.py` of ERM x `seeds` on the real-size data with the sweep's default
+    config and GPU path: one GPU, random weights, `PACKING_EPOCHS` real-size epochs (1 at toy
+    size), no retries."""
+    epochs, backbone = (1, "resnet18") if ctx.toy else (PACKING_EPOCHS, "resnet50")
     command = [sys.executable, "sweeps/nyuv2.py", "--data-dir", str(real_data(ctx))]
     command += ["--methods", "erm", "--seeds", str(seeds), "--epochs", str(epochs)]
     command += ["--backbone", backbone, "--batch-size", str(BATCH_SIZE), "--pretrained", "none"]
@@ -124,32 +151,52 @@ def sweep_command(ctx: Context, name: str, gpus_per_trial: float, seeds: int) ->
 
 
 def packing_suite(ctx: Context) -> None:
+    """The isolated graphed ERM rate, then 1, 2, 3 and 4 ERM trials sharing the GPU, each
+    packing's rows written as it ends; the best packing judged against the isolated rate."""
     if not ctx.gpu_rows:
+        ctx.skip(ISOLATED, NEEDS_GPU)
         for per_gpu in PACKINGS:
             ctx.skip(f"sweep aggregate images/s, {per_gpu} trial(s) per GPU", NEEDS_GPU)
             ctx.skip(f"GPU utilisation, {per_gpu} trial(s) per GPU", NEEDS_GPU)
         return
-    aggregate = {}
+    with ctx.step(ISOLATED):
+        isolated_rate(ctx)
+    isolated = ctx.earlier_row(ISOLATED)
+    ratios = {}
     for per_gpu in PACKINGS:
         name = f"sweep aggregate images/s, {per_gpu} trial(s) per GPU"
-        if not ctx.has_time(60):  # Ray's start and shutdown, set-up, 2 real-size epochs
+        if not ctx.has_time(packing_seconds(per_gpu)):
             ctx.skip(name, OUT_OF_TIME)
             continue
         with ctx.step(name):
-            aggregate[per_gpu] = sweep_throughput(ctx, per_gpu, name)
-    measured = {k: v for k, v in aggregate.items() if v}
-    isolated = ctx.earlier_row(GRAPHED)
-    if measured and isolated is not None:
-        best = max(measured, key=measured.get)
+            aggregate = sweep_throughput(ctx, per_gpu, name)
+            if aggregate and isolated is not None:
+                ratios[per_gpu] = aggregate / isolated.value
+                ctx.row(f"sweep aggregate / isolated graphed ERM, {per_gpu} trial(s) per GPU",
+                        ratios[per_gpu], "x", f"{aggregate:.0f} against {isolated.value:.0f} "
+                        "img/s")  # fmt: skip
+    if ratios:
+        best = max(ratios, key=ratios.get)
         name = "sweep aggregate images/s per GPU / isolated graphed ERM"
-        ctx.judged(name, name, measured[best] / isolated.value, "x", f"{best} trial(s) per GPU, "
-                   "the best packing; isolated: the graph suite's row")  # fmt: skip
+        ctx.judged(name, name, ratios[best], "x", f"{best} trial(s) per GPU, the best of "
+                   f"{', '.join(map(str, ratios))}; isolated: {ISOLATED}")  # fmt: skip
+
+
+def isolated_rate(ctx: Context) -> None:
+    """One graphed ERM worker of the GPU rows alone on the GPU: its rows, `ISOLATED` last."""
+    root = data_root(ctx, gpu=True)
+    config = trial_config(ctx, root, "erm", gpu=True)
+    result = timed_worker(ctx, config)
+    setting = setting_text(config, root)
+    worker_rows(ctx, "erm (graphed, the packing's reference)", result, setting)
+    ctx.row(ISOLATED, result["images_per_s"], "img/s", f"{setting}, {result['steps']} steps")
 
 
 def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
     """One sweep of `per_gpu` ERM trials sharing the GPU: its aggregate images/s over the
-    trials' span, the GPU's mean utilisation then and the trials' peak memory (rows); the
-    images/s, None if the sweep failed."""
+    trials' span, the GPU's mean utilisation then and each trial's peak memory (rows); the
+    images/s, None if the sweep failed. Its trials must have trained on the GPU
+    (`trained_on`)."""
     experiment = ctx.workdir / "results" / f"packing-{per_gpu}"
     sampler = UtilisationSampler(ctx.device, 0.25) if ctx.cuda else None
     if sampler is not None:
@@ -165,20 +212,22 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
         ctx.row(name, None, "img/s", f"sweeps/nyuv2.py exited {code}; {len(trials)} trial(s) "
                 "finished", result="FAIL")  # fmt: skip
         return None
+    devices = trained_on(ctx, [trial["device"] for trial in trials], name)
     first, last = min(t["started_at"] for t in trials), max(t["finished_at"] for t in trials)
     images_per_s = sum(t["steps"] for t in trials) * BATCH_SIZE / (last - first)
-    devices = sorted({trial["device"] for trial in trials})
     results = [read_json_lines(path) for path in sorted(experiment.glob("*/result.json"))]
-    peaks = [rows[-1].get("cuda_peak_mb") for rows in results if rows]
-    shown = ", ".join(f"{p:.0f}" for p in peaks if p is not None)
-    peak = f"{shown} MiB" if shown else "not reported (CPU)"
-    on_cpu = ctx.cuda and any(not device.startswith("cuda") for device in devices)
+    epochs = len(results[0])
     ctx.row(name, images_per_s, "img/s",
-            f"{len(trials)} ERM trial(s) x {trials[0]['steps']} steps of batch {BATCH_SIZE}, "
-            "with validation, live audit and checkpoints, over the trials' span "
+            f"{len(trials)} ERM trial(s) x {trials[0]['steps']} steps ({epochs} epochs) of batch "
+            f"{BATCH_SIZE}, with validation, live audit and checkpoints, over the trials' span "
             f"{last - first:.1f} s; the command took {wall:.1f} s (Ray start and shutdown "
-            f"included); peak GPU memory per trial {peak}; trials ran on {', '.join(devices)}",
-            target="trials on cuda", result="FAIL" if on_cpu else "info")  # fmt: skip
+            f"included); {devices}")  # fmt: skip
+    peaks = [rows[-1].get("cuda_peak_mb") for rows in results if rows]
+    shown = [peak for peak in peaks if peak is not None]
+    ctx.row(f"peak GPU memory per trial, {per_gpu} trial(s) per GPU",
+            max(shown) if shown else None, "MiB", "the largest of the trials' "
+            f"torch.cuda.max_memory_allocated: {', '.join(f'{p:.0f}' for p in shown)}",
+            result="info" if shown else NEEDS_CUDA)  # fmt: skip
     time_split_row(ctx, per_gpu, trials, results)
     if sampler is None:
         ctx.skip(f"GPU utilisation, {per_gpu} trial(s) per GPU", NEEDS_CUDA)

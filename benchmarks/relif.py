@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from harness import Context, interleaved_times, ratio_with_interval
 from torch.profiler import ProfilerActivity, profile
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
-from workers import GPU_FAST_PATH, TIMING_SQUASH_BAND, TOY_IMAGE
 
+from benchmarks.harness import Context, interleaved_times, ratio_with_interval
+from benchmarks.workers import GPU_FAST_PATH, TIMING_SQUASH_BAND, TOY_IMAGE
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from harness import REPO, Context
 
+from benchmarks.harness import REPO, Context, trained_on
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.engine import TrainingRun
@@ -256,23 +256,26 @@ PARTS = (*TIMED_PARTS, "checkpoint", "rest")
 
 
 def run_trial(size: BreakdownSize, root: Path, workdir: Path, cuda: bool) -> Path:
-    """One ERM trial through the sweep's `run_sweep` (a GPU's fast path on CUDA); its folder."""
+    """One ERM trial through the sweep's `run_sweep`, composed as the sweep composes a trial
+    (`compose_config`: NYUv2's defaults, on CUDA its GPU fast path and the sweep's device rule)
+    with the size's budget, backbone and random weights; its folder."""
     import ray
 
+    from relif_ray.problems import benchmark
+    from relif_ray.sweep.compose import compose_config
     from relif_ray.sweep.labels import variant
     from relif_ray.sweep.plan import Resources, param_space
     from relif_ray.tuning.launch import connect
 
-    train = {"epochs": size.epochs, "batch_size": 8, "lr": size.lr}
-    if cuda:
-        train.update(precision="bf16", channels_last=True, data_on_device=True)
-    config = {"data": {"dataset": "nyuv2", "root": str(root)}, "train": train,
-              "model": {"backbone": size.backbone, "pretrained": "none"}}  # fmt: skip
+    fields = {"train.epochs": size.epochs, "train.batch_size": 8, "train.lr": size.lr,
+              "model.backbone": size.backbone, "model.pretrained": "none"}  # fmt: skip
+    defaults = benchmark("nyuv2").defaults
+    base = compose_config(defaults, [("the breakdown", fields)], str(root), use_gpu=cuda)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     resources = Resources(gpus_per_trial=1.0, num_gpus=1.0) if cuda else Resources(num_cpus=1)
     connect(resources)
     try:
-        space = param_space(ExperimentConfig.from_dict(config), [variant("erm")], [0], 0.2)
+        space = param_space(base, [variant("erm")], [0], defaults.delta)
         experiment = timed_sweep(space, "breakdown", workdir, resources, checkpoint_interval_s=10.0)
     finally:
         ray.shutdown()
@@ -280,7 +283,8 @@ def run_trial(size: BreakdownSize, root: Path, workdir: Path, cuda: bool) -> Pat
 
 
 def epoch_parts(trial_dir: Path, timing_dir: Path) -> list[dict[str, float]]:
-    """Per epoch: the seconds of each of `PARTS`, the span and the train share."""
+    """Per epoch: the seconds of each of `PARTS`, the span, the train share and the device the
+    trial reported training on."""
     results = read_json_lines(trial_dir / "result.json")
     records = [r for actor in timing_records(timing_dir).values() for r in actor]
     spans = sorted((r["end"] - r["seconds"], r["end"], r["phase"]) for r in records)
@@ -288,11 +292,13 @@ def epoch_parts(trial_dir: Path, timing_dir: Path) -> list[dict[str, float]]:
     ends = [*starts[1:], spans[-1][1]]  # the next step's start; the final save's end
     epochs = []
     for result, start, end in zip(results, starts, ends, strict=True):
-        parts = {part: result[f"time_{part}_s"] for part in TIMED_PARTS}
+        parts = {part: result.get(f"time_{part}_s", 0.0) for part in TIMED_PARTS}  # 0: not run
         saves = [b - a for a, b, phase in spans if phase == "save" and start < a < end]
         parts["checkpoint"] = sum(saves)
         parts["rest"] = end - start - sum(parts.values())
-        epochs.append({**parts, "span": end - start, "train_share": parts["train"] / (end - start)})
+        span = end - start
+        epochs.append({**parts, "span": span, "train_share": parts["train"] / span,
+                       "device": result["device"]})  # fmt: skip
     return epochs
 
 
@@ -307,7 +313,7 @@ def fastest(function, repeats: int = 2) -> float:  # noqa: ANN001
     return min(seconds)
 
 
-def before_and_after(trial_dir: Path, workdir: Path, cuda: bool) -> dict[str, float]:
+def before_and_after(trial_dir: Path, workdir: Path) -> dict[str, float]:
     """On the trial's final state: the validation pass of the host path and of the device
     path, and one checkpoint as a trial writes it (`write_state`, then Tune's copy)."""
     from relif_ray.testing.host_evaluation import host_evaluate
@@ -315,7 +321,7 @@ def before_and_after(trial_dir: Path, workdir: Path, cuda: bool) -> dict[str, fl
 
     checkpoint = max(trial_dir.glob("checkpoint_*"), key=lambda path: path.name)
     config = json.loads((checkpoint / "outputs" / "trial.json").read_text())["config"]
-    run = TrainingRun(ExperimentConfig.from_dict({**config, "device": "cuda" if cuda else "cpu"}))
+    run = TrainingRun(ExperimentConfig.from_dict(config))  # the trial's own device rule
     run.load_state_dict(torch.load(checkpoint / "state.pt", weights_only=True))
     written, persisted = workdir / "state.pt", workdir / "persisted.pt"
 
@@ -367,14 +373,15 @@ def breakdown_rows(ctx: Context, size: BreakdownSize) -> None:
     trial_dir, label = run_trial(size, root, workdir, ctx.cuda), f"trial breakdown, {size.name}"
     print(f"the trial took {time.perf_counter() - start:.1f} s with Ray's start", flush=True)
     epochs = epoch_parts(trial_dir, workdir / "timing")
+    devices = trained_on(ctx, [epoch["device"] for epoch in epochs], label)
     for index, epoch in enumerate(epochs):  # kept if the suite is killed in before_and_after
         name = f"{label}, epoch {index + 1}: train share"
         ctx.row(name, epoch["train_share"], "", epoch_detail(epoch))
-    measured = {"epochs": epochs, **before_and_after(trial_dir, workdir, ctx.cuda)}
+    measured = {"epochs": epochs, **before_and_after(trial_dir, workdir)}
     totals = summary(measured)
     where = (f"{size.backbone} {size.height}x{size.width}, {size.train} train / {size.val} val "
              f"images, batch 8, {len(measured['epochs'])} epochs, ERM, "
-             f"{'GPU fast path' if ctx.cuda else 'CPU, 1 thread'}")  # fmt: skip
+             f"{'GPU fast path' if ctx.cuda else 'CPU, 1 thread'}, {devices}")  # fmt: skip
     share, before = totals["train_share"], totals["train_share_before"]
     ctx.judged("train share of a trial's epochs" + ("" if ctx.cuda else ", CPU"),
                f"{label}: train share of the epochs", share, "", f"{where}; mean seconds per "

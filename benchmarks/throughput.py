@@ -12,9 +12,17 @@ import copy
 import time
 
 import torch
-from harness import NEEDS_GPU, OUT_OF_TIME, Context
 from torch.profiler import ProfilerActivity, profile
-from workers import data_root, setting_text, timed_worker, trial_config, variants, worker_rows
+
+from benchmarks.harness import NEEDS_GPU, OUT_OF_TIME, Context, trained_on
+from benchmarks.workers import (
+    data_root,
+    setting_text,
+    timed_worker,
+    trial_config,
+    variants,
+    worker_rows,
+)
 
 PLAIN_LOOP = "plain fp32 loop"
 """The same model trained by a hand-written fp32 loop (`workers.py --loop plain`)."""
@@ -138,41 +146,45 @@ def numeric_rows(ctx: Context) -> None:
     captured = graphed.graphed is not None and graphed.graphed.graph is not None
     name = NUMERIC_ROW
     how = "captured" if captured else f"NOT captured: {graphed.eager_reason}"
+    devices = trained_on(ctx, [str(run.device) for run in (*eager, graphed)], name)
     ctx.judged(name, name, difference, "", f"{NUMERIC_STEPS} steps from one state, ERM+ReLiF, "
                f"every traced number and weight; two eager runs differ by {spread:.3g} (CUDA's "
-               f"atomic adds); {how}", reference=max(10 * spread, 1e-5))  # fmt: skip
+               f"atomic adds); {how}; {devices}", reference=max(10 * spread, 1e-5))  # fmt: skip
 
 
 def default_suite(ctx: Context) -> None:
     """The ERM trial `sweeps/nyuv2.py --num-gpus 8` composes (the sweep's own composition),
     with and without `--no-gpu-fast-path`, each in a worker: images/s."""
     rates = {}
-    for name, extra in (("default", []), ("--no-gpu-fast-path", ["--no-gpu-fast-path"])):
+    for name, fast_path in (("default", True), ("--no-gpu-fast-path", False)):
         what = f"training images/s, sweeps/nyuv2.py {name}"
         if not ctx.has_time(25):
             ctx.skip(what, OUT_OF_TIME)
             continue
         with ctx.step(what):
-            rates[name] = sweep_trial_rate(ctx, name, extra)
+            rates[name] = sweep_trial_rate(ctx, name, fast_path)
     if len(rates) == 2:
         ctx.row("sweeps/nyuv2.py default / --no-gpu-fast-path images/s",
                 rates["default"] / rates["--no-gpu-fast-path"], "x",
                 "the same sweep command's ERM trial config, with and without the flag")  # fmt: skip
 
 
-def sweep_trial_rate(ctx: Context, name: str, extra: list[str]) -> float:
-    """The ERM trial `sweeps/nyuv2.py --num-gpus 8 [extra]` would run (the machine has one
-    GPU: only the trial config is taken), in a worker on the GPU rows' data; its images/s."""
-    from relif_ray.cli.sweep import DATASETS, sweep_request
+def sweep_trial_rate(ctx: Context, name: str, gpu_fast_path: bool) -> float:
+    """The ERM trial that `sweeps/nyuv2.py --num-gpus 8` runs (without the fast path:
+    `--no-gpu-fast-path`), composed as the sweep composes it (`compose_config`, trials that
+    get a GPU), in a worker on the GPU rows' data; its images/s."""
+    from relif_ray.problems import benchmark
+    from relif_ray.sweep.compose import compose_config
+    from relif_ray.sweep.labels import variant
+    from relif_ray.sweep.trial_config import TrialSpec
 
     root = data_root(ctx, gpu=True)
-    argv = ["--data-dir", str(root), "--methods", "erm", "--seeds", "1", "--num-gpus", "8"]
-    argv += [*extra, "--storage", str(ctx.workdir / "default-plans")]
-    request = sweep_request(argv, "nyuv2.py", tuple(DATASETS), False)
-    values = request.space.trials[0].config(request.space.base).to_dict()
+    defaults = benchmark("nyuv2").defaults
+    base = compose_config(defaults, [], str(root), use_gpu=True, gpu_fast_path=gpu_fast_path)
+    values = TrialSpec.of(variant("erm"), 0).config(base).to_dict()
     values["train"]["epochs"] = 100_000
-    if not ctx.cuda:  # toy size on the CPU; the config's own fields otherwise
-        values["model"]["backbone"], values["device"] = "resnet18", "cpu"
+    if not ctx.cuda:  # toy size on the CPU (its device "auto" is the CPU there)
+        values["model"]["backbone"] = "resnet18"
     result = timed_worker(ctx, values)
     setting = f"{setting_text(values, root)}; cuda_graph {values['train']['cuda_graph']}"
     worker_rows(ctx, f"sweeps/nyuv2.py {name}", result, setting)
@@ -258,8 +270,7 @@ def profile_suite(ctx: Context) -> None:
 
 def profile_variant(ctx: Context, variant: str) -> dict:
     """`PROFILED_STEPS` eager steps of `variant` after the workers' warm-up, as rows."""
-    from workers import WORKER_WARMUP_STEPS
-
+    from benchmarks.workers import WORKER_WARMUP_STEPS
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
 
@@ -268,10 +279,11 @@ def profile_variant(ctx: Context, variant: str) -> dict:
     run = TrainingRun(ExperimentConfig.from_dict(config))
     run.train_steps(WORKER_WARMUP_STEPS if ctx.cuda else 1)
     figures = profile_steps(run, PROFILED_STEPS)
+    devices = trained_on(ctx, [str(run.device)], f"profile, {variant}")
     detail = (f"{config['model']['backbone']}, batch {config['train']['batch_size']}, bf16, "
-              f"channels-last, data on the device, eager; mean of {PROFILED_STEPS} steps issued "
-              "back to back (host time: until the last call returned; step time: until the GPU "
-              "finished)")  # fmt: skip
+              f"channels-last, data on the device, eager, {devices}; mean of {PROFILED_STEPS} "
+              "steps issued back to back (host time: until the last call returned; step time: "
+              "until the GPU finished)")  # fmt: skip
     for key, (title, unit) in FIGURES.items():
         value = figures[key]
         ctx.row(f"{title}, {variant}", value, unit, detail,

@@ -7,8 +7,8 @@ truth (docs/analysis.md, "Verdicts over seeds", quotes its figures):
    seeds, then the audit's pairs, bootstrap-t) against the percentile interval of the same
    two-stage resampling and the t interval, on simulated audit gaps.
 
-    python benchmarks/verdict_coverage.py                # the documented figures (minutes)
-    python benchmarks/verdict_coverage.py --quick        # a tenth of the experiments
+    python -m benchmarks.verdict_coverage                # the documented figures (minutes)
+    python -m benchmarks.verdict_coverage --quick        # a tenth of the experiments
 
 Each line is the share of simulated experiments whose 95% interval holds the truth.
 """

@@ -1,8 +1,9 @@
 """Trial workers: one `TrainingRun` in a process of its own, so that its peak memory is its alone
 and several can share a GPU; what a worker trains, how it is run and timed (with the GPU's
-utilisation sampled meanwhile) and its rows. Run as a script, this file is the worker: it
-prints one JSON line (images/s, median step, peak memory, the timed window; `--trace`: every
-step's trace row); `--loop plain` trains with a plain fp32 PyTorch loop (`PlainLoop`)."""
+utilisation sampled meanwhile) and its rows. Run as `python -m benchmarks.workers`, it is the
+worker: it prints one JSON line (images/s, median step, peak memory, the timed window;
+`--trace`: every step's trace row); `--loop plain` trains with a plain fp32 PyTorch loop
+(`PlainLoop`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from harness import Context
+    from benchmarks.harness import Context
 
 GPU_SIZE = {"backbone": "resnet50", "height": 288, "width": 384, "batch_size": 8}
 """The paper's NYUv2 size: every GPU row's model, images and batch."""
@@ -38,7 +39,10 @@ GPU's clocks settle in them."""
 
 def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
     """A dense NYUv2 trial of `variant` (a method, or "relif" for ERM + ReLiF); `gpu`: the GPU
-    rows' fast path, with ResNet-50 on CUDA and a toy resnet18 at toy size."""
+    rows' fast path, with ResNet-50 on CUDA and a toy resnet18 at toy size; its device by the
+    sweep's rule (`relif_ray.sweep.compose.trial_device`: "auto" for a GPU row on CUDA)."""
+    from relif_ray.sweep.compose import trial_device
+
     model, train = {"backbone": "resnet18", "head_channels": 128}, {"batch_size": 8}
     if gpu:
         model = {"backbone": GPU_SIZE["backbone"], "head_channels": 128}
@@ -46,7 +50,7 @@ def trial_config(ctx: Context, root: Path, variant: str, gpu: bool) -> dict:
             model = {"backbone": "resnet18", "head_channels": 16}
         train = {"batch_size": GPU_SIZE["batch_size"], **GPU_FAST_PATH}
     return {
-        "device": str(ctx.device) if gpu else "cpu",
+        "device": trial_device(gpu and ctx.cuda),
         "data": {"dataset": "nyuv2", "root": str(root)},
         "model": model,
         "train": {"epochs": 100_000, "lr": 1e-4, **train},
@@ -84,14 +88,18 @@ def variants() -> tuple[str, ...]:
 def run_worker(config: dict, warmup: int, steps: int, **options: object) -> dict:
     """One worker process; its JSON result. `options` are further flags: `loop="plain"` gives
     `--loop plain`, `trace=True` gives `--trace`."""
-    command = [sys.executable, __file__, "--config", json.dumps(config), "--warmup", str(warmup)]
+    from benchmarks.harness import REPO
+
+    command = [sys.executable, "-m", "benchmarks.workers", "--config", json.dumps(config)]
+    command += ["--warmup", str(warmup)]
     command += ["--steps", str(steps)]
     for key, value in options.items():
         flag = f"--{key.replace('_', '-')}"
         command += [flag] if value is True else [flag, str(value)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
-        raise RuntimeError(f"workers.py exited {result.returncode}:\n{result.stderr[-3000:]}")
+        failed = f"benchmarks.workers exited {result.returncode}"
+        raise RuntimeError(f"{failed}:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -130,7 +138,11 @@ def setting_text(config: dict, root: Path) -> str:
 
 def worker_rows(ctx: Context, name: str, result: dict, setting: str, note: str = "") -> None:
     """The GPU utilisation (on CUDA), peak GPU memory (`note` first in its detail) and training
-    images/s rows of one worker's result."""
+    images/s rows of one worker's result, with the device it trained on (`trained_on`: on
+    CUDA a worker that trained elsewhere is an error)."""
+    from benchmarks.harness import trained_on
+
+    setting = f"{setting}, {trained_on(ctx, [result['device']], name)}"
     if "gpu_utilisation" in result:
         busy, span = result["gpu_utilisation"], result["timed_to"] - result["timed_from"]
         ctx.row(f"GPU utilisation while timed, {name}", busy, "%",
@@ -280,7 +292,7 @@ def main() -> None:
         "step_s": statistics.median(s / count for count, s in chunks),
         "steps": steps, "rss_imports_mb": imports_mb, "peak_rss_mb": peak_rss_mb(),
         "cuda_peak_mb": torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
-        "timed_from": timed_from, "timed_to": timed_to,
+        "timed_from": timed_from, "timed_to": timed_to, "device": str(run.device),
     }  # fmt: skip
     if args.trace:
         result["trace"] = run.trace

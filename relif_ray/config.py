@@ -132,8 +132,16 @@ class TrainConfig:
         The rate changes at the end of each complete epoch only (see
         `relif_ray.engine.build_lr_scheduler`). Not to be confused with the sweeps'
         `--scheduler` flag (Ray Tune's trial scheduler, ASHA), which stops trials early.
+    eval_every: validate (the validation pass and the live audit of a sweep's trial,
+        `relif_ray.tuning.trainable.evaluates_after`) every `eval_every` epochs, and always
+        after the last epoch and at every epoch where a scheduler decides (ASHA's rungs). An
+        epoch without validation reports its metrics as NaN (`evaluated: false`), never the last
+        ones. 1 (every epoch) keeps the CPU's and the GPU's behaviour until the GPU's
+        per-epoch breakdown decides a GPU default; validation changes no trained number.
+    eval_batch_size: the batch of the validation and test passes (no gradients, so it may
+        exceed `batch_size`); 16 on both devices until the breakdown decides a GPU default.
     epoch_test_metrics: also evaluate the test split (where the data set has one) after every
-        epoch and record its metrics (`test_<metric>`) in the epoch's result, as the NYUv2
+        validated epoch and record its metrics (`test_<metric>`) in its result, as the NYUv2
         literature's tables average test metrics over the last epochs (Nash-MTL, FAMO) or take
         them at the best validation epoch (LibMTL). What `relif report --delta-m-epochs best`
         and `last:K` read on the test split; off by default (a test pass per epoch costs about
@@ -144,6 +152,7 @@ class TrainConfig:
     max_steps: int | None = None
     batch_size: int = 8
     eval_batch_size: int = 16
+    eval_every: int = 1
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = 1e-4
     weight_decay: float = 1e-5
@@ -170,6 +179,7 @@ class TrainConfig:
             _positive("train.max_steps", self.max_steps)
         _positive("train.batch_size", self.batch_size)
         _positive("train.eval_batch_size", self.eval_batch_size)
+        _positive("train.eval_every", self.eval_every)
         _positive("train.lr", self.lr)
         if self.weight_decay < 0:
             raise UserError(

@@ -10,12 +10,17 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from nbclient import NotebookClient
 
 from relif_ray import analysis
 from relif_ray.analysis.breakdown import OVERALL, by_pair
-from relif_ray.analysis.figures import controller_grid, controller_variants
+from relif_ray.analysis.figures import (
+    controller_grid,
+    controller_grid_figure,
+    controller_variants,
+)
 from relif_ray.analysis.fronts import hypervolume_table
 from relif_ray.analysis.groups import GroupOptions
 from relif_ray.analysis.interfaces import interface_table
@@ -44,7 +49,10 @@ def run_notebook(
     """Execute the notebook (its first `code_cells` code cells, or the code cells numbered in
     `only`; all by default) with its own folder as the working folder; the outputs of each
     code cell run."""
-    for name in ("RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT", "RELIF_ATTRIBUTES"):
+    for name in (
+        "RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT", "RELIF_ATTRIBUTES",
+        "RELIF_CONTROLLER_GRID",
+    ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
@@ -95,23 +103,123 @@ def test_notebook_is_stored_with_the_demos_outputs():
 
 
 def test_the_stored_outputs_name_the_demos_folder_in_the_repository(tmp_path):
-    """docs/figures/make_figures.py runs the demo in a temporary folder; the outputs it stores
-    show the experiment where the demo writes it in the repository, in every text output."""
+    """docs/figures/make_figures.py runs the demo and the controller grid in a temporary
+    folder; the outputs it stores show each experiment where its sweep writes it in the
+    repository, in every text output."""
     make_figures = runpy.run_path(str(REPO / "docs" / "figures" / "make_figures.py"))
     experiment = tmp_path / "results" / "nyuv2-demo"
+    grid = tmp_path / "results" / "nyuv2-controller-grid"
     notebook = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("print(EXPERIMENT)")
     cell.outputs = [
         nbformat.v4.new_output("stream", name="stdout", text=f"experiment: {experiment}\n"),
         nbformat.v4.new_output("display_data", data={"text/plain": f"{experiment}/a",
-                                                     "text/markdown": f"`{experiment}`"}),
+                                                     "text/markdown": f"`{experiment}` {grid}"}),
     ]  # fmt: skip
     notebook.cells = [cell]
-    shown = make_figures["shown_as_in_the_repository"](notebook, experiment)
+    where = {experiment: DEMO_EXPERIMENT, grid: make_figures["GRID_EXPERIMENT"]}
+    shown = make_figures["shown_as_in_the_repository"](notebook, where)
     outputs = shown.cells[0].outputs
     assert outputs[0]["text"] == f"experiment: {DEMO_EXPERIMENT}\n"
-    assert outputs[1]["data"] == {"text/plain": f"{DEMO_EXPERIMENT}/a",
-                                  "text/markdown": f"`{DEMO_EXPERIMENT}`"}  # fmt: skip
+    assert outputs[1]["data"] == {
+        "text/plain": f"{DEMO_EXPERIMENT}/a",
+        "text/markdown": f"`{DEMO_EXPERIMENT}` relif-results/nyuv2-controller-grid",
+    }
+
+
+def heatmap_cells(outputs: list[dict]) -> dict[tuple[str, float, float], tuple[float, ...]]:
+    """The heatmaps' cells the notebook's section 5 shows as a table under its figure (the
+    DataFrame's plain text): (label, r*, eta) -> (mean Bias, mean Worst, seeds)."""
+    lines = outputs[-1]["data"]["text/plain"].splitlines()
+    assert lines[0].split() == ["label", "r_star", "eta", "bias", "worst", "n_seeds"]
+    rows = [line.split()[1:] for line in lines[1:]]
+    return {
+        (label, float(r_star), float(eta)): (float(bias), float(worst), int(seeds))
+        for label, r_star, eta, bias, worst, seeds in rows
+    }
+
+
+def means_over_seeds(rows: list[tuple[tuple, float, float]]) -> dict[tuple, tuple[float, ...]]:
+    """Per setting, the mean Bias, mean Worst and number of (setting, Bias, Worst) rows."""
+    settings: dict[tuple, list[tuple[float, float]]] = {}
+    for setting, bias, worst in rows:
+        settings.setdefault(setting, []).append((bias, worst))
+    return {
+        setting: (
+            sum(bias for bias, _ in values) / len(values),
+            sum(worst for _, worst in values) / len(values),
+            len(values),
+        )
+        for setting, values in settings.items()
+    }
+
+
+def test_the_stored_heatmaps_are_the_controller_grids_means_over_seeds():
+    """The stored section 5 shows the controller grid's experiment (docs/figures/
+    controller_grid.json, which make_figures.py wrote from the same run), not the demo's single
+    setting: a cell per (r*, eta) of its grid, each the mean over its seeds of the per-trial
+    Bias@delta_p75 and Worst that the record holds (averaged here), at the grid's delta_ref."""
+    record = json.loads((REPO / "docs" / "figures" / "controller_grid.json").read_text())
+    grid = record["grid"]
+    assert len(grid["r_star"]) >= 3 and len(grid["eta"]) >= 3 and grid["seeds"] >= 2
+    rows = [
+        (("relif", trial["r_star"], trial["eta"]), trial["bias"], trial["worst"])
+        for trial in record["trials"]
+        if trial["label"] == "relif"
+    ]
+    expected = means_over_seeds(rows)
+    assert {(f"{r:g}", f"{eta:g}") for _, r, eta in expected} == {
+        (f"{r:g}", f"{eta:g}") for r in grid["r_star"] for eta in grid["eta"]
+    }
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    section = code[8].outputs
+    delta = record["delta_ref"]
+    assert text(section) == (
+        f"controller grid: relif-results/nyuv2-controller-grid "
+        f"({delta['symbol']} = {delta['value']:.4f})\n"
+    )
+    assert images(section) == 1
+    shown = heatmap_cells(section)
+    assert shown.keys() == expected.keys() and len(shown) >= 9
+    for setting, (bias, worst, seeds) in expected.items():
+        assert shown[setting][2] == seeds == grid["seeds"]
+        assert shown[setting][:2] == pytest.approx((bias, worst), abs=1e-6)
+
+
+def test_the_heatmaps_show_the_named_controller_grid_experiment(tmp_path, monkeypatch):
+    """With RELIF_CONTROLLER_GRID set, section 5 audits that experiment: its heatmaps' cells
+    (the figure's images and the table under it) are, per (r*, eta), the means over seeds of
+    the grid's per-trial Bias@delta_p75 and Worst, each trial's setting known from the order
+    the writer writes them in (ERM's seeds first, then each setting's seeds)."""
+    settings = [(r_star, eta) for r_star in (0.2, 0.24, 0.28) for eta in (1e-4, 1e-3, 1e-2)]
+    demo = write_synthetic_experiment(tmp_path / "demo", labels=("erm", "relif"), seeds=2)
+    root = write_synthetic_experiment(
+        tmp_path / "grid", labels=("erm", "relif"), seeds=2, controller_grid=settings
+    )
+    environment = {"RELIF_EXPERIMENT": str(demo), "RELIF_CONTROLLER_GRID": str(root)}
+    outputs = run_notebook(environment, monkeypatch, only=[0, 1, 8])[-1]
+    results = analysis.audit(analysis.load(root))
+    rows = []
+    for row in results.per_trial.itertuples():
+        index = int(row.trial.rsplit("_", 1)[1])
+        if row.label == "relif":
+            setting = ("relif", *settings[(index - 2) // 2])
+            rows.append((setting, row.bias_p75, row.worst))
+    expected = means_over_seeds(rows)
+    assert len(expected) == 9
+    assert text(outputs) == f"controller grid: {root} (δ_p75 = {results.primary.value:.4f})\n"
+    shown = heatmap_cells(outputs)
+    assert shown.keys() == expected.keys()
+    for setting, (bias, worst, seeds) in expected.items():
+        assert shown[setting][2] == seeds == 2
+        assert shown[setting][:2] == pytest.approx((bias, worst), abs=1e-6)
+    bias_image, worst_image = (ax.images[0].get_array() for ax in
+                               controller_grid_figure(results).axes if ax.images)  # fmt: skip
+    r_stars, etas = sorted({r for r, _ in settings}), sorted({eta for _, eta in settings})
+    for i, j in np.ndindex(3, 3):
+        bias, worst, _ = expected[("relif", r_stars[i], etas[j])]
+        assert bias_image[i, j] == pytest.approx(bias) and worst_image[i, j] == pytest.approx(worst)
 
 
 def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypatch):
@@ -213,7 +321,42 @@ def test_without_an_experiment_the_notebook_uses_a_generated_one(tmp_path):
     assert example_experiment(tmp_path, tmp_path) == str(tmp_path / DEMO_EXPERIMENT)
 
 
-@pytest.mark.parametrize("name", ["RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT"])
+@pytest.mark.parametrize(
+    "name", ["RELIF_EXPERIMENT", "RELIF_DELTA", "RELIF_SPLIT", "RELIF_CONTROLLER_GRID"]
+)
 def test_notebook_parameters_come_from_the_environment(name):
     source = nbformat.read(NOTEBOOK, as_version=4).cells[1].source
     assert name in source
+
+
+def test_the_docs_say_what_the_stored_heatmaps_show():
+    """docs/analysis.md names the stored heatmaps' grid, seeds, steps, trials and the time,
+    machine and load of their run as docs/figures/controller_grid.json records them."""
+    record = json.loads((REPO / "docs" / "figures" / "controller_grid.json").read_text())
+    grid = record["grid"]
+    docs = " ".join((REPO / "docs" / "analysis.md").read_text().split())
+    r_stars, etas = (", ".join(f"{value:g}" for value in grid[key]) for key in ("r_star", "eta"))
+    assert f"ReLiF at r* in {{{r_stars}}} x eta in {{{etas}}}" in docs
+    assert f"{grid['seeds']} seeds of {grid['steps']} steps per setting" in docs
+    assert (
+        f"{len(record['trials'])} trials in {record['sweep_s']} s on {record['machine']} (load "
+        f"average {record['load_average_start']} before, {record['load_average_end']} after; "
+        f"commit {record['commit']}, {record['date']})" in docs
+    )
+    cells: dict[tuple, list[dict]] = {}
+    for trial in record["trials"]:
+        if trial["label"] == "relif":
+            cells.setdefault((trial["r_star"], trial["eta"]), []).append(trial)
+
+    def spread(metric: str) -> str:
+        apart = [max(t[metric] for t in c) - min(t[metric] for t in c) for c in cells.values()]
+        means = [sum(t[metric] for t in c) / len(c) for c in cells.values()]
+        return (
+            f"seeds {min(apart):.2f} to {max(apart):.2f} apart, {len(cells)} cell means "
+            f"{min(means):.2f} to {max(means):.2f}"
+        )
+
+    assert f"Bias: {spread('bias')}; Worst: {spread('worst')}" in docs
+    erm = " and ".join(f"{t['bias']:.2f}" for t in record["trials"] if t["label"] == "erm")
+    assert f"ERM's two seeds have Bias {erm}" in docs
+    assert f"Its delta_p75 ({record['delta_ref']['value']:.4f})" in docs

@@ -398,19 +398,26 @@ def test_the_first_and_last_line_of_an_error_have_one_home():
     assert files_matching(r"\blines\[-1\]") == {"relif_ray/errors.py"}
 
 
-def test_the_benchmark_scripts_import_each_other_without_a_cycle():
-    """Benchmarks are scripts that import their siblings by name (`from harness import Row`); every
-    import counts here, also one inside a function: a deferred import cycle is still one."""
-    scripts = {path.stem: path for path in (REPO / "benchmarks").glob("*.py")}
-    graph = {}
-    for name, path in scripts.items():
+def test_the_benchmarks_package_imports_its_modules_by_package_without_a_cycle():
+    """`benchmarks` is a package run from the repository root (`python -m benchmarks.run`): its
+    modules import each other as `benchmarks.<module>`, never by a bare sibling name, and reach
+    the library through public calls, never `relif_ray.cli`. Every import counts, also one
+    inside a function: a deferred import cycle is still one."""
+    modules = {path.stem: path for path in (REPO / "benchmarks").glob("*.py")}
+    graph, bare, cli = {}, [], []
+    for name, path in modules.items():
         imported = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                imported |= {alias.name.partition(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                imported.add((node.module or "").partition(".")[0])
-        graph[name] = imported & set(scripts)
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for module in names:
+                top, _, rest = module.partition(".")
+                bare += [f"{name}: {module}"] if top in modules else []
+                cli += [f"{name}: {module}"] if module.startswith("relif_ray.cli") else []
+                imported |= {rest.partition(".")[0]} if top == "benchmarks" else set()
+        graph[name] = imported & set(modules)
+    assert bare == [] and cli == []
     assert graph["run"] == {"harness"} and {"harness", "workers"} <= graph["methods"]
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
 

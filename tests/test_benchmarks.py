@@ -9,23 +9,19 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import time
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture
-def load(monkeypatch: pytest.MonkeyPatch):
-    """Import a benchmarks/ module by name, with benchmarks/ first on the import path as when
-    its scripts run (they import each other by name)."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module
+def load():
+    """Import a module of the `benchmarks` package by its name."""
+    return lambda name: importlib.import_module(f"benchmarks.{name}")
 
 
 @pytest.fixture
@@ -131,8 +127,9 @@ def test_run_writes_one_record_with_the_machine_and_rows(load, tmp_path, capsys)
     assert payload == json.loads((tmp_path / "benchmarks.json").read_text())
     assert payload["size"] == "demo" and payload["machine"]["cores"] >= 1
     assert {"cpu_flags", "torch", "ray", "commit", "load_average_end"} <= set(payload["machine"])
-    names = [f"{what}, {k} trial(s) per GPU" for k in (1, 2, 3)
-             for what in ("sweep aggregate images/s", "GPU utilisation")]  # fmt: skip
+    names = [load("real_size").ISOLATED]
+    names += [f"{what}, {k} trial(s) per GPU" for k in (1, 2, 3, 4)
+              for what in ("sweep aggregate images/s", "GPU utilisation")]  # fmt: skip
     assert [row["name"] for row in payload["rows"]] == names
     assert all(
         row["result"] == "needs a GPU" and row["group"] == "packing" for row in payload["rows"]
@@ -150,7 +147,36 @@ def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, toy) -> N
     result = workers.run_worker(config, warmup=1, steps=2)
     assert result["steps"] == 2 and result["images_per_s"] > 0
     assert 0 < result["rss_imports_mb"] <= result["peak_rss_mb"]
-    assert result["cuda_peak_mb"] is None
+    assert result["cuda_peak_mb"] is None and result["device"] == "cpu"
+
+
+def test_a_gpu_row_whose_trials_trained_on_the_cpu_is_an_error_not_a_figure(load, tmp_path):
+    """Each GPU row says the device its trials reported training on; on CUDA a trial that
+    trained on the CPU makes the row a FAIL without a value. The dry run's rows (toy size on
+    the CPU) record the CPU; the trials take the sweep's device rule ("auto" on CUDA)."""
+    harness, workers = load("harness"), load("workers")
+    gpu = harness.Context("real", torch.device("cuda"), tmp_path)
+    toy = harness.Context("toy", torch.device("cpu"), tmp_path)
+    assert harness.trained_on(gpu, ["cuda:0", "cuda:0"], "x") == "trained on cuda:0"
+    assert harness.trained_on(toy, ["cpu"], "x") == "trained on cpu"
+    message = r"^packing: its trials trained on cpu, cuda:0, not on the GPU: not a GPU figure$"
+    with pytest.raises(harness.NotOnTheGpu, match=message):
+        harness.trained_on(gpu, ["cuda:0", "cpu"], "packing")
+    result = {"device": "cpu", "cuda_peak_mb": None, "peak_rss_mb": 900.0, "images_per_s": 40.0,
+              "steps": 10, "step_s": 0.2}  # fmt: skip
+    with gpu.step("training images/s, erm (graphed)"):
+        workers.worker_rows(gpu, "erm (graphed)", result, "resnet50 288x384")
+    (row,) = gpu.rows
+    assert (row.value, row.result) == (None, "FAIL")
+    assert row.detail == "NotOnTheGpu: erm (graphed): its trials trained on cpu, not on the GPU: "\
+        "not a GPU figure"  # fmt: skip
+    workers.worker_rows(toy, "erm (graphed)", result, "resnet18 32x40")
+    assert len(toy.rows) == 2 and all(
+        "resnet18 32x40, trained on cpu" in r.detail for r in toy.rows
+    )
+    root = workers.data_root(toy, gpu=True)
+    assert workers.trial_config(gpu, root, "erm", gpu=True)["device"] == "auto"
+    assert workers.trial_config(toy, root, "erm", gpu=True)["device"] == "cpu"
 
 
 def test_trial_worker_times_whole_chunks_of_steps(load, toy) -> None:
@@ -204,10 +230,11 @@ def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_
 def test_the_gpu_check_runs_the_suites_with_a_cap_in_their_priority_order(load) -> None:
     check = load("gpu_check")
     assert [suite.name for suite in check.CHECKED] == [
-        "profile", "graph", "default", "breakdown", "fidelity", "packing", "methods", "compile",
+        "breakdown", "packing", "fidelity", "graph", "profile", "methods", "default", "compile",
         "cuda", "repeatability",
     ]  # fmt: skip
-    # (a)-(e) fill the budget: the later suites run when earlier ones end early, or with --only
+    # the first five fill the budget: the later suites run when earlier ones end early, or with
+    # --only
     assert sum(suite.gpu[0] for suite in check.CHECKED[:5]) >= check.BUDGET_S
     assert all(least <= cap for cap, least in (suite.gpu for suite in check.CHECKED))
 
@@ -269,6 +296,82 @@ def test_the_packing_rows_split_each_trials_span_from_what_the_trials_reported(l
         "mean seconds per trial over 2 trial(s) of 2 epochs: train 4.00, evaluate 2.00, "
         "audit 1.00, rest of the epochs 1.00, outside the epochs 4.00"
     )
+
+
+def test_packing_measures_its_reference_then_one_to_four_trials_per_gpu(load, toy, monkeypatch):
+    """The packing rows in the order the check writes them: the isolated graphed ERM rate
+    first, then for 1, 2, 3 and 4 trials per GPU (sweeps of 8 real-size epochs) the aggregate
+    over it; the best packing is judged against the raised target."""
+    real_size = load("real_size")
+    assert real_size.PACKINGS == (1, 2, 3, 4) and real_size.PACKING_EPOCHS >= 8
+    monkeypatch.setattr(real_size, "isolated_rate", lambda ctx: ctx.row(real_size.ISOLATED, 100.0))
+    aggregate = {1: 80.0, 2: 120.0, 3: 150.0, 4: 140.0}
+
+    def sweep_throughput(ctx, per_gpu, name):
+        ctx.row(name, aggregate[per_gpu], "img/s")
+        return aggregate[per_gpu]
+
+    monkeypatch.setattr(real_size, "sweep_throughput", sweep_throughput)
+    real_size.packing_suite(toy)
+    names = [row.name for row in toy.rows]
+    assert names[0] == real_size.ISOLATED
+    for per_gpu in (1, 2, 3, 4):
+        ratio = f"sweep aggregate / isolated graphed ERM, {per_gpu} trial(s) per GPU"
+        assert names.index(f"sweep aggregate images/s, {per_gpu} trial(s) per GPU") + 1 == (
+            names.index(ratio)
+        )
+        assert toy.rows[names.index(ratio)].value == pytest.approx(aggregate[per_gpu] / 100.0)
+    judged = toy.rows[-1]
+    assert judged.name == "sweep aggregate images/s per GPU / isolated graphed ERM"
+    assert (judged.value, judged.target, judged.result) == (1.5, ">= 1", "pass")
+    assert judged.detail.startswith("3 trial(s) per GPU, the best of 1, 2, 3, 4")
+
+
+class NoSampler:
+    """A GPU utilisation sampler without readings, for a CUDA context on a CPU machine."""
+
+    def __init__(self, device: torch.device, period: float) -> None:
+        self.stopped, self.samples = threading.Event(), []
+
+    def start(self) -> None:
+        pass
+
+    def mean(self, start: float, end: float) -> None:
+        return None
+
+
+def test_a_packing_whose_trials_trained_on_the_cpu_is_no_gpu_figure(load, tmp_path, monkeypatch):
+    """A packing sweep's rows read each trial's own record (trial.json's device, result.json's
+    peak memory and epochs): on CUDA trials that report the CPU make the row a FAIL; on the
+    dry run the rows say the CPU."""
+    harness, real_size = load("harness"), load("real_size")
+    experiment = tmp_path / "results" / "packing-2"
+    for index in range(2):
+        trial = experiment / f"trial{index}"
+        outputs = trial / "checkpoint_000001" / "outputs"
+        outputs.mkdir(parents=True)
+        info = {"device": "cpu", "steps": 16, "started_at": 10.0, "finished_at": 18.0 + index}
+        (outputs / "trial.json").write_text(json.dumps(info))
+        epoch = {"time_train_s": 3.0, "time_evaluate_s": 0.5, "time_audit_s": 0.1,
+                 "time_this_iter_s": 4.0}  # fmt: skip
+        (trial / "result.json").write_text((json.dumps(epoch) + "\n") * 2)
+    monkeypatch.setattr(real_size, "sweep_command", lambda *args: ["true"])
+    gpu = harness.Context("real", torch.device("cuda"), tmp_path)
+    monkeypatch.setattr(gpu, "run", lambda command: 0)
+    monkeypatch.setattr(real_size, "UtilisationSampler", NoSampler)
+    name = "sweep aggregate images/s, 2 trial(s) per GPU"
+    with gpu.step(name):
+        real_size.sweep_throughput(gpu, 2, name)
+    (row,) = gpu.rows
+    assert (row.name, row.value, row.result) == (name, None, "FAIL")
+    assert "its trials trained on cpu, not on the GPU: not a GPU figure" in row.detail
+    toy = harness.Context("toy", torch.device("cpu"), tmp_path)
+    monkeypatch.setattr(toy, "run", lambda command: 0)
+    assert real_size.sweep_throughput(toy, 2, name) == pytest.approx(32 * 8 / 9.0)
+    rows = {row.name: row for row in toy.rows}
+    assert rows[name].detail.endswith("trained on cpu")
+    assert "(2 epochs)" in rows[name].detail
+    assert rows["peak GPU memory per trial, 2 trial(s) per GPU"].value is None
 
 
 def test_the_cuda_suite_collects_only_the_modules_with_cuda_tests(load) -> None:
@@ -381,6 +484,7 @@ def test_gpu_bundle_slims_a_wheel_that_pip_still_installs(load, tmp_path) -> Non
         ("/v/bin/python /v/bin/relif report exp --out r", "driver relif"),
         (".venv/bin/python -m relif_ray.cli report exp --out r", "driver relif_ray.cli"),
         (".venv/bin/python -m pytest -q", "pytest and its workers"),
+        (".venv/bin/python -m benchmarks.gpu_check --out o", "driver benchmarks.gpu_check"),
         ("/usr/bin/git status", "other"),
     ],
 )  # fmt: skip
@@ -409,8 +513,8 @@ def test_trial_breakdown_attributes_each_epochs_span_to_its_parts(load, tmp_path
     trial, timing = tmp_path / "trial", tmp_path / "timing"
     trial.mkdir(), timing.mkdir()
     results = [
-        {"time_train_s": 3.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5},
-        {"time_train_s": 4.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5},
+        {"time_train_s": 3.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5, "device": "cpu"},
+        {"time_train_s": 4.0, "time_evaluate_s": 1.0, "time_audit_s": 0.5, "device": "cpu"},
     ]
     (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in results))
     records = [  # phase, seconds, end (wall clock)

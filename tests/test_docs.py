@@ -1,7 +1,7 @@
 """The README and docs/ point at things that exist: every relative link resolves (file and
 heading), and every flag of our own commands that they name is in that command's --help.
 
-Our commands are `relif SUBCOMMAND`, `sweeps/*.py` and `benchmarks/*.py` (with
+Our commands are `relif SUBCOMMAND`, `sweeps/*.py` and `python -m benchmarks.X` (with
 `benchmarks/gpu_check.sh`, which passes its flags to gpu_check.py). A flag is checked against
 the command it is written with, in a shell block or an inline code span that starts with the
 command; a flag named alone in the prose must be a flag of one of our commands, or one of
@@ -109,8 +109,10 @@ def help_text(argv: list[str], script: Path | None = None) -> str:
                 relif_main([*argv, "--help"])
             else:
                 sys.argv = [str(script), *argv, "--help"]
-                sys.path.insert(0, str(script.parent))  # benchmarks import their siblings
-                runpy.run_path(str(script), run_name="__main__")
+                if script.parent.name == "benchmarks":  # a module of the benchmarks package
+                    runpy.run_module(f"benchmarks.{script.stem}", run_name="__main__")
+                else:
+                    runpy.run_path(str(script), run_name="__main__")
     finally:
         sys.argv, sys.path[:] = saved
     return out.getvalue()
@@ -161,6 +163,8 @@ def command_of(words: list[str]) -> str | None:
         words = words[1:]
     if len(words) >= 2 and Path(words[0]).name in ("python", "python3"):
         words = words[1:]
+    if len(words) >= 2 and words[0] == "-m" and words[1].startswith("benchmarks."):
+        words = [f"benchmarks/{words[1].removeprefix('benchmarks.')}.py", *words[2:]]
     if len(words) >= 2 and words[0] == "bash" and words[1] == "benchmarks/gpu_check.sh":
         return "benchmarks/gpu_check.py"
     if len(words) >= 2 and Path(words[0]).name == "relif":

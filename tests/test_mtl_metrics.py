@@ -342,6 +342,26 @@ def test_the_epoch_rules_read_the_per_epoch_results():
         delta_m_per_trial(trials, "test", DeltaMOptions(epochs="best"), without_test)
 
 
+def test_the_epoch_rules_read_the_validated_epochs_only():
+    """With `train.eval_every` 2 the epochs between validations have no metrics (NaN): last:K
+    is the mean over the last K validated epochs, and best is chosen among them."""
+    trials = pd.DataFrame(
+        [{"trial": t, "experiment": "x", "dataset": "nyuv2", "seed": 0, "method": m,
+          "relif": False, "test_seg_miou": 0.5} for t, m in (("e", "erm"), ("m", "pcgrad"))]
+    )  # fmt: skip
+    nan = float("nan")
+    epochs = pd.DataFrame(
+        epoch_records("e", 0, [(nan, nan), (0.5, 0.40), (nan, nan), (0.4, 0.50), (0.3, 0.20)])
+        + epoch_records("m", 0, [(nan, nan), (0.6, 0.60), (nan, nan), (0.2, 0.40), (0.1, 0.30)])
+    )
+    last = delta_m_per_trial(trials, "test", DeltaMOptions(epochs="last", last_k=2), epochs)
+    assert last.tolist() == pytest.approx([0, 100 * (0.35 - 0.35) / 0.35])
+    last = delta_m_per_trial(trials, "test", DeltaMOptions(epochs="last", last_k=3), epochs)
+    assert last.tolist() == pytest.approx([0, 100 * (1.3 / 3 - 1.1 / 3) / (1.1 / 3)])
+    best = delta_m_per_trial(trials, "test", DeltaMOptions(epochs="best"), epochs)
+    assert best.tolist() == pytest.approx([0, 100 * (0.60 - 0.40) / 0.40])
+
+
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [

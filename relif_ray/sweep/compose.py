@@ -104,8 +104,15 @@ def compose_config(
         if fields:
             check_config(config, source)
     config["data"] = {"dataset": defaults.dataset, "root": data_root, "spec": spec or {}}
-    config["device"] = "auto" if use_gpu else "cpu"
+    config["device"] = trial_device(use_gpu)
     return ExperimentConfig.from_dict(config)
+
+
+def trial_device(use_gpu: bool) -> str:
+    """The sweep's device rule: "auto" (CUDA where the trial's worker sees a GPU) where trials
+    get a GPU, else "cpu" (`ExperimentConfig.device` defaults to "cpu", so a config built
+    without this rule trains on the CPU even where Ray holds a GPU for it)."""
+    return "auto" if use_gpu else "cpu"
 
 
 def check_config(config: dict[str, Any], source: str) -> None:

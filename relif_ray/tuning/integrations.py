@@ -35,14 +35,16 @@ def is_reference_trial(trial: Trial) -> bool:
 
 
 class ReferenceSafeASHA(AsyncHyperBandScheduler):
-    """ASHA over every trial except the ERM reference trials, which it never ranks or stops."""
+    """ASHA over every trial except the ERM reference trials, which it never ranks or stops,
+    on validated epochs only (a trial validates at every rung: `trainable.evaluates_after`;
+    an epoch without validation, `evaluated: false`, is never ranked)."""
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         if not is_reference_trial(trial):
             super().on_trial_add(tune_controller, trial)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
-        if is_reference_trial(trial):
+        if is_reference_trial(trial) or result.get("evaluated") is False:
             return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
 

@@ -1,10 +1,15 @@
 """The Ray Tune trial: a Trainable around the engine, with a live validation audit.
 
-One trial = one `TrainingRun`; one Tune iteration = one epoch followed by a validation pass
-and a live fixed-delta audit. Checkpoints hold the engine state (model, optimiser, method,
-ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the trial's
-outputs for val and test (see `relif_ray.experiment.outputs`), so the experiment directory in
-storage is all that analysis needs. A trial's Tune config is described in
+One trial = one `TrainingRun`; one Tune iteration = one epoch followed, on the epochs of
+`evaluates_after` (every `train.eval_every` epochs, the last one and ASHA's rungs), by a
+validation pass and a live fixed-delta audit. An epoch without them reports the metrics a
+scheduler or searcher reads as NaN and `evaluated: false` (`_skip_validation`), so ASHA and the
+Optuna studies only ever decide on a fresh validation. Evaluation changes no training state, so
+the validated epochs change no trained number, and a resumed trial validates the same epochs
+(they depend on the epoch's number only). Checkpoints hold the engine state (model, optimiser,
+method, ReLiF controller, step, RNG), one per epoch; the final checkpoint also holds the
+trial's outputs for val and test (see `relif_ray.experiment.outputs`), so the experiment
+directory in storage is all that analysis needs. A trial's Tune config is described in
 `relif_ray.sweep.trial_config`.
 
 Same-seed ERM squash constants (`relif_ray.reference`): a trial that waits for its seed's
@@ -39,7 +44,7 @@ import posixpath
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -89,6 +94,22 @@ class PhaseTimer:
         start = time.perf_counter()
         yield
         self.seconds[f"time_{part}_s"] = time.perf_counter() - start
+
+
+UNEVALUATED_METRICS = ("worst", "macro", "val_bias", "val_vr")
+"""What an epoch without validation reports, as NaN: the metrics ASHA (`--scheduler-metric`)
+and the Optuna studies read, which Tune requires in every result."""
+
+
+def evaluates_after(
+    iteration: int, eval_every: int, last: bool, decision_iterations: Collection[int]
+) -> bool:
+    """Whether a trial validates after its `iteration`-th epoch (Tune's iteration, 1-based):
+    every `eval_every` epochs (`train.eval_every`), after its last epoch, and after every epoch
+    at which a scheduler decides (`decision_iterations`: ASHA's rungs, where it ranks and may
+    stop the trial and the trial writes its outputs). The Optuna studies read a trial's last
+    result only (they prune nothing on the way), which is always validated."""
+    return last or iteration % eval_every == 0 or iteration in decision_iterations
 
 
 class InjectedFault(RuntimeError):
@@ -270,6 +291,32 @@ class ReLiFTrainable(tune.Trainable):
         timer = PhaseTimer()
         with timer("train"):
             self.run.train_epoch()
+        evaluated = evaluates_after(
+            self.iteration + 1,  # this step's Tune iteration: Trainable counts it on return
+            self.run.config.train.eval_every,
+            self.run.finished,
+            self.outputs_at,
+        )
+        validation = self._validate(timer) if evaluated else self._skip_validation()
+        return {
+            **validation,
+            "evaluated": evaluated,
+            "label": self.label,
+            "seed": self.run.config.seed,
+            **setting_values(self.run.config.relif),
+            **live_controller_state(self.run.trace),
+            **timer.seconds,
+            CHECKPOINT_SECONDS: self.checkpoint_seconds,
+            **self._device_memory(),
+            "device": str(self.run.device),
+            "epoch": self.run.epoch,
+            "train_step": self.run.step,
+            "done": self.run.finished,
+        }
+
+    def _validate(self, timer: PhaseTimer) -> dict[str, Any]:
+        """This epoch's validation pass and live audit (and test pass, where
+        `train.epoch_test_metrics`): the result's metrics."""
         with timer("evaluate"):
             self.last_eval = self.run.evaluate("val")
         relif = self.run.config.relif
@@ -287,21 +334,18 @@ class ReLiFTrainable(tune.Trainable):
             metrics["squash_constants"] = self.last_eval.squash_constants(self.squashed_tasks)
         return {
             **metrics,
-            "label": self.label,
-            "seed": self.run.config.seed,
-            **setting_values(self.run.config.relif),
             "worst": self.last_eval.metrics["worst"],
             "macro": self.last_eval.metrics["macro"],
             "val_bias": audit.bias if audit else math.nan,
             "val_vr": audit.vr if audit else math.nan,
-            **live_controller_state(self.run.trace),
-            **timer.seconds,
-            CHECKPOINT_SECONDS: self.checkpoint_seconds,
-            **self._device_memory(),
-            "epoch": self.run.epoch,
-            "train_step": self.run.step,
-            "done": self.run.finished,
         }
+
+    def _skip_validation(self) -> dict[str, float]:
+        """An epoch without validation: the metrics a scheduler or searcher may read are NaN
+        (never the last evaluation's, which would pass for this epoch's), the others absent;
+        outputs written now would be evaluated afresh (`_write_outputs`)."""
+        self.last_eval = self.last_test = None
+        return dict.fromkeys(UNEVALUATED_METRICS, math.nan)
 
     def _device_memory(self) -> dict[str, float]:
         """On CUDA, the trial's peak GPU memory so far (MiB; the caching allocator's count,
