@@ -191,6 +191,28 @@ def interface_words(table: Table | Skipped) -> str:
     return "\n".join(lines)
 
 
+INTERFACE_DEPENDENT = "the cut depends on the audit interface"
+"""How the report's summary flags a method whose Bias cut is shown under one audit interface and
+not under another (`interface_dependence`)."""
+
+
+def interface_dependence(table: Table | Skipped) -> dict[str, str]:
+    """Variant -> the summary's flag where its cut over seeds is shown ("lower than ERM") under
+    some interface and not under another: `INTERFACE_DEPENDENT`, with the interfaces of each
+    kind. A cut shown under every interface, or under none, is not flagged."""
+    if isinstance(table, Skipped):
+        return {}
+    flags = {}
+    for variant, rows in table.rows.groupby("row", sort=False):
+        shown = rows["cut"].str.startswith("lower than ERM")
+        if shown.any() and not shown.all():
+            flags[str(variant)] = (
+                f"{INTERFACE_DEPENDENT} (shown under {', '.join(rows.loc[shown, 'interface'])}; "
+                f"not under {', '.join(rows.loc[~shown, 'interface'])})"
+            )
+    return flags
+
+
 def _clause(row: tuple) -> str:
     change = "" if np.isnan(row.change) else f", {row.change:+.2f} against (a)"
     return f"{row.interface}: {row.cut}{change}"

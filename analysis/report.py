@@ -137,7 +137,7 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     _write_data(out, experiment, results, options)
     figures = _write_figures(out, experiment, results, options) if options.figures else {}
     named = {table.name: table for table in tables}
-    summary = verdicts_section(results, paired, options.verdicts)
+    summary = verdicts_section(results, paired, options.verdicts, named["interfaces"])
     sections = audited_sections(
         experiment, results, options.settings, options.ci, named, figures, options.verdicts
     )

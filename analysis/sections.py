@@ -11,7 +11,7 @@ import pandas as pd
 from relif_ray.analysis.audit_scores import squashed_tasks
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.fronts import pareto_means
-from relif_ray.analysis.interfaces import TITLE, interface_words
+from relif_ray.analysis.interfaces import TITLE, interface_dependence, interface_words
 from relif_ray.analysis.render import Table, display_text
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.tables import CISettings, Skipped
@@ -151,10 +151,17 @@ def _per_split(counts: dict[str, int]) -> str:
     return ", ".join(f"{split} {counts[split]}" for split in ("train", "val", "test"))
 
 
-def verdicts_section(results: Results, paired: pd.DataFrame, settings: VerdictSettings) -> str:
+def verdicts_section(
+    results: Results,
+    paired: pd.DataFrame,
+    settings: VerdictSettings,
+    interfaces: Table | Skipped | None = None,
+) -> str:
     """The report's summary: per method, its verdicts over seeds against the same-seed ERM
     trial (`relif_ray.analysis.paired`): Bias at the primary delta_ref, Worst, Macro and
-    Delta-M%."""
+    Delta-M%; and, from the `interfaces` table, whether its cut depends on the audit interface
+    (`interface_dependence`)."""
+    dependent = {} if interfaces is None else interface_dependence(interfaces)
     heading = "## Summary: verdicts over seeds\n"
     if paired.empty:
         return heading + "No method has a same-seed ERM trial to be compared with.\n"
@@ -185,6 +192,7 @@ def verdicts_section(results: Results, paired: pd.DataFrame, settings: VerdictSe
         ]
         n = int(chosen.loc[("bias", key), "n_seeds"]) if ("bias", key) in chosen.index else 0
         seeds = f"{n} seed{'s' if n != 1 else ''}"
+        clauses.append(f"**{dependent[label]}**" if label in dependent else "")
         text = "; ".join(clause for clause in clauses if clause)
         lines.append(f"- **{display_text(str(label))}** ({seeds}): {text}.")
     return "\n".join(lines + _notes(paired, results)) + "\n"

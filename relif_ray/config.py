@@ -198,6 +198,8 @@ GradientSource = Literal["parameters", "representation"]
 
 SquashGradient = Literal["clip", "straight_through"]
 
+SurrogateScore = Literal["audit", "logistic"]
+
 
 @dataclass
 class MethodConfig:
@@ -238,6 +240,16 @@ class ReLiFConfig:
         forward value (the audit's score, so the surrogate, the statistics and the controller
         are unchanged), but the slope of the squash's affine map (`relif_ray.reference`) everywhere,
         saturated scores included (docs/relif.md).
+    surrogate_score: the score a squashed task's surrogate gaps are formed from. "audit" (the
+        paper's): the audit's squash itself. "logistic" (our extension, label
+        `relif-logistic`): sigmoid(4 (u - 1/2)) of the same ERM-normalised score
+        u (`relif_ray.squash.normalised_score`), smooth and never flat, with the clip's slope at
+        the band's middle (`relif_ray.relif.regularizer.logistic_squash`); takes the clip's
+        squash_gradient only.
+    clip_share_penalty: our extension (label `relif-clipshare`): lambda_t also weights, per
+        squashed task, how far the batch's 90th percentile of u lies above 1 and its 10th
+        below 0, i.e. a penalty that is zero while at most ERM's share of the batch lies
+        beyond each of ERM's clip points (`relif_ray.relif.regularizer.clip_share_penalty`).
     quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
     controller="static": lambda fixed at lambda0 (static-lambda ablation).
     lipschitz_branch=False: lambda = 0, no gradient from L_lip (ablation "ReLiF w/o Lip").
@@ -257,6 +269,8 @@ class ReLiFConfig:
     squash_constants: dict[str, list[float]] = field(default_factory=dict)
     squash_ema: float = 0.1
     squash_gradient: SquashGradient = "clip"
+    surrogate_score: SurrogateScore = "audit"
+    clip_share_penalty: bool = False
     controller: Literal["adaptive", "static"] = "adaptive"
     lipschitz_branch: bool = True
     lambda0: float = 0.1
@@ -284,6 +298,11 @@ class ReLiFConfig:
         _in_range("relif.squash_ema", self.squash_ema, 0.0, 1.0)
         for task, bounds in self.squash_constants.items():
             _check_squash_bounds(f"relif.squash_constants.{task}", bounds)
+        if self.surrogate_score == "logistic" and self.squash_gradient != "clip":
+            raise UserError(
+                "config field relif.surrogate_score: logistic has its own gradient; it needs "
+                f"relif.squash_gradient clip, got {self.squash_gradient}"
+            )
         _in_range("relif.violation_ema", self.violation_ema, 0.0, 1.0)
         _in_range("relif.r_star", self.r_star, 0.0, 1.0)
         if self.eta < 0:

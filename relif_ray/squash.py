@@ -60,7 +60,16 @@ def squash(raw: ScoreValues, low: ScoreValues | float, high: ScoreValues | float
 
     Works on numpy arrays and torch tensors alike (both have `.clip`); `low` and `high`
     broadcast against `raw`."""
-    return ((raw - low) / (high - low + SQUASH_EPS)).clip(0.0, 1.0)
+    return normalised_score(raw, low, high).clip(0.0, 1.0)
+
+
+def normalised_score(
+    raw: ScoreValues, low: ScoreValues | float, high: ScoreValues | float
+) -> ScoreValues:
+    """u: the squash's affine map before its clip (`squash` is u clipped to [0, 1]), so ERM's
+    q10 and q90 lie at u = 0 and u = 1. ReLiF's own variants (`relif_ray.relif.regularizer`:
+    the logistic surrogate score, the clip-share penalty) train on it where the clip is flat."""
+    return (raw - low) / (high - low + SQUASH_EPS)
 
 
 def empirical_cdf(raw: np.ndarray, reference: np.ndarray) -> np.ndarray:

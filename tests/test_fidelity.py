@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from relif_ray import analysis
-from relif_ray.cli import fidelity
+from relif_ray.cli import fidelity, fidelity_goal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,10 +44,11 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
     rows = fidelity.fidelity_rows(size, tmp_path)
     trials = pd.read_csv(tmp_path / "report" / "per_trial.csv")
     interfaces = pd.read_csv(tmp_path / "report" / "interface_per_trial.csv")
-    assert sorted(trials["label"]) == ["erm", "relif", "relif-st"] == sorted(size.labels + ("erm",))
+    labels = ["erm", "relif", "relif-clipshare", "relif-logistic", "relif-st"]
+    assert sorted(trials["label"]) == labels == sorted(size.labels + ("erm",))
     erm = trials[trials["label"] == "erm"].set_index("seed")
     by_name = {row.name: row for row in rows}
-    assert len(rows) == 1 + 8 * len(size.labels)
+    assert len(rows) == 1 + 8 * len(size.labels) + len(fidelity_goal.GOAL_LABELS)
     traces = analysis.load(tmp_path / "results" / "fidelity").traces
     clip_columns = ["clip0_depth", "clip0_normal", "clip1_depth", "clip1_normal"]
     for label in size.labels:
@@ -79,7 +80,11 @@ def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
         difference = trial[clip_columns] - erm.loc[trial.index, clip_columns]
         assert clipped.per_seed == pytest.approx(difference.max(axis=1).to_dict())
         assert clipped.value == pytest.approx(difference.mean().max())
-    judged = {row.name: row for row in rows if row.result in ("pass", "FAIL")}
+    for label in fidelity_goal.GOAL_LABELS:  # one seed shows no cut: the goal is not met
+        goal = by_name.pop(f"goal {label}")
+        assert goal.result == "FAIL" and "(a) q10-q90 FAIL" in goal.detail
+        assert goal.detail.count("not shown") == 3 + 2  # three interfaces, Worst and Macro
+    judged = {row.name: row for row in by_name.values() if row.result in ("pass", "FAIL")}
     bounds = {
         "Bias@delta_p75 relif / ERM (a) q10-q90": ("<=", 0.5),
         "Worst relif - ERM": (">=", -0.02),
@@ -129,3 +134,31 @@ def test_the_record_names_the_commit_of_the_code_it_ran() -> None:
     if head.returncode != 0:
         pytest.skip("not a git checkout")
     assert fidelity.machine()["commit"].removesuffix("+") == head.stdout.strip()
+
+
+def test_the_variants_goal_needs_every_part_over_seeds() -> None:
+    """`fidelity_goal.judge`: the Bias interval's upper bound (Student-t over seeds of the log
+    ratio, recomputed here with scipy) at most 0.5x under every interface, Worst and Macro shown
+    within ±0.02, the clipped share at most ERM's + 0.05; any part missing fails it."""
+    from scipy import stats
+
+    ratios = {
+        "(a) q10-q90": {0: 0.20, 1: 0.25, 2: 0.22, 3: 0.18, 4: 0.21},
+        "(b) q1-q99": {0: 0.30, 1: 0.35, 2: 0.28, 3: 0.33, 4: 0.31},
+        "(c) ecdf": {0: 0.25, 1: 0.27, 2: 0.24, 3: 0.26, 4: 0.22},
+    }
+    within = "within ±0.02 of ERM (95%, 5 seeds)"
+    utility = {"worst": within, "macro": within}
+    met = fidelity_goal.judge(ratios, utility, 0.03)
+    logs = np.log(list(ratios["(b) q1-q99"].values()))
+    upper = np.exp(logs.mean() + stats.t.ppf(0.975, 4) * logs.std(ddof=1) / np.sqrt(5))
+    assert met.met and met.largest_upper == pytest.approx(upper, rel=1e-9)
+    assert met.detail.count("pass") == 6
+    wide = {**ratios, "(b) q1-q99": {0: 0.2, 1: 0.9, 2: 0.3, 3: 0.5, 4: 0.4}}
+    failed = fidelity_goal.judge(wide, utility, 0.03)
+    assert not failed.met and "(b) q1-q99 FAIL" in failed.detail and failed.largest_upper > 0.5
+    assert not fidelity_goal.judge(ratios, utility, 0.051).met
+    shown_loss = {"worst": "lower than ERM (95%, 5 seeds)", "macro": within}
+    assert not fidelity_goal.judge(ratios, shown_loss, 0.0).met
+    higher = {**ratios, "(c) ecdf": {seed: 1 / value for seed, value in ratios["(c) ecdf"].items()}}
+    assert not fidelity_goal.judge(higher, utility, 0.0).met

@@ -405,7 +405,14 @@ def test_state_dict_and_deterministic_mode() -> None:
 @pytest.mark.parametrize("pairing", ["cross", "rank"])
 @pytest.mark.parametrize("valid_b", [(True, True, True), (False, False, False)])
 @pytest.mark.parametrize(
-    ("squash", "gradient"), [("erm", "clip"), ("running", "clip"), ("erm", "straight_through")]
+    ("squash", "gradient", "variant"),
+    [
+        ("erm", "clip", {}),
+        ("running", "clip", {}),
+        ("erm", "straight_through", {}),
+        ("erm", "clip", {"surrogate_score": "logistic"}),
+        ("running", "clip", {"clip_share_penalty": True}),
+    ],
 )
 def test_a_training_step_has_no_host_synchronisation(
     monkeypatch: pytest.MonkeyPatch,
@@ -413,13 +420,16 @@ def test_a_training_step_has_no_host_synchronisation(
     valid_b: tuple[bool, ...],
     squash: str,
     gradient: str,
+    variant: dict,
 ) -> None:
-    """Forward (squash, pairs, scales, controller, stats) and backward, with and without pairs."""
+    """Forward (squash, pairs, scales, controller, stats) and backward, with and without pairs,
+    also for our variants (the logistic surrogate score, the clip-share penalty)."""
     settings = config(
         prototype_pairing=pairing,
         squash=squash,
         squash_constants=ERM_BAND,
         squash_gradient=gradient,
+        **variant,
     )
     regularizer = ReLiFRegularizer(settings, TASKS).double()
     mixed = {"a": True, "b": False}

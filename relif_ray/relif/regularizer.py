@@ -12,7 +12,10 @@ Per step, given every task's per-example audit score and the shared representati
    gradient (our earlier choice, kept as an option). With `squash_gradient="clip"` (the
    paper's) a clipped score passes no gradient; with "straight_through" (our extension) the
    forward value is the same clipped score, but the backward pass uses the slope of the
-   squash's affine map everywhere (`squash_with_gradient`). The trace's `clipped` is the
+   squash's affine map everywhere (`squash_with_gradient`). With
+   `surrogate_score="logistic"` (our extension) the surrogate's scores are instead a smooth,
+   never-flat logistic of the same ERM-normalised score (`logistic_squash`). The trace's
+   `clipped` is the
    share of squashed-task prototype scores clipped at 0 or 1 (in the forward value).
 2. Prototype pairs P_t (`surrogate.prototype_pairs`): signed gaps Delta s, clipped distances d'.
 3. Scale buffers (section 4.2): tau_t = EMA of Quantile_q(|Delta s|), kappa_t = EMA of
@@ -23,7 +26,8 @@ Per step, given every task's per-example audit score and the shared representati
    the paper defines it so and notes that applying rho before dividing by tau makes the margin
    "scale-normalized but not exactly scale-invariant" (appendix B).
 4. z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, L_lip = mean phi_mu(z), r_t = mean 1[z > 0].
-5. The controller turns r_t into lambda_t; the returned loss is lambda_t (detached) * L_lip.
+5. The controller turns r_t into lambda_t; the returned loss is lambda_t (detached) * L_lip,
+   with `clip_share_penalty` (our extension) lambda_t * (L_lip + `clip_share_penalty`).
 
 A step with no valid finite pair changes no state (section 4.5): its loss is an exact zero
 (with exactly zero gradients) and its trace r / loss_lip are NaN. That case is decided on the
@@ -54,7 +58,7 @@ from relif_ray.relif.surrogate import (
     masked_quantiles,
     prototype_pairs,
 )
-from relif_ray.squash import SQUASH_EPS, SQUASH_QUANTILES, squash
+from relif_ray.squash import SQUASH_EPS, SQUASH_QUANTILES, normalised_score, squash
 
 STAT_KEYS = ("lambda", "r", "r_ema", "tau", "kappa", "loss_lip", "clipped")
 """The statistics of one step, in this order: lambda_t, the batch violation rate r_t, its EMA
@@ -106,9 +110,8 @@ class ReLiFRegularizer(nn.Module):
         score_is_probability: task -> whether its raw score is already in [0, 1] (default:
             every task's is); other scores are squashed as `relif.squash` says (step 1 above).
 
-        The loss is a 0-dim tensor on every step (exactly 0, with zero gradients, on a step
-        without pairs); it is None only for the lipschitz_branch=False ablation, a fixed choice
-        of the config.
+        The loss is a 0-dim tensor (an exact 0 with zero gradients on a step without pairs),
+        None only for the lipschitz_branch=False ablation, a fixed choice of the config.
         """
         if score_is_probability is None:
             score_is_probability = dict.fromkeys(self.task_names, True)
@@ -120,11 +123,11 @@ class ReLiFRegularizer(nn.Module):
         else:
             low, high = self._squash_quantiles(raw.detach(), valid)
         any_squashed = not all(score_is_probability[name] for name in self.task_names)
-        audit_scores, clipped = raw, None  # probabilities only: nothing to squash
+        surrogate_scores, clipped = raw, None  # probabilities only: nothing to squash
         if any_squashed:
-            audit_scores, clipped = self._squash(raw, low, high, squashed_rows)
+            surrogate_scores, clipped = self._squash(raw, low, high, squashed_rows)
         pairs = prototype_pairs(
-            audit_scores,
+            surrogate_scores,
             valid,
             representation,
             per_task=self.config.prototypes_per_task,
@@ -151,7 +154,22 @@ class ReLiFRegularizer(nn.Module):
         )
         if not self.config.lipschitz_branch:
             return None, stats
+        if self.config.clip_share_penalty and any_squashed:  # our extension: lambda_t (L_lip + P)
+            loss_lip = loss_lip + self._penalty(raw, valid, (low, high), squashed_rows, has_pairs)
         return _as_dtype(weight, loss_lip.dtype) * loss_lip, stats
+
+    def _penalty(
+        self,
+        raw: Tensor,
+        valid: Tensor,
+        bounds: tuple[Tensor, Tensor],
+        squashed_rows: Tensor,
+        has_pairs: Tensor,
+    ) -> Tensor:
+        """`clip_share_penalty` on this step's scores; an exact zero (with zero gradients) on a
+        step without pairs, like L_lip."""
+        penalty = clip_share_penalty(raw, valid, *_placeholders(*bounds), squashed_rows)
+        return torch.where(has_pairs, penalty, constant(0.0, penalty))
 
     def _margin(self, pairs: PrototypePairs, scales: Tensor) -> Tensor:
         """z = rho_beta(|Delta s|) / tau_t - d' / kappa_t, with `scales` = (tau_t, kappa_t)
@@ -211,16 +229,22 @@ class ReLiFRegularizer(nn.Module):
     def _squash(
         self, raw: Tensor, low: Tensor, high: Tensor, squashed_rows: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """(audit scores (T, B), clipped (T, B) bool: the squash clipped that entry).
+        """(surrogate scores (T, B), clipped (T, B) bool: the audit's squash clips that entry).
 
-        A task without any usable score yet has NaN quantiles; all its entries are masked out
-        of the pairs anyway, and placeholders keep its (zero) gradients finite."""
-        low, high = low.nan_to_num(nan=0.0), high.nan_to_num(nan=1.0)
-        squashed = squash_with_gradient(
-            raw, low[:, None], high[:, None], self.config.squash_gradient
+        The surrogate scores are the audit's squash (`relif.surrogate_score: audit`) or its
+        logistic (`logistic_squash`). A task without any usable score yet has NaN quantiles
+        (`_placeholders`)."""
+        low, high = _placeholders(low, high)
+        low, high = low[:, None], high[:, None]
+        if self.config.surrogate_score == "logistic":
+            squashed = logistic_squash(raw, low, high)
+        else:
+            squashed = squash_with_gradient(raw, low, high, self.config.squash_gradient)
+        normalised = normalised_score(raw.detach(), low, high)  # the audit clips it at 0 and 1
+        at_bound = (normalised <= constant(0.0, normalised)) | (
+            normalised >= constant(1.0, normalised)
         )
         rows = squashed_rows[:, None]
-        at_bound = (squashed <= constant(0.0, squashed)) | (squashed >= constant(1.0, squashed))
         return torch.where(rows, squashed, raw), rows & at_bound
 
     def _update_scales(self, pairs: PrototypePairs, has_pairs: Tensor, scales: Tensor) -> Tensor:
@@ -268,6 +292,58 @@ def squash_with_gradient(
         raise ValueError(f"unknown squash gradient {gradient!r}")
     carrier = torch.where(torch.isfinite(raw), raw, 0.0)
     return squashed.detach() + (carrier - carrier.detach()) / (high - low + SQUASH_EPS)
+
+
+LOGISTIC_SLOPE = 4.0
+"""k of `logistic_squash`: sigmoid(k (u - 1/2)) has slope k / 4 at the band's middle u = 1/2,
+so k = 4 matches the clip's slope there (1 per band width); it maps ERM's q10 and q90 to
+sigmoid(-2) = 0.12 and sigmoid(2) = 0.88."""
+
+
+def logistic_squash(raw: Tensor, low: Tensor, high: Tensor) -> Tensor:
+    """sigmoid(LOGISTIC_SLOPE (u - 1/2)) of the ERM-normalised score u
+    (`relif_ray.squash.normalised_score`):
+    the surrogate score of `relif.surrogate_score: logistic` (ours, not the paper's).
+
+    Why: the paper's surrogate uses the audit's clipped squash, so a prototype score pushed past
+    ERM's q90 has gap 0 to the others there and passes no gradient; saturating is then a cheap
+    way to lower L_lip, and the audit, which clips the same way, cannot see it. The logistic is
+    strictly increasing, so scores beyond either clip point keep their order, their gaps and a
+    gradient (smaller the further out they lie). The audit is unchanged: only the surrogate's
+    scores differ from the audit's. A non-finite raw score stays non-finite (masked out of the
+    pairs as under the clip).
+    """
+    slope = constant(LOGISTIC_SLOPE, raw)
+    return torch.sigmoid(slope * (normalised_score(raw, low, high) - constant(0.5, raw)))
+
+
+def clip_share_penalty(
+    raw: Tensor, valid: Tensor, low: Tensor, high: Tensor, squashed_rows: Tensor
+) -> Tensor:
+    """The penalty of `relif.clip_share_penalty` (ours, not the paper's): summed over the
+    squashed tasks, (Q_0.9(u) - 1)_+ + (0 - Q_0.1(u))_+, with Q the quantile (linear
+    interpolation, differentiable through the sort) of the batch's valid finite normalised
+    scores u (`normalised_score`, ERM's clip points at u = 0 and 1).
+
+    Why: the share of a batch beyond ERM's q90 exceeds ERM's own share, 0.1, exactly when the
+    batch's q90 of u exceeds 1 (likewise at q10 and 0). The penalty is 0 while a batch clips no
+    more than ERM's share at either end and grows with how far the excess lies beyond the clip
+    point, in band widths: it pulls back exactly the scores the clip would hide, with no
+    constant of its own (lambda_t weights it with L_lip). raw, valid: (T, B); low, high: (T,)
+    finite; squashed_rows: (T,) bool. A task without usable scores adds 0.
+    """
+    normalised = normalised_score(raw, low[:, None], high[:, None])
+    usable = valid & is_finite(raw) & squashed_rows[:, None]
+    q_low, q_high = masked_quantiles(normalised, usable, SQUASH_QUANTILES)
+    zero = constant(0.0, normalised)
+    excess = (q_high - constant(1.0, q_high)).clamp_min(0.0) + (zero - q_low).clamp_min(0.0)
+    return torch.where(torch.isnan(excess), zero, excess).sum()
+
+
+def _placeholders(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
+    """(q10, q90) with a task's NaN quantiles (no usable score yet) replaced by 0 and 1: all its
+    entries are masked out anyway, and the placeholders keep its (zero) gradients finite."""
+    return low.nan_to_num(nan=0.0), high.nan_to_num(nan=1.0)
 
 
 def _ema(previous: Tensor, estimate: Tensor, weight: float) -> Tensor:

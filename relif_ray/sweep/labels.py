@@ -18,6 +18,10 @@ Labels:
 - `relif-st`: ReLiF whose squashed scores pass the straight-through gradient (the same forward
   value and audit, the affine map's slope where the clip saturates; data sets with squashed
   scores only);
+- `relif-logistic`: ReLiF whose surrogate forms its gaps from a smooth logistic of the same
+  ERM-normalised score instead of the audit's clipped squash (`relif.surrogate_score`);
+- `relif-clipshare`: ReLiF that also penalises a batch share beyond ERM's clip points above
+  ERM's own (`relif.clip_share_penalty`); both ours and for data sets with squashed scores only;
 - `<method>+<relif label>`, e.g. `pcgrad+relif`: that method with ReLiF switched on.
 ReLiF labels with the adaptive controller are crossed with the controller settings (r*, eta);
 other labels (including `relif-static` and `relif-nolip`, which ignore them) are not.
@@ -40,12 +44,16 @@ RELIF_LABELS: dict[str, dict[str, Any]] = {
     "relif-static": {"relif.controller": "static"},
     "relif-running": {"relif.squash": "running"},
     "relif-st": {"relif.squash_gradient": "straight_through"},
+    "relif-logistic": {"relif.surrogate_score": "logistic"},
+    "relif-clipshare": {"relif.clip_share_penalty": True},
 }
 """ReLiF label -> its ReLiF overrides on top of `relif.enabled = True`. `relif-running` is not
 the paper's: ReLiF whose training surrogate squashes NYUv2 depth/normal scores with running
 batch quantiles instead of the same-seed ERM ones, kept to compare the two squashes.
 `relif-st` is not the paper's either: the straight-through squash gradient
-(`relif.squash_gradient`, docs/relif.md)."""
+(`relif.squash_gradient`, docs/relif.md), nor are `relif-logistic` (the surrogate on a logistic
+of the ERM-normalised score, `relif.surrogate_score`) and `relif-clipshare` (a penalty on the
+share of scores beyond ERM's clip points, `relif.clip_share_penalty`)."""
 
 PAPER_LABELS = ("erm", "uncertainty", "gradnorm", "pcgrad", "fairgrad", "relif")
 """The paper's methods (its baselines and ReLiF): the default `--methods` of a sweep. Further
@@ -75,6 +83,8 @@ DISPLAY_NAMES: dict[str, str] = {
     "relif-static": "ReLiF-static",
     "relif-running": "ReLiF (running squash)",
     "relif-st": "ReLiF-ST",
+    "relif-logistic": "ReLiF-logistic",
+    "relif-clipshare": "ReLiF-clipshare",
 }
 """Method and ReLiF label -> the name tables and figures show (the paper's spelling; the added
 methods as their papers spell them). A plug-in method is shown by its registry name."""

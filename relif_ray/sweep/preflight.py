@@ -9,8 +9,9 @@ the trial, so each rule keeps one home:
   PyTorch's `meta` device, which allocates no memory (unknown backbone, pretrained weights
   that cannot be loaded, options the model rejects, an architecture that does not apply to
   the data set, the representation-gradient mode on an architecture without one encoder
-  output every head reads); the straight-through squash gradient is
-  refused where the data set has no squashed score (`check_squash_gradient`);
+  output every head reads); the straight-through squash gradient, the logistic surrogate
+  score and the clip-share penalty are refused where the data set has no squashed score
+  (`check_squash_gradient`);
 - the data set: the benchmark's `check(root)` (every file present and readable, shapes and
   dtypes from file headers, small files parsed whole);
 - the storage: a supported kind, and a local `--storage` creatable and writable; nothing is
@@ -82,15 +83,29 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
 
 
 def check_squash_gradient(config: ExperimentConfig, squashed_tasks: frozenset[str]) -> None:
-    """`relif.squash_gradient: straight_through` changes only the gradient through squashed
-    scores; on a data set whose audit scores are all probabilities it would train exactly as
-    "clip" (`relif-st` = `relif`), so a sweep asking for it is a mistake."""
+    """`relif.squash_gradient: straight_through`, `relif.surrogate_score: logistic` and
+    `relif.clip_share_penalty` change only what ReLiF does with squashed scores; on a data set
+    whose audit scores are all probabilities each would train exactly as `relif`, so a sweep
+    asking for one is a mistake."""
     relif = config.relif
-    if relif.enabled and relif.squash_gradient == "straight_through" and not squashed_tasks:
+    if not relif.enabled or squashed_tasks:
+        return
+    chosen = [
+        (field, value, label)
+        for field, value, label in (
+            ("squash_gradient", "straight_through", "relif-st"),
+            ("surrogate_score", "logistic", "relif-logistic"),
+            ("clip_share_penalty", True, "relif-clipshare"),
+        )
+        if getattr(relif, field) == value
+    ]
+    if chosen:
+        field, value, label = chosen[0]
+        shown = str(value).lower() if isinstance(value, bool) else value
         raise UserError(
-            "config field relif.squash_gradient: straight_through (label relif-st) changes "
-            f"nothing on {config.data.dataset}, whose audit scores are all probabilities "
-            "(no squash); use clip (relif)"
+            f"config field relif.{field}: {shown} (label {label}) changes nothing on "
+            f"{config.data.dataset}, whose audit scores are all probabilities (no squash); "
+            "use relif"
         )
 
 
