@@ -24,7 +24,7 @@ from relif_ray.sweep.labels import grid_variants
 from relif_ray.sweep.plan import TuneOptions
 from relif_ray.tuning.integrations import asha_rung_epochs
 from relif_ray.tuning.trainable import UNEVALUATED_METRICS, evaluates_after
-from tests.conftest import tiny_config
+from tests.conftest import in_code, tiny_config
 
 EPOCHS = 3
 
@@ -113,12 +113,12 @@ def cadence_sweep(ray_session, small_data, sweep_folder) -> Path:
     (trial,) = space.trials
     space.trials = [
         trial,
-        replace(trial, tune={"fault_injection_step": 3}),
+        replace(trial, fault_injection_step=3),
         replace(trial, overrides={**trial.overrides, "train.eval_every": 1}),
     ]
     resources = Resources(cpus_per_trial=1, num_cpus=2)
-    return Path(run_sweep(space, name="cadence", storage=str(sweep_folder), resources=resources,
-                          verbose=0))  # fmt: skip
+    request = in_code(space, "cadence", sweep_folder, resources=resources)
+    return Path(run_sweep(request, verbose=0))
 
 
 @pytest.mark.slow

@@ -238,12 +238,11 @@ class ReLiFRegularizer(nn.Module):
         low, high = low[:, None], high[:, None]
         if self.config.surrogate_score == "logistic":
             squashed = logistic_squash(raw, low, high)
+            audited = normalised_score(raw.detach(), low, high)  # the audit clips it at 0 and 1
         else:
             squashed = squash_with_gradient(raw, low, high, self.config.squash_gradient)
-        normalised = normalised_score(raw.detach(), low, high)  # the audit clips it at 0 and 1
-        at_bound = (normalised <= constant(0.0, normalised)) | (
-            normalised >= constant(1.0, normalised)
-        )
+            audited = squashed  # the audit's squash itself (no second map: the step's op budget)
+        at_bound = (audited <= constant(0.0, audited)) | (audited >= constant(1.0, audited))
         rows = squashed_rows[:, None]
         return torch.where(rows, squashed, raw), rows & at_bound
 
