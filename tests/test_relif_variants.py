@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from relif_ray.cli.sweep import CLINICAL, main
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.errors import UserError
 from relif_ray.relif.regularizer import (
@@ -215,16 +214,3 @@ def test_each_variant_is_refused_in_one_line_without_a_squashed_task(label, fiel
 
 def fields_of(label: str) -> dict:
     return {key.removeprefix("relif."): value for key, value in RELIF_LABELS[label].items()}
-
-
-@pytest.mark.parametrize("dataset", ["mimic3", "eicu"])
-@pytest.mark.parametrize("label", ["relif-logistic", "pcgrad+relif-clipshare"])
-def test_the_sweep_cli_refuses_each_variant_without_squashed_scores_before_ray(
-    dataset, label, tmp_path, capsys, no_sweep
-) -> None:
-    argv = ["--dataset", dataset, "--data-dir", str(tmp_path), "--methods", f"erm,{label}"]
-    status = main([*argv, "--storage", "/nonexistent/x"], datasets=tuple(CLINICAL))
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and len(err) == 1, err
-    name = label.partition("+")[2] or label
-    assert f"(label {name}) changes nothing on {dataset}" in err[0]

@@ -104,16 +104,28 @@ def test_grids_optuna_and_controller_checks_run_straight_through_labels(
 
 
 @pytest.mark.parametrize("dataset", ["mimic3", "eicu"])
-@pytest.mark.parametrize("label", ["relif-st", "pcgrad+relif-st"])
-def test_straight_through_without_squashed_scores_is_refused_before_ray(
-    dataset, label, tmp_path, capsys, no_sweep
+@pytest.mark.parametrize(
+    ("label", "field"),
+    [
+        ("relif-st", "relif.squash_gradient: straight_through"),
+        ("pcgrad+relif-st", "relif.squash_gradient: straight_through"),
+        ("relif-logistic", "relif.surrogate_score: logistic"),
+        ("pcgrad+relif-clipshare", "relif.clip_share_penalty: true"),
+    ],
+)
+def test_a_squash_label_without_squashed_scores_is_refused_before_ray(
+    dataset, label, field, tmp_path, capsys, no_sweep
 ) -> None:
+    """The labels that change only how squashed scores train (`relif-st` and our variants
+    `relif-logistic`, `relif-clipshare`), alone or composed, are one-line errors before Ray
+    starts on a data set whose audit scores are all probabilities."""
     argv = ["--dataset", dataset, "--data-dir", str(tmp_path), "--methods", f"erm,{label}"]
     status = main([*argv, "--storage", "/nonexistent/x"], datasets=tuple(CLINICAL))
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
+    name = label.partition("+")[2] or label
     assert (
-        "config field relif.squash_gradient: straight_through (label relif-st) changes nothing "
+        f"config field {field} (label {name}) changes nothing "
         f"on {dataset}, whose audit scores are all probabilities"
     ) in err[0]
 
