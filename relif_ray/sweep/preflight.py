@@ -90,17 +90,14 @@ def check_squash_gradient(config: ExperimentConfig, squashed_tasks: frozenset[st
     relif = config.relif
     if not relif.enabled or squashed_tasks:
         return
-    chosen = [
-        (field, value, label)
-        for field, value, label in (
-            ("squash_gradient", "straight_through", "relif-st"),
-            ("surrogate_score", "logistic", "relif-logistic"),
-            ("clip_share_penalty", True, "relif-clipshare"),
-        )
-        if getattr(relif, field) == value
-    ]
+    squash_only = (
+        ("squash_gradient", "straight_through", "relif-st"),
+        ("surrogate_score", "logistic", "relif-logistic"),
+        ("clip_share_penalty", True, "relif-clipshare"),
+    )
+    chosen = next((item for item in squash_only if getattr(relif, item[0]) == item[1]), None)
     if chosen:
-        field, value, label = chosen[0]
+        field, value, label = chosen
         shown = str(value).lower() if isinstance(value, bool) else value
         raise UserError(
             f"config field relif.{field}: {shown} (label {label}) changes nothing on "
