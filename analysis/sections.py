@@ -404,7 +404,7 @@ def controller_settings(trials: pd.DataFrame) -> str:
         f"eta x steps and warmup / steps say how far the controller can move lambda over a "
         f"trial's budget: the paper's NYUv2 run has {1e-3 * PAPER_NYUV2_STEPS:g} and "
         f"{100 / PAPER_NYUV2_STEPS:g} (eta 1e-3, warmup 100, {PAPER_NYUV2_STEPS:,} steps); "
-        "`--demo` and the fidelity benchmark keep both with "
+        "`--demo` keeps both, and a sweep at another budget can, with "
         "`relif_ray.relif.controller.scale_to_budget`.\n"
     )
     table = [header, "|" + "---|" * (len(fields) + 1), *rows]

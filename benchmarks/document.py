@@ -5,8 +5,8 @@ the runs that made them.
     python -m benchmarks.document --check    # exit 1 if the document and the results differ
 
 Generated parts sit between `<!-- generated: SPEC -->` and `<!-- end -->`; SPEC is `suites`,
-`targets` or `results/NAME.json [SUITE ...]` (a record of docs/results/, a run's `--out` JSON,
-with the rows of those suites only); everything else is hand-written.
+`targets`, `fidelity targets` or `results/NAME.json [SUITE ...]` (a record of docs/results/, a
+run's `--out` JSON, with the rows of those suites only); everything else is hand-written.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 
 from benchmarks.harness import REPO, markdown
 from benchmarks.run import SUITES
-from benchmarks.targets import TARGETS
+from benchmarks.targets import FIDELITY_TARGETS, TARGETS
 
 DOCUMENT = REPO / "docs" / "benchmarks.md"
 RESULTS = REPO / "docs" / "results"
@@ -40,6 +40,9 @@ def generated(spec: str) -> str:
         return table("row | target | device | size | suite", [
             (name + (f" ({t.rows})" if t.rows else ""), t.text, t.device, t.size, f"`{t.suite}`")
             for name, t in TARGETS.items()])  # fmt: skip
+    if spec == "fidelity targets":
+        return table("row | target | device", [
+            (name, t.text, t.device) for name, t in FIDELITY_TARGETS.items()])  # fmt: skip
     path, *groups = spec.split()
     return markdown(json.loads((RESULTS.parent / path).read_text()), tuple(groups) or None)
 

@@ -1,5 +1,5 @@
 """The GPU check's real sweeps on the data of the paper's NYUv2 size (`sweep.real_data`): the
-`fidelity` suite (the fidelity experiment, `sweeps/fidelity.py`, in bf16 then fp32, and whether
+`fidelity` suite (the fidelity experiment, `benchmarks.fidelity`, in bf16 then fp32, and whether
 the two agree within the seed spread) and the `packing` suite (1, 2, 3 and 4 ERM trials of 8
 epochs sharing one GPU through `sweeps/nyuv2.py`, against the isolated graphed ERM rate it
 measures first)."""
@@ -99,20 +99,22 @@ def precision_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
     out = ctx.workdir / f"fidelity-{precision}"
     shutil.rmtree(out, ignore_errors=True)
     backbone, lr = ("resnet18", "1e-3") if ctx.toy else ("resnet50", "1e-4")
-    command = [sys.executable, "sweeps/fidelity.py", "--out", str(out), "--no-targets"]
+    command = [sys.executable, "-m", "benchmarks.fidelity", "--out", str(out), "--no-targets"]
     command += ["--data-dir", str(real_data(ctx)), "--seeds", "2", "--steps", str(steps)]
     command += ["--backbone", backbone, "--lr", lr, "--n-boot", "0", "--", "--num-gpus", "1"]
     command += ["--gpus-per-trial", f"{1 / PER_GPU:.3f}", "--max-failures", "0"]
     command += ["--precision", precision]
     code = ctx.run(command)
-    if not (out / "fidelity.json").exists():
-        raise RuntimeError(f"sweeps/fidelity.py exited {code} without its rows (see the log)")
+    record = out / "fidelity.json"
+    values = json.loads(record.read_text())["rows"] if record.exists() else []
+    if not values:
+        raise RuntimeError(f"benchmarks.fidelity exited {code} without its rows (see the log)")
     records = sorted(out.glob("results/*/*/checkpoint_*/outputs/trial.json"))
     what = f"ReLiF at real size, {precision}"
     devices = trained_on(ctx, [json.loads(path.read_text())["device"] for path in records], what)
     found = {}
-    for values in json.loads((out / "fidelity.json").read_text())["rows"]:
-        row = Row(**{**values, "group": ""})
+    for fields in values:
+        row = Row(**{**fields, "group": ""})
         row.detail += f"; {devices}" if row.name == "setting" else ""
         found[row.name] = row
         row.name = f"{row.name}, {precision}"

@@ -15,6 +15,9 @@
   and the controller) and the first / last line of an error (`relif_ray.errors`);
 - the audit's sampling settings (N_eval, S, the seeds) travel as one
   `relif_ray.audit.AuditSettings`: no function takes them one by one or re-spells their defaults;
+- `relif_ray/cli/` holds parsers, not measurements (no row, machine record or targets, no import
+  of the benchmarks); in `benchmarks/` the harness alone defines the row and the machine and
+  run records, and `targets.py` alone holds targets (the fidelity experiment's too);
 - the analysis notebook uses only public names: each project name it imports or reads off a
   module is in that module's `__all__`;
 - no module of `relif_ray/`, `analysis/` and `benchmarks/` has more than `MAX_MODULE_LINES`
@@ -496,6 +499,56 @@ def test_the_benchmarks_package_imports_its_modules_by_package_without_a_cycle()
     assert bare == [] and cli == []
     assert graph["run"] == {"harness"} and {"harness", "workers"} <= graph["methods"]
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+MEASUREMENT_RECORD = ("Row", "machine", "Record")
+"""The benchmarks' one record of a measurement (`benchmarks/harness.py`): the row, the machine
+(with the checkout's commit) and the run's JSON record."""
+
+
+def measurement_definitions(files: dict[str, str]) -> list[str]:
+    """file:name of every class or function named in `MEASUREMENT_RECORD` and of every
+    module-level assignment to a name ending in TARGETS."""
+    found = []
+    for name, text in files.items():
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            defined = isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            if defined and node.name in MEASUREMENT_RECORD:
+                found.append(f"{name}:{node.name}")
+        for node in tree.body:
+            assigned = list(node.targets) if isinstance(node, ast.Assign) else []
+            assigned += [node.target] if isinstance(node, ast.AnnAssign) else []
+            for target in assigned:
+                if isinstance(target, ast.Name) and target.id.endswith("TARGETS"):
+                    found.append(f"{name}:{target.id}")
+    return sorted(found)
+
+
+def test_the_command_line_holds_parsers_and_the_benchmarks_one_record(graph):
+    """`relif_ray/cli/` holds parsers, not measurements: none of its modules defines a row, a
+    machine record or targets, or imports the benchmarks. In `benchmarks/` only the harness
+    defines the row, the machine record and the run's record, and only `targets.py` holds
+    targets: the fidelity experiment uses them (no row, machine or targets of its own)."""
+    cli = {name: text for name, text in source_files(("relif_ray",)).items()
+           if name.startswith("relif_ray/cli/")}  # fmt: skip
+    assert "relif_ray/cli/sweep.py" in cli and measurement_definitions(cli) == []
+    cli_imports = {target for name, targets in graph.items() if _in_cli(name) for target in targets}
+    assert "relif_ray.tuning" in cli_imports and "benchmarks" not in map(_top, cli_imports)
+    assert measurement_definitions(source_files(("benchmarks",))) == [
+        "benchmarks/harness.py:Record",
+        "benchmarks/harness.py:Row",
+        "benchmarks/harness.py:machine",
+        "benchmarks/targets.py:FIDELITY_TARGETS",
+        "benchmarks/targets.py:TARGETS",
+    ]
+    fidelity = ast.parse((REPO / "benchmarks" / "fidelity.py").read_text())
+    imported = {(node.module, alias.name) for node in ast.walk(fidelity)
+                if isinstance(node, ast.ImportFrom) for alias in node.names}  # fmt: skip
+    assert {("benchmarks.harness", "Row"), ("benchmarks.harness", "Record")} <= imported
+    assert ("benchmarks.targets", "FIDELITY_TARGETS") in imported
+    toy = "class Row:\n    pass\ndef machine():\n    pass\nTARGETS: dict = {}\nOTHER = 1\n"
+    assert measurement_definitions({"t.py": toy}) == ["t.py:Row", "t.py:TARGETS", "t.py:machine"]
 
 
 NOTEBOOK = REPO / "analysis" / "notebooks" / "explore_experiment.ipynb"

@@ -1,9 +1,10 @@
-"""The fidelity experiment (`sweeps/fidelity.py`, `relif_ray.cli.fidelity`): each ReLiF label
-against the same-seed ERM trial, and its rows recomputed from the report's per-trial numbers
-at the smoke size, end to end through the real sweep and report."""
+"""The fidelity experiment (`python -m benchmarks.fidelity`): each ReLiF label against the
+same-seed ERM trial, and its rows recomputed from the report's per-trial numbers at the smoke
+size, end to end through the real sweep and report; its record is the harness's."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks import fidelity, fidelity_goal
 from relif_ray import analysis
-from relif_ray.cli import fidelity, fidelity_goal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,11 +36,10 @@ def test_fidelity_compares_each_label_with_the_same_seed_erm_trial() -> None:
 
 
 @pytest.mark.slow
-def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
-    ray_session, tmp_path
-) -> None:
-    """The --quick size end to end through the real sweep and report: every row recomputed
-    from the report's per_trial.csv and interface_per_trial.csv, every target applied."""
+def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(tmp_path) -> None:
+    """The --quick size end to end through the real sweep and report (each in a process of
+    its own, on the local Ray the sweep starts): every row recomputed from the report's
+    per_trial.csv and interface_per_trial.csv, every target applied."""
     size = fidelity.QUICK
     rows = fidelity.fidelity_rows(size, tmp_path)
     trials = pd.read_csv(tmp_path / "report" / "per_trial.csv")
@@ -119,21 +119,34 @@ def test_the_flags_choose_the_size_data_and_sweep_flags_of_another_run(tmp_path)
     assert size.sweep_flags == ("--num-gpus", "1", "--precision", "bf16")
     assert size.report_flags == ("--no-figures", "--n-boot", "0")
     assert fidelity.chosen_size(parser.parse_args([]), parser) == fidelity.FULL
-    row = fidelity.target_row("relif", "worst", "Worst relif - ERM", -0.1, "", "", {0: -0.1}, False)
-    assert (row.target, row.result) == ("-", "info")
-    judged = fidelity.target_row("relif", "worst", "Worst relif - ERM", -0.1, "", "", {}, True)
+    row = fidelity.target_row("Worst relif - ERM", -0.1, "", "", {0: -0.1}, False)
+    assert (row.target, row.result, row.per_seed) == ("-", "info", {0: -0.1})
+    judged = fidelity.target_row("Worst relif - ERM", -0.1, "", "", {}, True)
     assert (judged.target, judged.result) == (">= -0.02", "FAIL")
+    assert fidelity.target_row("Worst relif - ERM", -0.01, "", "", {}, True).result == "pass"
 
 
-def test_the_record_names_the_commit_of_the_code_it_ran() -> None:
-    """`--json` and `--out` records carry the checkout's short commit (this test runs in one),
-    marked "+" where a tracked file differs from it."""
+def test_the_record_is_the_harness_record_and_says_when_the_sweep_failed(tmp_path, capsys):
+    """The record (`--out`, `--json`) is the harness's: the command, the machine with the
+    checkout's short commit ("+" where a tracked file differs; this test runs in a checkout),
+    the section's status and the rows. A mistake in the sweep's flags after `--` is the sweep's
+    own one-line error: exit 2, no traceback, and a record that says so and holds no rows."""
+    out = tmp_path / "out"
+    argv = ["--quick", "--out", str(out), "--", "--no-such-flag"]
+    assert fidelity.main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("python -m benchmarks.fidelity: error: ")
+    assert error[0].endswith("nyuv2.py: error: unrecognized arguments: --no-such-flag")
+    record = json.loads((out / "fidelity.json").read_text())
+    assert record["command"] == "python -m benchmarks.fidelity " + " ".join(argv)
+    assert record["rows"] == [] and record["sections"][0]["status"].startswith("FAIL: ")
+    assert {"cpu", "cores", "torch", "python", "load_average_end"} <= set(record["machine"])
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
-    if head.returncode != 0:
-        pytest.skip("not a git checkout")
-    assert fidelity.machine()["commit"].removesuffix("+") == head.stdout.strip()
+    if head.returncode == 0:
+        assert record["machine"]["commit"].removesuffix("+") == head.stdout.strip()
+    assert (out / "fidelity.md").read_text().startswith("`python -m benchmarks.fidelity --quick")
 
 
 def test_the_variants_goal_needs_every_part_over_seeds() -> None:

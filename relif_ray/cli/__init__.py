@@ -3,10 +3,10 @@ imports `analysis`.
 
 `relif` (the console script, `relif_ray.cli.console`): sweep, make-data, methods,
 architectures, audit, report, export. The sweep entry points `sweeps/*.py` call the same front
-door as `relif sweep` (`relif_ray.cli.sweep`, through `sweep_main`); `sweeps/fidelity.py` runs
-the fidelity experiment (`relif_ray.cli.fidelity`, through `fidelity_main`). User mistakes print one
-line and exit 2, also those found while a command's module is imported (a plug-in that does
-not import: the registries import the plug-ins with the modules that use them).
+door as `relif sweep` (`relif_ray.cli.sweep`, through `sweep_main`). The package parses and
+runs commands; it holds no measurement. User mistakes print one line and exit 2, also those
+found while a command's module is imported (a plug-in that does not import: the registries
+import the plug-ins with the modules that use them).
 """
 
 from __future__ import annotations
@@ -47,17 +47,5 @@ def tabular_main() -> int:
         from relif_ray.cli.tabular import SOURCE
 
         return sweep(datasets=("tabular",), controller_checks=None, source=SOURCE)
-
-    return run_command(Path(sys.argv[0]).name, command)
-
-
-def fidelity_main() -> int:
-    """`sweeps/fidelity.py`: `relif_ray.cli.fidelity.main` on the process's arguments."""
-    from relif_ray.cli.parsing import run_command
-
-    def command() -> int:
-        from relif_ray.cli.fidelity import main
-
-        return main()
 
     return run_command(Path(sys.argv[0]).name, command)

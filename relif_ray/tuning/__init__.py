@@ -16,9 +16,7 @@ imports the driver and with it Ray.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,23 +38,6 @@ def keep_local_ray_on_loopback() -> None:
     cluster (`--address`): it would look for its node's raylet at 127.0.0.1.
     """
     os.environ.setdefault(LOOPBACK_SWITCH, "0")
-
-
-@contextlib.contextmanager
-def local_ray_for_this_block() -> Iterator[None]:
-    """For sweeps run one after another in one process (`relif_ray.cli.sweep.main`, as the
-    fidelity experiment does): inside, the Ray this process is connected to, if any; otherwise
-    the local Ray a sweep starts, stopped when the block ends, so that every sweep gets the
-    resources its flags ask for and no Ray stays behind to load what runs next."""
-    keep_local_ray_on_loopback()  # before Ray is imported, as a sweep's driver does
-    import ray
-
-    started_here = not ray.is_initialized()
-    try:
-        yield
-    finally:
-        if started_here:
-            ray.shutdown()
 
 
 def run_sweep_request(request: SweepRequest) -> str:

@@ -1,14 +1,14 @@
 """Fidelity: does ReLiF cut the fixed-delta Bias of a multi-task model at equal utility, and
-does the cut survive wider audit interfaces? A science experiment beside the sweeps
-(`sweeps/fidelity.py`), with targets and the report's verdicts over seeds.
+does the cut survive wider audit interfaces? A science experiment beside the performance
+suites, with targets and the report's verdicts over seeds.
 
-    python sweeps/fidelity.py              # the decisive table (erm and `DECISIVE`)
-    python sweeps/fidelity.py --more       # + a second table of the other ReLiF labels
-    python sweeps/fidelity.py --json       # the same rows as JSON, with the machine
-    python sweeps/fidelity.py --out DIR    # keep the data, experiment, report and rows in DIR
-    python sweeps/fidelity.py --quick      # a smoke run: tiny data, 1 seed, 2 steps
+    python -m benchmarks.fidelity              # the decisive table (erm and `DECISIVE`)
+    python -m benchmarks.fidelity --more       # + a second table of the other ReLiF labels
+    python -m benchmarks.fidelity --json       # the record as JSON: the machine, the rows
+    python -m benchmarks.fidelity --out DIR    # keep data, experiment, report and record
+    python -m benchmarks.fidelity --quick      # a smoke run: tiny data, 1 seed, 2 steps
 
-Everything goes through the real code:
+Everything goes through the real commands, each in a process of its own:
 synthetic NYUv2 at the NYUv2 demo's image size from `relif make-data`'s writer, one
 `sweeps/nyuv2.py` sweep (ERM; `relif`, the paper's squash with its clip gradient; `relif-st`,
 the straight-through squash gradient; our variants `relif-logistic` and `relif-clipshare`;
@@ -32,26 +32,26 @@ Each row's detail ends with the report's verdict over seeds (`relif_ray.analysis
 Student-t interval over seeds of the paired log ratio, or of the difference with the equivalence
 test of Worst and Macro within ±0.02): the targets judge the mean, the verdict what the seeds show.
 
-Targets on the mean over seeds (`TARGETS`; never loosened): relif-st <= 0.35x ERM's Bias
-under (a) and under (c), clipped shares <= ERM's + 0.05, Worst >= ERM's - 0.02; relif <= 0.5x
-under (a), Worst and Macro >= ERM's - 0.02. Every other row is information, and so is every
-row of a run at another size than the targets were set for (`--no-targets`: the GPU check runs
-the same experiment at the paper's NYUv2 size with `--data-dir`, `--backbone resnet50` and the
-sweep's GPU flags after `--`).
-Our variants are judged over seeds by `relif_ray.cli.fidelity_goal` (a row "goal LABEL" each).
+Targets on the mean over seeds (`benchmarks.targets.FIDELITY_TARGETS`; never loosened):
+relif-st <= 0.35x ERM's Bias under (a) and under (c), clipped shares <= ERM's + 0.05, Worst >=
+ERM's - 0.02; relif <= 0.5x under (a), Worst and Macro >= ERM's - 0.02. Every other row is
+information, and so is every row of a run at another size than the targets were set for
+(`--no-targets`: the GPU check's `fidelity` suite, `real_size.py`, runs the same experiment at
+the paper's NYUv2 size with `--data-dir`, `--backbone resnet50` and the sweep's GPU flags after
+`--`). Our variants are judged over seeds by `benchmarks.fidelity_goal` (a row "goal LABEL"
+each). The record is the harness's (`harness.Record`: the command, the machine with the
+checkout's commit, the wall time, the rows as `harness.Row`s): printed with `--json`, written
+as DIR/fidelity.json and fidelity.md with `--out DIR`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import io
 import json
-import os
-import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -59,14 +59,22 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
+from benchmarks import fidelity_goal
+from benchmarks.harness import REPO, Record, Row, caption, verdict
+from benchmarks.targets import FIDELITY_TARGETS
 from relif_ray.analysis.interfaces import interface_name
-from relif_ray.cli import fidelity_goal
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+from relif_ray.errors import last_line
 from relif_ray.problems.nyuv2 import DEFAULTS as NYUV2
 from relif_ray.relif.controller import scale_to_budget
 from relif_ray.squash import AUDIT_INTERFACES
 
+PROG = "python -m benchmarks.fidelity"
+EXIT_USER_ERROR = 2
+"""The exit status of a mistake in the flags, ours (argparse's) or the sweep's."""
+TITLE = "ReLiF's labels against same-seed ERM"
 REFERENCE = "erm"
 STRAIGHT_THROUGH = "relif-st"
 """ReLiF with the straight-through squash gradient (`relif_ray.sweep.labels.RELIF_LABELS`)."""
@@ -75,39 +83,14 @@ DECISIVE = ("relif", STRAIGHT_THROUGH, *fidelity_goal.GOAL_LABELS)
 MORE = ("relif-running", "relif-noalign", "relif-static", "relif-nolip", "pcgrad+relif",
         f"pcgrad+{STRAIGHT_THROUGH}")  # fmt: skip
 """The second table (`--more`): the running squash, the three ablations and two hybrids."""
-TARGETS: dict[tuple[str, str], tuple[str, float]] = {
-    ("relif", "bias q10-q90"): ("<=", 0.5),
-    ("relif", "worst"): (">=", -0.02),
-    ("relif", "macro"): (">=", -0.02),
-    (STRAIGHT_THROUGH, "bias q10-q90"): ("<=", 0.35),
-    (STRAIGHT_THROUGH, "bias ecdf"): ("<=", 0.35),
-    (STRAIGHT_THROUGH, "clipped shares"): ("<=", 0.05),
-    (STRAIGHT_THROUGH, "worst"): (">=", -0.02),
-}
-"""(label, measure) -> (comparison, bound) on the mean over seeds."""
 AUDITED_TASKS = ("depth", "normal")
 """The regression tasks whose scores the squash clips (NYUv2's segmentation score is bounded)."""
-
-
-@dataclass
-class Row:
-    """One row of the fidelity table: a mean over seeds with its target and result (pass /
-    FAIL / info) and the per-seed values; the benchmark harness's rows have the same fields."""
-
-    group: str
-    name: str
-    value: float | None
-    unit: str
-    target: str
-    result: str
-    detail: str = ""
-    per_seed: dict[int, float] | None = None
 
 
 @dataclass(frozen=True)
 class Size:
     """Data, model, budget and resources of one fidelity run; `judged`: whether its rows are
-    judged by `TARGETS` (the CPU run's), or information only (another size)."""
+    judged by `FIDELITY_TARGETS` (the CPU run's), or information only (another size)."""
 
     train: int
     val: int
@@ -140,58 +123,55 @@ BATCH_SIZE = 8
 
 
 def run_sweep(size: Size, workdir: Path, data: Path | None = None) -> Path:
-    """Write the data (unless `data` holds it), run the sweep of `sweeps/nyuv2.py` in this
-    process (`run_nyuv2_sweep`); the experiment directory."""
+    """Write the data (unless `data` holds it) and run the sweep with `sweeps/nyuv2.py`; the
+    experiment directory. On the local Ray the sweep starts and stops (or the cluster that an
+    `--address` among the sweep flags names), so that it gets the resources its flags ask for
+    and nothing of Ray stays behind to load what runs next."""
     if data is None:
         data = workdir / "data"
         write_synthetic_nyuv2(
             data, train=size.train, val=size.val, height=size.height, width=size.width, seed=0
         )
     eta, warmup = scale_to_budget(size.steps)
-    run_nyuv2_sweep(
+    run_command(
         [
+            "sweeps/nyuv2.py",
             *("--data-dir", str(data), "--methods", ",".join((REFERENCE, *size.labels))),
             *("--seeds", str(size.seeds), "--steps", str(size.steps)),
             *("--backbone", size.backbone, "--batch-size", str(BATCH_SIZE)),
             *("--lr", f"{size.lr:g}", "--pretrained", "none"),
             *("--eta", f"{eta:g}", "--warmup-steps", str(warmup)),
             *("--storage", str(workdir / "results"), "--name", "fidelity", *size.sweep_flags),
-        ]
+        ],
+        workdir / "sweep.log",
     )
     return workdir / "results" / "fidelity"
 
 
-def run_nyuv2_sweep(argv: list[str]) -> None:
-    """`python sweeps/nyuv2.py ARGV`, in this process (the script's `main`: no second start of
-    Python, torch and torchvision). On the Ray this process is connected to, if any; otherwise
-    on a local Ray that it starts and stops again, so that every sweep gets the resources its
-    flags ask for and nothing of Ray stays behind to load what runs next."""
-    from relif_ray.cli.sweep import main as sweep
-    from relif_ray.tuning import local_ray_for_this_block
+class CommandFailed(RuntimeError):
+    """One of the experiment's commands (the sweep, the report) exited non-zero."""
 
-    with (
-        local_ray_for_this_block(),
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()) as err,
-    ):
-        status = sweep(argv, datasets=("nyuv2",))
+    def __init__(self, command: list[str], status: int, output: str) -> None:
+        shown = " ".join(["python", *command[:3]]) + (" ..." if len(command) > 3 else "")
+        super().__init__(f"{shown} exited {status}: {last_line(output)}")
+        self.status, self.output = status, output[-3000:]
+
+
+def run_command(command: list[str], log: Path) -> None:
+    """`python COMMAND` in the repository root, its output in `log`; `CommandFailed` with its
+    exit status and its output's last line (a one-line error, or an exception) if it fails."""
+    with log.open("w") as out:
+        status = subprocess.run(
+            [sys.executable, *command], cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+        ).returncode
     if status != 0:
-        raise RuntimeError(f"sweeps/nyuv2.py {' '.join(argv)} failed: {err.getvalue()[-3000:]}")
+        raise CommandFailed(command, status, log.read_text())
 
 
 def run_report(experiment: Path, out: Path, flags: tuple[str, ...]) -> Reports:
-    """`relif report EXPERIMENT --out OUT`, in this process (the `relif` console script's
-    `main`: no second start of Python, torch and torchvision); its per-trial numbers."""
-    from relif_ray.cli.console import main as relif
-
-    command = ["report", str(experiment), "--out", str(out), *flags]
-    with (
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()) as err,
-    ):
-        status = relif(command)
-    if status != 0:
-        raise RuntimeError(f"relif {' '.join(command)} failed: {err.getvalue()[-3000:]}")
+    """`relif report EXPERIMENT --out OUT FLAGS`; its per-trial numbers and verdicts."""
+    command = ["-m", "relif_ray.cli", "report", str(experiment), "--out", str(out), *flags]
+    run_command(command, out.parent / "report.log")
     tables = out / "tables"
     return Reports(
         pd.read_csv(out / "per_trial.csv"),
@@ -279,38 +259,24 @@ def seeds_text(values: dict[int, float]) -> str:
 
 
 def seed_row(
-    label: str,
-    measure: str,
-    name: str,
-    values: dict[int, float],
-    unit: str,
-    over_seeds: str = "",
-    judge: bool = True,
+    name: str, values: dict[int, float], unit: str, over_seeds: str = "", judge: bool = True
 ) -> Row:
-    """A row of the mean over seeds of `values`, judged (`judge`) where `TARGETS` has (label,
-    measure); its detail: the per-seed values, then `over_seeds` (the verdict over seeds)."""
+    """A row of the mean over seeds of `values` (`target_row`); its detail: the per-seed
+    values, then `over_seeds` (the verdict over seeds)."""
     mean = statistics.mean(values.values())
     detail = "; ".join(part for part in (seeds_text(values), over_seeds) if part)
-    return target_row(label, measure, name, mean, unit, detail, values, judge)
+    return target_row(name, mean, unit, detail, values, judge)
 
 
 def target_row(
-    label: str,
-    measure: str,
-    name: str,
-    value: float,
-    unit: str,
-    detail: str,
-    values: dict[int, float],
-    judge: bool,
+    name: str, value: float, unit: str, detail: str, values: dict[int, float], judge: bool
 ) -> Row:
-    target = TARGETS.get((label, measure)) if judge else None
+    """A row judged (`judge`) by its target in `FIDELITY_TARGETS` (pass or FAIL), where it has
+    one; else information."""
+    target = FIDELITY_TARGETS.get(name) if judge else None
     if target is None:
-        return Row("", name, value, unit, "-", "info", detail, values)
-    comparison, bound = target
-    passed = value <= bound if comparison == "<=" else value >= bound
-    result = "pass" if passed else "FAIL"
-    return Row("", name, value, unit, f"{comparison} {bound:g}", result, detail, values)
+        return Row(name, value, unit, detail=detail, per_seed=values)
+    return Row(name, value, unit, target.text, target.judge(value), detail, per_seed=values)
 
 
 def lambda_at_bounds(experiment: object, label: str) -> dict[int, float]:
@@ -335,8 +301,6 @@ def label_rows(reports: Reports, label: str, experiment: object, judge: bool) ->
     trials = reports.trials
     rows = [
         seed_row(
-            label,
-            f"bias {interface}",
             f"Bias@delta_p75 {label} / ERM {interface_name(interface)}",
             interface_ratios(reports.interfaces, label, interface),
             "x",
@@ -347,18 +311,16 @@ def label_rows(reports: Reports, label: str, experiment: object, judge: bool) ->
     ]
     excess, by_seed, shares = clipped_excess(trials, label)
     name = f"clipped shares {label} - ERM (largest)"
-    rows.append(target_row(label, "clipped shares", name, excess, "", shares, by_seed, judge))
-    vr, verdict = compare(trials, label, "vr_p75", ratio=True), reports.verdict(label, "vr", "p75")
-    rows.append(seed_row(label, "vr", f"VR@delta_p75 {label} / ERM", vr, "x", verdict, judge))
+    rows.append(target_row(name, excess, "", shares, by_seed, judge))
+    vr = compare(trials, label, "vr_p75", ratio=True)
+    over_seeds = reports.verdict(label, "vr", "p75")
+    rows.append(seed_row(f"VR@delta_p75 {label} / ERM", vr, "x", over_seeds, judge))
     for metric in ("worst", "macro"):
         difference = compare(trials, label, metric, ratio=False)
         name = f"{metric.capitalize()} {label} - ERM"
-        rows.append(
-            seed_row(label, metric, name, difference, "", reports.verdict(label, metric), judge)
-        )
+        rows.append(seed_row(name, difference, "", reports.verdict(label, metric), judge))
     shares = lambda_at_bounds(experiment, label)
-    name = f"share of {label} steps with lambda at a bound"
-    rows.append(seed_row(label, "lambda at a bound", name, shares, "", "", judge))
+    rows.append(seed_row(f"share of {label} steps with lambda at a bound", shares, "", "", judge))
     if judge and label in fidelity_goal.GOAL_LABELS:
         rows.append(goal_row(reports, label, excess))
     for row in rows:
@@ -373,8 +335,8 @@ def goal_row(reports: Reports, label: str, clipped: float) -> Row:
               for name in AUDIT_INTERFACES}  # fmt: skip
     verdicts = {metric: str(reports.row(label, metric)["verdict"]) for metric in ("worst", "macro")}
     judged = fidelity_goal.judge(ratios, verdicts, clipped)
-    result, goal = ("pass" if judged.met else "FAIL"), fidelity_goal.GOAL.text()
-    return Row("", f"goal {label}", judged.largest_upper, "x", goal, result, judged.detail)
+    goal = fidelity_goal.GOAL.text()
+    return Row(f"goal {label}", judged.largest_upper, "x", goal, verdict(judged.met), judged.detail)
 
 
 def fidelity_rows(size: Size, workdir: Path, data: Path | None = None) -> list[Row]:
@@ -389,7 +351,7 @@ def fidelity_rows(size: Size, workdir: Path, data: Path | None = None) -> list[R
         f"{size.backbone}, batch {BATCH_SIZE}, Adam {size.lr:g}, {size.steps} steps, eta "
         f"{eta:g}, warmup {warmup}, {size.seeds} seed(s)"
     )
-    rows = [Row("fidelity", "setting", None, "", "-", "info", setting)]
+    rows = [Row("setting", None, detail=setting, group="fidelity")]
     loaded = analysis.load(experiment)
     for label in size.labels:
         rows += label_rows(reports, label, loaded, size.judged)
@@ -398,11 +360,11 @@ def fidelity_rows(size: Size, workdir: Path, data: Path | None = None) -> list[R
 
 def build_parser() -> argparse.ArgumentParser:
     description = "ReLiF's fixed-delta Bias against same-seed ERM, through the sweep and report."
-    parser = argparse.ArgumentParser(prog="sweeps/fidelity.py", description=description)
+    parser = argparse.ArgumentParser(prog=PROG, description=description)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny data, 1 seed")
     parser.add_argument("--more", action="store_true", help="also the other ReLiF labels")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--out", type=Path, help="keep data, report and fidelity.json here")
+    parser.add_argument("--json", action="store_true", help="print the record as JSON")
+    parser.add_argument("--out", type=Path, help="keep data, report and fidelity.json/.md here")
     parser.add_argument("--steps", type=int, help=f"steps per trial (default: {FULL.steps})")
     parser.add_argument("--seeds", type=int, help=f"seeds (default: {FULL.seeds}; --quick: 1)")
     parser.add_argument("--data-dir", type=Path, help="NYUv2 data to use (default: written anew)")
@@ -429,6 +391,8 @@ def chosen_size(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Si
     if args.data_dir is not None:
         images = {split: sorted((args.data_dir / split / "image").glob("*.npy"))
                   for split in ("train", "val")}  # fmt: skip
+        if not images["train"]:
+            parser.error(f"--data-dir {args.data_dir}: no train/image/*.npy (relif make-data)")
         changes.update({split: len(files) for split, files in images.items()})
         shape = np.load(images["train"][0], mmap_mode="r").shape
         changes.update(height=shape[0], width=shape[1])
@@ -440,61 +404,52 @@ def chosen_size(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Si
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the experiment; exit 1 where a target or a goal is missed or a command failed, 2 on
+    a flag's mistake (also one the sweep finds in the flags after `--`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     size = chosen_size(args, parser)
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         parser.error(f"--out {args.out}: must be a new or empty folder")
-    info = machine()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    command = f"{PROG} {' '.join(argv)}".strip()
+    kind = "quick" if args.quick else "full"
+    record = Record(command, kind, device, args.out, name="fidelity")
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = fidelity_rows(size, args.out or Path(tmp), args.data_dir)
-    info["wall_s"] = round(time.perf_counter() - start)
-    info["load_average_end"] = os.getloadavg()[0]
-    payload = {"machine": info, "quick": args.quick, "rows": [dataclasses.asdict(r) for r in rows]}
-    if args.out is not None:
-        (args.out / "fidelity.json").write_text(json.dumps(payload, indent=2) + "\n")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = fidelity_rows(size, args.out or Path(tmp), args.data_dir)
+    except CommandFailed as failure:
+        record.add("fidelity", TITLE, f"FAIL: {failure}", time.perf_counter() - start, [])
+        record.finish()
+        user_mistake = failure.status == EXIT_USER_ERROR  # its one line says it all
+        shown = "" if user_mistake else failure.output  # else the end of its output first
+        print(f"{shown}{PROG}: error: {failure}", file=sys.stderr)
+        return EXIT_USER_ERROR if user_mistake else 1
+    seconds = time.perf_counter() - start
+    record.add("fidelity", TITLE, "done", seconds, [dataclasses.asdict(row) for row in rows])
+    record.finish()
     if args.json:
-        print(json.dumps(payload, indent=2))
+        print(json.dumps(record.payload, indent=1))
     else:
-        print_tables(rows, info)
+        print_tables(rows, record.payload)
     return 1 if any(row.result == "FAIL" for row in rows) else 0
 
 
-def print_tables(rows: list[Row], info: dict[str, object]) -> None:
-    """The decisive table, then (with --more) the other labels' table, then the wall time."""
-    print(f"{info['cpu']}, {info['cores']} cores, load {info['load_average']:.1f}")
+def print_tables(rows: list[Row], payload: dict) -> None:
+    """The record's caption, the decisive table, then (with --more) the other labels' table,
+    then the wall time."""
+    print(caption(payload))
     more = [row for row in rows if row.group == "fidelity-more"]
     for row in [row for row in rows if row.group == "fidelity"] + more:
         if more and row is more[0]:
             print("\nThe other ReLiF labels at the same steps (information):")
         value = "-" if row.value is None else f"{row.value:.3f}{row.unit}"
         print(f"{row.name:<50}  {value:>10}  {row.target:<10}  {row.result:<6}  {row.detail}")
-    print(f"\nwall time {info['wall_s']} s; load average at the end {info['load_average_end']:.1f}")
+    seconds, end = payload["sections"][0]["seconds"], payload["machine"]["load_average_end"]
+    print(f"\nwall time {seconds:.0f} s; load average at the end {end:.1f}")
 
 
-def machine() -> dict[str, object]:
-    """Where the rows come from: the machine, the software and the code's commit."""
-    import torch
-
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return {"cpu": names[0] if names else platform.machine(), "cores": os.cpu_count(),
-            "load_average": os.getloadavg()[0], "gpu": None, "torch": torch.__version__,
-            "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
-            "commit": source_commit()}  # fmt: skip
-
-
-def source_commit() -> str:
-    """The short commit of the checkout this code runs from, with "+" where a tracked file
-    differs from it (as benchmarks/harness.py marks its records); "not recorded" outside a git
-    checkout (an installed wheel)."""
-    git = ["git", "-C", str(Path(__file__).resolve().parent)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    if head.returncode != 0:
-        return "not recorded"
-    changed = subprocess.run(
-        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-    )
-    return head.stdout.strip() + ("+" if changed.stdout.strip() else "")
+if __name__ == "__main__":
+    sys.exit(main())
