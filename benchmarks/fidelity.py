@@ -8,8 +8,8 @@ suites, with targets and the report's verdicts over seeds.
     python -m benchmarks.fidelity --out DIR    # keep data, experiment, report and record
     python -m benchmarks.fidelity --quick      # a smoke run: tiny data, 1 seed, 2 steps
 
-Everything goes through the real commands, each in a process of its own:
-synthetic NYUv2 at the NYUv2 demo's image size from `relif make-data`'s writer, one
+Everything goes through the real code: synthetic NYUv2 at the NYUv2 demo's image size from
+`relif make-data`'s writer, then the real commands, each in a process of its own: one
 `sweeps/nyuv2.py` sweep (ERM; `relif`, the paper's squash with its clip gradient; `relif-st`,
 the straight-through squash gradient; our variants `relif-logistic` and `relif-clipshare`;
 resnet18, batch 8, Adam 1e-3 as the demo; 400 steps per trial, the controller scaled to them

@@ -119,6 +119,9 @@ def test_the_flags_choose_the_size_data_and_sweep_flags_of_another_run(tmp_path)
     assert size.sweep_flags == ("--num-gpus", "1", "--precision", "bf16")
     assert size.report_flags == ("--no-figures", "--n-boot", "0")
     assert fidelity.chosen_size(parser.parse_args([]), parser) == fidelity.FULL
+    with pytest.raises(SystemExit) as failed:  # argparse's one-line error
+        fidelity.chosen_size(parser.parse_args(["--data-dir", str(tmp_path / "none")]), parser)
+    assert failed.value.code == 2
     row = fidelity.target_row("Worst relif - ERM", -0.1, "", "", {0: -0.1}, False)
     assert (row.target, row.result, row.per_seed) == ("-", "info", {0: -0.1})
     judged = fidelity.target_row("Worst relif - ERM", -0.1, "", "", {}, True)
