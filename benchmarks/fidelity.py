@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         record.add("fidelity", TITLE, f"FAIL: {failure}", time.perf_counter() - start, [])
         record.finish()
         user_mistake = failure.status == EXIT_USER_ERROR  # its one line says it all
-        shown = "" if user_mistake else failure.output  # else the end of its output first
+        shown = "" if user_mistake else failure.output.rstrip("\n") + "\n"  # its output's end
         print(f"{shown}{PROG}: error: {failure}", file=sys.stderr)
         return EXIT_USER_ERROR if user_mistake else 1
     seconds = time.perf_counter() - start
