@@ -41,14 +41,17 @@ RAY_ENV = {
 }
 
 
-def run_sweep(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_sweep(
+    script: str, *args: str, timeout: int = 300, ray_env: dict[str, str] = RAY_ENV
+) -> subprocess.CompletedProcess:
+    """The script as a process; `ray_env`: the settings of a local Ray it would start."""
     return subprocess.run(
         [sys.executable, script, *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **RAY_ENV},
+        env={**os.environ, **ray_env},
     )
 
 
@@ -363,14 +366,20 @@ def test_a_file_uri_storage_is_checked_like_its_path(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(nyuv2_copy, tmp_path):
+def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(
+    ray_session, nyuv2_copy, tmp_path
+):
+    """The script joins the tests' Ray (`--address`): the trial's error and the exit status
+    are the driver's and the trial's, whichever Ray runs them."""
     bad = nyuv2_copy / "val" / "image" / "1.npy"
     image = np.load(bad)
     image[0, 0, 0] = np.nan  # the header is fine; only reading the pixels finds it
     np.save(bad, image)
     storage = tmp_path / "results"
+    address = ray_session.get_runtime_context().gcs_address
     flags = [*nyuv2_flags(nyuv2_copy, storage), "--name", "bad", "--max-failures", "2"]
-    result = run_sweep("sweeps/nyuv2.py", *flags, timeout=600)
+    flags += ["--address", address]
+    result = run_sweep("sweeps/nyuv2.py", *flags, timeout=600, ray_env={})  # the tests' Ray's
     assert result.returncode == 1, result.stderr[-3000:]
     experiment = storage / "bad"
     trial_dir = next(path for path in experiment.iterdir() if path.name.startswith("erm_seed0"))
