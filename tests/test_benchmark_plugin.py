@@ -52,14 +52,21 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_make_data_finds_the_plugin(plugin_env: dict[str, str], tmp_path: Path) -> None:
+def test_make_data_finds_the_plugin(
+    plugin_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Found through the path given; without it (`relif make-data` in this process, whose
+    environment names no plug-in folder), not found."""
+    from relif_ray.cli import main
+
     result = run(plugin_env, "-m", "relif_ray.cli", "make-data", "toy", "--out",
                  str(tmp_path / "toy"), "--examples", "12")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "toy").iterdir())[:2] == ["test_x.npy", "test_y.npy"]
-    without = {key: value for key, value in plugin_env.items() if key != "RELIF_PROBLEMS_PATH"}
-    missing = run(without, "-m", "relif_ray.cli", "make-data", "toy", "--out", str(tmp_path / "x"))
-    assert missing.returncode == 2 and "invalid choice: 'toy'" in missing.stderr
+    monkeypatch.delenv("RELIF_PROBLEMS_PATH", raising=False)
+    assert main(["make-data", "toy", "--out", str(tmp_path / "x")]) == 2
+    assert "invalid choice: 'toy'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 HEAD = (
