@@ -369,8 +369,8 @@ def test_a_file_uri_storage_is_checked_like_its_path(tmp_path):
 def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(
     ray_session, nyuv2_copy, tmp_path
 ):
-    """The script joins the tests' Ray (`--address`): the trial's error and the exit status
-    are the driver's and the trial's, whichever Ray runs them."""
+    """The script joins the tests' Ray (`--address`) instead of starting one of its own: the
+    error handling checked here is the driver's and the trial's, the same on any Ray."""
     bad = nyuv2_copy / "val" / "image" / "1.npy"
     image = np.load(bad)
     image[0, 0, 0] = np.nan  # the header is fine; only reading the pixels finds it
@@ -379,7 +379,7 @@ def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(
     address = ray_session.get_runtime_context().gcs_address
     flags = [*nyuv2_flags(nyuv2_copy, storage), "--name", "bad", "--max-failures", "2"]
     flags += ["--address", address]
-    result = run_sweep("sweeps/nyuv2.py", *flags, timeout=600, ray_env={})  # the tests' Ray's
+    result = run_sweep("sweeps/nyuv2.py", *flags, timeout=600, ray_env={})  # no local Ray
     assert result.returncode == 1, result.stderr[-3000:]
     experiment = storage / "bad"
     trial_dir = next(path for path in experiment.iterdir() if path.name.startswith("erm_seed0"))
