@@ -26,7 +26,8 @@ def _tiny_run(root, **train) -> TrainingRun:
 
 @pytest.fixture(scope="module")
 def two_epochs(nyuv2_dir) -> TrainingRun:
-    """The tiny config's whole run (2 epochs), which several tests compare against."""
+    """`tiny_config`'s whole run (ResNet-18, 2 epochs), which the determinism and resume
+    tests compare against (they read it, never train it further)."""
     run = _run(nyuv2_dir)
     while not run.finished:
         run.train_epoch()
