@@ -20,14 +20,11 @@ from tests.conftest import ONE_TRIAL_AT_A_TIME
 def test_a_sweep_over_architectures_names_each_in_its_trials_and_rows(
     ray_session, nyuv2_dir, tmp_path, capsys
 ):
-    """Two steps per trial, one trial at a time, SGD (a checkpoint with one momentum buffer,
-    not Adam's two moments): the names, not the numbers, are checked."""
     sweep = [
         *("sweep", "--dataset", "nyuv2", "--data-dir", str(nyuv2_dir), "--methods", "relif"),
         *("--architectures", "hps,mtan", "--seeds", "1", "--epochs", "1", "--steps", "2"),
         *("--backbone", "resnet18", "--batch-size", "12", "--set", "model.head_channels=16"),
-        *("--set", "train.eval_batch_size=12", "--set", "train.optimizer=sgd"),
-        *("--storage", str(tmp_path), "--name", "archs"),
+        *("--set", "train.eval_batch_size=12", "--storage", str(tmp_path), "--name", "archs"),
         *ONE_TRIAL_AT_A_TIME,
     ]
     assert relif_main(sweep) == 0, capsys.readouterr().err[-2000:]
