@@ -13,10 +13,12 @@ against LibMTL.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,11 +79,20 @@ def tiny_resnet(name: str, pretrained: str = "none") -> tuple[nn.Sequential, int
     return nn.Sequential(*stem, *layers), 8
 
 
-@pytest.fixture(scope="module")
-def tiny_encoders():
+@contextlib.contextmanager
+def tiny_resnets() -> Iterator[None]:
+    """Every NYUv2 model built inside (hard sharing and every architecture's experts) on
+    `tiny_resnet`: for tests whose claim holds for any ResNet of torchvision's blocks and
+    whose time would go to ResNet-18's 11M parameters (their gradients, Adam's step)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dense, "resnet_encoder", tiny_resnet)
         patch.setattr(experts, "resnet_encoder", tiny_resnet)
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny_encoders():
+    with tiny_resnets():
         yield
 
 

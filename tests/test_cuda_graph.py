@@ -26,6 +26,7 @@ from relif_ray.methods.registry import missing_requirements
 from relif_ray.testing.runs import largest_relative_difference
 from tests.conftest import needs_cuda
 from tests.host_sync import no_host_sync
+from tests.test_architectures import tiny_resnets
 from tests.test_fast_path import dense_values
 
 CAPTURABLE = sorted(name for name, cls in METHODS.items() if cls.capturable)
@@ -107,7 +108,8 @@ def test_a_capturable_method_changes_its_state_in_place_and_never_reads_the_host
         pytest.skip(f"{method} needs {missing_requirements(METHODS[method])}")
     values = dense_values(nyuv2_dir, method)
     values["train"]["data_on_device"] = True  # as a graphed trial's
-    run = TrainingRun(ExperimentConfig.from_dict(values))
+    with tiny_resnets():
+        run = TrainingRun(ExperimentConfig.from_dict(values))
     run.train_steps(1)
     before = {"method": tensor_state(run.method), "relif": tensor_state(run.regularizer)}
     with no_host_sync(monkeypatch):
@@ -122,10 +124,13 @@ def test_a_capturable_method_changes_its_state_in_place_and_never_reads_the_host
 
 def graph_ready_run(values: dict) -> TrainingRun:
     """A CPU run with the optimiser a graphed trial gets (capturable, the learning rate a
-    tensor) and its data on the device, eager."""
+    tensor) and its data on the device, eager; its encoder is the tiny ResNet
+    (`tests.test_architectures.tiny_resnet`): the plumbing is the same for any model, and
+    ResNet-18's 11M parameters would cost each step's gradients and Adam step."""
     values["train"] = {**values["train"], "data_on_device": True, "epochs": 3}
     values["train"].update(scheduler="step", scheduler_step_size=1, scheduler_gamma=0.5)
-    run = TrainingRun(ExperimentConfig.from_dict(values))
+    with tiny_resnets():
+        run = TrainingRun(ExperimentConfig.from_dict(values))
     run.optimizer = run._build_optimizer(graph=True)
     run.lr_scheduler = build_lr_scheduler(run.optimizer, run.config.train, 3)
     return run

@@ -9,10 +9,29 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun, epoch_permutation
 from relif_ray.errors import UserError
 from tests.conftest import tiny_config
+from tests.test_architectures import tiny_resnets
 
 
 def _run(root, **train) -> TrainingRun:
     return TrainingRun(ExperimentConfig.from_dict(tiny_config(root, **train)))
+
+
+def _tiny_run(root, **train) -> TrainingRun:
+    """`_run` on the tiny ResNet encoder (`tests.test_architectures.tiny_resnet`), for claims
+    about steps, budgets and state that hold for any model: ResNet-18's 11M parameters would
+    cost each step's gradients and Adam step."""
+    with tiny_resnets():
+        return _run(root, **train)
+
+
+@pytest.fixture(scope="module")
+def two_epochs(nyuv2_dir) -> TrainingRun:
+    """`tiny_config`'s whole run (ResNet-18, 2 epochs), which the determinism and resume
+    tests compare against (they read it, never train it further)."""
+    run = _run(nyuv2_dir)
+    while not run.finished:
+        run.train_epoch()
+    return run
 
 
 def _roundtrip(state: dict) -> dict:
@@ -22,12 +41,11 @@ def _roundtrip(state: dict) -> dict:
     return torch.load(buffer, weights_only=True)
 
 
-def test_same_seed_gives_identical_numbers(nyuv2_dir):
-    first, second = _run(nyuv2_dir), _run(nyuv2_dir)
-    for run in (first, second):
-        run.train_epoch()
-        run.train_epoch()
-    assert first.trace == second.trace
+def test_same_seed_gives_identical_numbers(nyuv2_dir, two_epochs):
+    first, second = two_epochs, _run(nyuv2_dir)
+    second.train_epoch()
+    second.train_epoch()
+    assert len(first.trace) == 8 and first.trace == second.trace
     assert first.evaluate("val").metrics == second.evaluate("val").metrics
 
 
@@ -51,17 +69,16 @@ def test_no_step_reads_memory_it_never_wrote(nyuv2_dir, monkeypatch):
 
 def test_different_seeds_differ(nyuv2_dir):
     config = tiny_config(nyuv2_dir)
-    other = TrainingRun(ExperimentConfig.from_dict({**config, "seed": 1}))
-    base = TrainingRun(ExperimentConfig.from_dict(config))
+    with tiny_resnets():
+        other = TrainingRun(ExperimentConfig.from_dict({**config, "seed": 1}))
+        base = TrainingRun(ExperimentConfig.from_dict(config))
     base.train_steps(2)
     other.train_steps(2)
     assert base.trace != other.trace
 
 
-def test_resume_mid_epoch_matches_uninterrupted_run(nyuv2_dir):
-    uninterrupted = _run(nyuv2_dir)
-    while not uninterrupted.finished:
-        uninterrupted.train_epoch()
+def test_resume_mid_epoch_matches_uninterrupted_run(nyuv2_dir, two_epochs):
+    uninterrupted = two_epochs
     interrupted = _run(nyuv2_dir)
     interrupted.train_steps(uninterrupted.steps_per_epoch + 1)  # stop inside epoch 2
     state = _roundtrip(interrupted.state_dict())
@@ -78,10 +95,10 @@ def test_resume_mid_epoch_matches_uninterrupted_run(nyuv2_dir):
 def test_two_runs_loaded_from_one_in_memory_state_train_alike(nyuv2_dir):
     """Loading copies the optimiser's state: training the first loaded run leaves the state it
     came from as it was, so a second run loaded from it trains the same steps."""
-    source = _run(nyuv2_dir)
+    source = _tiny_run(nyuv2_dir)
     source.train_steps(2)
     state = source.state_dict()
-    first, second = _run(nyuv2_dir), _run(nyuv2_dir)
+    first, second = _tiny_run(nyuv2_dir), _tiny_run(nyuv2_dir)
     first.load_state_dict(state)
     first.train_steps(2)
     second.load_state_dict(state)
@@ -96,7 +113,7 @@ def test_batch_order_depends_only_on_seed_and_epoch():
 
 
 def test_step_budget_caps_training(nyuv2_dir):
-    run = _run(nyuv2_dir, epochs=5, max_steps=3)
+    run = _tiny_run(nyuv2_dir, epochs=5, max_steps=3)
     while not run.finished:
         run.train_epoch()
     assert run.step == 3 and len(run.trace) == 3
@@ -145,7 +162,7 @@ def test_cuda_request_without_gpu_is_a_user_error(nyuv2_dir):
 
 
 def test_max_steps_alone_trains_exactly_that_many_steps_across_epochs(nyuv2_dir):
-    run = _run(nyuv2_dir, epochs=None, max_steps=9)
+    run = _tiny_run(nyuv2_dir, epochs=None, max_steps=9)
     assert run.steps_per_epoch == 4  # 24 examples, batch 6: steps 8 and 9 fall in epoch 3
     epochs = 0
     while not run.finished:
@@ -164,13 +181,13 @@ def test_the_smaller_budget_wins(nyuv2_dir, epochs, max_steps, steps):
 
 
 def test_resume_inside_a_steps_only_budget_ends_at_exactly_that_step(nyuv2_dir):
-    uninterrupted = _run(nyuv2_dir, epochs=None, max_steps=6)
+    uninterrupted = _tiny_run(nyuv2_dir, epochs=None, max_steps=6)
     while not uninterrupted.finished:
         uninterrupted.train_epoch()
-    interrupted = _run(nyuv2_dir, epochs=None, max_steps=6)
+    interrupted = _tiny_run(nyuv2_dir, epochs=None, max_steps=6)
     interrupted.train_steps(5)  # inside the second, partial epoch
     state = _roundtrip(interrupted.state_dict())
-    resumed = _run(nyuv2_dir, epochs=None, max_steps=6)
+    resumed = _tiny_run(nyuv2_dir, epochs=None, max_steps=6)
     resumed.load_state_dict(state)
     while not resumed.finished:
         resumed.train_epoch()

@@ -104,11 +104,13 @@ def epoch_records(outputs: Path) -> list[dict]:
 def cadence_sweep(ray_session, small_data, sweep_folder) -> Path:
     """ERM, seed 0, 3 epochs of 2 steps, three times: validating every second epoch, the same
     crashing at step 3 (inside epoch 2, after the epoch-1 checkpoint) and retried, and
-    validating every epoch."""
+    validating every epoch. One trial at a time (one trial worker to start, not two) and SGD
+    (a checkpoint with one momentum buffer, not Adam's two moments)."""
     from relif_ray.sweep.plan import Resources, param_space
     from relif_ray.tuning.launch import run_sweep
 
-    base = ExperimentConfig.from_dict(tiny_config(small_data, epochs=EPOCHS, eval_every=2))
+    train = {"epochs": EPOCHS, "eval_every": 2, "optimizer": "sgd"}
+    base = ExperimentConfig.from_dict(tiny_config(small_data, **train))
     space = param_space(base, grid_variants(["erm"], [], []), [0], 0.2)
     (trial,) = space.trials
     space.trials = [
@@ -117,7 +119,8 @@ def cadence_sweep(ray_session, small_data, sweep_folder) -> Path:
         replace(trial, overrides={**trial.overrides, "train.eval_every": 1}),
     ]
     resources = Resources(cpus_per_trial=1, num_cpus=2)
-    request = in_code(space, "cadence", sweep_folder, resources=resources)
+    options = TuneOptions(max_concurrent_trials=1)
+    request = in_code(space, "cadence", sweep_folder, resources=resources, options=options)
     return Path(run_sweep(request, verbose=0))
 
 

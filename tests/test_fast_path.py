@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -22,8 +23,19 @@ from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.transfer import move_batch, resident_split
 from tests.conftest import needs_cuda, tiny_config
 from tests.host_sync import no_host_sync
+from tests.test_architectures import tiny_resnets
 
 RELIF = {"enabled": True, "warmup_steps": 0}
+
+
+@pytest.fixture
+def tiny_encoders() -> Iterator[None]:
+    """Runs whose encoder is `tests.test_architectures.tiny_resnet` (ResNet-18's layout and
+    blocks, 30k parameters), for the tests whose claim is exact equality or what a step does
+    (layouts, host synchronisation), not numbers near ResNet-18's: its 11M parameters would
+    cost each run's steps their time."""
+    with tiny_resnets():
+        yield
 
 
 def make_run(
@@ -169,7 +181,7 @@ def method_cases() -> list:
 
 @pytest.mark.parametrize(("method", "source"), method_cases())
 def test_every_method_leaves_gradients_in_the_layout_of_their_weights(
-    nyuv2_dir, method: str, source: str
+    tiny_encoders, nyuv2_dir, method: str, source: str
 ) -> None:
     """With channels-last weights, every .grad a method writes keeps its weight's strides, as
     autograd's own do: the fused optimiser (and Adam's moments, made like the weights) refuse
@@ -221,7 +233,7 @@ def test_compile_traces_the_model_and_changes_no_number(
     torch._dynamo.reset()
 
 
-def test_labels_are_held_as_int8_with_identical_numbers(nyuv2_dir) -> None:
+def test_labels_are_held_as_int8_with_identical_numbers(tiny_encoders, nyuv2_dir) -> None:
     problem = load_problem(ExperimentConfig.from_dict(tiny_config(nyuv2_dir)).data)
     train = problem.splits["train"]
     assert isinstance(train, TensorSplit) and train.tensors["seg"].dtype == torch.int8
@@ -244,7 +256,9 @@ def test_labels_are_held_as_int8_with_identical_numbers(nyuv2_dir) -> None:
     assert compact.scores.equals(reference.scores)
 
 
-def test_the_data_set_is_read_once_per_process(nyuv2_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_data_set_is_read_once_per_process(
+    tiny_encoders, nyuv2_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Trials run one after another in a reused Ray actor (and every step of each) share the
     tensors read by the first: the reader runs once per worker process."""
     import relif_ray.problems as problem_module
@@ -272,7 +286,9 @@ def test_the_data_set_is_read_once_per_process(nyuv2_dir, monkeypatch: pytest.Mo
     assert first.problem is second.problem
 
 
-def test_data_on_device_gives_the_same_batches_and_numbers_also_after_resume(nyuv2_dir) -> None:
+def test_data_on_device_gives_the_same_batches_and_numbers_also_after_resume(
+    tiny_encoders, nyuv2_dir
+) -> None:
     """Held "on the device" (the CPU here) the train split gives the same batches in the same
     order across an epoch boundary (4 steps per epoch), so the same trace, metrics and
     checkpointed continuation as the host path; the optimiser is torch's fused one on the CPU
@@ -381,7 +397,7 @@ def warm_run_and_batch(values: dict) -> tuple[TrainingRun, dict[str, torch.Tenso
     ],
 )
 def test_a_dense_training_step_never_waits_for_the_device(
-    nyuv2_dir, monkeypatch: pytest.MonkeyPatch, method: str, relif: bool
+    tiny_encoders, nyuv2_dir, monkeypatch: pytest.MonkeyPatch, method: str, relif: bool
 ) -> None:
     """Forward, task losses (masked depth/normal means), audit scores, ReLiF, the method's
     backward and its hooks after the step (FAMO's re-evaluation, DWA's epoch means): no
@@ -396,7 +412,7 @@ def test_a_dense_training_step_never_waits_for_the_device(
 
 
 def test_device_resident_batches_never_wait_for_the_device(
-    nyuv2_dir, monkeypatch: pytest.MonkeyPatch
+    tiny_encoders, nyuv2_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With `train.data_on_device` a step's batch is a slice of the epoch's permutation and a
     gather on the device, the next epoch's permutation one copy: no host synchronisation,
