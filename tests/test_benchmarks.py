@@ -217,13 +217,11 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(load, 
     )
 
 
-def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_path) -> None:
-    """One architecture at the demo size: its step time over LibMTL's same architecture
-    (target <= 1.0) and its peak memory per trial, from its own worker process."""
-    harness = load("harness")
-    ctx = harness.Context("demo", torch.device("cpu"), tmp_path)
-    load("architectures").architectures_suite(ctx, names=("mmoe",), rounds=1)
-    timed, memory = ctx.rows
+def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, toy) -> None:
+    """One architecture at toy size: its step time over LibMTL's same architecture (target
+    <= 1.0) and its peak memory per trial, from its own worker process."""
+    load("architectures").architectures_suite(toy, names=("mmoe",))
+    timed, memory = toy.rows
     assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1"
     assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}
     assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100
