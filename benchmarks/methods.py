@@ -170,14 +170,18 @@ def update_cosines(name: str, setup: Setup, steps: int) -> list[float]:
 
 
 def sizes(ctx: Context) -> dict:
-    """Rounds, batch, image, backbone, head channels and cosine steps at the context's size."""
+    """Rounds, untimed warmup rounds, batch, image, backbone, head channels and cosine steps at
+    the context's size. At toy size (the tests and the dry run, where no time is judged) one
+    warmup and one timed round and two cosine steps: each row is made, its figure is not one."""
     if ctx.cuda:
-        return {"rounds": 20, "batch": 8, "image": (GPU_SIZE["height"], GPU_SIZE["width"]),
-                "backbone": GPU_SIZE["backbone"], "heads": 128, "cosine_steps": 10}  # fmt: skip
-    small = {"rounds": 10, "batch": 4, "image": (32, 40), "heads": 16, "cosine_steps": 20}
+        return {"rounds": 20, "warmup": 2, "batch": 8, "backbone": GPU_SIZE["backbone"],
+                "image": (GPU_SIZE["height"], GPU_SIZE["width"]), "heads": 128,
+                "cosine_steps": 10}  # fmt: skip
+    small = {"rounds": 10, "warmup": 2, "batch": 4, "image": (32, 40), "heads": 16,
+             "cosine_steps": 20}  # fmt: skip
     return {"backbone": "resnet18", **{
-        "toy": {**small, "rounds": 2, "cosine_steps": 3}, "demo": small,
-        "real": {"rounds": 40, "batch": 8, "image": (64, 80), "heads": 64, "cosine_steps": 20},
+        "toy": {**small, "rounds": 1, "warmup": 1, "cosine_steps": 2}, "demo": small,
+        "real": {**small, "rounds": 40, "batch": 8, "image": (64, 80), "heads": 64},
     }[ctx.size]}  # fmt: skip
 
 
@@ -201,7 +205,7 @@ def measure(ctx: Context, methods: list[str] | None = None) -> tuple[str, dict, 
     libmtl = find_spec("LibMTL") is not None  # its variants are timed where it is installed
     packaged = [n for n in names if n in COUNTERPART and (libmtl or "libmtl" not in COUNTERPART[n])]
     steps |= {COUNTERPART[n]: counterpart_step(n, setup) for n in packaged}
-    times = interleaved_times(steps, size["rounds"], warmup=2, cuda=ctx.cuda)
+    times = interleaved_times(steps, size["rounds"], size["warmup"], cuda=ctx.cuda)
     cosines = {name: update_cosines(name, setup, size["cosine_steps"]) for name in representation}
     description = (f"{size['backbone']}, head_channels {size['heads']}, batch {size['batch']}x3x"
                    f"{height}x{width}, median of {size['rounds']} interleaved rounds")  # fmt: skip

@@ -8,6 +8,7 @@ import re
 import runpy
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import numpy as np
@@ -187,18 +188,47 @@ def test_the_stored_heatmaps_are_the_controller_grids_means_over_seeds():
         assert shown[setting][:2] == pytest.approx((bias, worst), abs=1e-6)
 
 
-def test_the_heatmaps_show_the_named_controller_grid_experiment(tmp_path, monkeypatch):
-    """With RELIF_CONTROLLER_GRID set, section 5 audits that experiment: its heatmaps' cells
-    (the figure's images and the table under it) are, per (r*, eta), the means over seeds of
-    the grid's per-trial Bias@delta_p75 and Worst, each trial's setting known from the order
-    the writer writes them in (ERM's seeds first, then each setting's seeds)."""
-    settings = [(r_star, eta) for r_star in (0.2, 0.24, 0.28) for eta in (1e-4, 1e-3, 1e-2)]
-    demo = write_synthetic_experiment(tmp_path / "demo", labels=("erm", "relif"), seeds=2)
-    root = write_synthetic_experiment(
-        tmp_path / "grid", labels=("erm", "relif"), seeds=2, controller_grid=settings
+GRID_SETTINGS = [(r_star, eta) for r_star in (0.2, 0.24, 0.28) for eta in (1e-4, 1e-3, 1e-2)]
+"""The (r*, eta) grid of the controller-grid experiment, in the order its writer writes it."""
+
+
+@pytest.fixture(scope="module")
+def grid_and_groups(tmp_path_factory) -> SimpleNamespace:
+    """One execution of the notebook's first two code cells, section 5 and section 6 on a
+    generated eICU experiment (RELIF_EXPERIMENT) with its patient attributes
+    (RELIF_ATTRIBUTES) and a generated NYUv2 controller grid (RELIF_CONTROLLER_GRID): the
+    heatmaps' test and the group tables' test read its outputs (`cells`: section 5's, then
+    section 6's)."""
+    tmp_path = tmp_path_factory.mktemp("grid_and_groups")
+    experiment = write_synthetic_experiment(
+        tmp_path / "exp", labels=("erm", "relif"), seeds=2, dataset="eicu", n_examples=120
     )
-    environment = {"RELIF_EXPERIMENT": str(demo), "RELIF_CONTROLLER_GRID": str(root)}
-    outputs = run_notebook(environment, monkeypatch, only=[0, 1, 8])[-1]
+    grid = write_synthetic_experiment(
+        tmp_path / "grid", labels=("erm", "relif"), seeds=2, controller_grid=GRID_SETTINGS
+    )
+    attributes = write_synthetic_eicu(tmp_path / "eicu", patients=120, seed=0)
+    environment = {
+        "RELIF_EXPERIMENT": str(experiment),
+        "RELIF_ATTRIBUTES": str(attributes),
+        "RELIF_CONTROLLER_GRID": str(grid),
+    }
+    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    group_cell = sum(cell.cell_type == "code" for cell in cells) - 1
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        outputs = run_notebook(environment, monkeypatch, only=[0, 1, 8, group_cell])
+    return SimpleNamespace(
+        experiment=experiment, grid=grid, attributes=attributes, cells=outputs[2:]
+    )
+
+
+def test_the_heatmaps_show_the_named_controller_grid_experiment(grid_and_groups):
+    """With RELIF_CONTROLLER_GRID set, section 5 audits that experiment (here a NYUv2 grid
+    beside an eICU RELIF_EXPERIMENT): its heatmaps' cells (the figure's images and the table
+    under it) are, per (r*, eta), the means over seeds of the grid's per-trial Bias@delta_p75
+    and Worst, each trial's setting known from the order the writer writes them in (ERM's
+    seeds first, then each setting's seeds)."""
+    settings, root = GRID_SETTINGS, grid_and_groups.grid
+    outputs = grid_and_groups.cells[0]
     results = analysis.audit(analysis.load(root))
     rows = []
     for row in results.per_trial.itertuples():
@@ -268,14 +298,11 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
     assert shown(outputs[14]) == "Group fairness skipped: nyuv2: no patient attributes to audit."
 
 
-def test_the_notebook_shows_the_group_tables_of_the_api(tmp_path, monkeypatch):
+def test_the_notebook_shows_the_group_tables_of_the_api(grid_and_groups):
     """Section 6 on a generated eICU experiment shows the tables `relif_ray.analysis.group_tables`
     gives (what the report writes); without an attribute folder the audit says in one line that the
     trials' data folder is not here."""
-    root = write_synthetic_experiment(
-        tmp_path / "exp", labels=("erm", "relif"), seeds=2, dataset="eicu", n_examples=120
-    )
-    attributes = write_synthetic_eicu(tmp_path / "eicu", patients=120, seed=0)
+    root, attributes = grid_and_groups.experiment, grid_and_groups.attributes
     experiment = analysis.load(root)
     groups = analysis.group_audit(experiment, "val", GroupOptions(str(attributes)))
     tables = analysis.group_tables(groups)
@@ -286,10 +313,7 @@ def test_the_notebook_shows_the_group_tables_of_the_api(tmp_path, monkeypatch):
     assert analysis.group_audit(experiment).skipped.startswith(
         "eicu: the trials' data folder is not readable here (/synthetic/all_data.csv: not found"
     )
-    environment = {"RELIF_EXPERIMENT": str(root), "RELIF_ATTRIBUTES": str(attributes)}
-    cells = nbformat.read(NOTEBOOK, as_version=4).cells
-    group_cell = sum(cell.cell_type == "code" for cell in cells) - 1
-    outputs = run_notebook(environment, monkeypatch, only=[0, 1, group_cell])[-1]
+    outputs = grid_and_groups.cells[1]
     displayed = [out["data"]["text/markdown"] for out in outputs]
     assert displayed == [f"**{table.title}**\n\n{table.markdown()}" for table in tables]
 

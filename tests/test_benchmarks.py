@@ -142,7 +142,8 @@ def test_run_writes_one_record_with_the_machine_and_rows(load, tmp_path, capsys)
 
 def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, toy) -> None:
     workers = load("workers")
-    config = workers.trial_config(toy, workers.data_root(toy, gpu=False), "relif", gpu=False)
+    toy_images = workers.data_root(toy, gpu=True)  # 32x40: the GPU rows' images at toy size
+    config = workers.trial_config(toy, toy_images, "relif", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
     result = workers.run_worker(config, warmup=1, steps=2)
     assert result["steps"] == 2 and result["images_per_s"] > 0
@@ -185,7 +186,8 @@ def test_trial_worker_times_whole_chunks_of_steps(load, toy) -> None:
     from relif_ray.engine import TrainingRun
 
     workers = load("workers")
-    config = workers.trial_config(toy, workers.data_root(toy, gpu=False), "erm", gpu=False)
+    toy_images = workers.data_root(toy, gpu=True)  # 32x40: the GPU rows' images at toy size
+    config = workers.trial_config(toy, toy_images, "erm", gpu=False)
     config["model"] = {"backbone": "resnet18", "head_channels": 8}
     training = TrainingRun(ExperimentConfig.from_dict(config))
     chunks = workers.timed_chunks(training, steps=5, chunk=2)
@@ -215,13 +217,11 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(load, 
     )
 
 
-def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, tmp_path) -> None:
-    """One architecture at the demo size: its step time over LibMTL's same architecture
-    (target <= 1.0) and its peak memory per trial, from its own worker process."""
-    harness = load("harness")
-    ctx = harness.Context("demo", torch.device("cpu"), tmp_path)
-    load("architectures").architectures_suite(ctx, names=("mmoe",), rounds=1)
-    timed, memory = ctx.rows
+def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, toy) -> None:
+    """One architecture at toy size: its step time over LibMTL's same architecture (target
+    <= 1.0) and its peak memory per trial, from its own worker process."""
+    load("architectures").architectures_suite(toy, names=("mmoe",))
+    timed, memory = toy.rows
     assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1"
     assert timed.value > 0 and timed.result in {"pass", "within noise", "FAIL"}
     assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100

@@ -60,8 +60,14 @@ def finish(training: TrainingRun) -> list[dict[str, float]]:
     return training.trace
 
 
-def test_trace_obeys_the_controller_recursion(problem) -> None:
-    trace = finish(run(problem, RELIF))
+@pytest.fixture(scope="module")
+def relif_trace(problem: Problem) -> list[dict[str, float]]:
+    """The trace of one whole ReLiF run: the recursion's test and the resume's reference."""
+    return finish(run(problem, RELIF))
+
+
+def test_trace_obeys_the_controller_recursion(relif_trace) -> None:
+    trace = relif_trace
     assert len(trace) == 8
     for row in trace:
         assert {"lambda", "r", "r_ema", "tau", "kappa", "loss_lip"} <= set(row)
@@ -97,8 +103,8 @@ def test_relif_changes_training_and_its_no_lip_ablation_does_not(problem) -> Non
     assert relif.trace[-1]["loss_seg"] != erm.trace[-1]["loss_seg"]
 
 
-def test_resume_with_relif_matches_uninterrupted_run(problem) -> None:
-    uninterrupted = finish(run(problem, RELIF))
+def test_resume_with_relif_matches_uninterrupted_run(problem, relif_trace) -> None:
+    uninterrupted = relif_trace
     interrupted = run(problem, RELIF)
     interrupted.train_steps(5)  # past warmup, inside epoch 2
     buffer = io.BytesIO()
