@@ -3,6 +3,7 @@ an S3 server (moto) on 127.0.0.1; and a scratch folder for everything the tests 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -106,6 +107,53 @@ def tiny_config(root: str | Path, **train: object) -> dict:
         "train": {"epochs": 2, "batch_size": 6, "eval_batch_size": 12, "lr": 1e-3, **train},
         "relif": {"squash_constants": TINY_ERM_SQUASH},
     }
+
+
+def tiny_resnet(name: str, pretrained: str = "none") -> tuple[torch.nn.Sequential, int]:
+    """A ResNet-18 layout (stem, four layers of two basic blocks, output stride 8) at widths
+    4, 4, 8, 8, 8 (30k parameters): what `relif_ray.models.dense.resnet_encoder` returns,
+    small."""
+    from torch import nn
+    from torchvision.models.resnet import BasicBlock
+
+    def layer(in_channels: int, width: int, stride: int) -> nn.Sequential:
+        shortcut = nn.Sequential(
+            nn.Conv2d(in_channels, width, 1, stride=stride, bias=False), nn.BatchNorm2d(width)
+        )
+        return nn.Sequential(
+            BasicBlock(in_channels, width, stride=stride, downsample=shortcut),
+            BasicBlock(width, width),
+        )
+
+    stem = [
+        nn.Conv2d(3, 4, 7, stride=2, padding=3, bias=False),
+        nn.BatchNorm2d(4),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, stride=2, padding=1),
+    ]
+    layers = [layer(4, 4, 1), layer(4, 8, 2), layer(8, 8, 1), layer(8, 8, 1)]
+    return nn.Sequential(*stem, *layers), 8
+
+
+@contextlib.contextmanager
+def tiny_resnets() -> Iterator[None]:
+    """Every NYUv2 model built inside (hard sharing and every architecture's experts) on
+    `tiny_resnet`: for tests whose claim holds for any ResNet of torchvision's blocks (a
+    method's or an architecture's plumbing, exact equality, what a step does) and whose time
+    would go to ResNet-18's 11M parameters (their gradients, Adam's step)."""
+    from relif_ray.models import dense, experts
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dense, "resnet_encoder", tiny_resnet)
+        patch.setattr(experts, "resnet_encoder", tiny_resnet)
+        yield
+
+
+@pytest.fixture
+def tiny_encoders() -> Iterator[None]:
+    """The test's models are built on `tiny_resnet` (`tiny_resnets`)."""
+    with tiny_resnets():
+        yield
 
 
 @pytest.fixture(scope="session")

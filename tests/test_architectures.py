@@ -5,7 +5,7 @@ mode works where there is one encoder output and is a one-line error where there
 checkpoints resume with identical numbers; bad combinations are one-line errors before Ray.
 
 Size: 350 short trials must fit the suite's budget, so the NYUv2 encoder here is a narrow
-ResNet of torchvision's own blocks (`tiny_resnet`, ~30k parameters, patched in for
+ResNet of torchvision's own blocks (`tests.conftest.tiny_resnet`, ~30k parameters, patched in for
 torchvision's ResNet builder), its images 8x8, two steps each. The architectures' code is
 the same as on ResNet-18 and ResNet-50, which `tests/test_architectures_libmtl.py` runs
 against LibMTL.
@@ -13,12 +13,10 @@ against LibMTL.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import io
 import math
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +30,7 @@ from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.methods import METHODS
 from relif_ray.methods.registry import missing_requirements
-from relif_ray.models import dense, experts
+from relif_ray.models import dense
 from relif_ray.models.architectures import ARCHITECTURES, LSTM
 from relif_ray.problems import Problem, load_problem
 from relif_ray.sweep.preflight import check_trial_configs
@@ -53,47 +51,6 @@ METHOD_OPTIONS = {"nashmtl": {"optim_niter": 1}}
 RELIF = {"enabled": True, "warmup_steps": 0}
 SQUASH = {"depth": [0.5, 1.5], "normal": [0.5, 1.5]}
 """Squash constants of the tiny models' depth/normal scores (any band: ReLiF only needs one)."""
-
-
-def tiny_resnet(name: str, pretrained: str = "none") -> tuple[nn.Sequential, int]:
-    """A ResNet-18 layout (stem, four layers of two basic blocks, output stride 8) at widths
-    4, 4, 8, 8, 8: what `relif_ray.models.dense.resnet_encoder` returns, small."""
-    from torchvision.models.resnet import BasicBlock
-
-    def layer(in_channels: int, width: int, stride: int) -> nn.Sequential:
-        shortcut = nn.Sequential(
-            nn.Conv2d(in_channels, width, 1, stride=stride, bias=False), nn.BatchNorm2d(width)
-        )
-        return nn.Sequential(
-            BasicBlock(in_channels, width, stride=stride, downsample=shortcut),
-            BasicBlock(width, width),
-        )
-
-    stem = [
-        nn.Conv2d(3, 4, 7, stride=2, padding=3, bias=False),
-        nn.BatchNorm2d(4),
-        nn.ReLU(inplace=True),
-        nn.MaxPool2d(3, stride=2, padding=1),
-    ]
-    layers = [layer(4, 4, 1), layer(4, 8, 2), layer(8, 8, 1), layer(8, 8, 1)]
-    return nn.Sequential(*stem, *layers), 8
-
-
-@contextlib.contextmanager
-def tiny_resnets() -> Iterator[None]:
-    """Every NYUv2 model built inside (hard sharing and every architecture's experts) on
-    `tiny_resnet`: for tests whose claim holds for any ResNet of torchvision's blocks and
-    whose time would go to ResNet-18's 11M parameters (their gradients, Adam's step)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(dense, "resnet_encoder", tiny_resnet)
-        patch.setattr(experts, "resnet_encoder", tiny_resnet)
-        yield
-
-
-@pytest.fixture(scope="module")
-def tiny_encoders():
-    with tiny_resnets():
-        yield
 
 
 @pytest.fixture(scope="module")

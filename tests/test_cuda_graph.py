@@ -24,9 +24,8 @@ from relif_ray.engine import TrainingRun, build_lr_scheduler, eager_reason
 from relif_ray.methods import METHODS, MTLMethod
 from relif_ray.methods.registry import missing_requirements
 from relif_ray.testing.runs import largest_relative_difference
-from tests.conftest import needs_cuda
+from tests.conftest import needs_cuda, tiny_resnets
 from tests.host_sync import no_host_sync
-from tests.test_architectures import tiny_resnets
 from tests.test_fast_path import dense_values
 
 CAPTURABLE = sorted(name for name, cls in METHODS.items() if cls.capturable)
@@ -125,7 +124,7 @@ def test_a_capturable_method_changes_its_state_in_place_and_never_reads_the_host
 def graph_ready_run(values: dict) -> TrainingRun:
     """A CPU run with the optimiser a graphed trial gets (capturable, the learning rate a
     tensor) and its data on the device, eager; its encoder is the tiny ResNet
-    (`tests.test_architectures.tiny_resnet`): the plumbing is the same for any model, and
+    (`tests.conftest.tiny_resnet`): the plumbing is the same for any model, and
     ResNet-18's 11M parameters would cost each step's gradients and Adam step."""
     values["train"] = {**values["train"], "data_on_device": True, "epochs": 3}
     values["train"].update(scheduler="step", scheduler_step_size=1, scheduler_gamma=0.5)

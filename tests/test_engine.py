@@ -8,8 +8,7 @@ import torch
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun, epoch_permutation
 from relif_ray.errors import UserError
-from tests.conftest import tiny_config
-from tests.test_architectures import tiny_resnets
+from tests.conftest import tiny_config, tiny_resnets
 
 
 def _run(root, **train) -> TrainingRun:
@@ -17,7 +16,7 @@ def _run(root, **train) -> TrainingRun:
 
 
 def _tiny_run(root, **train) -> TrainingRun:
-    """`_run` on the tiny ResNet encoder (`tests.test_architectures.tiny_resnet`), for claims
+    """`_run` on the tiny ResNet encoder (`tests.conftest.tiny_resnet`), for claims
     about steps, budgets and state that hold for any model: ResNet-18's 11M parameters would
     cost each step's gradients and Adam step."""
     with tiny_resnets():

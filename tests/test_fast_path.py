@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -23,19 +22,8 @@ from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.transfer import move_batch, resident_split
 from tests.conftest import needs_cuda, tiny_config
 from tests.host_sync import no_host_sync
-from tests.test_architectures import tiny_resnets
 
 RELIF = {"enabled": True, "warmup_steps": 0}
-
-
-@pytest.fixture
-def tiny_encoders() -> Iterator[None]:
-    """Runs whose encoder is `tests.test_architectures.tiny_resnet` (ResNet-18's layout and
-    blocks, 30k parameters), for the tests whose claim is exact equality or what a step does
-    (layouts, host synchronisation), not numbers near ResNet-18's: its 11M parameters would
-    cost each run's steps their time."""
-    with tiny_resnets():
-        yield
 
 
 def make_run(

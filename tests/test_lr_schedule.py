@@ -14,8 +14,7 @@ import pytest
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
-from tests.conftest import tiny_config
-from tests.test_architectures import tiny_resnets
+from tests.conftest import tiny_config, tiny_resnets
 from tests.test_engine import _roundtrip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +29,7 @@ epoch 2 at the full rate, so the resume tests fail unless the schedule's state i
 
 
 def _run(root, **train) -> TrainingRun:
-    """A run on the tiny ResNet encoder (`tests.test_architectures.tiny_resnet`): the rates
+    """A run on the tiny ResNet encoder (`tests.conftest.tiny_resnet`): the rates
     and the resume are the same for any model, and ResNet-18's 11M parameters would cost
     each step's gradients and Adam step."""
     with tiny_resnets():

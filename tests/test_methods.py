@@ -10,7 +10,6 @@ heads whose targets pull the trunk in conflicting directions.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,6 @@ from relif_ray.methods.gradnorm import gradnorm_weight_gradient
 from relif_ray.methods.pcgrad import pcgrad_weights
 from relif_ray.models.dense import DenseMTLModel
 from tests.conftest import tiny_config
-from tests.test_architectures import tiny_resnets
 
 TASKS = ["a", "b", "c"]
 REGISTERED = sorted(METHODS)
@@ -862,15 +860,6 @@ def micro_nyuv2(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("micro") / "data"
     return write_synthetic_nyuv2(root, train=2, val=2, height=16, width=16, seed=0)
-
-
-@pytest.fixture
-def tiny_encoders() -> Iterator[None]:
-    """The runs build their encoder as `tests.test_architectures.tiny_resnet` (ResNet-18's
-    layout and blocks, 30k parameters): the methods' plumbing is the same, and ResNet-18's
-    11M parameters would cost each run its per-task gradients and Adam steps."""
-    with tiny_resnets():
-        yield
 
 
 def engine_run(
