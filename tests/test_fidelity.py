@@ -4,6 +4,7 @@ size, end to end through the real sweep and report; its record is the harness's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -36,11 +37,16 @@ def test_fidelity_compares_each_label_with_the_same_seed_erm_trial() -> None:
 
 
 @pytest.mark.slow
-def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(tmp_path) -> None:
+def test_fidelity_quick_rows_recompute_from_the_reports_per_trial_csv(
+    ray_session, tmp_path
+) -> None:
     """The --quick size end to end through the real sweep and report (each in a process of
-    its own, on the local Ray the sweep starts): every row recomputed from the report's
-    per_trial.csv and interface_per_trial.csv, every target applied."""
-    size = fidelity.QUICK
+    its own; the sweep on the tests' Ray, as `-- --address ADDRESS` sends it to a cluster):
+    every row recomputed from the report's per_trial.csv and interface_per_trial.csv, every
+    target applied."""
+    address = ray_session.get_runtime_context().gcs_address
+    on_the_tests_ray = ("--address", address, "--max-concurrent-trials", "1")
+    size = dataclasses.replace(fidelity.QUICK, sweep_flags=on_the_tests_ray)
     rows = fidelity.fidelity_rows(size, tmp_path)
     trials = pd.read_csv(tmp_path / "report" / "per_trial.csv")
     interfaces = pd.read_csv(tmp_path / "report" / "interface_per_trial.csv")
