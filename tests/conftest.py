@@ -84,6 +84,13 @@ TINY_ERM_SQUASH = {"depth": [4.8131, 4.9289], "normal": [3.9598, 4.0494]}
 the tiny data (seed 0, 2 epochs): the paper's squash constants for ReLiF runs in tests."""
 
 
+HANG_GUARD_S = 1800
+"""How long a test waits for a process or a condition before it calls it hung. A guard against
+hangs, never a speed check: with two busy processes beside the suite on 2 cores, its sweeps ran
+7 to 10 times slower than on the idle machine (a 40-s fixture took 370 s), so every wait of the
+suite is this long, and a wait on a process also ends when the process does."""
+
+
 ONE_TRIAL_AT_A_TIME = ("--max-concurrent-trials", "1")
 """For a test sweep whose trials need not overlap: trials of a second or two each run in turn
 on one trial worker, which Tune reuses. A second worker would spend longer starting (Python,

@@ -32,6 +32,7 @@ from relif_ray.testing.synthetic_experiment import (
     example_experiment,
     write_synthetic_experiment,
 )
+from tests.conftest import HANG_GUARD_S
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "analysis" / "notebooks" / "explore_experiment.ipynb"
@@ -66,7 +67,7 @@ def run_notebook(
     NotebookClient(
         notebook,
         kernel_name="python3",
-        timeout=300,
+        timeout=HANG_GUARD_S,
         resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     ).execute()
     return [cell.outputs for cell in notebook.cells if cell.cell_type == "code"]

@@ -34,6 +34,7 @@ from relif_ray.methods.registry import missing_requirements
 from relif_ray.plugins import METHODS_PATH, PROBLEMS_PATH
 from relif_ray.reference import write_squash_constants
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
+from tests.conftest import HANG_GUARD_S
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["seg", "depth", "normal"]
@@ -155,7 +156,7 @@ def test_a_broken_plugin_is_one_line_from_a_sweep_script(tmp_path):
         capture_output=True,
         text=True,
         env={"PATH": "", PROBLEMS_PATH: str(folder), "RAY_USAGE_STATS_ENABLED": "0"},
-        timeout=120,
+        timeout=HANG_GUARD_S,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip() == (

@@ -19,7 +19,7 @@ import pytest
 
 from relif_ray import analysis
 from relif_ray.plugins import PLUGIN_PATHS
-from tests.conftest import ONE_TRIAL_AT_A_TIME
+from tests.conftest import HANG_GUARD_S, ONE_TRIAL_AT_A_TIME
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,12 @@ def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
     )
 
 
@@ -92,7 +97,7 @@ def bare_cluster(plugin_env: dict[str, str]):
         yield head.stdout.readline().strip()
     finally:
         head.stdin.close()
-        head.wait(timeout=60)
+        head.wait(timeout=HANG_GUARD_S)
 
 
 @pytest.mark.slow

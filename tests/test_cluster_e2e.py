@@ -32,7 +32,7 @@ from relif_ray import analysis
 from relif_ray.cli import main as relif_main
 from relif_ray.cli.sweep import NYUV2, main
 from relif_ray.experiment.outputs import read_trial_info
-from tests.conftest import TINY_DATA
+from tests.conftest import HANG_GUARD_S, TINY_DATA
 from tests.recipes import CLUSTER_SWEEP, documented_command, script_argv, with_flags
 from tests.test_sweeps import trial_records
 
@@ -85,7 +85,7 @@ def cluster() -> Iterator[LocalCluster]:
     finally:
         process.stdin.close()  # the helper shuts every node down
         try:
-            process.wait(timeout=120)
+            process.wait(timeout=HANG_GUARD_S)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -149,7 +149,7 @@ def checkpointed_trials(experiment: Path) -> dict[str, bool]:
 
 def wait_for(condition: Callable[[], T], driver: subprocess.Popen, what: str) -> T:
     """The first true value of `condition`, polled while the driver runs."""
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + HANG_GUARD_S
     while not (value := condition()):
         assert driver.poll() is None, f"the sweep ended before {what}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -247,7 +247,7 @@ def test_a_lost_worker_node_costs_nothing(
         assert named and (experiment / named.group(1)).is_dir(), note
         finished = pd.read_csv(out / "per_trial.csv", dtype={"trial": str})
         assert len(finished) == 1 and not named.group(1).endswith(finished["trial"][0])
-        assert driver.wait(timeout=400) == 0, log.read_text()[-3000:]
+        assert driver.wait(timeout=HANG_GUARD_S) == 0, log.read_text()[-3000:]
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
@@ -281,7 +281,7 @@ def test_a_killed_driver_on_the_cluster_resumes_with_identical_numbers(
         env=cluster.env,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=HANG_GUARD_S,
     )
     (tmp_path / "resumed.log").write_text(resumed.stdout + resumed.stderr)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

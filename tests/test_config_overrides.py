@@ -13,6 +13,7 @@ import torch
 
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
 from relif_ray.sweep.overrides import parse_set, read_config_file, yaml_scalar
+from tests.conftest import HANG_GUARD_S
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ["nyuv2.py", "clinical.py", "run.py", "controller_sensitivity.py"]
@@ -111,7 +112,7 @@ def test_every_sweep_script_takes_set_and_refuses_fields_of_the_grid(script, tmp
     run = subprocess.run(
         [sys.executable, f"sweeps/{script}", "--demo", "--storage", str(tmp_path),
          "--set", "train.precision=bf16", "--set", "seed=1"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert run.returncode == 2 and run.stderr.strip() == (
         f"{script}: error: --set seed: set by --seeds, not by a config override"

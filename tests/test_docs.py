@@ -28,6 +28,7 @@ import pytest
 from relif_ray.cli.console import main as relif_main
 from relif_ray.problems import benchmarks
 from tests import pinned
+from tests.conftest import HANG_GUARD_S
 from tests.recipes import REPO, documents, shell_commands
 
 OTHER_TOOLS_FLAGS = {
@@ -144,7 +145,7 @@ def plugin_make_data_help() -> str:
         env = {**os.environ, "PYTHONPATH": str(REPO), "RELIF_PROBLEMS_PATH": folder}
         done = subprocess.run(
             [sys.executable, "-m", "relif_ray.cli", "make-data", "toy", "--help"],
-            env=env, capture_output=True, text=True, timeout=120, check=True,
+            env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, check=True,
         )  # fmt: skip
     return done.stdout
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.conftest import HANG_GUARD_S
+
 REPO = Path(__file__).resolve().parents[1]
 API_PAGES = {
     "relif": ["relif_ray.relif"],
@@ -42,7 +44,7 @@ def build(config: Path, site: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
          "--site-dir", str(site)],
-        cwd=REPO, env=environment, capture_output=True, text=True, timeout=300,
+        cwd=REPO, env=environment, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
 
 

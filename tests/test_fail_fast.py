@@ -31,7 +31,7 @@ from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.errors import UserError
 from relif_ray.sweep.preflight import check_storage, check_trial_configs
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
-from tests.conftest import in_code, tiny_config
+from tests.conftest import HANG_GUARD_S, in_code, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 RAY_ENV = {
@@ -42,7 +42,7 @@ RAY_ENV = {
 
 
 def run_sweep(
-    script: str, *args: str, timeout: int = 300, ray_env: dict[str, str] = RAY_ENV
+    script: str, *args: str, timeout: int = HANG_GUARD_S, ray_env: dict[str, str] = RAY_ENV
 ) -> subprocess.CompletedProcess:
     """The script as a process; `ray_env`: the settings of a local Ray it would start."""
     return subprocess.run(
@@ -167,7 +167,7 @@ def test_ctrl_c_before_a_sweep_or_in_a_report_is_one_line_and_writes_nothing(
         argv = [str(relif), "report", str(experiment), "--out", str(out)]
     code = CTRL_C_AT.format(module=module, function=function, argv=argv)
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S
     )
     assert result.returncode == 130, result.stderr[-3000:]
     assert result.stderr.splitlines() == [f"{Path(argv[0]).name}: interrupted"], result.stderr
@@ -379,7 +379,7 @@ def test_a_user_error_in_a_trial_errors_it_once_and_the_sweep_exits_non_zero(
     address = ray_session.get_runtime_context().gcs_address
     flags = [*nyuv2_flags(nyuv2_copy, storage), "--name", "bad", "--max-failures", "2"]
     flags += ["--address", address]
-    result = run_sweep("sweeps/nyuv2.py", *flags, timeout=600, ray_env={})  # no local Ray
+    result = run_sweep("sweeps/nyuv2.py", *flags, timeout=HANG_GUARD_S, ray_env={})  # no local Ray
     assert result.returncode == 1, result.stderr[-3000:]
     experiment = storage / "bad"
     trial_dir = next(path for path in experiment.iterdir() if path.name.startswith("erm_seed0"))

@@ -14,7 +14,7 @@ import pytest
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
-from tests.conftest import tiny_config, tiny_resnets
+from tests.conftest import HANG_GUARD_S, tiny_config, tiny_resnets
 from tests.test_engine import _roundtrip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_the_sweep_commands_reject_a_bad_schedule_before_ray_starts(
     stderr, no traceback, nothing written (the demo data included)."""
     argv = [*command, "--demo", "--set", setting, "--storage", str(tmp_path / "results")]
     result = subprocess.run(
-        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]

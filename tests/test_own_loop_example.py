@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HANG_GUARD_S
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "docs" / "examples"
 EXAMPLE = EXAMPLES / "own_loop.py"
@@ -84,7 +86,11 @@ def test_the_readme_loop_runs_as_pasted_and_relif_acts(tmp_path):
     script = tmp_path / "readme_loop.py"
     script.write_text(readme_own_loop_code())
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     printed = numbers(done.stdout.strip().splitlines()[-1])

@@ -24,6 +24,7 @@ import torch
 from relif_ray.cli.sweep import DATASETS, experiment_name, sweep_request
 from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser
 from relif_ray.sweep.plan import plan_summary
+from tests.conftest import HANG_GUARD_S
 from tests.recipes import (
     CLUSTER_SWEEP,
     ONE_MACHINE_8_GPUS,
@@ -62,7 +63,7 @@ def test_the_one_machine_8_gpu_recipe_runs_until_it_needs_a_gpu(nyuv2_dir, tmp_p
         env={**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_GUARD_S,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     plan = [line for line in result.stdout.splitlines() if line.startswith("plan: ")]

@@ -34,7 +34,7 @@ from relif_ray import analysis
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.sweep.exit_status import EXIT_STOPPED
-from tests.conftest import TINY_DATA
+from tests.conftest import HANG_GUARD_S, TINY_DATA
 from tests.local_cluster import free_port, listening_addresses
 from tests.test_cluster_e2e import has_checkpoint
 from tests.test_sweeps import trial_records
@@ -134,7 +134,7 @@ def run_watching_sockets(
             ["bash", str(SCRIPT), *TINY_SWEEP], cwd=REPO, env=env, stdout=output,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-    listening, deadline = set(), time.monotonic() + 400
+    listening, deadline = set(), time.monotonic() + HANG_GUARD_S
     root = psutil.Process(script.pid)
     while script.poll() is None:
         assert time.monotonic() < deadline, "the Slurm script did not finish"
@@ -155,7 +155,7 @@ def running_with_a_checkpoint(experiment: Path) -> bool:
 
 
 def assert_ray_stopped(ray_tmp: str) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_GUARD_S
     while ray_processes(ray_tmp):  # the stop lines ended every Ray process
         assert time.monotonic() < deadline, ray_processes(ray_tmp)
         time.sleep(0.5)
@@ -253,7 +253,12 @@ def start_lines(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedPr
         RAY_TMPDIR=str(tmp_path / "ray"), **settings,
     )  # fmt: skip
     done = subprocess.run(
-        ["bash", str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(SCRIPT)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
     )
     return done, log.read_text().splitlines()
 

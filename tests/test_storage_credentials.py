@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE, write_synthetic_table
-from tests.conftest import BUCKET, ONE_TRIAL_AT_A_TIME
+from tests.conftest import BUCKET, HANG_GUARD_S, ONE_TRIAL_AT_A_TIME
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def run(argv: list[str], scratch: Path, **env: str) -> subprocess.CompletedProce
             "AWS_EC2_METADATA_DISABLED": "true",
             **env,
         },
-        timeout=900,
+        timeout=HANG_GUARD_S,
     )
 
 

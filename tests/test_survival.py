@@ -34,6 +34,7 @@ from relif_ray.experiment import storage
 from relif_ray.experiment.outputs import read_trial_info
 from relif_ray.sweep.exit_status import EXIT_STOPPED
 from relif_ray.tuning.trainable import STATE_FILE, readable_state
+from tests.conftest import HANG_GUARD_S
 from tests.local_cluster import LOCALHOST, free_port
 from tests.test_cluster_e2e import (
     assert_uninterrupted_numbers,
@@ -95,7 +96,7 @@ class Driver:
 
     def wait(self) -> int:
         try:
-            return self.process.wait(timeout=300)
+            return self.process.wait(timeout=HANG_GUARD_S)
         finally:
             if self.process.poll() is None:
                 os.killpg(self.process.pid, signal.SIGKILL)

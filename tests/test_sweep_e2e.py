@@ -16,6 +16,7 @@ import pytest
 from relif_ray import analysis
 from relif_ray.cli import main as relif  # the `relif` console script, in this process
 from relif_ray.tuning import LOOPBACK_SWITCH
+from tests.conftest import HANG_GUARD_S
 from tests.local_cluster import LOCALHOST, listening_addresses
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD_S
     )
 
 
@@ -91,7 +92,7 @@ def demo_sweep(nyuv2_dir, sweep_folder: Path) -> DemoSweep:
         finally:
             if driver.poll() is None:
                 driver.kill()
-            driver.wait(timeout=600)
+            driver.wait(timeout=HANG_GUARD_S)
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     assert driver.returncode == 0, stderr[-3000:]

@@ -47,7 +47,7 @@ from relif_ray.sweep.trial_config import (
     tune_trial,
 )
 from relif_ray.tuning.trainable import STATE_FILE, readable_state
-from tests.conftest import tiny_config
+from tests.conftest import HANG_GUARD_S, tiny_config
 from tests.local_cluster import LOCALHOST, listening_addresses
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1001,7 +1001,7 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + HANG_GUARD_S
     finished, interrupted = set(), set()
     while not (finished and interrupted) and time.monotonic() < deadline:
         if driver.poll() is not None:
@@ -1025,7 +1025,7 @@ def test_killed_driver_resumes_across_the_reference_phase(ray_session, small_dat
         env=driver_env(),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_GUARD_S,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Error handling checkpoint" not in resumed.stderr  # Tune's driver, in this output
