@@ -29,6 +29,8 @@ PLAIN_LOOP = "plain fp32 loop"
 GRAPHED = "training images/s, erm (graphed)"
 NUMERIC_ROW = "graphed against eager, largest relative difference"
 NUMERIC_STEPS = 10
+COMPILED_RELIF = "relif, compiled regularizer"
+"""ERM + ReLiF with `train.compile_relif`: the regularizer's step compiled as one graph."""
 
 
 def variant_rows(ctx: Context, variant: str, erm: dict | None = None) -> dict:
@@ -98,6 +100,7 @@ def graph_suite(ctx: Context) -> None:
         worker_rows(ctx, PLAIN_LOOP, result, setting_text(config, root))
         rates["plain"] = result["images_per_s"]
     ratio_rows(ctx, rates)
+    compiled_relif_rows(ctx, root, rates.get(("erm", "auto")))
     if not ctx.has_time(30):
         ctx.skip(NUMERIC_ROW, OUT_OF_TIME)
         return
@@ -119,6 +122,26 @@ def ratio_rows(ctx: Context, rates: dict) -> None:
         graphed, eager = rates.get((variant, "auto")), rates.get((variant, "off"))
         if graphed and eager:
             ctx.row(f"{variant}: graphed / eager images/s", graphed / eager, "x")
+
+
+def compiled_relif_rows(ctx: Context, root, erm: float | None) -> None:  # noqa: ANN001
+    """ERM + ReLiF graphed with the regularizer compiled (`train.compile_relif`; at toy size
+    dynamo's eager backend, as the compile suite's), and its step against graphed ERM's."""
+    name = f"training images/s, {COMPILED_RELIF} (graphed)"
+    if not ctx.has_time(90):  # compilation takes most of it
+        ctx.skip(name, OUT_OF_TIME)
+        return
+    with ctx.step(name):
+        config = trial_config(ctx, root, "relif", gpu=True)
+        config["train"].update(cuda_graph="auto", compile_relif=True)
+        options = {"compile_backend": "eager"} if ctx.toy else {}
+        result = timed_worker(ctx, config, **options)
+        worker_rows(ctx, f"{COMPILED_RELIF} (graphed)", result, setting_text(config, root))
+        if erm:
+            name = "graphed ERM+ReLiF step, compiled regularizer / graphed ERM step"
+            ctx.judged(name, name, erm / result["images_per_s"], "x", "images/s of ERM over "
+                       "ERM+ReLiF with train.compile_relif, both graphed; compilation's steps "
+                       "are not timed")  # fmt: skip
 
 
 def numeric_rows(ctx: Context) -> None:
@@ -257,15 +280,22 @@ def profile_steps(run, steps: int) -> dict[str, float | None]:  # noqa: ANN001
 
 
 def profile_suite(ctx: Context) -> None:
+    """ERM, ERM + ReLiF and, on CUDA, ERM + ReLiF with its regularizer compiled (inductor
+    builds no kernels worth profiling on a CPU), then what ReLiF adds to ERM's step."""
     measured = {}
-    for variant in ("erm", "relif"):
+    for variant in ("erm", "relif", COMPILED_RELIF):
+        if variant == COMPILED_RELIF and not ctx.cuda:
+            ctx.skip(f"step profile, {variant}", NEEDS_GPU)
+            continue
         with ctx.step(f"step profile, {variant}"):
             measured[variant] = profile_variant(ctx, variant)
-    if len(measured) == 2:
+    for variant, what in (("relif", "ERM+ReLiF"), (COMPILED_RELIF, "ERM+ReLiF compiled")):
+        if "erm" not in measured or variant not in measured:
+            continue
         for key, (title, unit) in FIGURES.items():
-            erm, relif = measured["erm"][key], measured["relif"][key]
+            erm, relif = measured["erm"][key], measured[variant][key]
             if erm is not None and relif is not None:
-                ctx.row(f"{title}, ERM+ReLiF - ERM", relif - erm, unit, "eager steps")
+                ctx.row(f"{title}, {what} - ERM", relif - erm, unit, "eager steps")
 
 
 def profile_variant(ctx: Context, variant: str) -> dict:
@@ -274,8 +304,9 @@ def profile_variant(ctx: Context, variant: str) -> dict:
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
 
-    config = trial_config(ctx, data_root(ctx, gpu=True), variant, gpu=True)
-    config["train"]["cuda_graph"] = "off"
+    compiled = variant == COMPILED_RELIF
+    config = trial_config(ctx, data_root(ctx, gpu=True), "relif" if compiled else variant, True)
+    config["train"].update(cuda_graph="off", compile_relif=compiled)
     run = TrainingRun(ExperimentConfig.from_dict(config))
     run.train_steps(WORKER_WARMUP_STEPS if ctx.cuda else 1)
     figures = profile_steps(run, PROFILED_STEPS)

@@ -105,6 +105,10 @@ class TrainConfig:
         must be set.
     compile: run the model forward through `torch.compile` (first steps are slow while it
         compiles; checkpoints are unaffected).
+    compile_relif: run the ReLiF regularizer's step through `torch.compile` as one graph
+        (`relif_ray.relif.regularizer.compiled_regularizer`): its chain of small kernels fused,
+        also inside the graphed step; the same numbers up to fused kernels' float rounding.
+        No effect without ReLiF; off until the GPU's rows decide a default.
     cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
         fastest (a speed choice; the chosen kernels may differ between runs). CUDA runs are
         not bitwise repeatable either way: some CUDA backward kernels add atomically in a
@@ -160,6 +164,7 @@ class TrainConfig:
     precision: Literal["fp32", "bf16"] = "fp32"
     channels_last: bool = False
     compile: bool = False
+    compile_relif: bool = False
     cudnn_benchmark: bool = True
     data_on_device: bool = False
     cuda_graph: Literal["auto", "off"] = "auto"

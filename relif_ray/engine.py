@@ -40,7 +40,7 @@ from relif_ray.evaluation import EvalResult, SplitCollector
 from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
-from relif_ray.relif.regularizer import ReLiFRegularizer
+from relif_ray.relif.regularizer import ReLiFRegularizer, compiled_regularizer
 from relif_ray.tasks.base import Batch, ModelOutput
 from relif_ray.transfer import move_batch, move_tensor, resident_split
 
@@ -182,6 +182,10 @@ class TrainingRun:
             p for p in self.model.parameters() if p.requires_grad and id(p) not in shared
         ]
         self.regularizer = self._build_regularizer(task_names)
+        self.relif_step = self.regularizer
+        """What a step calls: the regularizer, or it compiled (`train.compile_relif`)."""
+        if self.regularizer is not None and config.train.compile_relif:
+            self.relif_step = compiled_regularizer(self.regularizer)
         self.train_split = self.split("train")
         self.eager_reason = eager_reason(self)
         self.optimizer = self._build_optimizer(graph=self.eager_reason is None)
@@ -371,7 +375,7 @@ class TrainingRun:
         if self.regularizer is not None:
             scores = {task.name: task.audit_score(output, batch) for task in self.tasks}
             is_probability = {task.name: task.score_is_probability for task in self.tasks}
-            relif_loss, stats = self.regularizer(scores, output.representation, is_probability)
+            relif_loss, stats = self.relif_step(scores, output.representation, is_probability)
             extra_loss = sum_of(extra_loss, relif_loss)
         self.optimizer.zero_grad(set_to_none=True)
         context = StepContext(

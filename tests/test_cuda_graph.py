@@ -6,7 +6,8 @@ nothing from the host and has no after-step hook; the others say why in one line
 graphed step's plumbing run without the capture itself (static index, trace buffer, learning
 rate as a tensor filled by the schedule, resume), which must give the eager step's numbers
 bit for bit. On CUDA (CUDA-only tests): 10 graphed steps against 10 eager steps from one state,
-and a graphed run resumed from its checkpoint.
+also with the regularizer compiled (`train.compile_relif`), and a graphed run resumed from its
+checkpoint.
 """
 
 from __future__ import annotations
@@ -202,6 +203,24 @@ def test_cuda_graphed_steps_match_eager_steps_within_the_eager_paths_own_spread(
     spread = largest_relative_difference(eager[0], eager[1])
     tolerance = max(10 * spread, 1e-5)
     assert largest_relative_difference(graphed, eager[0]) <= tolerance
+
+
+@needs_cuda
+def test_cuda_graph_captures_the_compiled_regularizer_with_the_eager_numbers(nyuv2_dir) -> None:
+    """`train.compile_relif` in the graphed step: inductor's kernels, compiled in the eager
+    warm-up steps, captured with the rest. From one state, 10 such steps against 10 eager
+    uncompiled ones, within the tolerance of the graphed steps (fused kernels round
+    differently; CUDA's atomic adds differ between two eager runs)."""
+    start = trained(cuda_values(nyuv2_dir, "off"), 2).state_dict()
+    eager = [trained(cuda_values(nyuv2_dir, "off"), 10, start) for _ in range(2)]
+    values = cuda_values(nyuv2_dir, "auto")
+    values["train"]["compile_relif"] = True
+    compiled = trained(values, 10, start)
+    assert compiled.graphed is not None and compiled.graphed.graph is not None
+    assert compiled.relif_step is not compiled.regularizer
+    tolerance = max(10 * largest_relative_difference(eager[0], eager[1]), 1e-5)
+    assert largest_relative_difference(compiled, eager[0]) <= tolerance
+    torch.compiler.reset()
 
 
 @needs_cuda

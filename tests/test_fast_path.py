@@ -221,6 +221,24 @@ def test_compile_traces_the_model_and_changes_no_number(
     torch._dynamo.reset()
 
 
+def test_compile_relif_steps_through_the_compiled_regularizer_with_the_same_numbers(
+    tiny_encoders, nyuv2_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`train.compile_relif`: every step calls the regularizer compiled as one graph (here
+    through AOTAutograd, the graph inductor gets; inductor's C++ build is too slow for a 2-core
+    CPU), with the uncompiled run's trace and checkpoint; off, the step calls the module."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    plain = make_run(nyuv2_dir, RELIF, max_steps=2)
+    compiled = make_run(nyuv2_dir, RELIF, max_steps=2, compile_relif=True)
+    assert plain.relif_step is plain.regularizer
+    assert compiled.relif_step._orig_mod is compiled.regularizer
+    plain.train_steps(2)
+    compiled.train_steps(2)
+    assert compiled.trace == plain.trace
+    assert compiled.state_dict()["regularizer"].keys() == plain.state_dict()["regularizer"].keys()
+    torch.compiler.reset()
+
+
 def test_labels_are_held_as_int8_with_identical_numbers(tiny_encoders, nyuv2_dir) -> None:
     problem = load_problem(ExperimentConfig.from_dict(tiny_config(nyuv2_dir)).data)
     train = problem.splits["train"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 
 from relif_ray.config import ReLiFConfig
 from relif_ray.errors import UserError
+from relif_ray.relif import regularizer as regularizer_module
 from relif_ray.relif.regularizer import STAT_KEYS, ReLiFRegularizer, squash_with_gradient
 from relif_ray.squash import squash
 from tests.host_sync import no_host_sync
@@ -439,3 +441,61 @@ def test_a_training_step_has_no_host_synchronisation(
         loss, stats = regularizer(scores, representation, mixed)
         loss.backward()
     assert set(stats) == set(STAT_KEYS) and representation.grad is not None
+
+
+COMPILED_SETTINGS = {
+    "the paper's: erm squash, clip": dict(squash_constants=ERM_BAND),
+    "ours: running squash, logistic surrogate, clip-share penalty": dict(
+        squash="running", surrogate_score="logistic", clip_share_penalty=True
+    ),
+}
+
+
+@pytest.mark.parametrize("settings", COMPILED_SETTINGS.values(), ids=COMPILED_SETTINGS.keys())
+def test_the_compiled_step_is_one_graph_with_the_eager_numbers(
+    settings: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`train.compile_relif` traced whole (fullgraph: any graph break fails) and run through
+    AOTAutograd, which hands inductor the same functional graph: losses, statistics,
+    gradients and every buffer equal the eager step's bit for bit, over steps that initialise
+    and update the scales and the squash and one step without pairs (task b all invalid)."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    eager = ReLiFRegularizer(config(**settings), TASKS).double()
+    compiled = ReLiFRegularizer(config(**settings), TASKS).double()
+    step = regularizer_module.compiled_regularizer(compiled)
+    steps = [
+        ((3.5, 4.0, 5.5), (True,) * 3),
+        ((2.0, 7.0, 4.5), (False,) * 3),
+        ((6.5, 3.2, 4.1), (True,) * 3),
+    ]
+    for b, valid_b in steps:
+        results = []
+        for run in (eager, step):
+            scores, representation = batch(b=b, valid_b=valid_b)
+            loss, stats = run(scores, representation, {"a": True, "b": False})
+            loss.backward()
+            grads = [scores["a"][0].grad, scores["b"][0].grad, representation.grad]
+            results.append((loss.detach(), stats, grads))
+        (loss, stats, grads), (loss_c, stats_c, grads_c) = results
+        assert torch.equal(loss, loss_c)
+        for key in STAT_KEYS:
+            assert torch.allclose(stats[key], stats_c[key], rtol=0, atol=0, equal_nan=True), key
+        assert all(torch.equal(g, g_c) for g, g_c in zip(grads, grads_c, strict=True))
+        for name, buffer in eager.state_dict().items():
+            assert torch.allclose(buffer, compiled.state_dict()[name], 0, 0, equal_nan=True), name
+    torch.compiler.reset()
+
+
+def test_compiling_a_regularizer_after_others_never_meets_the_recompile_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trial worker compiles one regularizer per trial, each with its own settings as graph
+    constants; torch refuses a fullgraph compile past its recompile limit (8; set to 1 here),
+    so each compilation starts from cleared caches."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    for eta in (0.5, 0.25):
+        step = regularizer_module.compiled_regularizer(ReLiFRegularizer(config(eta=eta), TASKS))
+        scores, representation = batch()
+        step({k: (v.float(), m) for k, (v, m) in scores.items()}, representation.float())
+    torch.compiler.reset()

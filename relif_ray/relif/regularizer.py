@@ -269,6 +269,29 @@ class ReLiFRegularizer(nn.Module):
         return dict(zip(STAT_KEYS, _as_dtype(stacked, self.tau.dtype).unbind(), strict=True))
 
 
+def compiled_regularizer(regularizer: ReLiFRegularizer) -> nn.Module:
+    """The regularizer's step through `torch.compile`, as one graph (`train.compile_relif`).
+
+    Why: on a GPU the step (paper Algorithm 2, lines 4-9: squash, prototype pairs, the scale
+    quantiles and EMAs, the Huber margin and hinge, the controller) is a chain of about 240
+    small kernels forward and backward (docs/benchmarks.md), each with its own launch and
+    memory round trip even when replayed from a graph; ERM + ReLiF's graphed step took 1.13x
+    ERM's on an H200. Compiled (inductor, torch.compile's default backend), the elementwise
+    chains become a few fused kernels, inside the whole-step CUDA graph too
+    (`relif_ray.cuda_graph`: the compilation happens in its eager warm-up steps, the capture
+    records the compiled kernels). fullgraph=True: a graph break would put host work back in
+    every step, so it is an error, not a silent slowdown; dynamic=False: a step's shapes are
+    fixed by the batch size. The module and its buffers are the same objects, so checkpoints
+    are unchanged; the numbers are the eager step's up to the float rounding of fused
+    kernels. Off by default until the GPU's rows decide (docs/benchmarks.md).
+
+    torch.compile's caches are cleared first: a trial worker runs trials one after another
+    (Tune reuses it), each regularizer's settings are constants of its graph, and a ninth graph
+    of the same function (torch's recompile limit) would fail a fullgraph compile."""
+    torch.compiler.reset()
+    return torch.compile(regularizer, fullgraph=True, dynamic=False)
+
+
 def squash_with_gradient(
     raw: Tensor, low: Tensor, high: Tensor, gradient: SquashGradient = "clip"
 ) -> Tensor:

@@ -35,8 +35,11 @@ def constant(value: float, like: Tensor) -> Tensor:
     constant costs none of them and gives the same numbers on a CPU (the number is rounded to
     the dtype either way; on CUDA a division by a host number is a multiplication by its
     reciprocal, so there a constant is the exact division). Its first use copies it to the
-    device, once per process.
+    device, once per process. Inside a compiled step (`regularizer.compiled_regularizer`) it is
+    made in the graph, whose compiler folds it: torch.compile would trace through the cache.
     """
+    if torch.compiler.is_compiling():
+        return torch.tensor(float(value), dtype=like.dtype, device=like.device)
     return _cached_constant(float(value), like.dtype, like.device)
 
 
@@ -103,16 +106,24 @@ class PrototypePairs:
     selected_ok: Tensor
 
 
-@functools.cache
 def task_pairs(num_tasks: int, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
     """Indices (i, j), i < j, of every unordered task pair, in lexicographic order.
 
     Built on `device` directly (indexing with Python lists would copy them from the host, a
     synchronising copy on CUDA), once per (num_tasks, device): a constant, not a kernel
-    launch per training step.
+    launch per training step; in a compiled step, in the graph (as `constant`).
     """
+    if torch.compiler.is_compiling():
+        return _task_pair_indices(num_tasks, device)
+    return _cached_task_pairs(num_tasks, device)
+
+
+def _task_pair_indices(num_tasks: int, device: torch.device | None) -> tuple[Tensor, Tensor]:
     first, second = torch.triu_indices(num_tasks, num_tasks, offset=1, device=device)
     return first, second
+
+
+_cached_task_pairs = functools.cache(_task_pair_indices)
 
 
 def select_prototypes(rank_scores: Tensor, usable: Tensor, per_task: int) -> tuple[Tensor, Tensor]:
