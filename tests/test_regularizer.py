@@ -493,9 +493,10 @@ def test_compiling_a_regularizer_after_others_never_meets_the_recompile_limit(
     constants; torch refuses a fullgraph compile past its recompile limit (8; set to 1 here),
     so each compilation starts from cleared caches."""
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
-    for eta in (0.5, 0.25):
-        step = regularizer_module.compiled_regularizer(ReLiFRegularizer(config(eta=eta), TASKS))
-        scores, representation = batch()
-        step({k: (v.float(), m) for k, (v, m) in scores.items()}, representation.float())
+    with torch._dynamo.config.patch(recompile_limit=1):  # its own patch: put back after
+        for eta in (0.5, 0.25):
+            regularizer = ReLiFRegularizer(config(eta=eta), TASKS)
+            step = regularizer_module.compiled_regularizer(regularizer)
+            scores, representation = batch()
+            step({k: (v.float(), m) for k, (v, m) in scores.items()}, representation.float())
     torch.compiler.reset()
