@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from benchmarks.harness import OUT_OF_TIME, Context, interleaved_times, ratio_with_interval
-from benchmarks.throughput import variant_rows
+from benchmarks.throughput import GRAPHED, variant_rows
 from benchmarks.workers import GPU_SIZE, variants
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
@@ -42,6 +42,8 @@ COUNTERPART = {
 """Our method -> the package variant timed beside it (LibMTL's where LibMTL is installed)."""
 FIRST = ("pcgrad", "fairgrad", "upgrad", "nashmtl")
 """The gradient-aggregation methods whose GPU throughput is asked first."""
+HOST_SOLVE_TARGET = "host-solving method images/s / graphed ERM images/s"
+"""Each method graphed around its host solve against graphed ERM (`targets.TARGETS`)."""
 Step = Callable[[], None]
 
 
@@ -255,9 +257,17 @@ def methods_suite(ctx: Context) -> None:
 
 
 def method_throughput(ctx: Context, method: str) -> None:
-    """One method's worker: images/s, GPU utilisation, peak memory (if 15 s are left)."""
+    """One method's worker: images/s, GPU utilisation, peak memory (if 15 s are left); for a
+    method that solves on the host, its images/s over graphed ERM's (the graph suite's row)."""
     if not ctx.has_time(15):
         ctx.skip(f"training images/s, {method}", OUT_OF_TIME)
         return
     with ctx.step(f"training images/s, {method}"):
-        variant_rows(ctx, method)
+        result = variant_rows(ctx, method)
+    erm = ctx.earlier_row(GRAPHED)
+    if METHODS[method].splits_at_host_solve is MTLMethod.splits_at_host_solve or erm is None:
+        return
+    name = f"{method} images/s / graphed ERM images/s"
+    ctx.judged(HOST_SOLVE_TARGET, name, result["images_per_s"] / erm.value, "x",
+               f"steps {result['steps_as']}; graphed ERM {erm.value:.0f} img/s, the same "
+               "trial otherwise")  # fmt: skip

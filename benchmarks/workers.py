@@ -155,8 +155,8 @@ def worker_rows(ctx: Context, name: str, result: dict, setting: str, note: str =
             f"{result['peak_rss_mb']:.0f} MiB", result="info" if peak else "needs a GPU"
             )  # fmt: skip
     ctx.row(f"training images/s, {name}", result["images_per_s"], "img/s",
-            f"{setting}, {result['steps']} steps, median step {1e3 * result['step_s']:.1f} ms"
-            )  # fmt: skip
+            f"{setting}, {result['steps']} steps ({result['steps_as']}), median step "
+            f"{1e3 * result['step_s']:.1f} ms")  # fmt: skip
 
 
 # --- the GPU's utilisation --------------------------------------------------------------------
@@ -245,6 +245,22 @@ class PlainLoop:
         self.trace += [{"loss": float(loss)} for loss in losses]
 
 
+def steps_as(run) -> str:  # noqa: ANN001
+    """How the worker's steps ran: graphed whole, graphed around the method's host solve,
+    or eager (with the engine's reason)."""
+    from relif_ray.cuda_graph import SolvedGraphedStep
+
+    if isinstance(run, PlainLoop):
+        return "eager (the plain loop)"
+    if run.graphed is None:
+        return f"eager: {run.eager_reason}"
+    if run.graphed.graph is None:
+        return "eager: the capture failed"
+    if isinstance(run.graphed, SolvedGraphedStep):
+        return "graphed around the host solve"
+    return "graphed"
+
+
 def timed_chunks(run, steps: int, chunk: int) -> list[tuple[int, float]]:  # noqa: ANN001
     """(steps, seconds) of each chunk of up to `chunk` of `steps` steps. On CUDA the device is
     synchronised between chunks only, so the host queues steps ahead of the GPU as in a real
@@ -293,6 +309,7 @@ def main() -> None:
         "steps": steps, "rss_imports_mb": imports_mb, "peak_rss_mb": peak_rss_mb(),
         "cuda_peak_mb": torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
         "timed_from": timed_from, "timed_to": timed_to, "device": str(run.device),
+        "steps_as": steps_as(run),
     }  # fmt: skip
     if args.trace:
         result["trace"] = run.trace

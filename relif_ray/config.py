@@ -125,16 +125,17 @@ class TrainConfig:
         (NYUv2); the clinical data sets' variable-length stays are refused.
     cuda_graph: "auto" captures the whole training step (batch gather, forward, losses, ReLiF,
         backward, the optimiser's step) as one CUDA graph and replays it, on CUDA trials whose
-        method declares itself capturable and whose data are on the device; the others, and
-        every CPU trial, run eager steps, and a CUDA trial's log says why in one line
-        (`relif_ray.cuda_graph`). "off": always eager.
+        method declares itself capturable and whose data are on the device; a method that
+        solves for its weights on the host (PCGrad, FairGrad, the TorchJD methods) gets two
+        graphs around that solve. The others, and every CPU trial, run eager steps, and a CUDA
+        trial's log says why in one line (`relif_ray.cuda_graph`). "off": always eager.
     scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
         setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
         `scheduler_gamma` every `scheduler_step_size` epochs. "cosine": torch's
         CosineAnnealingLR from `lr` down to `scheduler_min_lr` over `scheduler_epochs` epochs
         (None: the epochs of the run's budget; past its horizon torch's cosine rises again).
         The rate changes at the end of each complete epoch only (see
-        `relif_ray.engine.build_lr_scheduler`). Not to be confused with the sweeps'
+        `relif_ray.schedule.build_lr_scheduler`). Not to be confused with the sweeps'
         `--scheduler` flag (Ray Tune's trial scheduler, ASHA), which stops trials early.
     eval_every: validate (the validation pass and the live audit of a sweep's trial,
         `relif_ray.tuning.trainable.evaluates_after`) every `eval_every` epochs, and always

@@ -20,17 +20,21 @@ written into a device buffer that the engine reads once per `train_steps` call. 
 checkpoint replaces the optimiser's state tensors, which the graph refers to: the graph is
 dropped and made again.
 
-A method is captured only if it declares itself capturable (`MTLMethod.capturable`): its step
-reads nothing from the host, keeps every state it changes in tensors updated in place, has no
-`after_step` hook, and returns its task weights as device tensors or as constants. Methods
-that read the host each step (FairGrad's and the TorchJD methods' solvers, PCGrad's random
-task order, RLW's host generator) stay eager, and the trial's log says why in one line.
+A method is captured whole only if it declares itself capturable (`MTLMethod.capturable`): its
+step reads nothing from the host, keeps every state it changes in tensors updated in place, has
+no `after_step` hook, and returns its task weights as device tensors or as constants. A method
+that solves for its weights on the host from the K x K Gramian (FairGrad's and the TorchJD
+methods' solvers, PCGrad's random task orders: `MTLMethod.splits_at_host_solve`) is captured
+as two graphs around that solve (`SolvedGraphedStep`). The others (RLW's host generator, FAMO's
+after-step hook, a representation-mode aggregator) stay eager, and the trial's log says why in
+one line.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -54,7 +58,7 @@ class GraphedStep:
 
     def __init__(
         self,
-        update: Callable[[Tensor], dict[str, Tensor]],
+        update: Callable[[Tensor], dict[str, Tensor]] | None,
         optimizer: torch.optim.Optimizer,
         batch_size: int,
         device: torch.device,
@@ -90,8 +94,11 @@ class GraphedStep:
         if self.graph is None and not self._captured():
             self._record(self._body(), number)
             return
-        self.graph.replay()
+        self._replay()
         self._record(self.row, number)
+
+    def _replay(self) -> None:
+        self.graph.replay()
 
     def _captured(self) -> bool:
         """Capture the step; where an operation cannot be captured, say so in one line and
@@ -125,7 +132,10 @@ class GraphedStep:
     def _body(self) -> Tensor:
         """The step on the static index: the batch gathered on the device, forward, losses,
         ReLiF, backward, clipping, the optimiser's step; the trace row as one vector."""
-        row = self.update(self.index)
+        return self._stacked(self.update(self.index))
+
+    def _stacked(self, row: dict[str, Tensor]) -> Tensor:
+        """A step's trace row as one device vector (`device_keys`, then the rate)."""
         if not self.keys:
             self._layout(row)
         values = [row[key].to(torch.float64).reshape(()) for key in self.device_keys]
@@ -166,3 +176,61 @@ class GraphedStep:
             rows.append({**row, "step": float(step), "lr": vector[-1]})
         self.filled, self.steps = 0, []
         return rows
+
+
+class SolvedGraphedStep(GraphedStep):
+    """The step of a method that solves for its task weights on the host
+    (`MTLMethod.splits_at_host_solve`: PCGrad, FairGrad, the TorchJD methods) as two CUDA
+    graphs around that solve. The first replays `before` on the static index (the batch
+    gathered on the device, forward, losses, ReLiF, the K per-task backward passes, the
+    ReLiF term's backward, the Gramian G G^T) and returns the Gramian and what the second
+    part needs; the host copies the K x K Gramian, runs `solve` (PCGrad's random orders,
+    FairGrad's SciPy solve, a TorchJD QP) and copies the K weights into a static device
+    vector; the second replays `after` (the update G^T c written back, clipping, the
+    optimiser's step, the trace row). The Gramian's copy is the step's one wait for the
+    device, as in an eager step; what the graphs save is the host's dispatch of every other
+    kernel. Warm-up, fallback and trace are `GraphedStep`'s."""
+
+    def __init__(
+        self,
+        parts: tuple[
+            Callable[[Tensor], tuple[Tensor, Any]],
+            Callable[[Tensor], Tensor],
+            Callable[[Any, Tensor], dict[str, Tensor]],
+        ],
+        num_weights: int,
+        optimizer: torch.optim.Optimizer,
+        batch_size: int,
+        device: torch.device,
+        capture: bool = True,
+    ) -> None:
+        super().__init__(None, optimizer, batch_size, device, capture)
+        self.before, self.solve, self.after = parts
+        self.solved = torch.zeros(num_weights, dtype=torch.float64, device=device)
+        """The static input of the second graph: the weights the host solved for."""
+        self.before_graph: torch.cuda.CUDAGraph | None = None
+        self.pending: tuple[Tensor, Any] | None = None
+        """The first graph's static output: the Gramian, and what `after` reads."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.before_graph = None
+
+    def _body(self) -> Tensor:
+        gramian, pending = self.before(self.index)
+        self.solved.copy_(self.solve(gramian.cpu()))
+        return self._stacked(self.after(pending, self.solved))
+
+    def _capture(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.before_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.before_graph):
+            self.pending = self.before(self.index)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.row = self._stacked(self.after(self.pending[1], self.solved))
+
+    def _replay(self) -> None:
+        self.before_graph.replay()
+        self.solved.copy_(self.solve(self.pending[0].cpu()))
+        self.graph.replay()

@@ -30,10 +30,9 @@ import math
 
 import torch
 from torch import Tensor
-from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 
-from relif_ray.config import ExperimentConfig, TrainConfig
-from relif_ray.cuda_graph import GraphedStep
+from relif_ray.config import ExperimentConfig
+from relif_ray.cuda_graph import GraphedStep, SolvedGraphedStep
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.evaluation import EvalResult, SplitCollector
@@ -41,6 +40,7 @@ from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer, compiled_regularizer
+from relif_ray.schedule import build_lr_scheduler, epoch_permutation, step_budget
 from relif_ray.tasks.base import Batch, ModelOutput
 from relif_ray.transfer import move_batch, move_tensor, resident_split
 
@@ -81,6 +81,16 @@ def sum_of(first: Tensor | None, second: Tensor | None) -> Tensor | None:
     return first + second
 
 
+def trace_row(
+    losses: dict[str, Tensor], weights: dict[str, Tensor], stats: dict[str, Tensor]
+) -> dict[str, Tensor]:
+    """A step's trace row, still as tensors: the task losses, the method's weights, ReLiF's
+    statistics."""
+    row = {f"loss_{name}": loss.detach() for name, loss in losses.items()}
+    row.update({f"weight_{name}": torch.as_tensor(w).detach() for name, w in weights.items()})
+    return row | stats
+
+
 def use_deterministic_cpu_kernels() -> None:
     """Deterministic algorithms on the CPU, without filling every new tensor with NaN.
 
@@ -96,53 +106,16 @@ def use_deterministic_cpu_kernels() -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
 
 
-def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
-    """The batch order of one epoch: a function of (seed, epoch) only."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=generator)
-
-
-def step_budget(epochs: int | None, max_steps: int | None, steps_per_epoch: int) -> int:
-    """Optimisation steps of a run: `max_steps` alone trains exactly that many (across epoch
-    boundaries, the last epoch partial); `epochs` alone trains that many full epochs; with
-    both, the smaller budget wins. The config guarantees that one of them is set."""
-    if epochs is None:
-        return int(max_steps)
-    if max_steps is None:
-        return epochs * steps_per_epoch
-    return min(epochs * steps_per_epoch, max_steps)
-
-
-def build_lr_scheduler(
-    optimizer: torch.optim.Optimizer, train: TrainConfig, epochs: int
-) -> LRScheduler | None:
-    """The epoch-indexed learning-rate schedule of `train.scheduler` (None: constant).
-
-    The engine calls its `step()` at the end of each complete epoch, as LibMTL's Trainer does
-    (`scheduler.step()` after each epoch's evaluation), so epoch e (0-based) trains at the
-    schedule's rate for e: StepLR lr * gamma^(e // step_size), CosineAnnealingLR
-    eta_min + (lr - eta_min) (1 + cos(pi e / horizon)) / 2. A budget that ends inside an epoch
-    (`max_steps`) trains that partial epoch at its epoch's rate and steps nothing after it: no
-    optimiser step follows, so the numbers do not depend on that choice. `epochs`: the epochs
-    of the run's budget, the default cosine horizon.
-    """
-    if train.scheduler == "step":
-        return StepLR(optimizer, step_size=train.scheduler_step_size, gamma=train.scheduler_gamma)
-    if train.scheduler == "cosine":
-        horizon = train.scheduler_epochs if train.scheduler_epochs is not None else epochs
-        return CosineAnnealingLR(optimizer, T_max=horizon, eta_min=train.scheduler_min_lr)
-    return None
-
-
 def eager_reason(run: TrainingRun) -> str | None:
     """Why `run`'s steps stay eager under `train.cuda_graph: auto` (None: they are captured as
-    one CUDA graph, `relif_ray.cuda_graph`); `off` is always eager. The engine decides."""
+    one CUDA graph, or as two around the method's host solve, `relif_ray.cuda_graph`); `off`
+    is always eager. The engine decides."""
     train = run.config.train
     if train.cuda_graph == "off":
         return "train.cuda_graph is off"
     if run.device.type != "cuda":
         return "a CUDA graph needs a CUDA device"
-    if not run.method.capturable:
+    if not (run.method.capturable or run.method.splits_at_host_solve()):
         return f"method {run.method.name} {run.method.eager_reason}"
     if not (train.data_on_device and isinstance(run.train_split, TensorSplit)):
         return "its batches come from the host (train.data_on_device is false)"
@@ -286,8 +259,10 @@ class TrainingRun:
         position = self.step % self.steps_per_epoch
         return self._epoch_order()[position * size : (position + 1) * size]
 
-    def _train_batch(self) -> Batch:
-        return self._to_device(self.train_split.batch(self._train_index()))
+    def _train_batch(self, index: Tensor | None = None) -> Batch:
+        """The train split's rows `index` (default: this step's) as a device batch."""
+        rows = self._train_index() if index is None else index
+        return self._to_device(self.train_split.batch(rows))
 
     def _to_device(self, batch: Batch) -> Batch:
         """Move a batch to the device; images in channels-last order when configured."""
@@ -321,15 +296,16 @@ class TrainingRun:
                 self.lr_scheduler.step()
 
     def graphed_step(self, capture: bool = True) -> GraphedStep:
-        """This run's training step as a `GraphedStep` (capture=False: the same static-buffer
-        step without the graph, which the CPU tests compare with the eager step)."""
-        return GraphedStep(
-            lambda index: self._update(self._to_device(self.train_split.batch(index))),
-            self.optimizer,
-            self.config.train.batch_size,
-            self.device,
-            capture,
-        )
+        """This run's training step as a `GraphedStep`, or for a method that solves on the
+        host as a `SolvedGraphedStep` (capture=False: the same static-buffer step without
+        the graphs, which the CPU tests compare with the eager step)."""
+        batch_size = self.config.train.batch_size
+        if self.method.splits_at_host_solve():
+            parts = (self._before_solve, self.method.solve, self._after_solve)
+            count = len(self.problem.task_names)
+            return SolvedGraphedStep(parts, count, self.optimizer, batch_size, self.device, capture)
+        update = lambda index: self._update(self._train_batch(index))  # noqa: E731
+        return GraphedStep(update, self.optimizer, batch_size, self.device, capture)
 
     def _eager_step(self) -> None:
         batch = self._train_batch()
@@ -346,10 +322,28 @@ class TrainingRun:
         it."""
         self.model.train()
         row = self._backward(batch)
+        self._optimizer_step()
+        return row
+
+    def _before_solve(self, index: Tensor) -> tuple[Tensor, tuple]:
+        """A host-solving method's step up to its solve, on the train split's rows at a device
+        index (`SolvedGraphedStep`): the Gramian, and what `_after_solve` needs."""
+        self.model.train()
+        losses, extra_loss, context, stats = self._step_start(self._train_batch(index))
+        pending = self.method.gradients_before_solve(losses, context, extra_loss)
+        return pending.gramian, (pending, losses, stats)
+
+    def _after_solve(self, state: tuple, solved: Tensor) -> dict[str, Tensor]:
+        """The step after the host solve: the update written back, the optimiser's step."""
+        pending, losses, stats = state
+        weights = self.method.update_after_solve(pending, solved).float()
+        self._optimizer_step()
+        return trace_row(losses, dict(zip(self.method.task_names, weights, strict=True)), stats)
+
+    def _optimizer_step(self) -> None:
         if self.config.train.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
         self.optimizer.step()
-        return row
 
     def _task_losses(self, output: ModelOutput, batch: Batch) -> dict[str, Tensor]:
         return {
@@ -366,9 +360,16 @@ class TrainingRun:
     def _backward(self, batch: Batch) -> dict[str, Tensor]:
         """Forward, task losses, ReLiF and the method's backward on one device batch; the
         step's trace row, still as tensors. Nothing here waits for the device (tested), except
-        methods that solve a small problem on the host (PCGrad, FairGrad, the TorchJD ones).
-        The architecture's own loss term (DSelect-k's gate regularizer) joins the ReLiF term:
-        both are added after the method's aggregation."""
+        methods that solve a small problem on the host (PCGrad, FairGrad, the TorchJD ones)."""
+        losses, extra_loss, context, stats = self._step_start(batch)
+        weights = self.method.backward(losses, context, extra_loss)
+        return trace_row(losses, weights, stats)
+
+    def _step_start(self, batch: Batch) -> tuple[dict, Tensor | None, StepContext, dict]:
+        """Forward, task losses and the ReLiF term on one device batch, gradients cleared:
+        the losses, the term added after the method's aggregation, the method's context and
+        ReLiF's statistics. The architecture's own loss term (DSelect-k's gate regularizer)
+        joins the ReLiF term."""
         output = self._forward(batch)
         losses = self._task_losses(output, batch)
         extra_loss, stats = output.auxiliary_loss, {}
@@ -385,11 +386,7 @@ class TrainingRun:
             encoder_output=output.encoder_output,
             head_parameters=self.head_parameters,
         )
-        weights = self.method.backward(losses, context, extra_loss)
-        row = {f"loss_{name}": loss.detach() for name, loss in losses.items()}
-        row.update({f"weight_{name}": torch.as_tensor(w).detach() for name, w in weights.items()})
-        row.update(stats)
-        return row
+        return losses, extra_loss, context, stats
 
     def _flush_trace(self) -> None:
         """Turn the pending per-step tensors into floats: one host sync per `train_steps` call,

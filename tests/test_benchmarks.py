@@ -164,7 +164,7 @@ def test_a_gpu_row_whose_trials_trained_on_the_cpu_is_an_error_not_a_figure(load
     with pytest.raises(harness.NotOnTheGpu, match=message):
         harness.trained_on(gpu, ["cuda:0", "cpu"], "packing")
     result = {"device": "cpu", "cuda_peak_mb": None, "peak_rss_mb": 900.0, "images_per_s": 40.0,
-              "steps": 10, "step_s": 0.2}  # fmt: skip
+              "steps": 10, "step_s": 0.2, "steps_as": "graphed"}  # fmt: skip
     with gpu.step("training images/s, erm (graphed)"):
         workers.worker_rows(gpu, "erm (graphed)", result, "resnet50 288x384")
     (row,) = gpu.rows
@@ -193,6 +193,21 @@ def test_trial_worker_times_whole_chunks_of_steps(load, toy) -> None:
     chunks = workers.timed_chunks(training, steps=5, chunk=2)
     assert [count for count, _ in chunks] == [2, 2, 1] and training.step == 5
     assert len(training.trace) == 5 and all(seconds > 0 for _, seconds in chunks)
+
+
+def test_a_host_solving_methods_worker_is_judged_against_graphed_erm(load, toy) -> None:
+    """A method that solves on the host (PCGrad) gets its worker's images/s over the graphed
+    ERM row of the run (target >= 0.5), saying how its steps ran (eager on the CPU, with the
+    engine's reason); a loss weighting (DWA) gets no such row."""
+    methods, harness = load("methods"), load("harness")
+    toy.earlier = [harness.Row(methods.GRAPHED, 400.0, "img/s")]
+    methods.method_throughput(toy, "pcgrad")
+    methods.method_throughput(toy, "dwa")
+    ratios = [row for row in toy.rows if "graphed ERM" in row.name]
+    assert [row.name for row in ratios] == ["pcgrad images/s / graphed ERM images/s"]
+    (ratio,) = ratios
+    assert ratio.target == ">= 0.5" and ratio.result in {"pass", "FAIL"} and ratio.value > 0
+    assert "steps eager: a CUDA graph needs a CUDA device" in ratio.detail
 
 
 def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(load, toy) -> None:

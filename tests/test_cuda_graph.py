@@ -5,9 +5,10 @@ method's declaration (a capturable one keeps its state in tensors changed in pla
 nothing from the host and has no after-step hook; the others say why in one line), and the
 graphed step's plumbing run without the capture itself (static index, trace buffer, learning
 rate as a tensor filled by the schedule, resume), which must give the eager step's numbers
-bit for bit. On CUDA (CUDA-only tests): 10 graphed steps against 10 eager steps from one state,
-also with the regularizer compiled (`train.compile_relif`), and a graphed run resumed from its
-checkpoint.
+bit for bit; for a method that solves on the host, the two parts around its solve. On CUDA
+(CUDA-only tests): 10 graphed steps against 10 eager steps from one state, also with the
+regularizer compiled (`train.compile_relif`) and for methods graphed around their host solve,
+and a graphed run resumed from its checkpoint.
 """
 
 from __future__ import annotations
@@ -19,28 +20,41 @@ import pytest
 import torch
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.cuda_graph import CAPTURE_WARMUP_STEPS
+from relif_ray.cuda_graph import CAPTURE_WARMUP_STEPS, GraphedStep, SolvedGraphedStep
 from relif_ray.data.splits import TensorSplit
-from relif_ray.engine import TrainingRun, build_lr_scheduler, eager_reason
+from relif_ray.engine import TrainingRun, eager_reason
 from relif_ray.methods import METHODS, MTLMethod
 from relif_ray.methods.registry import missing_requirements
+from relif_ray.schedule import build_lr_scheduler
 from relif_ray.testing.runs import largest_relative_difference
 from tests.conftest import needs_cuda, tiny_resnets
 from tests.host_sync import no_host_sync
 from tests.test_fast_path import dense_values
 
 CAPTURABLE = sorted(name for name, cls in METHODS.items() if cls.capturable)
+HOST_SOLVING = sorted(
+    name
+    for name, cls in METHODS.items()
+    if cls.splits_at_host_solve is not MTLMethod.splits_at_host_solve
+)
+"""The methods whose steps split at a host solve (with parameter gradients): graphed as two
+CUDA graphs around it (`SolvedGraphedStep`)."""
 
 
-def fake_run(method: str = "erm", device: str = "cuda", **train: object) -> SimpleNamespace:
+def fake_run(
+    method: str = "erm", device: str = "cuda", source: str = "parameters", **train: object
+) -> SimpleNamespace:
     """What `eager_reason` reads of a run, without building one (no CUDA here)."""
     fields = {"cuda_graph": "auto", "data_on_device": True, "compile": False, **train}
     return SimpleNamespace(
         config=SimpleNamespace(train=SimpleNamespace(**fields)),
         device=torch.device(device),
-        method=METHODS[method](["a", "b"]),
+        method=METHODS[method](["a", "b"], gradient_source=source),
         train_split=TensorSplit({"example_id": torch.arange(4)}),
     )
+
+
+REPRESENTATION = "representation"
 
 
 @pytest.mark.parametrize(
@@ -48,11 +62,15 @@ def fake_run(method: str = "erm", device: str = "cuda", **train: object) -> Simp
     [
         ("erm", "cuda", {}, None),
         ("uncertainty", "cuda", {}, None),
+        ("fairgrad", "cuda", {}, None),
+        ("pcgrad", "cuda", {}, None),
         ("erm", "cpu", {}, "a CUDA graph needs a CUDA device"),
         ("erm", "cuda", {"cuda_graph": "off"}, "train.cuda_graph is off"),
-        ("fairgrad", "cuda", {}, "method fairgrad solves for its task weights on the host"),
-        ("pcgrad", "cuda", {}, "method pcgrad draws its random task orders on the host"),
+        ("rlw", "cuda", {}, "method rlw draws its task weights on the host"),
+        ("pcgrad", "cuda", {"source": REPRESENTATION}, "method pcgrad uses the representation"),
+        ("famo", "cuda", {}, "method famo re-evaluates the batch"),
         ("erm", "cuda", {"data_on_device": False}, "its batches come from the host"),
+        ("pcgrad", "cuda", {"data_on_device": False}, "its batches come from the host"),
         ("erm", "cuda", {"compile": True}, "train.compile is on"),
     ],
 )
@@ -62,16 +80,25 @@ def test_when_a_step_is_captured_and_why_not(method, device, train, reason) -> N
 
 
 def test_every_method_declares_whether_it_is_capturable() -> None:
-    """A capturable method has no after-step hook (it would run outside the graph); every
-    other method says in one line why its steps stay eager."""
+    """A capturable method has no after-step hook (it would run outside the graph); a method
+    that splits at its host solve is a gradient aggregator with parameter gradients; every
+    other method, and an aggregator in representation mode, says in one line why its steps
+    stay eager."""
     assert {"erm", "uncertainty", "dwa", "gradnorm"} <= set(CAPTURABLE)
-    assert "fairgrad" not in CAPTURABLE and "pcgrad" not in CAPTURABLE
+    assert {"fairgrad", "pcgrad", "upgrad", "nashmtl"} <= set(HOST_SOLVING)
+    assert not set(CAPTURABLE) & set(HOST_SOLVING)
     for name, cls in METHODS.items():
         if cls.capturable:
             assert cls.after_step is MTLMethod.after_step, name
         else:
             reason = cls.eager_reason
             assert reason and "\n" not in reason and reason != MTLMethod.eager_reason, name
+        if name in HOST_SOLVING:
+            assert cls.after_step is MTLMethod.after_step, name
+            assert cls.end_epoch is MTLMethod.end_epoch, name
+            if REPRESENTATION in cls.gradient_sources and not missing_requirements(cls):
+                method = cls(["a", "b"], gradient_source=REPRESENTATION)
+                assert not method.splits_at_host_solve(), name
 
 
 def tensor_state(module: torch.nn.Module) -> dict[str, object]:
@@ -122,6 +149,30 @@ def test_a_capturable_method_changes_its_state_in_place_and_never_reads_the_host
         assert_changed_in_place(before[part], after[part], f"{method} ({part})")
 
 
+@pytest.mark.parametrize("method", ["pcgrad", "fairgrad", "upgrad", "nashmtl"])
+def test_a_host_solving_methods_step_reads_the_host_only_in_its_solve(
+    nyuv2_dir, monkeypatch, method: str
+) -> None:
+    """The parts before and after the solve (what the two graphs hold) never wait for the
+    device, with ReLiF on; only the solve reads the K x K Gramian. A warm-up step first (the
+    ReLiF scales and squash are set in it)."""
+    if missing_requirements(METHODS[method]):
+        pytest.skip(f"{method} needs {missing_requirements(METHODS[method])}")
+    values = dense_values(nyuv2_dir, method)
+    values["train"]["data_on_device"] = True
+    with tiny_resnets():
+        run = TrainingRun(ExperimentConfig.from_dict(values))
+    run.train_steps(1)
+    index = run._train_index()
+    with no_host_sync(monkeypatch):
+        gramian, pending = run._before_solve(index)
+    solved = run.method.solve(gramian.cpu())
+    with no_host_sync(monkeypatch):
+        row = run._after_solve(pending, solved)
+    assert gramian.shape == (3, 3) and torch.all(torch.diagonal(gramian) > 0)
+    assert {f"weight_{name}" for name in run.problem.task_names} <= row.keys()
+
+
 def graph_ready_run(values: dict) -> TrainingRun:
     """A CPU run with the optimiser a graphed trial gets (capturable, the learning rate a
     tensor) and its data on the device, eager; its encoder is the tiny ResNet
@@ -136,11 +187,16 @@ def graph_ready_run(values: dict) -> TrainingRun:
     return run
 
 
-@pytest.mark.parametrize("method", ["erm", "dwa"])
+@pytest.mark.parametrize("method", ["erm", "dwa", "pcgrad", "fairgrad", "nashmtl"])
 def test_the_graphed_steps_plumbing_gives_the_eager_numbers_on_the_cpu(nyuv2_dir, method) -> None:
     """The static-index step with its trace buffer, run without capturing (CPU), over two
     epoch boundaries (the step schedule halves the rate each epoch, filling the rate tensor),
-    gives the eager step's trace and weights bit for bit, also across a resume."""
+    gives the eager step's trace and weights bit for bit, also across a resume. For a
+    method that solves on the host, the two parts around the solve, with the solved weights
+    in their static device vector (PCGrad's random orders, FairGrad's SciPy solve, Nash-MTL's
+    state and its bound on the update)."""
+    if missing_requirements(METHODS[method]):
+        pytest.skip(f"{method} needs {missing_requirements(METHODS[method])}")
     eager = graph_ready_run(dense_values(nyuv2_dir, method))
     eager.train_steps(10)
     graphed = graph_ready_run(dense_values(nyuv2_dir, method))
@@ -151,6 +207,8 @@ def test_the_graphed_steps_plumbing_gives_the_eager_numbers_on_the_cpu(nyuv2_dir
     resumed.graphed = resumed.graphed_step(capture=False)
     resumed.load_state_dict(state)
     resumed.train_steps(6)
+    kind = SolvedGraphedStep if method in HOST_SOLVING else GraphedStep
+    assert type(graphed.graphed) is kind and type(resumed.graphed) is kind
     assert [row["lr"] for row in eager.trace][::4] == pytest.approx([1e-3, 5e-4, 2.5e-4])
     for run in (graphed, resumed):
         assert list(run.trace[0]) == list(eager.trace[0])
@@ -202,6 +260,24 @@ def test_cuda_graphed_steps_match_eager_steps_within_the_eager_paths_own_spread(
     assert graphed.graphed.warm == CAPTURE_WARMUP_STEPS
     spread = largest_relative_difference(eager[0], eager[1])
     tolerance = max(10 * spread, 1e-5)
+    assert largest_relative_difference(graphed, eager[0]) <= tolerance
+
+
+@needs_cuda
+@pytest.mark.parametrize("method", ["pcgrad", "nashmtl"])
+def test_cuda_graphs_around_a_host_solve_match_eager_steps(nyuv2_dir, method: str) -> None:
+    """PCGrad (random orders drawn on the host) and Nash-MTL (a convex solve and a bound
+    applied on the device) graphed as two CUDA graphs around their solve: 10 steps from one
+    state against 10 eager steps, within the eager path's own spread as above."""
+    if missing_requirements(METHODS[method]):
+        pytest.skip(f"{method} needs {missing_requirements(METHODS[method])}")
+    values = {**cuda_values(nyuv2_dir, "off"), "method": {"name": method}}
+    start = trained(values, 2).state_dict()
+    eager = [trained(values, 10, start) for _ in range(2)]
+    graphed = trained({**values, "train": {**values["train"], "cuda_graph": "auto"}}, 10, start)
+    assert isinstance(graphed.graphed, SolvedGraphedStep)
+    assert graphed.graphed.graph is not None and graphed.graphed.before_graph is not None
+    tolerance = max(10 * largest_relative_difference(eager[0], eager[1]), 1e-5)
     assert largest_relative_difference(graphed, eager[0]) <= tolerance
 
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.engine import TrainingRun, epoch_permutation
+from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
+from relif_ray.schedule import epoch_permutation
 from tests.conftest import tiny_config, tiny_resnets
 
 

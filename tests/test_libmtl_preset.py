@@ -12,7 +12,7 @@ import torch
 
 from relif_ray.cli.sweep import NYUV2, base_config, build_parser
 from relif_ray.config import ExperimentConfig
-from relif_ray.engine import build_lr_scheduler
+from relif_ray.schedule import build_lr_scheduler
 from relif_ray.sweep.trial_config import tune_constants
 
 REPO = Path(__file__).resolve().parents[1]

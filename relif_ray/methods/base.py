@@ -123,6 +123,13 @@ class MTLMethod(nn.Module):
             if p.name not in BASE_ARGUMENTS and p.kind not in variadic
         }
 
+    def splits_at_host_solve(self) -> bool:
+        """True when the step splits at a solve on the host of the K x K Gramian (the
+        gradient aggregators with parameter gradients, `relif_ray.methods.gradients`): its
+        device parts before and after the solve may then each be one CUDA graph, though the
+        whole step cannot (`relif_ray.cuda_graph.SolvedGraphedStep`)."""
+        return False
+
     def promises_non_conflict(self) -> bool:
         """True when the shared update d never conflicts with a task: g_k . d >= 0 for every k.
 

@@ -80,7 +80,6 @@ class FairGrad(GradientAggregator):
 
     name = "fairgrad"
     citation = "Ban & Ji, ICML 2024"
-    eager_reason = "solves for its task weights on the host each step (SciPy)"
 
     def __init__(
         self,

@@ -12,13 +12,14 @@ every task-specific parameter gets the plain sum of the task losses' gradients. 
 extra_loss = lambda_t * L_lip enters AFTER aggregation: its gradient is added unchanged to
 every parameter, never weighted or projected.
 
-Cost per step (`backward_per_task` + `finish_backward`): K backward passes, one per task loss,
-then one more only for extra_loss when ReLiF is on. Pass k reaches the heads of task k and the
-shared parameters; its shared gradient becomes row k of G and is cleared from .grad, while the
-task-specific gradients stay and add up across passes. So each head is traversed once (as in
-ERM) and the backbone K times; there is no extra forward pass and no extra pass that would
-recompute the task-specific gradients. (Taking the g_k with `torch.autograd.grad` restricted
-to the shared parameters would need a further full backward for the heads.)
+Cost per step (`backward_per_task`, then the ReLiF term's backward): K backward passes, one
+per task loss, then one more only for extra_loss when ReLiF is on. Pass k reaches the heads of
+task k and the shared parameters; its shared gradient becomes row k of G and is cleared from
+.grad, while the task-specific gradients stay and add up across passes. So each head is
+traversed once (as in ERM) and the backbone K times; there is no extra forward pass and no
+extra pass that would recompute the task-specific gradients. (Taking the g_k with
+`torch.autograd.grad` restricted to the shared parameters would need a further full backward
+for the heads.)
 
 Representation gradients (`gradient_source: representation`, an approximation). The mode of
 LibMTL's `rep_grad` (LibMTL's LibMTL/architecture/abstract_arch.py and
@@ -47,6 +48,7 @@ differs), and FairGrad has none.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -182,6 +184,17 @@ def finish_backward(
         extra_loss.backward()
 
 
+@dataclass
+class PendingUpdate:
+    """A gradient-aggregation step between its two device parts: the K x P shared-parameter
+    gradients G, their K x K Gramian G G^T (in G's dtype, on the device) for the host solve,
+    and the shared parameters the update G^T c goes to."""
+
+    gradients: Tensor
+    gramian: Tensor
+    parameters: list[nn.Parameter]
+
+
 class GradientAggregator(MTLMethod):
     """A method whose shared update is G^T c with task weights c computed from G G^T.
 
@@ -189,38 +202,79 @@ class GradientAggregator(MTLMethod):
     task losses' gradients; the ReLiF term's gradient is added after aggregation. A subclass
     that lists "representation" in `gradient_sources` runs the same weighting on the
     batch-summed representation gradients (see the module docstring).
+
+    With parameter gradients the step splits at its host solve (`splits_at_host_solve`): a
+    device part before it (`gradients_before_solve`: the K passes, the ReLiF term's backward,
+    the Gramian), the solve on the host (`solve`: c from the K x K Gramian, the only value the
+    host reads), and a device part after it (`update_after_solve`: the write-back of G^T c).
+    `backward` runs the three in a row; on CUDA each device part may be one CUDA graph
+    (`relif_ray.cuda_graph.SolvedGraphedStep`), so only the solve runs on the host. The ReLiF
+    term's gradient is accumulated before the update is added: floating-point addition is
+    commutative, so the sum is the same as adding it after.
     """
 
     kind = GRADIENT_AGGREGATION
+    eager_reason = (
+        "uses the representation gradient source: its encoder backward follows the host "
+        "solve, so no part of the step is graphed"
+    )
 
     def weighting(self, gramian: Tensor) -> Tensor:
         """The (K,) float64 task weights c for the float64 Gramian G G^T (task order)."""
         raise NotImplementedError
 
-    def jacobian_weighting(self, gradients: Tensor) -> Tensor:
-        """The task weights c for the K x P gradients G: `weighting` of G G^T in float64.
-        A method whose weights need G itself (TorchJD's Nash-MTL) overrides this instead."""
-        return self.weighting((gradients @ gradients.T).double())
+    def solve(self, gramian: Tensor) -> Tensor:
+        """The host part: the (K,) float64 task weights c from the Gramian G G^T on the host
+        (in the gradients' dtype). A method whose weights need more than `weighting` of the
+        float64 Gramian (TorchJD's Nash-MTL) overrides this, with `scaled_weights`."""
+        return self.weighting(gramian.double())
+
+    def scaled_weights(self, weights: Tensor, gradients: Tensor) -> Tensor:
+        """The device part of the weighting after the solve: the weights `solve` gave, now on
+        the device, and G; unchanged here (Nash-MTL scales them to a bounded update)."""
+        return weights
+
+    def splits_at_host_solve(self) -> bool:
+        return self.gradient_source == "parameters"
 
     def backward(
         self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None = None
     ) -> dict[str, Tensor]:
         """Fill `.grad` with the aggregated update; return the weights c."""
-        losses = [task_losses[name] for name in self.task_names]
         if self.gradient_source == "representation":
+            losses = [task_losses[name] for name in self.task_names]
             weights = self._representation_backward(losses, ctx, extra_loss)
         else:
-            gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
-            weights = self.jacobian_weighting(gradients)
-            finish_backward(ctx.shared_parameters, weights.to(gradients) @ gradients, extra_loss)
+            pending = self.gradients_before_solve(task_losses, ctx, extra_loss)
+            solved = self.solve(pending.gramian.cpu()).to(pending.gradients.device)
+            weights = self.update_after_solve(pending, solved)
         return dict(zip(self.task_names, weights.float(), strict=True))
+
+    def gradients_before_solve(
+        self, task_losses: dict[str, Tensor], ctx: StepContext, extra_loss: Tensor | None
+    ) -> PendingUpdate:
+        """The device part before the solve: G from the K per-task passes (the heads' .grad
+        then hold the plain sum), the ReLiF term's backward, and G G^T."""
+        losses = [task_losses[name] for name in self.task_names]
+        gradients = backward_per_task(losses, ctx.shared_parameters, extra_loss is not None)
+        if extra_loss is not None:
+            extra_loss.backward()
+        return PendingUpdate(gradients, gradients @ gradients.T, list(ctx.shared_parameters))
+
+    def update_after_solve(self, pending: PendingUpdate, weights: Tensor) -> Tensor:
+        """The device part after the solve: the solved weights (a device tensor) scaled, and
+        G^T c added to the shared parameters' .grad; the weights c used."""
+        weights = self.scaled_weights(weights, pending.gradients)
+        add_to_grads(pending.parameters, weights.to(pending.gradients) @ pending.gradients)
+        return weights
 
     def _representation_backward(
         self, losses: list[Tensor], ctx: StepContext, extra_loss: Tensor | None
     ) -> Tensor:
         encoder_output = encoder_output_of(ctx, self.name)
         gradients = representation_gradients(losses, encoder_output, ctx.head_parameters)
-        weights = self.jacobian_weighting(batch_summed(gradients))
+        rows = batch_summed(gradients)
+        weights = self.scaled_weights(self.solve((rows @ rows.T).cpu()).to(rows.device), rows)
         update = torch.tensordot(weights.to(gradients), gradients, dims=1)
         backward_from_representation(encoder_output, update, extra_loss)
         return weights

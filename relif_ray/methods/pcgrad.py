@@ -67,7 +67,6 @@ class PCGrad(GradientAggregator):
 
     name = "pcgrad"
     citation = "Yu et al., NeurIPS 2020"
-    eager_reason = "draws its random task orders on the host each step"
     gradient_sources = ("parameters", "representation")
 
     def __init__(

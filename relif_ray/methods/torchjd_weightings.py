@@ -35,8 +35,9 @@ around 1/K (a mean of the task gradients, where ERM here takes the sum).
 Nash-MTL (Navon et al., ICML 2022) is not a Gramian weighting in TorchJD's API: its
 `NashMTL` aggregator weights the Jacobian itself and keeps state across steps (the previous
 weights and its step counter) and needs cvxpy + ECOS. It runs through the adapter's Jacobian
-path (`TorchJDJacobianWeighting.jacobian_weighting`: TorchJD's weighting of G), and its state
-is the module's extra state, so it is checkpointed and a resumed run continues identically.
+path (`TorchJDJacobianWeighting`: TorchJD's weighting of G, in its host and device parts),
+and its state is the module's extra state, so it is checkpointed and a resumed run continues
+identically.
 Like TorchJD (and unlike the official code and LibMTL, which backpropagate sum_k alpha_k L_k
 and so weight the heads too), only the shared update is alpha-weighted; the heads get the
 plain sum of the task gradients, as for every aggregator here.
@@ -85,7 +86,6 @@ class TorchJDWeighting(GradientAggregator):
     torchjd_class: ClassVar[str]
     defaults: ClassVar[dict[str, Any]]
     requires: ClassVar[tuple[str, ...]] = ("torchjd",)
-    eager_reason = "computes TorchJD's weighting from the Gramian on the host each step"
     projector: ClassVar[bool] = False
     """Whether `norm_eps`/`reg_eps` are the options of TorchJD's dual-cone projector."""
     non_conflicting: ClassVar[bool] = False
@@ -161,8 +161,13 @@ class TorchJDWeighting(GradientAggregator):
 
 
 class TorchJDJacobianWeighting(TorchJDWeighting):
-    """The Jacobian path: TorchJD's `torchjd_class` aggregator weights G itself (its
-    `.weighting`), with its state (Nash-MTL's) as this module's extra state."""
+    """The Jacobian path: TorchJD's `torchjd_class` aggregator's weighting of G (its
+    `.weighting`), with its state (Nash-MTL's) as this module's extra state. That weighting
+    reads G twice: for its Gramian (the host solve) and, after the solve, for the norm of the
+    update G^T alpha that `max_norm` bounds. So TorchJD's forward (torchjd 0.18,
+    aggregation/_nash_mtl.py, `_NashMTLWeighting.forward`) runs here in those two parts:
+    `solve` (the step count, the Gramian's normalisation, TorchJD's own convex solver) on the
+    host, `scaled_weights` (the bound) on the device, with TorchJD's operations in its order."""
 
     def _build(self, arguments: dict[str, Any]) -> nn.Module:
         return super()._build({"n_tasks": len(self.task_names), **arguments}).weighting
@@ -171,10 +176,27 @@ class TorchJDJacobianWeighting(TorchJDWeighting):
         """Nothing: a call would advance the stateful weighting; its options are checked by
         TorchJD's constructor."""
 
-    def jacobian_weighting(self, gradients: Tensor) -> Tensor:
+    def solve(self, gramian: Tensor) -> Tensor:
+        weighting = self.torchjd_weighting
+        if weighting.step == 0:
+            weighting._init_optim_problem()
+        weighting.step += 1
+        if (weighting.step - 1) % weighting.update_weights_every != 0:
+            return torch.from_numpy(np.asarray(weighting.prvs_alpha)).double()
+        weighting.normalization_factor = torch.norm(gramian).numpy().reshape((1,))
+        normalised = (gramian / weighting.normalization_factor.item()).numpy()
         with warnings.catch_warnings():  # cvxpy's note that Nash-MTL's problem is not DPP
             warnings.filterwarnings("ignore", "You are solving a parameterized problem")
-            return self.torchjd_weighting(gradients).double()
+            return torch.from_numpy(np.asarray(weighting._solve_optimization(normalised))).double()
+
+    def scaled_weights(self, weights: Tensor, gradients: Tensor) -> Tensor:
+        """alpha in G's dtype, scaled to norm `max_norm` where |G^T alpha| exceeds it (a
+        `torch.where`, so the device is not read)."""
+        alpha, max_norm = weights.to(gradients), self.torchjd_weighting.max_norm
+        if max_norm <= 0:
+            return alpha.double()
+        norm = torch.linalg.norm(alpha @ gradients)
+        return torch.where(norm > max_norm, (alpha / norm) * max_norm, alpha).double()
 
     def get_extra_state(self) -> dict[str, Any]:
         weighting = self.torchjd_weighting
