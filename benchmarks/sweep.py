@@ -319,9 +319,10 @@ def fastest(function, repeats: int = 2) -> float:  # noqa: ANN001
     return min(seconds)
 
 
-def before_and_after(trial_dir: Path, workdir: Path) -> dict[str, float]:
+def before_and_after(trial_dir: Path, workdir: Path) -> dict:
     """On the trial's final state: the validation pass of the host path and of the device
-    path, and one checkpoint as a trial writes it (`write_state`, then Tune's copy)."""
+    path, one checkpoint as a trial writes it (`write_state`, then Tune's copy); and the
+    trial's config, final state and validation metrics (`final`, for `EVALUATION_VARIANTS`)."""
     from relif_ray.testing.host_evaluation import host_evaluate
     from relif_ray.tuning.trainable import write_state
 
@@ -338,7 +339,43 @@ def before_and_after(trial_dir: Path, workdir: Path) -> dict[str, float]:
     return {"evaluate_host_s": fastest(lambda: host_evaluate(run)),
             "evaluate_device_s": fastest(run.evaluate),
             "checkpoint_write_s": fastest(write_checkpoint),
-            "checkpoint_mb": written.stat().st_size / 1e6}  # fmt: skip
+            "checkpoint_mb": written.stat().st_size / 1e6,
+            "final": (config, run.state_dict(), run.evaluate().metrics)}  # fmt: skip
+
+
+EVALUATION_VARIANTS = {
+    "graphed forward": {"eval_cuda_graph": True},
+    "eval batch 64": {"eval_batch_size": 64},
+}
+"""The validation pass with other evaluation settings, against the trial's own: the defaults
+of `train.eval_cuda_graph` and of a GPU `train.eval_batch_size` follow these rows."""
+
+
+def evaluation_variant_rows(ctx: Context, label: str, measured: dict) -> None:
+    """Each of `EVALUATION_VARIANTS` on the trial's final state, a row as it is measured: its
+    validation pass's seconds (the faster of 2 after a warm-up, which captures any graphs)
+    over the trial's own (`evaluate_device_s`), whether its forward was graphed, and the
+    largest relative difference of its metrics from the trial's."""
+    from relif_ray.cuda_graph import GraphedForward
+
+    config, state, metrics = measured["final"]
+    device = measured["evaluate_device_s"]
+    for name, fields in EVALUATION_VARIANTS.items():
+        run = TrainingRun(ExperimentConfig.from_dict(
+            {**config, "train": {**config["train"], **fields}}))  # fmt: skip
+        run.load_state_dict(state)
+        seconds = fastest(run.evaluate)
+        ours = run.evaluate().metrics
+        finite = [key for key, value in metrics.items() if math.isfinite(value + ours[key])]
+        difference = max(
+            (abs(ours[key] - metrics[key]) / max(abs(metrics[key]), 1e-12) for key in finite),
+            default=0.0,
+        )
+        how = "graphed" if isinstance(run.eval_forward, GraphedForward) else "eager"
+        ctx.row(f"{label}: validation pass, {name} / the trial's", seconds / device, "x",
+                f"{seconds:.3f} s against {device:.3f} s on the trial's final state (its forward "
+                f"{how}); its metrics differ from the trial's pass by at most {difference:.2g} "
+                "relative", target="< 1.0 would favour it on a GPU")  # fmt: skip
 
 
 def summary(measured: dict) -> dict[str, float]:
@@ -403,3 +440,4 @@ def breakdown_rows(ctx: Context, size: BreakdownSize) -> None:
             "saved and copied once, as Tune persists it; after every epoch it would take "
             f"{totals['checkpoint_share_every_epoch']:.1%} of the epoch; the sweep's cadence "
             "keeps checkpoints at most 5% of a trial's time")  # fmt: skip
+    evaluation_variant_rows(ctx, label, measured)

@@ -129,6 +129,11 @@ class TrainConfig:
         solves for its weights on the host (PCGrad, FairGrad, the TorchJD methods) gets two
         graphs around that solve. The others, and every CPU trial, run eager steps, and a CUDA
         trial's log says why in one line (`relif_ray.cuda_graph`). "off": always eager.
+    eval_cuda_graph: replay the evaluation forward from CUDA graphs, one per batch size
+        (`relif_ray.cuda_graph.GraphedForward`), on CUDA trials whose data are on the device
+        and whose forward is not compiled; elsewhere it changes nothing. The eager forward's
+        kernels, replayed: the same numbers. Off until the breakdown's rows on a GPU decide a
+        default.
     scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
         setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
         `scheduler_gamma` every `scheduler_step_size` epochs. "cosine": torch's
@@ -169,6 +174,7 @@ class TrainConfig:
     cudnn_benchmark: bool = True
     data_on_device: bool = False
     cuda_graph: Literal["auto", "off"] = "auto"
+    eval_cuda_graph: bool = False
     scheduler: Literal["none", "step", "cosine"] = "none"
     scheduler_step_size: int = 100
     scheduler_gamma: float = 0.5

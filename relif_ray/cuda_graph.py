@@ -32,6 +32,7 @@ one line.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -234,3 +235,68 @@ class SolvedGraphedStep(GraphedStep):
         self.before_graph.replay()
         self.solved.copy_(self.solve(self.pending[0].cpu()))
         self.graph.replay()
+
+
+class GraphedForward:
+    """The evaluation forward replayed from CUDA graphs (`train.eval_cuda_graph`): one graph
+    per batch size (a split's full batches and its last, shorter one), captured on the first
+    batch of that size after one eager warm-up forward on a side stream. Each batch is copied
+    into the graph's static input, the graph is replayed and its outputs are cloned (the
+    evaluation keeps them, and the next replay overwrites the static ones). The model's
+    parameters and buffers are read in place, so a graph stays valid as training changes
+    them; it must be called in the mode it was captured in (eval, inference mode).
+
+    capture=False runs the same static-buffer forward without capturing it (on a CPU, in
+    tests: everything but the graph itself is checked against the eager forward)."""
+
+    def __init__(self, forward: Callable[[dict], Any], capture: bool = True) -> None:
+        self.forward = forward
+        self.capture = capture
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, dict, Any]] = {}
+        """Batch size -> the graph, its static input batch and its static output."""
+
+    def __call__(self, batch: dict[str, Tensor]) -> Any:
+        size = len(batch["example_id"])
+        if size not in self.graphs:
+            self.graphs[size] = self._captured(batch)
+        graph, static, output = self.graphs[size]
+        for key, value in batch.items():
+            static[key].copy_(value)
+        if graph is None:
+            return _cloned(self.forward(static))
+        graph.replay()
+        return _cloned(output)
+
+    def _captured(self, batch: dict[str, Tensor]) -> tuple[torch.cuda.CUDAGraph | None, dict, Any]:
+        static = {key: value.clone() for key, value in batch.items()}
+        if not self.capture:
+            return None, static, None
+        device = batch["example_id"].device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            self.forward(static)  # the warm-up: cuDNN's choices, lazily made constants
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                output = self.forward(static)
+        except RuntimeError as error:
+            self.capture = False
+            reason = first_line(error)
+            LOGGER.warning("train.eval_cuda_graph: eager forwards: the capture failed (%s)", reason)
+            return None, static, None
+        return graph, static, output
+
+
+def _cloned(value: Any) -> Any:
+    """`value` with every tensor in it cloned (a model output's dataclass, dicts, None)."""
+    if isinstance(value, Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {key: _cloned(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value):
+        return dataclasses.replace(value, **{
+            field.name: _cloned(getattr(value, field.name)) for field in dataclasses.fields(value)
+        })  # fmt: skip
+    return value

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.cuda_graph import GraphedStep, SolvedGraphedStep
+from relif_ray.cuda_graph import GraphedForward, GraphedStep, SolvedGraphedStep
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.evaluation import EvalResult, SplitCollector
@@ -163,6 +163,8 @@ class TrainingRun:
         self.eager_reason = eager_reason(self)
         self.optimizer = self._build_optimizer(graph=self.eager_reason is None)
         self.graphed = self.graphed_step() if self.eager_reason is None else None
+        self.eval_forward = GraphedForward(self._forward) if self._eval_graphed() else self._forward
+        """What evaluation calls: the forward, or it replayed from CUDA graphs."""
         if (
             self.device.type == "cuda"
             and config.train.cuda_graph == "auto"
@@ -179,6 +181,13 @@ class TrainingRun:
         self.trace: list[dict[str, float]] = []
         self._pending: list[dict[str, Tensor]] = []
         self._order: tuple[int, Tensor] | None = None
+
+    def _eval_graphed(self) -> bool:
+        """`train.eval_cuda_graph` where it can hold: on CUDA, batches gathered on the device,
+        the forward not compiled (torch.compile makes its own graphs)."""
+        train = self.config.train
+        on_device = self.device.type == "cuda" and train.data_on_device
+        return train.eval_cuda_graph and on_device and not train.compile
 
     def split(self, name: str) -> Split:
         """The problem's split `name`, held on the device with `train.data_on_device` (every
@@ -416,7 +425,7 @@ class TrainingRun:
         for start in range(0, len(split), size):
             index = torch.arange(start, min(start + size, len(split)), device=_device_of(split))
             batch = self._to_device(split.batch(index))
-            collector.add(batch, self._forward(batch))
+            collector.add(batch, self.eval_forward(batch))
         return collector
 
     def state_dict(self) -> dict:

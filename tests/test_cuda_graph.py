@@ -8,7 +8,8 @@ rate as a tensor filled by the schedule, resume), which must give the eager step
 bit for bit; for a method that solves on the host, the two parts around its solve. On CUDA
 (CUDA-only tests): 10 graphed steps against 10 eager steps from one state, also with the
 regularizer compiled (`train.compile_relif`) and for methods graphed around their host solve,
-and a graphed run resumed from its checkpoint.
+a graphed run resumed from its checkpoint, and the evaluation forward from CUDA graphs
+(`train.eval_cuda_graph`; its plumbing is checked on the CPU too).
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.cuda_graph import CAPTURE_WARMUP_STEPS, GraphedStep, SolvedGraphedStep
+from relif_ray.cuda_graph import (
+    CAPTURE_WARMUP_STEPS,
+    GraphedForward,
+    GraphedStep,
+    SolvedGraphedStep,
+)
 from relif_ray.data.splits import TensorSplit
 from relif_ray.engine import TrainingRun, eager_reason
 from relif_ray.methods import METHODS, MTLMethod
@@ -217,6 +225,37 @@ def test_the_graphed_steps_plumbing_gives_the_eager_numbers_on_the_cpu(nyuv2_dir
         assert torch.equal(ours, theirs)
 
 
+def assert_same_evaluation(ours, theirs, tolerance: float = 0.0) -> None:
+    assert ours.metrics.keys() == theirs.metrics.keys()
+    for key, value in ours.metrics.items():
+        assert value == pytest.approx(theirs.metrics[key], rel=tolerance, nan_ok=True), key
+    pd.testing.assert_frame_equal(ours.scores, theirs.scores, rtol=tolerance, atol=0.0)
+    np.testing.assert_allclose(ours.representations, theirs.representations, rtol=tolerance)
+    np.testing.assert_array_equal(ours.example_ids, theirs.example_ids)
+
+
+def test_the_graphed_evaluation_forwards_plumbing_gives_the_eager_result_on_the_cpu(
+    nyuv2_dir,
+) -> None:
+    """The evaluation forward from static inputs with cloned outputs, without capturing (CPU),
+    over a split whose last batch is shorter (12 images in batches of 5): one static input per
+    batch size, and the eager forward's metrics, scores and representations bit for bit, also
+    after more training (the graphs read the parameters in place)."""
+    values = dense_values(nyuv2_dir)
+    values["train"].update(data_on_device=True, eval_batch_size=5)
+    with tiny_resnets():
+        run = TrainingRun(ExperimentConfig.from_dict(values))
+    assert run.eval_forward == run._forward  # off by default
+    graphed = GraphedForward(run._forward, capture=False)
+    for steps in (1, 2):
+        run.train_steps(steps)
+        eager = run.evaluate("val")
+        run.eval_forward = graphed
+        assert_same_evaluation(run.evaluate("val"), eager)
+        run.eval_forward = run._forward
+    assert sorted(graphed.graphs) == [2, 5]
+
+
 def test_the_trace_buffer_grows_and_is_read_once_per_call(nyuv2_dir) -> None:
     run = graph_ready_run(dense_values(nyuv2_dir))
     run.graphed = run.graphed_step(capture=False)
@@ -297,6 +336,24 @@ def test_cuda_graph_captures_the_compiled_regularizer_with_the_eager_numbers(nyu
     tolerance = max(10 * largest_relative_difference(eager[0], eager[1]), 1e-5)
     assert largest_relative_difference(compiled, eager[0]) <= tolerance
     torch.compiler.reset()
+
+
+@needs_cuda
+def test_cuda_graphed_evaluation_gives_the_eager_evaluation(nyuv2_dir) -> None:
+    """`train.eval_cuda_graph` on CUDA: the validation split (a shorter last batch) through
+    the captured forwards, after 2 and after 4 training steps, against the eager forward of
+    the same run: the same kernels replayed, so equal within float32's rounding."""
+    values = cuda_values(nyuv2_dir, "auto")
+    values["train"].update(eval_cuda_graph=True, eval_batch_size=5)
+    run = trained(values, 2)
+    assert isinstance(run.eval_forward, GraphedForward)
+    for _ in range(2):
+        graphed = run.evaluate("val")
+        forward, run.eval_forward = run.eval_forward, run._forward
+        assert_same_evaluation(graphed, run.evaluate("val"), tolerance=1e-5)
+        run.eval_forward = forward
+        run.train_steps(2)
+    assert all(graph is not None for graph, _, _ in run.eval_forward.graphs.values())
 
 
 @needs_cuda
