@@ -47,6 +47,18 @@ CAPTURE_WARMUP_STEPS = 3
 """Eager steps on a side stream before the capture (PyTorch's notes use 3)."""
 
 
+def on_side_stream(function: Callable[[], Any], device: torch.device) -> Any:
+    """`function()` run on a side stream that waits for the current one and is waited for
+    (PyTorch's notes warm up a capture this way: the eager work before it stays off the
+    stream the capture will use)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        result = function()
+    torch.cuda.current_stream(device).wait_stream(side)
+    return result
+
+
 class GraphedStep:
     """A training step replayed from one CUDA graph (module docstring). It knows only what it
     replays: `update`, the step on the train split's rows at a device index (the batch
@@ -115,14 +127,7 @@ class GraphedStep:
         return True
 
     def _eager(self) -> Tensor:
-        if not self.capture:
-            return self._body()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            row = self._body()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        return row
+        return on_side_stream(self._body, self.device) if self.capture else self._body()
 
     def _capture(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -271,12 +276,8 @@ class GraphedForward:
         static = {key: value.clone() for key, value in batch.items()}
         if not self.capture:
             return None, static, None
-        device = batch["example_id"].device
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            self.forward(static)  # the warm-up: cuDNN's choices, lazily made constants
-        torch.cuda.current_stream(device).wait_stream(side)
+        # the warm-up: cuDNN's choices, lazily made constants
+        on_side_stream(lambda: self.forward(static), batch["example_id"].device)
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):

@@ -345,9 +345,9 @@ class TrainingRun:
     def _after_solve(self, state: tuple, solved: Tensor) -> dict[str, Tensor]:
         """The step after the host solve: the update written back, the optimiser's step."""
         pending, losses, stats = state
-        weights = self.method.update_after_solve(pending, solved).float()
+        weights = self.method.update_after_solve(pending, solved)
         self._optimizer_step()
-        return trace_row(losses, dict(zip(self.method.task_names, weights, strict=True)), stats)
+        return trace_row(losses, weights, stats)
 
     def _optimizer_step(self) -> None:
         if self.config.train.grad_clip is not None:

@@ -243,11 +243,13 @@ class GradientAggregator(MTLMethod):
         """Fill `.grad` with the aggregated update; return the weights c."""
         if self.gradient_source == "representation":
             losses = [task_losses[name] for name in self.task_names]
-            weights = self._representation_backward(losses, ctx, extra_loss)
-        else:
-            pending = self.gradients_before_solve(task_losses, ctx, extra_loss)
-            solved = self.solve(pending.gramian.cpu()).to(pending.gradients.device)
-            weights = self.update_after_solve(pending, solved)
+            return self._by_task(self._representation_backward(losses, ctx, extra_loss))
+        pending = self.gradients_before_solve(task_losses, ctx, extra_loss)
+        solved = self.solve(pending.gramian.cpu()).to(pending.gradients.device)
+        return self.update_after_solve(pending, solved)
+
+    def _by_task(self, weights: Tensor) -> dict[str, Tensor]:
+        """The weights c as `backward` returns them: fp32, by task name."""
         return dict(zip(self.task_names, weights.float(), strict=True))
 
     def gradients_before_solve(
@@ -261,12 +263,13 @@ class GradientAggregator(MTLMethod):
             extra_loss.backward()
         return PendingUpdate(gradients, gradients @ gradients.T, list(ctx.shared_parameters))
 
-    def update_after_solve(self, pending: PendingUpdate, weights: Tensor) -> Tensor:
+    def update_after_solve(self, pending: PendingUpdate, weights: Tensor) -> dict[str, Tensor]:
         """The device part after the solve: the solved weights (a device tensor) scaled, and
-        G^T c added to the shared parameters' .grad; the weights c used."""
+        G^T c added to the shared parameters' .grad; the weights c used, as `backward`
+        returns them."""
         weights = self.scaled_weights(weights, pending.gradients)
         add_to_grads(pending.parameters, weights.to(pending.gradients) @ pending.gradients)
-        return weights
+        return self._by_task(weights)
 
     def _representation_backward(
         self, losses: list[Tensor], ctx: StepContext, extra_loss: Tensor | None
