@@ -1,16 +1,16 @@
 """The sweep's base config as a pure function of its layers (`relif_ray.sweep.compose`):
-data-set defaults < its GPU fast path < --demo < --config < --set < named flags, and the
-demo-budget rule."""
+data-set defaults < its GPU fast path < --demo < the controller's budget < --config < --set <
+named flags, the demo-budget rule and the controller-budget rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.relif.controller import scale_to_budget
-from relif_ray.sweep.compose import compose_config, demo_budget
+from relif_ray.sweep.compose import compose_config, controller_budget, demo_budget
 
 NYUV2 = benchmark("nyuv2").defaults
 
@@ -40,21 +40,61 @@ def test_demo_sits_between_the_data_set_and_the_config_file():
 
 
 @pytest.mark.parametrize(
-    ("epochs", "steps", "fields", "scaled_steps"),
+    ("epochs", "steps", "fields"),
     [
-        (None, None, {"train.epochs": None, "train.max_steps": 240}, 240),  # the demo's own
-        (None, 7, {}, 7),  # --steps alone: that step budget
-        (3, None, {}, None),  # an epoch budget: nothing to scale to
-        (2, 160, {}, None),
+        (None, None, {"train.epochs": None, "train.max_steps": 240}),  # the demo's own
+        (None, 7, {}),  # --steps alone: the flag's budget
+        (3, None, {}),
     ],
 )
-def test_the_demo_budget_rule(epochs, steps, fields, scaled_steps):
-    budget = demo_budget(NYUV2, epochs, steps)
-    if scaled_steps is None:
-        assert budget.fields == fields and budget.eta is None
-        return
-    eta, warmup = scale_to_budget(scaled_steps, NYUV2.eta)
-    assert budget.fields == {**fields, "relif.warmup_steps": warmup} and budget.eta == eta
+def test_the_demo_budget_rule(epochs, steps, fields):
+    assert demo_budget(NYUV2, epochs, steps).fields == fields
+
+
+def train(defaults, **fields) -> TrainConfig:
+    values = {"epochs": defaults.epochs, "batch_size": defaults.batch_size, **fields}
+    return TrainConfig(**values)
+
+
+def not_asked() -> int:
+    raise AssertionError("the rule asked for the training set's size where none is needed")
+
+
+@pytest.mark.parametrize(
+    ("dataset", "fields", "examples", "eta", "warmup", "steps", "rule"),
+    [
+        ("nyuv2", {}, not_asked, 1e-3, 100, None, "paper"),  # Table 5 at its 200 epochs
+        ("nyuv2", {"epochs": 50}, lambda: 795, 19.8 / 4950, 25, 4950, "scaled"),
+        ("nyuv2", {"epochs": None, "max_steps": 240}, not_asked, 19.8 / 240, 1, 240, "scaled"),
+        ("eicu", {}, not_asked, 1e-3, 100, None, "paper"),  # the paper's eICU setting
+        ("eicu", {"epochs": 10}, lambda: 1000, 19.8 / 150, 1, 150, "scaled"),
+        ("mimic3", {}, lambda: 14_681, 19.8 / 22_900, 116, 22_900, "scaled"),  # (r*, eta) selected per seed
+        ("tabular", {}, lambda: 1497, 0.018, 6, 1100, "scaled"),  # ACTG 175's train split
+        ("tabular", {"max_steps": 300}, lambda: 1497, 19.8 / 300, 2, 300, "scaled"),  # the cap
+        ("tabular", {}, lambda: None, 1e-3, 100, None, "unknown budget"),  # no data yet
+    ],
+)
+def test_the_controller_budget_rule(dataset, fields, examples, eta, warmup, steps, rule):
+    """eta x steps = 19.8 and warmup / steps = 100 / 19,800 (the paper's NYUv2 run) at every
+    budget, except where the paper fixes eta for the data set and budget at hand."""
+    defaults = benchmark(dataset).defaults
+    budget = controller_budget(defaults, train(defaults, **fields), examples)
+    assert (budget.rule, budget.steps, budget.warmup_steps) == (rule, steps, warmup)
+    assert budget.eta == pytest.approx(eta, rel=1e-12)
+    if rule == "scaled":
+        assert budget.eta * steps == pytest.approx(19.8) and (budget.eta, warmup) == (
+            scale_to_budget(steps)
+        )
+    assert budget.fields() == {"relif.eta": budget.eta, "relif.warmup_steps": warmup}
+    assert f"eta {budget.eta:.4g}, warmup {warmup}" in budget.line()
+
+
+def test_the_controller_layer_sits_under_the_users_layers():
+    budget = controller_budget(NYUV2, train(NYUV2, epochs=None, max_steps=240), not_asked)
+    config = compose_config(NYUV2, [], "/d", use_gpu=False, controller=budget)
+    assert (config.relif.eta, config.relif.warmup_steps) == (budget.eta, 1)
+    user = [("flags", {"relif.warmup_steps": 7})]
+    assert compose_config(NYUV2, user, "/d", False, controller=budget).relif.warmup_steps == 7
 
 
 def test_gpu_trials_get_the_fast_path_unless_asked_otherwise():

@@ -595,15 +595,16 @@ def test_steps_without_epochs_set_the_length_and_with_epochs_the_smaller_wins(
         ([], 19.8 / 240, 1),  # eta x steps = 19.8 and warmup / steps as in the paper's run
         (["--steps", "4000"], 19.8 / 4000, 20),
         (["--eta", "0.01", "--warmup-steps", "7"], 0.01, 7),  # given values win
-        (["--epochs", "3"], 1e-3, 100),  # an epoch budget is not scaled
+        (["--epochs", "3"], 1e-3, 100),  # an epoch budget before the demo's data exists
     ],
 )
 def test_the_demo_scales_the_controller_to_its_step_budget(flags, eta, warmup, tmp_path):
     from relif_ray.cli.sweep import controller_grid
 
     args = build_parser(NYUV2).parse_args(["--demo", *flags])
-    assert sweep_base_config(args, NYUV2, str(tmp_path)).relif.warmup_steps == warmup
-    r_stars, etas = controller_grid(args, NYUV2)
+    base = sweep_base_config(args, NYUV2, str(tmp_path))
+    assert base.relif.warmup_steps == warmup
+    r_stars, etas = controller_grid(args, NYUV2, base)
     assert r_stars == [0.24] and etas == [pytest.approx(eta, rel=1e-5)]
 
 

@@ -45,6 +45,14 @@ def test_the_preset_trains_on_the_real_table_and_the_report_says_what_it_read(
     assert not set(spec["features"]) & set(POST_BASELINE)
     assert sum(spec["summary"]["split_sizes"].values()) == 2139
     assert spec["summary"]["labelled"]["cd4_96"]["train"] < spec["summary"]["split_sizes"]["train"]
+    steps = 2 * (spec["summary"]["split_sizes"]["train"] // 128)  # 2 epochs of full batches
+    relif_trials = experiment.trials[experiment.trials["label"] == "relif-st"]
+    for config in relif_trials["config"]:  # the controller-budget rule, recorded per trial
+        assert config["relif"]["eta"] == pytest.approx(19.8 / steps, rel=1e-12)
+        assert config["relif"]["warmup_steps"] == max(1, round(100 * steps / 19_800))
+    traces = experiment.traces[experiment.traces["trial"].isin(relif_trials["trial"])]
+    assert len(traces) == 2 * steps
+    assert not traces["lambda"].between(0.09, 0.11).all()  # at the defaults, lambda moves
 
     out = tmp_path / "report"
     no_intervals = ["--no-figures", "--n-boot", "0"]  # the claims read no bootstrap interval

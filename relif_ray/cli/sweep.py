@@ -14,6 +14,7 @@ sweep that a signal stopped exits 75 with the command that resumes it
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -38,8 +39,8 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment.storage import display, local_path
 from relif_ray.methods import methods
-from relif_ray.problems import DatasetDefaults, benchmarks
-from relif_ray.sweep.compose import compose_config, demo_budget
+from relif_ray.problems import DatasetDefaults, benchmarks, train_examples
+from relif_ray.sweep.compose import compose_config, controller_budget, demo_budget
 from relif_ray.sweep.exit_status import (
     EXIT_STOPPED,
     EXIT_TRIALS_ERRORED,
@@ -260,14 +261,17 @@ def grid_planner(
     optuna = args.search == "optuna"
     default = "relif" if optuna else default_labels(args, defaults)
     labels = parse_labels(default if args.methods is None else args.methods)
-    r_stars, etas = controller_grid(args, defaults)
     if optuna:
         plan = optuna_plan(args, labels, seeds)
         return lambda base: (plan.space(base, args.delta), plan)
-    variants = grid_variants(labels, r_stars, etas)
-    if architectures:
-        variants = with_architectures(variants, architectures)
-    return lambda base: (param_space(base, variants, seeds, args.delta), None)
+
+    def planner(base: ExperimentConfig) -> tuple[SweepSpace, None]:
+        variants = grid_variants(labels, *controller_grid(args, defaults, base))
+        if architectures:
+            variants = with_architectures(variants, architectures)
+        return param_space(base, variants, seeds, args.delta), None
+
+    return planner
 
 
 def default_labels(args: argparse.Namespace, defaults: DatasetDefaults) -> str:
@@ -320,8 +324,10 @@ def base_config(
     spec: dict[str, Any] | None = None,
 ) -> ExperimentConfig:
     """The ExperimentConfig shared by every trial of the sweep (validated;
-    `relif_ray.sweep.compose.compose_config` of the flags' layers); `use_gpu` defaults to
-    what the resource flags ask for; `spec` is `data.spec`."""
+    `relif_ray.sweep.compose.compose_config` of the flags' layers, with the controller's
+    eta and warmup of `relif_ray.sweep.compose.controller_budget` for the trials' step budget,
+    printed in one line); `use_gpu` defaults to what the resource flags ask for; `spec` is
+    `data.spec`."""
     use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
     layers = [
         (f"--config {args.config}", read_config_file(args.config) if args.config else {}),
@@ -329,20 +335,25 @@ def base_config(
         ("flags", flag_fields(args)),
     ]
     demo = demo_budget(defaults, args.epochs, args.steps) if args.demo else None
-    config = compose_config(defaults, layers, root, use_gpu, demo, args.gpu_fast_path, spec or {})
+    compose = functools.partial(
+        compose_config, defaults, layers, root, use_gpu, demo, args.gpu_fast_path, spec or {}
+    )
+    config = compose()
+    budget = controller_budget(defaults, config.train, lambda: train_examples(config.data))
+    print(budget.line(), flush=True)
+    config = compose(controller=budget)
     pretrained = resolve_pretrained(config.model.pretrained)
     return replace(config, model=replace(config.model, pretrained=pretrained))
 
 
 def controller_grid(
-    args: argparse.Namespace, defaults: DatasetDefaults
+    args: argparse.Namespace, defaults: DatasetDefaults, base: ExperimentConfig
 ) -> tuple[list[float], list[float]]:
-    """(r* values, eta values) of the grid: the flags, else the data set's (for --demo, eta
-    scaled to the demo's step budget, `relif_ray.sweep.compose.demo_budget`)."""
-    scaled = demo_budget(defaults, args.epochs, args.steps).eta if args.demo else None
-    eta = f"{scaled if scaled else defaults.eta:g}" if args.eta is None else args.eta
+    """(r* values, eta values) of the grid: the flags, else the data set's r* and the base
+    config's eta (the controller-budget rule's, `base_config`)."""
     r_star = f"{defaults.r_star:g}" if args.r_star is None else args.r_star
-    return parse_floats(r_star, "--r-star"), parse_floats(eta, "--eta")
+    etas = [base.relif.eta] if args.eta is None else parse_floats(args.eta, "--eta")
+    return parse_floats(r_star, "--r-star"), etas
 
 
 def parse_labels(text: str, flag: str = "--methods") -> list[str]:

@@ -26,7 +26,7 @@ import yaml
 from relif_ray.cli.sweep import data_root
 from relif_ray.cli.sweep_flags import DataSource, SourceData
 from relif_ray.data import actg175
-from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE
+from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE, synthetic_table
 from relif_ray.data.table_spec import SPEC_KEYS, TableSpec, parse_group, parse_task
 from relif_ray.data.tabular import TableData, load_table
 from relif_ray.errors import UserError, first_line
@@ -101,8 +101,11 @@ def read_source(args: argparse.Namespace, defaults: DatasetDefaults) -> SourceDa
     elif args.demo:
         if given:
             raise UserError(f"{given[0]}: needs --data FILE (--demo alone uses its own table)")
+        root = data_root(args, defaults)
         spec = TableSpec.from_dict(flag_values(args, DEMO_SPEC))
-        return SourceData(data_root(args, defaults), spec.to_dict(), demo_data=True)
+        table = synthetic_table(rows=defaults.demo_data["rows"], seed=0)
+        data = load_table(Path(root) / TABLE, spec, table)  # as the trials will read it
+        return SourceData(root, recorded(data), demo_data=True)
     else:
         raise UserError("--data FILE with --task, --spec FILE.yaml or --preset is required")
     spec = TableSpec.from_dict(flag_values(args, values), args.spec or "data spec")

@@ -96,6 +96,11 @@ def check_nyuv2(root: str | Path) -> None:
                     _check_values(path, modality, array)
 
 
+def train_count(root: str | Path) -> int:
+    """The number of training examples at `root` (from the file names, nothing loaded)."""
+    return _split_dir_and_count(root, "train")[1]
+
+
 def _split_names(root: Path) -> list[str]:
     return list(REQUIRED_SPLITS) + [s for s in OPTIONAL_SPLITS if (root / s).is_dir()]
 

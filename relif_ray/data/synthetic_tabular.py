@@ -30,6 +30,14 @@ def write_synthetic_table(
     out: str | Path, *, rows: int, seed: int, overwrite: bool = False
 ) -> Path:
     """Write the synthetic table to `out/table.csv` (atomically); return `out`."""
+    table = synthetic_table(rows=rows, seed=seed)
+    with atomic_directory(out, overwrite=overwrite, replaceable=frozenset({TABLE})) as folder:
+        table.to_csv(folder / TABLE, index=False)
+    return Path(out)
+
+
+def synthetic_table(*, rows: int, seed: int) -> pd.DataFrame:
+    """The synthetic table (module docstring): a function of (rows, seed) only."""
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 20:
         raise UserError(f"--rows: need an integer of at least 20, got {rows!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -56,6 +64,4 @@ def write_synthetic_table(
     )
     for column in ("x2", "site", "event", "stage", "score"):
         table.loc[rng.random(rows) < 0.05, column] = np.nan
-    with atomic_directory(out, overwrite=overwrite, replaceable=frozenset({TABLE})) as folder:
-        table.to_csv(folder / TABLE, index=False)
-    return Path(out)
+    return table

@@ -90,6 +90,10 @@ class DatasetDefaults:
 
     seeds, backbone, batch_size, lr, epochs: the budget (flags override them).
     r_star, eta: the paper's ReLiF controller setting for this data set (--r-star/--eta).
+    paper_eta: whether the paper fixes eta for this data set at its default budget (`epochs`
+        at `batch_size`; NYUv2, eICU): there eta and the paper's warmup stay; elsewhere, and at
+        any other budget, the sweep scales them to the trials' step budget
+        (`relif_ray.sweep.compose.controller_budget`).
     delta: threshold of the live validation Bias shown while training and optimised by Optuna
         (the official fixed-delta audit is computed at analysis time).
     delta_ref: the paper's held-fixed audit threshold where it is one number (MIMIC-III 0.275,
@@ -120,6 +124,7 @@ class DatasetDefaults:
     demo_config: dict[str, Any] = field(default_factory=dict)
     gpu_config: dict[str, Any] = field(default_factory=dict)
     delta_ref: float | None = None
+    paper_eta: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,9 @@ class Benchmark:
         RMSE); empty: every native metric (`relif_ray.analysis.mtl_metrics`).
     attributes: where the stays' sensitive attributes are (`AttributeSource`); None: the
         benchmark has no patient groups to audit.
+    train_examples: root -> the number of training examples there (None: no data there
+        yet), for the controller's step budget (`relif_ray.sweep.compose.controller_budget`)
+        without loading the data; None: the driver loads the problem once to count them.
     specified: for a benchmark that a data spec defines (`data.spec`: the tabular benchmark,
         whose tasks are a table's columns), the Benchmark of one spec; `benchmark(name)` gives
         it for the spec in effect in this process (`use_spec`). None: the files define it.
@@ -208,6 +216,7 @@ class Benchmark:
     delta_m_metrics: tuple[str, ...] = ()
     attributes: AttributeSource | None = None
     specified: Callable[[dict[str, Any]], Benchmark] | None = None
+    train_examples: Callable[[str], int | None] | None = None
 
     @property
     def name(self) -> str:
@@ -309,6 +318,19 @@ def load_problem(config: DataConfig) -> Problem:
         raise UserError("config field data.root: no data directory given")
     use_spec(config)
     return _cached_problem(config.dataset, config.root, json.dumps(config.spec, sort_keys=True))
+
+
+def train_examples(config: DataConfig) -> int | None:
+    """The number of training examples of `config`'s data (`Benchmark.train_examples`, else
+    the problem loaded once in this process); None where the data does not exist yet (the
+    demo's, written once the sweep's checks pass)."""
+    use_spec(config)
+    counted = benchmark(config.dataset, "config field data.dataset").train_examples
+    if counted is not None:
+        return counted(config.root)
+    if not config.root or not Path(config.root).exists():
+        return None
+    return len(load_problem(config).splits["train"])
 
 
 @functools.lru_cache(maxsize=4)

@@ -53,6 +53,7 @@ DEFAULTS = replace(
     delta=0.06,
     demo_data={"patients": 200},
     delta_ref=0.06,
+    paper_eta=True,
 )
 """eICU: MIMIC-III's clinical setting except 3 seeds and delta_ref 0.06 (also the live delta);
 r* 0.16 and eta 1e-3 are the paper's eICU setting."""

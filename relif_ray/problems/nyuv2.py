@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import torch
 
-from relif_ray.data.nyuv2 import check_nyuv2, read_nyuv2
+from relif_ray.data.nyuv2 import check_nyuv2, read_nyuv2, train_count
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.models.architectures import build_dense_model
 from relif_ray.problems import (
@@ -55,6 +56,7 @@ DEFAULTS = DatasetDefaults(
     epochs=200,
     r_star=0.24,
     eta=1e-3,
+    paper_eta=True,
     delta=0.2,
     demo_data={"train": 48, "val": 24, "height": 48, "width": 64},
     demo_train={
@@ -83,6 +85,7 @@ BENCHMARK = Benchmark(
     load=load_nyuv2,
     tasks=nyuv2_tasks,
     defaults=DEFAULTS,
+    train_examples=lambda root: train_count(root) if (Path(root) / "train").is_dir() else None,
     synthetic=DataWriter(
         write=write_synthetic_nyuv2,
         help="synthetic rooms in the NYUv2 layout (image, 13-class label, depth, normal)",

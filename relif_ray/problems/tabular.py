@@ -15,6 +15,7 @@ rule for a data set without a published threshold); a table has none.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,15 @@ def specified(values: dict[str, Any]) -> Benchmark:
         synthetic=WRITER,
         check=functools.partial(check_tabular, spec=spec),
         attributes=attributes,
+        train_examples=_recorded_train_rows(values),
     )
+
+
+def _recorded_train_rows(values: dict[str, Any]) -> Callable[[str], int | None] | None:
+    """The train split's size that the spec's recorded summary holds (the sweep reads and
+    splits the table before planning), as `Benchmark.train_examples`; None without one."""
+    rows = values.get("summary", {}).get("split_sizes", {}).get("train")
+    return None if rows is None else lambda root: int(rows)
 
 
 BENCHMARK = replace(specified(DEMO_SPEC), specified=specified)
