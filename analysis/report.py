@@ -34,6 +34,12 @@ from pathlib import Path
 import pandas as pd
 
 from relif_ray.analysis.audit_scores import squash_quantiles
+from relif_ray.analysis.controller_activity import (
+    ACTIVITY_FILE,
+    activity_section,
+    controller_activity,
+    inert_flags,
+)
 from relif_ray.analysis.delta import DeltaSpec
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.fronts import hypervolume_table, pareto_means, pareto_points
@@ -137,13 +143,17 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     _write_data(out, experiment, results, options)
     figures = _write_figures(out, experiment, results, options) if options.figures else {}
     named = {table.name: table for table in tables}
-    summary = verdicts_section(results, paired, options.verdicts, named["interfaces"])
+    activity = controller_activity(experiment)
+    activity.to_csv(out / ACTIVITY_FILE, index=False)
+    summary = verdicts_section(
+        results, paired, options.verdicts, named["interfaces"], inert_flags(activity)
+    )
     sections = audited_sections(
         experiment, results, options.settings, options.ci, named, figures, options.verdicts
     )
     if groups is not None:
         sections.append(_group_part(out, groups, options.ci))
-    return [summary, *sections]
+    return [summary, activity_section(activity), *sections]
 
 
 def _group_part(out: Path, audit: GroupAudit, ci: CISettings) -> str:

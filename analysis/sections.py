@@ -156,12 +156,15 @@ def verdicts_section(
     paired: pd.DataFrame,
     settings: VerdictSettings,
     interfaces: Table | Skipped | None = None,
+    inert: dict[str, str] | None = None,
 ) -> str:
     """The report's summary: per method, its verdicts over seeds against the same-seed ERM
     trial (`relif_ray.analysis.paired`): Bias at the primary delta_ref, Worst, Macro and
-    Delta-M%; and, from the `interfaces` table, whether its cut depends on the audit interface
-    (`interface_dependence`)."""
+    Delta-M%; from the `interfaces` table, whether its cut depends on the audit interface
+    (`interface_dependence`); and `inert`'s flag where its controller did not act
+    (`relif_ray.analysis.controller_activity.inert_flags`)."""
     dependent = {} if interfaces is None else interface_dependence(interfaces)
+    inert = inert or {}
     heading = "## Summary: verdicts over seeds\n"
     if paired.empty:
         return heading + "No method has a same-seed ERM trial to be compared with.\n"
@@ -193,6 +196,7 @@ def verdicts_section(
         n = int(chosen.loc[("bias", key), "n_seeds"]) if ("bias", key) in chosen.index else 0
         seeds = f"{n} seed{'s' if n != 1 else ''}"
         clauses.append(f"**{dependent[label]}**" if label in dependent else "")
+        clauses.append(f"**{inert[label]}**" if label in inert else "")
         text = "; ".join(clause for clause in clauses if clause)
         lines.append(f"- **{display_text(str(label))}** ({seeds}): {text}.")
     return "\n".join(lines + _notes(paired, results)) + "\n"

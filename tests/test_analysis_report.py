@@ -646,3 +646,39 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
         expected = fixed_delta_audit(squashed_scores(stored, trial, "val"), delta)
         assert table.loc[row, "bias_p75_mean"] == pytest.approx(expected.bias, abs=1e-12)
     assert set(itertools.chain(table.index)) == {"erm", "relif"}
+
+
+def test_the_report_flags_a_controller_that_did_not_act(experiment_dir, tmp_path, capsys):
+    """The controller-activity rule on the traces the trials stored: at eta 1e-3 over 40 steps
+    lambda stays within 10% of lambda0 (inert, flagged beside the verdicts); at eta 0.5 with a
+    violation rate near 0.3 above r* 0.16 it leaves that band (not flagged). The static-lambda
+    and without-Lipschitz ablations do not adapt lambda and are not listed."""
+    from relif_ray.analysis.controller_activity import controller_activity
+
+    experiment = analysis.load(experiment_dir)
+    activity = controller_activity(experiment)
+    settings = ("(r*=0.24, eta=0.001)", "(r*=0.16, eta=0.5)")
+    labels = ("relif", "relif-noalign")
+    expected = {f"{label} {setting}" for label in labels for setting in settings}
+    assert set(activity["variant"]) == expected
+    traces = experiment.traces.sort_values(["trial", "step"])
+    traces = traces.groupby("trial", observed=True)["lambda"]
+    for row in activity.itertuples():
+        lambdas = traces.get_group(row.trial)
+        assert (row.lambda_low, row.lambda_high) == (lambdas.min(), lambdas.max())
+        assert row.lambda_final == lambdas.iloc[-1] and row.eta_x_steps == row.eta * row.steps
+        assert row.inert == (row.eta == 1e-3)
+        assert row.inert == bool((abs(lambdas / 0.1 - 1) <= 0.1).all())
+    out = tmp_path / "report"
+    status, _, _ = run(capsys, str(experiment_dir), "--out", str(out), *AUDIT_FLAGS,
+                       "--n-boot", "0", "--no-figures")  # fmt: skip
+    assert status == 0
+    report = (out / "report.md").read_text()
+    summary = report.split("## Summary: verdicts over seeds")[1].split("\n## ")[0]
+    flag = "controller inert: λ stayed within 10% of λ0 on every seed"
+    lines = {line.split("**")[1]: line for line in summary.splitlines() if line.startswith("- ")}
+    assert flag in lines["ReLiF (r*=0.24, eta=0.001)"]
+    assert "inert" not in lines["ReLiF (r*=0.16, eta=0.5)"]
+    assert "## Controller activity" in report
+    stored = pd.read_csv(out / "controller_activity.csv")
+    assert stored["inert"].tolist() == activity["inert"].tolist()
