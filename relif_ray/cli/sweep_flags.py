@@ -113,8 +113,9 @@ def add_data_flags(
     data.add_argument(
         "--warmup-steps",
         type=int,
-        help="ReLiF controller warmup steps (default: 100; demo: scale_to_budget, warmup / "
-        "steps as in the paper's NYUv2 run)",
+        help="ReLiF controller warmup steps (default: the paper's 100 where the paper fixes "
+        "eta for the data set and budget, else warmup / steps as in the paper's NYUv2 run, "
+        "scale_to_budget of the trials' step budget)",
     )
     data.add_argument(
         "--delta",
@@ -141,9 +142,9 @@ def add_grid_flags(
     )
     grid.add_argument(
         "--eta",
-        help=f"ReLiF controller step sizes (list) (default: {defaults.eta:g}; demo: "
-        "scaled to the demo's step budget with scale_to_budget, eta x steps as in the "
-        "paper's 200-epoch NYUv2 run)",
+        help=f"ReLiF controller step sizes (list) (default: {defaults.eta:g} where the paper "
+        "fixes it for the data set and budget, else eta x steps as in the paper's 200-epoch "
+        "NYUv2 run, scale_to_budget of the trials' step budget; the sweep prints it)",
     )
     grid.add_argument(
         "--search",

@@ -100,8 +100,8 @@ class DatasetDefaults:
         eICU 0.06); None: `relif report` calibrates it on ERM's reference run (NYUv2).
     demo_data: keyword arguments of the data set's synthetic writer (`Benchmark.synthetic`).
     demo_train: the `--demo` budget (steps or epochs, batch_size, lr, backbone, seeds,
-        methods); with a step budget, --demo scales the controller's eta and warmup to it
-        (`relif_ray.relif.controller.scale_to_budget`).
+        methods); the controller's eta and warmup follow it as every sweep's budget
+        (`relif_ray.sweep.compose.controller_budget`).
     config: dotted ExperimentConfig fields set for every trial before the flags apply (the
         paper's settings, e.g. {"train.optimizer": "adamw"}); demo_config: the same in --demo.
     gpu_config: the fields set for trials that get a GPU, after `config` and before --demo

@@ -130,8 +130,9 @@ DEFAULTS = DatasetDefaults(
 )
 """Our choices (the paper has no tabular data set): 10 seeds; an MLP of two 64-wide layers,
 dropout 0.1; AdamW lr 1e-3, weight decay 1e-5, batch 128, 100 epochs; the ReLiF controller at
-the clinical setting (r* 0.16, eta 1e-3); live delta 0.2 (NYUv2's), delta_ref calibrated on ERM
-by `relif report` (module docstring)."""
+the clinical r* 0.16, its eta and warmup scaled to the trials' step budget from the paper's
+eta 1e-3 (`relif_ray.sweep.compose.controller_budget`); live delta 0.2 (NYUv2's), delta_ref
+calibrated on ERM by `relif report` (module docstring)."""
 
 WRITER = DataWriter(
     write=write_synthetic_table,

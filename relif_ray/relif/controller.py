@@ -119,7 +119,8 @@ def scale_to_budget(
     over `PAPER_NYUV2_STEPS`; Table 5). The multiplicative update changes log lambda by about
     eta (r~_t - r*) per step, so over a run it moves by about eta x steps x mean(r~ - r*): at
     eta 1e-3 a 24-step demo would move lambda by 0.1% where the paper's run moves it by
-    factors. Used by `--demo` sweeps; warmup is at least 1 step."""
+    factors. Every sweep's controller-budget rule uses it
+    (`relif_ray.sweep.compose.controller_budget`); warmup is at least 1 step."""
     if steps <= 0:
         raise ValueError(f"steps must be positive, got {steps}")
     return eta * reference_steps / steps, max(1, round(warmup_steps * steps / reference_steps))
