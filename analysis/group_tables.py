@@ -16,18 +16,32 @@ from __future__ import annotations
 
 import pandas as pd
 
-from relif_ray.analysis.groups import ATTRIBUTES, DISPARITIES, GroupAudit, band_names
+from relif_ray.analysis.groups import (
+    ALL_DISPARITIES,
+    ATTRIBUTES,
+    GroupAudit,
+    band_names,
+    disparity_rows,
+)
 from relif_ray.analysis.render import Column, Table, summarize
 from relif_ray.analysis.sections import link, section
 from relif_ray.analysis.tables import CISettings, Skipped
 from relif_ray.data.attributes import UNKNOWN
 
 TITLE = "Group fairness: patient groups"
-METRIC_HEADERS = {"auroc": "AUROC", "auroc_macro": "Macro AUROC", "kappa": "Kappa"}
+METRIC_HEADERS = {
+    "auroc": "AUROC",
+    "auroc_macro": "Macro AUROC",
+    "kappa": "Kappa",
+    "error": "Error rate",
+    "mae": "MAE",
+}
 DISPARITY_NAMES = {
     "demographic_parity_difference": "DP difference",
     "equalized_odds_difference": "EO difference",
     "metric_gap": "metric gap",
+    "error_gap": "error gap",
+    "prediction_gap": "prediction gap",
 }
 """How the tables name the disparities."""
 FILES = ("group_per_group.csv", "group_per_trial.csv", "group_paired.csv", "group_verdicts.csv")
@@ -47,12 +61,12 @@ def group_tables(audit: GroupAudit) -> list[Table | Skipped]:
 def ordered(frame: pd.DataFrame, audit: GroupAudit) -> pd.DataFrame:
     """`frame` (columns among task, attribute, group, metric, variant) in the audit's order:
     tasks and methods as the trials list them, attributes as `ATTRIBUTES` (a table's groups
-    after them), disparities as `DISPARITIES`, age bands by age, other groups by name, unknown
+    after them), disparities as `ALL_DISPARITIES`, age bands by age, other groups by name, unknown
     groups last."""
     ranks = {
         "task": list(dict.fromkeys(audit.per_trial["task"])),
         "attribute": list(dict.fromkeys([*ATTRIBUTES, *audit.per_trial["attribute"]])),
-        "metric": list(DISPARITIES),
+        "metric": list(ALL_DISPARITIES),
         "variant": list(dict.fromkeys(audit.per_trial["variant"])),
     }
     bands = band_names(audit.options.age_bands)
@@ -72,31 +86,60 @@ def ordered(frame: pd.DataFrame, audit: GroupAudit) -> pd.DataFrame:
 
 def task_table(audit: GroupAudit, task: str) -> Table:
     chosen = audit.per_group[audit.per_group["task"] == task]
-    keys = ["value", "tpr", "fpr"]
+    metric = chosen["metric"].iloc[0]
+    extra = outcome_columns(chosen) if metric in OUTCOME_HEADERS else ["tpr", "fpr"]
+    keys = ["value", *extra]
     by = ["attribute", "group", "variant"]
-    rows = summarize(chosen, by, [*keys, "stays", "positives"])
+    counts = ["stays"] if metric in OUTCOME_HEADERS else ["stays", "positives"]
+    rows = summarize(chosen, by, [*keys, *counts])
     small = chosen.groupby(by, sort=False)["small"].any()
     rows["small"] = ["small" if small[tuple(r)] else "" for r in rows[by].itertuples(index=False)]
-    rows["stays"], rows["positives"] = rows["stays_mean"], rows["positives_mean"]
+    for count in counts:
+        rows[count] = rows[f"{count}_mean"]
     rows = ordered(rows, audit).rename(columns={"variant": "row"})
-    metric = chosen["metric"].iloc[0]
+    header = METRIC_HEADERS[metric]
     columns = [
         Column("attribute", "Attribute", "Attribute", kind="text"),
         Column("group", "Group", "Group", kind="text"),
-        Column("stays", "Stays", "Stays", kind="number", digits=0),
-        Column("positives", "Positives", "Positives", kind="number", digits=0),
-        Column("value", METRIC_HEADERS[metric], METRIC_HEADERS[metric], digits=3),
-        Column("tpr", "TPR", "TPR", digits=3),
-        Column("fpr", "FPR", "FPR", digits=3),
+        *(Column(c, c.capitalize(), c.capitalize(), kind="number", digits=0) for c in counts),
+        Column("value", header, header, digits=3),
+        *(Column(key, *[extra_header(key)] * 2, digits=3) for key in extra),
         Column("small", "Small", "Small", kind="text"),
     ]
+    if metric in OUTCOME_HEADERS:
+        what = f"rows, {header}, {OUTCOME_HEADERS[metric]}"
+    else:
+        what = (
+            f"stays, positives of the decision ({decision_words(metric, audit)}), {header}, "
+            "TPR and FPR"
+        )
     title = (
-        f"{task} by patient group ({audit.split} split): stays, positives of the decision "
-        f"({decision_words(metric, audit)}), {METRIC_HEADERS[metric]}, TPR and FPR, "
-        f"mean ± sample std over seeds; small: fewer than {audit.options.min_group_size} "
-        "stays, left out of the disparities. TPR ('–'): no positives; FPR: no negatives."
+        f"{task} by patient group ({audit.split} split): {what}, mean ± sample std over "
+        f"seeds; small: fewer than {audit.options.min_group_size} stays, left out of the "
+        "disparities."
+        + ("" if metric in OUTCOME_HEADERS else " TPR ('–'): no positives; FPR: no negatives.")
     )
     return Table(f"groups_{task}", title, "Method", columns, rows)
+
+
+OUTCOME_HEADERS = {
+    "error": "the share of rows predicted as each class (predicted k)",
+    "mae": "the mean prediction",
+}
+"""What the group table of a multiclass (error) or regression (MAE) task shows beside its
+metric (`relif_ray.analysis.group_outcomes`)."""
+
+
+def outcome_columns(chosen: pd.DataFrame) -> list[str]:
+    """The per-group columns of a multiclass or regression task beside its metric."""
+    shares = sorted((c for c in chosen if c.startswith("share_")), key=lambda c: int(c[6:]))
+    present = [c for c in shares if chosen[c].notna().any()]
+    return present or ["mean_prediction"]
+
+
+def extra_header(key: str) -> str:
+    names = {"tpr": "TPR", "fpr": "FPR", "mean_prediction": "Mean prediction"}
+    return names.get(key, f"Predicted {key.removeprefix('share_')}")
 
 
 def decision_words(metric: str, audit: GroupAudit) -> str:
@@ -111,9 +154,7 @@ def disparity_table(audit: GroupAudit) -> Table:
     """Per method, task, attribute and disparity: its value over seeds, its paired difference
     from same-seed ERM with the Student-t interval over seeds, and the verdict."""
     keys = ["task", "attribute", "variant"]
-    long = audit.per_trial.melt(
-        [*keys, "compared"], list(DISPARITIES), var_name="metric", value_name="value"
-    )
+    long = disparity_rows(audit.per_trial, [*keys, "compared"])
     by = [*keys, "metric"]
     rows = summarize(long, by, ["value"])
     compared = long.groupby(by, sort=False)["compared"].agg(
@@ -150,7 +191,10 @@ def disparity_table(audit: GroupAudit) -> Table:
         f"Group disparities ({audit.split} split) over the groups of at least "
         f"{audit.options.min_group_size} stays with both classes of the decision (Fairlearn): "
         "DP difference, the largest gap in selection rate; EO difference, the larger of the "
-        "largest gaps in TPR and FPR; metric gap, the largest gap in the task's metric. "
+        "largest gaps in TPR and FPR; metric gap, the largest gap in the task's metric; "
+        "for a multiclass or regression task (groups of at least that many rows), error gap, "
+        "the largest gap in the error rate or MAE, and prediction gap, the largest gap in the "
+        "mean prediction (multiclass: in the share predicted as any one class). "
         "Value: mean ± sample std over seeds. Δ vs same-seed ERM: the mean over seeds of each "
         f"seed's difference from its ERM trial's [{audit.level:.0%} Student-t interval over "
         "seeds]; the verdict says whether the method's gap is lower or higher than ERM's over "
@@ -182,7 +226,8 @@ def group_section(audit: GroupAudit, tables: list[Table | Skipped], ci: CISettin
         f"beside the fixed-δ audit's individual fairness across tasks: {attribute_words(audit)}, "
         "each missing or "
         f"unknown value in its own group. Decisions: probability >= {options.threshold:g} "
-        f"(binary tasks); remaining stay >= {options.long_stay_hours:g} h (length of stay). "
+        f"(binary tasks); remaining stay >= {options.long_stay_hours:g} h (length of stay); "
+        "the arg-max class (multiclass); regression tasks by their error and prediction. "
         "Each method's disparities are compared with its same-seed ERM trial's over seeds, "
         "with the verdicts of the summary. docs/clinical.md says which groups and what this "
         "measures that the fixed-δ audit does not.",

@@ -54,6 +54,7 @@ from scipy.special import expit
 
 from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.group_outcomes import OUTCOME_DISPARITIES, OUTCOME_METRICS, outcome_groups
 from relif_ray.analysis.results import report_split
 from relif_ray.analysis.verdicts import VerdictSettings, compare_differences
 from relif_ray.data.attributes import UNKNOWN, band_names
@@ -67,7 +68,11 @@ ATTRIBUTES = ("gender", "age", "ethnicity")
 whose attribute table has other columns (a table's groups, `relif_ray.data.tabular`) is
 audited on those, in their order."""
 DISPARITIES = ("demographic_parity_difference", "equalized_odds_difference", "metric_gap")
-"""The per-trial disparities, each paired with same-seed ERM in `GroupAudit.paired`."""
+"""The per-trial disparities of a task with a binary decision (the clinical kinds and a
+table's binary task), each paired with same-seed ERM in `GroupAudit.paired`."""
+ALL_DISPARITIES = (*DISPARITIES, *OUTCOME_DISPARITIES)
+"""Every disparity, those of a table's multiclass and regression tasks
+(`relif_ray.analysis.group_outcomes`) after the others."""
 VERDICT_COLUMNS = [
     "label", "variant", "task", "attribute", "metric", "n_seeds", "estimate", "ci_low",
     "ci_high", "std", "verdict", "seeds_needed",
@@ -243,7 +248,8 @@ def trial_groups(
             sensitive = groups[attribute].reindex(rows["name"]).fillna(UNKNOWN).to_numpy()
             frame, disparities = task_groups(rows, kinds[task], sensitive, options)
             per_group.append(frame.assign(**ids, task=task, attribute=attribute))
-            per_trial.append({**ids, "task": task, "attribute": attribute, **disparities})
+            keys = {"task": task, "attribute": attribute, "kind": kinds[task]}
+            per_trial.append({**ids, **keys, **disparities})
     return per_group, per_trial
 
 
@@ -339,7 +345,10 @@ def task_groups(
     rows: pd.DataFrame, kind: str, sensitive: np.ndarray, options: GroupOptions
 ) -> tuple[pd.DataFrame, dict[str, float | str | int]]:
     """One task's per-group frame and per-trial disparities for one attribute (`sensitive`:
-    each row's group)."""
+    each row's group); a multiclass or regression task's are
+    `relif_ray.analysis.group_outcomes`'."""
+    if kind in OUTCOME_METRICS:
+        return outcome_groups(rows, kind, sensitive, options.min_group_size)
     y_true, y_pred, params = decisions(kind, rows, options)
     metric, function = TASK_METRICS[kind]
     frame = MetricFrame(
@@ -405,7 +414,7 @@ def paired_differences(per_trial: pd.DataFrame, trials: pd.DataFrame) -> pd.Data
     themselves are left out; a trial without exactly one same-seed ERM trial has NaN."""
     partner = erm_partner(trials)
     keys = ["trial", "label", "variant", "seed", "attribute", "task"]
-    long = per_trial.melt(keys, list(DISPARITIES), var_name="metric", value_name="value")
+    long = disparity_rows(per_trial, keys)
     values = long.set_index(["trial", "attribute", "task", "metric"])["value"]
     long["erm_trial"] = long["trial"].map(partner)
     index = pd.MultiIndex.from_arrays(
@@ -416,6 +425,20 @@ def paired_differences(per_trial: pd.DataFrame, trials: pd.DataFrame) -> pd.Data
     long = long[long["erm_trial"] != long["trial"]]
     columns = ["label", "variant", "seed", "attribute", "task", "metric", "value", "erm_value"]
     return long[[*columns, "difference", "trial", "erm_trial"]].reset_index(drop=True)
+
+
+def disparity_rows(per_trial: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """`per_trial` in long form: `keys`, metric (each disparity of the row's task kind) and
+    value; the disparities of other kinds are not rows (without a `kind` column: a binary
+    decision's)."""
+    columns = [name for name in ALL_DISPARITIES if name in per_trial]
+    kinds = per_trial if "kind" in per_trial else per_trial.assign(kind="binary")
+    long = kinds.melt([*keys, "kind"], columns, var_name="metric", value_name="value")
+    applies = [
+        metric in (OUTCOME_DISPARITIES if kind in OUTCOME_METRICS else DISPARITIES)
+        for metric, kind in zip(long["metric"], long["kind"], strict=True)
+    ]
+    return long[applies].drop(columns="kind").reset_index(drop=True)
 
 
 def paired_verdicts(paired: pd.DataFrame, settings: VerdictSettings) -> pd.DataFrame:

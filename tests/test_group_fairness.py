@@ -443,3 +443,51 @@ def test_a_malformed_attribute_file_stops_the_report_in_one_line(tmp_path, capsy
 def test_a_bad_group_option_is_one_line_before_anything_is_read(capsys, flag, value, message):
     status, err = report(capsys, "nowhere", "--out", "nowhere-report", flag, value)
     assert status == 2 and err.strip().splitlines() == [f"relif: error: {message}"], err
+
+
+def test_multiclass_and_regression_groups_against_a_direct_count():
+    """A table's multiclass and regression tasks per group (`outcome_groups`): error rate and
+    predicted shares, MAE and mean prediction, and the gaps over the groups of at least
+    `min_group_size` rows, against numpy on the same rows."""
+    from relif_ray.analysis.group_outcomes import outcome_groups
+
+    rng = np.random.default_rng(3)
+    groups = np.array(["a"] * 60 + ["b"] * 50 + ["c"] * 5)  # c is small: not compared
+    labels = rng.integers(0, 3, groups.size)
+    predicted = np.where(rng.random(groups.size) < 0.6, labels, rng.integers(0, 3, groups.size))
+    rows = pd.DataFrame(
+        {"label": labels, "prediction": predicted, "example_id": np.arange(groups.size)}
+    )
+    per_group, gaps = outcome_groups(rows, "multiclass", groups, min_group_size=10)
+    frame = per_group.set_index("group")
+    for group in ("a", "b", "c"):
+        mine = groups == group
+        assert frame.loc[group, "value"] == pytest.approx(np.mean(labels[mine] != predicted[mine]))
+        for k in range(3):
+            assert frame.loc[group, f"share_{k}"] == pytest.approx(np.mean(predicted[mine] == k))
+    assert frame["small"].tolist() == [False, False, True]
+    assert gaps["compared"] == 2
+    assert gaps["error_gap"] == pytest.approx(
+        abs(frame.loc["a", "value"] - frame.loc["b", "value"])
+    )
+    share_gaps = [
+        abs(frame.loc["a", f"share_{k}"] - frame.loc["b", f"share_{k}"]) for k in range(3)
+    ]
+    assert gaps["prediction_gap"] == pytest.approx(max(share_gaps))
+
+    values = rng.normal(100, 20, groups.size)
+    guesses = values + rng.normal(5 * (groups == "b"), 10)
+    rows = pd.DataFrame(
+        {"label": values, "prediction": guesses, "example_id": np.arange(groups.size)}
+    )
+    per_group, gaps = outcome_groups(rows, "regression", groups, min_group_size=10)
+    frame = per_group.set_index("group")
+    mae = {g: np.mean(np.abs(values - guesses)[groups == g]) for g in "abc"}
+    mean = {g: np.mean(guesses[groups == g]) for g in "abc"}
+    assert frame["value"].to_dict() == pytest.approx(mae)
+    assert frame["mean_prediction"].to_dict() == pytest.approx(mean)
+    assert gaps["error_gap"] == pytest.approx(abs(mae["a"] - mae["b"]))
+    assert gaps["prediction_gap"] == pytest.approx(abs(mean["a"] - mean["b"]))
+    assert gaps["overall"] == pytest.approx(np.mean(np.abs(values - guesses)))
+    _, alone = outcome_groups(rows[groups == "a"], "regression", groups[groups == "a"], 10)
+    assert np.isnan(alone["error_gap"]) and np.isnan(alone["prediction_gap"])

@@ -8,6 +8,7 @@ import contextlib
 import io
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -67,4 +68,17 @@ def test_the_preset_trains_on_the_real_table_and_the_report_says_what_it_read(
     assert (trials[["cd4_20_mae", "cd4_96_rmse"]] > 0).all().all()
     verdicts = pd.read_csv(out / "group_verdicts.csv")
     assert set(verdicts["attribute"]) == {"race", "gender", "age"}
-    assert set(verdicts["task"]) == {"event"}
+    assert set(verdicts["task"]) == {"event", "course", "cd4_20", "cd4_96"}
+    metrics = verdicts.groupby("task")["metric"].unique().map(set)
+    assert metrics["event"] == {"demographic_parity_difference", "equalized_odds_difference",
+                                "metric_gap"}  # fmt: skip
+    for task in ("course", "cd4_20", "cd4_96"):
+        assert metrics[task] == {"error_gap", "prediction_gap"}, task
+    per_group = pd.read_csv(out / "group_per_group.csv")
+    course = per_group[per_group["task"] == "course"]
+    assert (course["metric"] == "error").all() and course["value"].between(0, 1).all()
+    shares = course[[c for c in course if c.startswith("share_")]].fillna(0).sum(axis=1)
+    assert np.allclose(shares, 1.0)  # every row is predicted as one of the classes
+    cd4 = per_group[per_group["task"] == "cd4_20"]
+    assert (cd4["metric"] == "mae").all() and (cd4["value"] > 0).all()
+    assert cd4["mean_prediction"].between(50, 1500).all()  # CD4 cells/mm3

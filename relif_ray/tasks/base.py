@@ -99,11 +99,13 @@ class MetricAccumulator(ABC):
     def compute(self) -> dict[str, float]: ...
 
 
-OUTCOME_KINDS = ("binary", "multilabel", "length_of_stay")
+OUTCOME_KINDS = ("binary", "multilabel", "length_of_stay", "multiclass", "regression")
 """How a task's stored outcomes (`Task.outcomes`) read, for the group-fairness audit
 (`relif_ray.analysis.groups`): "binary" - label 0/1 and the logit of the positive class per labelled
 stay or step; "multilabel" - the same per stay and label, `position` being the label's index;
-"length_of_stay" - the remaining stay in hours and the arg-max bin per labelled step."""
+"length_of_stay" - the remaining stay in hours and the arg-max bin per labelled step;
+"multiclass" - the class index and the arg-max class per labelled row; "regression" - the
+label and the prediction per labelled row, both in the column's units."""
 
 
 @dataclass

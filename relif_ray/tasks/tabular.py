@@ -18,8 +18,9 @@ Every target is (B, 2) = (mask, value): a missing label masks its task for that 
   scores, so `score_is_probability = False`: the audit squashes it with the same-seed ERM
   reference quantiles (`relif_ray.squash`), in training (ReLiF) and at analysis time alike.
 
-Only the binary tasks store per-row outcomes for the group audit (`Task.outcome_kind`); the
-multiclass and regression tasks are in the fixed-delta audit, not in the group audit.
+Every task stores its per-row outcomes for the group audit (`Task.outcome_kind`): binary the
+label and logit, multiclass the class and the arg-max class, regression the label and the
+prediction in the column's units.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from relif_ray.tasks.base import Batch, MetricAccumulator, ModelOutput, Task, masked_mean
+from relif_ray.tasks.base import (
+    Batch,
+    MetricAccumulator,
+    ModelOutput,
+    Outcomes,
+    Task,
+    masked_mean,
+)
 from relif_ray.tasks.clinical import Collector, MortalityTask, macro_auroc
 
 
@@ -70,6 +78,8 @@ class MulticlassMetrics(MetricAccumulator):
 class MulticlassTask(Task):
     """A multiclass column: `num_classes` logits per row, (B, C)."""
 
+    outcome_kind = "multiclass"
+
     def __init__(self, name: str, num_classes: int) -> None:
         self.name = name
         self.num_classes = num_classes
@@ -88,6 +98,11 @@ class MulticlassTask(Task):
     def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
         confidence = torch.softmax(output.predictions[self.name], dim=-1).amax(dim=-1)
         return confidence, batch[self.name][:, 0] > 0.5
+
+    def outcomes(self, prediction: Tensor, target: Tensor) -> Outcomes:
+        """The class and the arg-max class of every labelled row."""
+        predicted = prediction.argmax(dim=-1).to(target.dtype)
+        return Outcomes(target[:, 1:2], predicted[:, None], target[:, 0:1] > 0.5)
 
 
 class RegressionMetrics(MetricAccumulator):
@@ -117,6 +132,7 @@ class RegressionTask(Task):
     mean, std: the training split's labels' (1 and 0 where only the declarations are needed)."""
 
     score_is_probability = False
+    outcome_kind = "regression"
 
     def __init__(self, name: str, mean: float = 0.0, std: float = 1.0) -> None:
         self.name = name
@@ -134,3 +150,8 @@ class RegressionTask(Task):
 
     def audit_score(self, output: ModelOutput, batch: Batch) -> tuple[Tensor, Tensor]:
         return output.predictions[self.name], batch[self.name][:, 0] > 0.5
+
+    def outcomes(self, prediction: Tensor, target: Tensor) -> Outcomes:
+        """The label and the prediction of every labelled row, in the column's units."""
+        predicted = prediction.to(target.dtype) * self.std + self.mean
+        return Outcomes(target[:, 1:2], predicted[:, None], target[:, 0:1] > 0.5)

@@ -1,0 +1,97 @@
+"""The group audit of a table's multiclass and regression tasks (`relif_ray.analysis.groups`):
+per group, the task's error and what it predicts, and the gaps between groups.
+
+A table's binary task is audited as a clinical one (its decision at a probability threshold,
+Fairlearn's demographic-parity and equalized-odds differences). A multiclass or regression
+task has no positive class to rate, so per group (Fairlearn's `MetricFrame` over the stored
+outcomes, `relif_ray.tasks.base.OUTCOME_KINDS`):
+
+- multiclass: `value`, the error rate of the arg-max class (1 - accuracy, scikit-learn's
+  `accuracy_score`), and `share_<k>`, the share of the group's rows predicted as class k (the
+  multiclass selection rate);
+- regression: `value`, the mean absolute error in the column's units (scikit-learn's
+  `mean_absolute_error`), and `mean_prediction`, the mean prediction.
+
+Over the compared groups (at least `min_group_size` rows), the disparities
+(`OUTCOME_DISPARITIES`) are `error_gap`, the largest minus the smallest group's error, and
+`prediction_gap`, the largest minus the smallest group's mean prediction (multiclass: the
+largest such gap in the share predicted as any one class); NaN with fewer than two compared
+groups. Each is paired with the same-seed ERM trial's and summed up over seeds as the binary
+tasks' disparities are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from fairlearn.metrics import MetricFrame
+from sklearn.metrics import accuracy_score, mean_absolute_error
+
+OUTCOME_DISPARITIES = ("error_gap", "prediction_gap")
+"""The disparities of a multiclass or regression task."""
+OUTCOME_METRICS = {"multiclass": "error", "regression": "mae"}
+"""The per-group `value` of each kind: its name in the group tables."""
+
+
+def error_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """1 - accuracy of the predicted classes."""
+    return 1.0 - float(accuracy_score(y_true, y_pred))
+
+
+def mean_prediction(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """The mean prediction (the label is not used)."""
+    return float(np.mean(y_pred))
+
+
+def class_share(k: int) -> Any:
+    """The share of rows predicted as class k (a `MetricFrame` metric)."""
+
+    def share(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+        return float(np.mean(y_pred == k))
+
+    return share
+
+
+def outcome_groups(
+    rows: pd.DataFrame, kind: str, sensitive: np.ndarray, min_group_size: int
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One multiclass or regression task's per-group frame and per-trial disparities for one
+    attribute (`sensitive`: each row's group; module docstring)."""
+    y_true = rows["label"].to_numpy(dtype=np.float64)
+    y_pred = rows["prediction"].to_numpy(dtype=np.float64)
+    if kind == "multiclass":
+        y_true, y_pred = y_true.astype(np.int64), y_pred.astype(np.int64)
+        classes = np.unique(np.concatenate([y_true, y_pred]))
+        shares = {f"share_{k}": class_share(int(k)) for k in classes}
+        metrics = {"value": error_rate, **shares}
+    else:
+        metrics = {"value": mean_absolute_error, "mean_prediction": mean_prediction}
+    frame = MetricFrame(
+        metrics=metrics,
+        y_true=y_true,
+        y_pred=y_pred,
+        sensitive_features=pd.Series(sensitive, name="group"),
+    )
+    samples = pd.DataFrame({"group": sensitive, "stay": rows["example_id"]})
+    sizes = samples.groupby("group").agg(stays=("stay", "nunique"), samples=("stay", "size"))
+    per_group = sizes.join(frame.by_group).reset_index()
+    per_group["small"] = per_group["stays"] < min_group_size
+    per_group.insert(1, "metric", OUTCOME_METRICS[kind])
+    compared = per_group[~per_group["small"]].set_index("group")
+    predicted = [column for column in metrics if column != "value"]
+    two = len(compared) > 1
+    disparities = {
+        "metric": OUTCOME_METRICS[kind],
+        "overall": float(frame.overall["value"]),
+        "groups": len(per_group),
+        "compared": len(compared),
+        "error_gap": _range(compared["value"]) if two else np.nan,
+        "prediction_gap": max(_range(compared[c]) for c in predicted) if two else np.nan,
+    }
+    return per_group, disparities
+
+
+def _range(values: pd.Series) -> float:
+    return float(values.max() - values.min())
