@@ -90,7 +90,8 @@ class PackagedFile:
             differ = int((first.ne(second) & ~(first.isna() & second.isna())).sum())
             if differ:
                 raise UserError(
-                    f"{where}: the two '{column}' columns differ in {differ:,} rows ({damaged})"
+                    f"{where}: the two '{column}' columns differ in {differ:,} of "
+                    f"{len(table):,} rows ({damaged})"
                 )
         return table.drop(columns=[f"{column}.1" for column in self.repeated])
 
