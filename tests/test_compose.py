@@ -68,7 +68,7 @@ def not_asked() -> int:
         ("nyuv2", {"epochs": None, "max_steps": 240}, not_asked, 19.8 / 240, 1, 240, "scaled"),
         ("eicu", {}, not_asked, 1e-3, 100, None, "paper"),  # the paper's eICU setting
         ("eicu", {"epochs": 10}, lambda: 1000, 19.8 / 150, 1, 150, "scaled"),
-        ("mimic3", {}, lambda: 14_681, 19.8 / 22_900, 116, 22_900, "scaled"),  # (r*, eta) selected per seed
+        ("mimic3", {}, lambda: 14_681, 19.8 / 22_900, 116, 22_900, "scaled"),
         ("tabular", {}, lambda: 1497, 0.018, 6, 1100, "scaled"),  # ACTG 175's train split
         ("tabular", {"max_steps": 300}, lambda: 1497, 19.8 / 300, 2, 300, "scaled"),  # the cap
         ("tabular", {}, lambda: None, 1e-3, 100, None, "unknown budget"),  # no data yet

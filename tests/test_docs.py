@@ -59,6 +59,7 @@ OTHER_TOOLS_FLAGS = {
     "--aug": "LibMTL's examples/nyu/train_nyu.py",
     "--arch": "LibMTL's LibMTL/config.py",
     "--index-url": "pip install",
+    "--no-deps": "pip install",
 }
 """Flags of other tools that the docs name in prose, with the tool."""
 

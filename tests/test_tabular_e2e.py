@@ -1,6 +1,7 @@
 """End to end on real data: `sweeps/tabular.py --preset actg175` (lifelines' ACTG 175 table)
 -> `relif report`: a small sweep (erm and relif-st, two seeds, two epochs) on the session's
-Ray, then the report with its data spec, native metrics per task and group audit."""
+Ray, then the report with its data spec, native metrics per task and group audit; and the
+same, shorter (erm and relif, one seed, a few steps), for the support2 and compas presets."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from relif_ray import analysis
 from relif_ray.cli.console import main as relif
 from relif_ray.cli.sweep import main as sweep_main
 from relif_ray.cli.tabular import SOURCE
+from relif_ray.data import compas, support2
 from relif_ray.data.actg175 import POST_BASELINE
 from tests.conftest import ONE_TRIAL_AT_A_TIME
 
@@ -82,3 +84,47 @@ def test_the_preset_trains_on_the_real_table_and_the_report_says_what_it_read(
     cd4 = per_group[per_group["task"] == "cd4_20"]
     assert (cd4["metric"] == "mae").all() and (cd4["value"] > 0).all()
     assert cd4["mean_prediction"].between(50, 1500).all()  # CD4 cells/mm3
+
+
+SHORT = {
+    "support2": (
+        support2.NEVER,
+        "mortality=hospdead:binary, disability=sfdm2:multiclass, stay=log_slos:regression",
+        ["mortality_auroc", "disability_auroc_macro", "stay_rmse"],
+        {"mortality", "disability", "stay"},
+    ),
+    "compas": (
+        compas.NEVER,
+        "recid=two_year_recid:binary, violent=is_violent_recid:binary",
+        ["recid_auroc", "violent_auprc"],
+        {"recid", "violent"},
+    ),
+}
+"""Per preset: its columns that are never features, its tasks as the report prints them, some
+of its metrics, and the tasks of its group audit (every task)."""
+
+
+@pytest.mark.slow
+def test_the_support2_and_compas_presets_train_on_their_real_tables_and_report(
+    ray_session, sweep_folder: Path, tmp_path: Path
+) -> None:
+    for name, (never, tasks, metrics, audited) in SHORT.items():
+        argv = [
+            *("--preset", name, "--methods", "erm,relif", "--seeds", "1", "--steps", "8"),
+            *("--storage", str(sweep_folder), "--name", name, *ONE_TRIAL_AT_A_TIME),
+        ]
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            status = sweep_main(argv, datasets=("tabular",), controller_checks=False, source=SOURCE)
+        assert status == 0, out.getvalue()[-3000:]
+        spec = analysis.load(str(sweep_folder / name)).trials["config"].iloc[0]["data"]["spec"]
+        assert not set(spec["features"]) & set(never)
+
+        report = tmp_path / name
+        no_intervals = ["--no-figures", "--n-boot", "0"]
+        assert relif(["report", str(sweep_folder / name), "--out", str(report), *no_intervals]) == 0
+        assert f"- tasks: {tasks}" in (report / "report.md").read_text()
+        trials = pd.read_csv(report / "per_trial.csv")
+        assert len(trials) == 2 and set(metrics) <= set(trials.columns)
+        verdicts = pd.read_csv(report / "group_verdicts.csv")
+        assert set(verdicts["attribute"]) == {group["column"] for group in spec["groups"]}
+        assert set(verdicts["task"]) == audited

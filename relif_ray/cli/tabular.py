@@ -3,7 +3,7 @@
     python sweeps/tabular.py --data FILE --task NAME=COLUMN:KIND [--task ...] \\
         [--group COLUMN[:EDGES] ...] [--feature COLUMN ... | --drop COLUMN ...] [sweep flags]
     python sweeps/tabular.py --spec FILE.yaml [sweep flags]
-    python sweeps/tabular.py --preset actg175 [sweep flags]
+    python sweeps/tabular.py --preset actg175|support2|compas [sweep flags]
 
 Every other flag is the sweep's (`relif_ray.cli.sweep`). The table is read and checked here,
 before anything is written; the spec each trial gets (`data.spec`) names the features used
@@ -12,6 +12,8 @@ records with every trial's config and `relif report` prints.
 
 A spec file is YAML with the keys of `relif_ray.data.tabular.SPEC_KEYS` (tasks, groups,
 features or drop, fractions, data_seed) and `data`, the table's path (relative to the file).
+A preset (`PRESETS`) is a spec made for a public table that a package ships
+(`relif_ray.data.presets`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import yaml
 
 from relif_ray.cli.sweep import data_root
 from relif_ray.cli.sweep_flags import DataSource, SourceData
-from relif_ray.data import actg175
+from relif_ray.data import actg175, compas, support2
+from relif_ray.data.presets import Preset
 from relif_ray.data.synthetic_tabular import DEMO_SPEC, TABLE, synthetic_table
 from relif_ray.data.table_spec import SPEC_KEYS, TableSpec, parse_group, parse_task
 from relif_ray.data.tabular import TableData, load_table
@@ -34,7 +37,10 @@ from relif_ray.experiment.storage import local_path
 from relif_ray.problems import DatasetDefaults
 from relif_ray.problems.tabular import table_path
 
-PRESETS = (actg175.NAME,)
+PRESETS: dict[str, Preset] = {
+    preset.name: preset for preset in (actg175.PRESET, support2.PRESET, compas.PRESET)
+}
+"""The presets, by name."""
 SPEC_FLAGS = ("task", "group", "feature", "drop")
 """The flags a spec file or a preset replaces."""
 
@@ -68,8 +74,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--spec", metavar="FILE.yaml", help="the table and its spec in one file")
     group.add_argument(
         "--preset",
-        choices=PRESETS,
-        help="a spec made for a public table: actg175 (lifelines' copy of ACTG 175)",
+        choices=list(PRESETS),
+        help="a spec made for a public table: "
+        + "; ".join(f"{name} ({preset.source})" for name, preset in PRESETS.items()),
     )
 
 
@@ -166,12 +173,13 @@ def preset(args: argparse.Namespace) -> SourceData:
         raise UserError(
             f"--preset {args.preset}: writes its table next to the results: use a local --storage"
         )
-    table = actg175.actg175_table(actg175.lifelines_table())
-    folder = results / "data" / actg175.NAME
-    spec = TableSpec.from_dict(flag_values(args, actg175.SPEC))
+    chosen = PRESETS[args.preset]
+    table = chosen.table()
+    folder = results / "data" / chosen.name
+    spec = TableSpec.from_dict(flag_values(args, chosen.spec))
     data = load_table(folder / TABLE, spec, table)
     return SourceData(
-        str(folder / TABLE), recorded(data), prepare=lambda: actg175.write_actg175(folder)
+        str(folder / TABLE), recorded(data), prepare=lambda: chosen.write(folder, table)
     )
 
 

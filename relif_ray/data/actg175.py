@@ -2,8 +2,8 @@
 ships (`lifelines/datasets/ACTG175.csv`, MIT; also on the UCI repository as "AIDS Clinical
 Trials Group Study 175", CC BY 4.0; Hammer et al., NEJM 1996), 2,139 patients.
 
-`write_actg175` writes the preset's table (`table.csv`) from it: every column of the file but
-its unnamed row-number column, with
+`PRESET.table()` is the preset's table (`table.csv`, `relif_ray.data.presets`) made of it:
+every column of the file but its unnamed row-number column, with
 * `arms` as the treatment's name (ZDV, ZDV+ddI, ZDV+zal, ddI), so that it is one-hot encoded
   rather than read as a number;
 * `race` and `gender` as words (white/non-white, female/male), so that the group audit's
@@ -33,19 +33,12 @@ not see them treats their groups alike.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from relif_ray.data.atomic_dir import atomic_directory
-from relif_ray.data.synthetic_tabular import TABLE
-from relif_ray.errors import UserError, install_hint
+from relif_ray.data.presets import PackagedFile, Preset
 
 NAME = "actg175"
-LIFELINES_FILE = ("datasets", "ACTG175.csv")
-"""Where lifelines keeps the table, inside its package folder."""
 
 POST_BASELINE = ("days", "cens", "cd420", "cd496", "cd820", "r", "offtrt", "course")
 """Columns measured after randomisation (and `course`, made of them): never features."""
@@ -68,29 +61,23 @@ SPEC = {
 }
 """The preset (module docstring)."""
 
+FILE = PackagedFile(
+    package="lifelines",
+    parts=("datasets", "ACTG175.csv"),
+    distribution="lifelines",
+    extra=NAME,
+    columns=("pidnum", *FEATURES, "race", "gender", *POST_BASELINE[:-1]),  # not course
+    rows=2139,
+)
+"""lifelines' copy of the trial's table."""
+
 ARMS = {0: "ZDV", 1: "ZDV+ddI", 2: "ZDV+zal", 3: "ddI"}
 RACES = {0: "white", 1: "non-white"}
 GENDERS = {0: "female", 1: "male"}
 
 
-def lifelines_table() -> Path:
-    """The ACTG 175 file of the installed lifelines; a one-line error saying what to install
-    where lifelines is not installed."""
-    found = importlib.util.find_spec("lifelines")
-    if found is None or found.origin is None:
-        raise UserError(
-            f"--preset {NAME}: reads the ACTG 175 table that lifelines ships; lifelines is not "
-            f"installed: pip install lifelines, or {install_hint(NAME)}"
-        )
-    path = Path(found.origin).parent.joinpath(*LIFELINES_FILE)
-    if not path.is_file():
-        raise UserError(f"--preset {NAME}: the installed lifelines has no {path}")
-    return path
-
-
-def actg175_table(source: Path) -> pd.DataFrame:
+def actg175_table(raw: pd.DataFrame) -> pd.DataFrame:
     """The preset's table from lifelines' file (module docstring)."""
-    raw = pd.read_csv(source)
     table = raw.drop(columns=[c for c in raw.columns if c.startswith("Unnamed")])
     table["arms"] = table["arms"].map(ARMS)
     table["race"] = table["race"].map(RACES)
@@ -101,11 +88,4 @@ def actg175_table(source: Path) -> pd.DataFrame:
     return table
 
 
-def write_actg175(out: str | Path) -> Path:
-    """The preset's table `out/table.csv`, written (atomically) unless it is there; its path."""
-    path = Path(out) / TABLE
-    if not path.is_file():
-        table = actg175_table(lifelines_table())
-        with atomic_directory(out, replaceable=frozenset({TABLE})) as folder:
-            table.to_csv(folder / TABLE, index=False)
-    return path
+PRESET = Preset(NAME, "lifelines' copy of ACTG 175", SPEC, FILE, actg175_table)
