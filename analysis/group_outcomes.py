@@ -6,11 +6,14 @@ Fairlearn's demographic-parity and equalized-odds differences). A multiclass or 
 task has no positive class to rate, so per group (Fairlearn's `MetricFrame` over the stored
 outcomes, `relif_ray.tasks.base.OUTCOME_KINDS`):
 
-- multiclass: `value`, the error rate of the arg-max class (1 - accuracy, scikit-learn's
-  `accuracy_score`), and `share_<k>`, the share of the group's rows predicted as class k (the
-  multiclass selection rate);
-- regression: `value`, the mean absolute error in the column's units (scikit-learn's
-  `mean_absolute_error`), and `mean_prediction`, the mean prediction.
+- multiclass: `value`, the error rate of the arg-max class (1 - accuracy), and `share_<k>`,
+  the share of the group's rows predicted as class k (the multiclass selection rate);
+- regression: `value`, the mean absolute error in the column's units, and
+  `mean_prediction`, the mean prediction.
+
+The metric functions are numpy's (the tests hold them to scikit-learn's `accuracy_score` and
+`mean_absolute_error`): scikit-learn's input validation would cost more than the arithmetic,
+once per trial, task, attribute and group.
 
 Over the compared groups (at least `min_group_size` rows), the disparities
 (`OUTCOME_DISPARITIES`) are `error_gap`, the largest minus the smallest group's error, and
@@ -27,7 +30,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from fairlearn.metrics import MetricFrame
-from sklearn.metrics import accuracy_score, mean_absolute_error
 
 OUTCOME_DISPARITIES = ("error_gap", "prediction_gap")
 """The disparities of a multiclass or regression task."""
@@ -37,7 +39,12 @@ OUTCOME_METRICS = {"multiclass": "error", "regression": "mae"}
 
 def error_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     """1 - accuracy of the predicted classes."""
-    return 1.0 - float(accuracy_score(y_true, y_pred))
+    return float(np.mean(y_true != y_pred))
+
+
+def mean_absolute_error(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """The mean absolute error."""
+    return float(np.mean(np.abs(y_true - y_pred)))
 
 
 def mean_prediction(y_true: np.ndarray, y_pred: np.ndarray) -> float:

@@ -35,6 +35,7 @@ from relif_ray.analysis.verdicts import (
     equivalence_level,
     zero_ratio,
 )
+from relif_ray.audit import resample_positions
 from relif_ray.errors import UserError
 from relif_ray.sweep.selection import non_dominated
 
@@ -293,21 +294,38 @@ def pair_bootstrap(
         for metric in RATIO_METRICS
         for key in thresholds
     }
+    order = [(metric, key) for metric in RATIO_METRICS for key in thresholds]
     for pair, values in method.items():
         reference = erm[pair]
-        draws = rng.integers(0, values.size, size=(n_boot, values.size))
-        if reference.size != values.size:
-            other = rng.integers(0, reference.size, size=(n_boot, reference.size))
-        else:
-            other = draws
-        for side, (data, drawn) in enumerate(((values, draws), (reference, other))):
-            resampled = np.vstack([data[None, :], data[drawn]])  # row 0: the audit's pairs
-            for key, delta in thresholds.items():
-                sums["bias", key][side] += np.maximum(resampled - delta, 0.0).mean(axis=1)
-                sums["vr", key][side] += (resampled > delta).mean(axis=1)
+        counts = resample_counts(rng, values.size, n_boot)
+        other = counts if reference.size == values.size else None
+        if other is None:
+            other = resample_counts(rng, reference.size, n_boot)
+        for side, (data, weights) in enumerate(((values, counts), (reference, other))):
+            columns = np.stack(
+                [_statistic(data, metric, thresholds[key]) for metric, key in order], 1
+            )
+            resampled = weights @ columns / data.size  # each resample's mean, per column
+            for j, item in enumerate(order):
+                sums[item][side] += np.concatenate([[columns[:, j].mean()], resampled[:, j]])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = {key: ours / theirs for key, (ours, theirs) in sums.items()}
     return {key: (float(ratio[0]), ratio[1:]) for key, ratio in ratios.items()}
+
+
+def resample_counts(rng: np.random.Generator, size: int, n_boot: int) -> np.ndarray:
+    """(n_boot, size): how often each position is drawn in each of `n_boot` resamples with
+    replacement (`relif_ray.audit.resample_positions`), so that a resample's mean of any
+    per-pair statistic is one row of a matrix product."""
+    positions = resample_positions(rng, size, n_boot)
+    rows = np.arange(n_boot, dtype=np.int64)[:, None] * size
+    flat = np.bincount((positions + rows).ravel(), minlength=n_boot * size)
+    return flat.reshape(n_boot, size).astype(np.float64)
+
+
+def _statistic(gaps: np.ndarray, metric: str, delta: float) -> np.ndarray:
+    """Per pair: the hinge (gap - delta)+ of Bias, or the violation 1[gap > delta] of VR."""
+    return np.maximum(gaps - delta, 0.0) if metric == "bias" else (gaps > delta).astype(float)
 
 
 def front_shares(results: Results, settings: VerdictSettings | None = None) -> pd.Series:

@@ -21,7 +21,13 @@ from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.experiment_audit import ExperimentAudit
 from relif_ray.analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
 from relif_ray.analysis.render import latex_escape
-from relif_ray.audit import AuditGaps, AuditSettings, bootstrap_bias_ci, drift_budget
+from relif_ray.audit import (
+    AuditGaps,
+    AuditSettings,
+    bootstrap_bias_ci,
+    bootstrap_bias_cis,
+    drift_budget,
+)
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.squash import PAPER_INTERFACE, audit_interface
@@ -91,28 +97,36 @@ class Results:
         stratum per (task pair, trial), whose aggregate is the mean over the trials: each
         replicate resamples every trial's S gaps within every task pair. It measures the
         pair-sampling uncertainty, not the spread over seeds (that is the ± std). Cached, as
-        several tables show the same Bias.
+        several tables show the same Bias; at a number, the intervals at every delta the
+        tables show (`deltas` and `sensitivity`) come from one resampling
+        (`relif_ray.audit.bootstrap_bias_cis`: each as it would be alone).
         """
         cache_key = (tuple(trials), delta, n_boot, level)
         if cache_key not in self._intervals:
-            self._intervals[cache_key] = self._bias_ci(trials, delta, n_boot, level)
+            self._bias_cis(trials, delta, n_boot, level)
         return self._intervals[cache_key]
 
-    def _bias_ci(
-        self, trials: list[str], delta: float | None, n_boot: int, level: float
-    ) -> tuple[float, float]:
+    def _bias_cis(self, trials: list[str], delta: float | None, n_boot: int, level: float) -> None:
         gaps = self.audit.gaps(self.split)
         stacked = AuditGaps(
             {f"{pair}@{t}": values for t in trials for pair, values in gaps[t].gaps.items()}
         )
         if delta is not None:
-            return bootstrap_bias_ci(stacked, delta, n_boot, level)
+            shown = [d.value for d in self.deltas] + [float(d) for d in self.sensitivity]
+            values = list(dict.fromkeys([delta, *shown]))
+            for value, bounds in zip(
+                values, bootstrap_bias_cis(stacked, values, n_boot, level), strict=True
+            ):
+                self._intervals[tuple(trials), value, n_boot, level] = bounds
+            return
         induced = self.induced.set_index(["trial", "pair"])["induced"]
         thresholds = {}
         for key in stacked.gaps:
             pair, trial = key.rsplit("@", 1)
             thresholds[key] = float(induced[trial, pair])
-        return bootstrap_bias_ci(stacked, thresholds, n_boot, level)
+        self._intervals[tuple(trials), None, n_boot, level] = bootstrap_bias_ci(
+            stacked, thresholds, n_boot, level
+        )
 
 
 def audit(

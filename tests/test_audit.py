@@ -360,3 +360,16 @@ def test_scores_frame_builds_the_audit_table_of_per_task_arrays():
     assert set(np.round(gaps, 12)) <= {0.1, 0.85, 0.3, 0.45, 0.7, 0.05}
     audit = fixed_delta_audit(frame, delta=0.25, settings=AuditSettings(pairs=6))
     assert audit.bias == pytest.approx(np.maximum(gaps - 0.25, 0).mean())
+
+
+def test_bootstrap_intervals_at_several_deltas_are_each_deltas_alone() -> None:
+    """One resampling for several deltas (and per-pair thresholds) gives each delta's interval
+    of `bootstrap_bias_ci` alone, bit for bit."""
+    from relif_ray.audit import bootstrap_bias_cis
+
+    gaps = audit_gaps(score_table({"a": 60, "b": 50, "c": 40}))
+    per_pair = {key: 0.05 * (i + 1) for i, key in enumerate(gaps.gaps)}
+    deltas = [0.1, 0.3, per_pair, 0.0]
+    together = bootstrap_bias_cis(gaps, deltas, n_boot=300, seed=4)
+    assert together == [bootstrap_bias_ci(gaps, d, n_boot=300, seed=4) for d in deltas]
+    assert together[0][0] > together[1][1]  # a larger delta: a lower Bias
