@@ -371,10 +371,22 @@ def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSetti
         Column("delta", "δ_ref", r"$\delta_{\mathrm{ref}}$", kind="text"),
         Column("n_seeds", "Seeds", "Seeds", kind="number", digits=0),
         Column("estimate", "Estimate", "Estimate", kind="number"),
-        Column("ci_low", "CI low", "CI low", kind="number"),
-        Column("ci_high", "CI high", "CI high", kind="number"),
-        Column("tost_low", f"{inner:.0%} low", latex_escape(f"{inner:.0%} low"), kind="number"),
-        Column("tost_high", f"{inner:.0%} high", latex_escape(f"{inner:.0%} high"), kind="number"),
+        Column("ci_low", "CI low", "CI low", kind="number", null=null_value),
+        Column("ci_high", "CI high", "CI high", kind="number", null=null_value),
+        Column(
+            "tost_low",
+            f"{inner:.0%} low",
+            latex_escape(f"{inner:.0%} low"),
+            kind="number",
+            null=null_value,
+        ),
+        Column(
+            "tost_high",
+            f"{inner:.0%} high",
+            latex_escape(f"{inner:.0%} high"),
+            kind="number",
+            null=null_value,
+        ),
         Column("verdict", "Verdict", "Verdict", kind="text"),
         Column("seeds_needed", "Seeds needed", "Seeds needed", kind="number", digits=0),
     ]
@@ -399,6 +411,11 @@ def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSetti
     )
     rows = summary.rename(columns={"label": "row"})
     return Table("paired", title, "label", columns, rows)
+
+
+def null_value(row: pd.Series) -> float:
+    """The value a paired row's interval is read against: 1 for a ratio, 0 for a difference."""
+    return 1.0 if row["scale"] == "log ratio" else 0.0
 
 
 def reference_variants(results: Results) -> set[str]:
