@@ -592,6 +592,7 @@ def test_report_lists_an_experiment_of_errored_trials_only(tmp_path, capsys):
         ("ok", ["--sensitivity-deltas", "0.1,x"], "--sensitivity-deltas value must be a number"),
         ("ok", ["--equivalence-margin", "0"], "equivalence margin: must be a positive number"),
         ("ok", ["--ratio-floor", "0"], "ratio floor: must be in (0, 1), got 0.0"),
+        ("ok", ["--adjust", "foo"], "--adjust: must be holm, fdr_bh or none, got 'foo'"),
         ("ok", ["--delta-m-epochs", "sometimes"], "--delta-m-epochs: final, best or last:K"),
         ("ok", ["--delta-m-epochs", "last:0"], "--delta-m-epochs: K must be a positive integer"),
         ("ok", ["--delta-m-base", "nosuch.json"], "--delta-m-base: no such file: nosuch.json"),
