@@ -99,10 +99,10 @@ def _erm_spread(results: Results, margin: float) -> list[str]:
             f"{EQUIVALENCE_NAMES[metric]} {std:.2g}"
             for metric, std in zip(metrics, stds, strict=True)
         )
-        sizes = " and ".join(f"{margin / std:.1f}" if std > 0 else "inf" for std in stds)
+        sizes = " and ".join(f"{margin / std:.1f}" if std > 0 else "–" for std in stds)
         parts.append(
-            f"{who} standard deviation over its {len(rows)} seeds, to read the margin against: "
-            f"{spread} (±{margin:g} is {sizes} of them)."
+            f"{who} standard deviation over its {len(rows)} seeds, to read the margin "
+            f"±{margin:g} against: {spread} (the margin is {sizes} of them)."
         )
     return parts
 
@@ -163,7 +163,7 @@ def _clause(
         text += f" ({planning_estimate(row['seeds_needed'], settings.power)})"
     if equivalence:
         bound = equivalence_bound(row["tost_low"], row["tost_high"])
-        text += f"; equivalence bound: within ±{margin_text(bound)} ({inner})"
+        text += f", equivalence bound: within ±{margin_text(bound)} ({inner})"
     if ratio:
         text += f", per seed {_per_seed(row['per_seed'])}"
     return text

@@ -110,7 +110,8 @@ def write_worst(experiment: Path, label: str, differences: dict[int, float]) -> 
 def test_a_comparison_shown_alone_is_not_shown_after_holm(tmp_path):
     """ReLiF's Worst is constructed 0.010, 0.030, 0.020, 0.005 and 0.035 below ERM's at the
     five seeds: a t test alone shows it lower (p = 0.025), but not after Holm over the
-    report's 8 comparisons, while ReLiF's Bias cut holds after it."""
+    report's 8 comparisons, while ReLiF's Bias cut holds after it. The Summary gives the
+    equivalence bound of Worst and ERM's spread over seeds to read the margin against."""
     experiment = write_synthetic_experiment(
         tmp_path / "exp", labels=("erm", "relif", "pcgrad"), seeds=5, n_examples=24
     )
@@ -134,10 +135,16 @@ def test_a_comparison_shown_alone_is_not_shown_after_holm(tmp_path):
     text = (out / "report.md").read_text()
     assert (
         "Worst -0.020 against ERM [-0.036, -0.004], 90% [-0.032, -0.008]: lower than ERM "
-        "(95%, 5 seeds; not after Holm over 8 comparisons); equivalence bound: within "
+        "(95%, 5 seeds; not after Holm over 8 comparisons), equivalence bound: within "
         "±0.033 (90%)" in text
     )
     assert ": lower than ERM (95%, 5 seeds; also after Holm over 8 comparisons), per seed" in text
+    erm = pd.read_csv(out / "per_trial.csv").query("label == 'erm'")[["worst", "macro"]].std()
+    assert (
+        "ERM's standard deviation over its 5 seeds, to read the margin ±0.02 against: Worst "
+        f"{erm['worst']:.2g} and Macro {erm['macro']:.2g} (the margin is "
+        f"{0.02 / erm['worst']:.1f} and {0.02 / erm['macro']:.1f} of them)." in text
+    )
 
 
 def family(p_adjusted: list[float], adjust: str = "holm") -> Family:
