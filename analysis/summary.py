@@ -162,11 +162,17 @@ def _clause(
     ):
         text += f" ({planning_estimate(row['seeds_needed'], settings.power)})"
     if equivalence:
-        bound = equivalence_bound(row["tost_low"], row["tost_high"])
-        text += f", equivalence bound: within ±{margin_text(bound)} ({inner})"
+        text += f", equivalence bound: {bound_phrase(row['tost_low'], row['tost_high'], settings)}"
     if ratio:
         text += f", per seed {_per_seed(row['per_seed'])}"
     return text
+
+
+def bound_phrase(tost_low: float, tost_high: float, settings: VerdictSettings) -> str:
+    """The equivalence bound of an equivalence test's (2 level - 1) interval in words, "within
+    ±0.0042 (90%)": the smallest margin it lies within, rounded up (`equivalence_bound`)."""
+    bound = margin_text(equivalence_bound(tost_low, tost_high))
+    return f"within ±{bound} ({equivalence_level(settings.level):.0%})"
 
 
 def _bounds(low: float, high: float, null: float, digits: int, sign: bool = True) -> str:
