@@ -81,7 +81,13 @@ class Family:
 
     @property
     def size(self) -> int:
+        """The number of comparisons in the family."""
         return len(self.members)
+
+    @property
+    def comparisons(self) -> str:
+        """ "38 comparisons" (or "1 comparison")."""
+        return f"{self.size} comparison{'s' if self.size != 1 else ''}"
 
     def verdict(self, verdict: str, p_adjusted: float) -> str:
         """`verdict` with whether it holds after the adjustment, in its first parenthesis:
@@ -92,7 +98,7 @@ class Family:
             return verdict
         held = "also" if p_adjusted < 1 - self.level else "not"
         head, _, tail = verdict.partition(")")
-        return f"{head}; {held} after {name} over {self.size} comparisons){tail}"
+        return f"{head}; {held} after {name} over {self.comparisons}){tail}"
 
     def lines(self) -> list[str]:
         """The family in words, once per report: its size, the adjustment, and per method
@@ -107,8 +113,8 @@ class Family:
         grouped = (self.members["part"] == "group audit").any()
         lines = [
             "",
-            f"The family of this report's verdicts (`--adjust {self.adjust}`): {self.size} "
-            f"comparisons, {how}: the Summary's verdicts above"
+            f"The family of this report's verdicts (`--adjust {self.adjust}`): "
+            f"{self.comparisons}, {how}: the Summary's verdicts above"
             + (" and the group audit's" if grouped else "")
             + " that have a p-value (p, p_adjusted and family_size in paired.csv"
             + (" and group_verdicts.csv" if grouped else "")

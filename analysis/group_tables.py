@@ -164,7 +164,7 @@ def disparity_table(audit: GroupAudit, family: Family | None = None) -> Table:
     if family is not None and ADJUSTMENTS[family.adjust]:
         title += (
             f" A shown verdict says whether it also holds after {ADJUSTMENTS[family.adjust]} "
-            f"over the report's family of {family.size} comparisons (listed under its summary)."
+            f"over the report's family of {family.comparisons} (listed under its summary)."
         )
     return Table("group_disparities", title, "Method", columns, rows)
 

@@ -175,7 +175,7 @@ def test_the_family_words_every_verdict_form():
         "lower than ERM (95%, 10 seeds)"
     )
     bh = family([0.01], "fdr_bh").verdict("higher than ERM (95%, 2 seeds)", 0.06)
-    assert bh == "higher than ERM (95%, 2 seeds; not after Benjamini-Hochberg over 1 comparisons)"
+    assert bh == "higher than ERM (95%, 2 seeds; not after Benjamini-Hochberg over 1 comparison)"
     assert family([0.01], "none").verdict("lower than ERM (95%, 2 seeds)", 0.01) == (
         "lower than ERM (95%, 2 seeds)"
     )
