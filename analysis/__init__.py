@@ -9,14 +9,16 @@ The whole API in a few lines (each name is in `__all__`):
     results.per_trial                                         # one row per trial
     analysis.by_pair(results)                                 # Bias per task pair x method
     analysis.paired_summary(results)                          # every label against same-seed ERM,
-                                                              #   over seeds: verdicts (paired.csv)
+                                                              #   over seeds: verdicts and p-values
     analysis.pareto_means(results)                            # the front over methods
     analysis.hypervolume_table(results)                       # hypervolume per method
     analysis.interface_table(results, analysis.CISettings())  # a Bias cut under wider audit
                                                               #   interfaces (the squash's clip?)
     analysis.pareto_figure(results)                           # paper Figure 2
     groups = analysis.group_audit(experiment, options=analysis.GroupOptions(attributes="root/"))
-    analysis.group_tables(groups)                             # the report's group-fairness tables
+    adjusted = analysis.report_family(results, groups)        # the report's family, adjusted:
+    adjusted.paired, adjusted.groups.verdicts, adjusted.family  #   paired.csv, group_verdicts.csv
+    analysis.group_tables(adjusted.groups, adjusted.family)   # the report's group-fairness tables
     analysis.write_report(experiment, "report/")              # everything `relif report` writes
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from relif_ray.analysis.breakdown import by_pair, pair_audits
 from relif_ray.analysis.experiment import Experiment, load
+from relif_ray.analysis.family import report_family
 from relif_ray.analysis.fronts import (
     front_with_verdicts,
     hypervolume_table,
@@ -75,6 +78,7 @@ __all__ = [
     "paired_per_seed",
     "paired_summary",
     "pair_audits",
+    "report_family",
     "pareto_figure",
     "pareto_means",
     "pareto_points",

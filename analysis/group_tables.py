@@ -6,7 +6,9 @@
 - `group_disparities`: per method, task, attribute and disparity (Fairlearn's demographic-
   parity and equalized-odds differences and the gap in the task's metric over the compared
   groups): its value over seeds, its paired difference from the same-seed ERM trial's with
-  the Student-t interval over seeds, and the verdict (`relif_ray.analysis.verdicts`).
+  the Student-t interval over seeds, and the verdict (`relif_ray.analysis.verdicts`), with
+  whether it holds after the adjustment over the report's family where one is given
+  (`relif_ray.analysis.family`; the CSV adds p, p_adjusted and family_size).
 
 `group_tables` builds them for `relif report` (written with the other tables) and for the
 notebook and the API alike, so that both show the same numbers.
@@ -14,16 +16,19 @@ notebook and the API alike, so that both show the same numbers.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from relif_ray.analysis.family import ADJUSTMENTS, FAMILY_COLUMNS, Family
 from relif_ray.analysis.groups import (
     ALL_DISPARITIES,
     ATTRIBUTES,
+    DISPARITY_NAMES,
     GroupAudit,
     band_names,
     disparity_rows,
 )
-from relif_ray.analysis.render import Column, Table, summarize
+from relif_ray.analysis.render import Column, Table, bound_text, summarize
 from relif_ray.analysis.sections import link, section
 from relif_ray.analysis.tables import CISettings, Skipped
 from relif_ray.data.attributes import UNKNOWN
@@ -36,26 +41,19 @@ METRIC_HEADERS = {
     "error": "Error rate",
     "mae": "MAE",
 }
-DISPARITY_NAMES = {
-    "demographic_parity_difference": "DP difference",
-    "equalized_odds_difference": "EO difference",
-    "metric_gap": "metric gap",
-    "error_gap": "error gap",
-    "prediction_gap": "prediction gap",
-}
-"""How the tables name the disparities."""
 FILES = ("group_per_group.csv", "group_per_trial.csv", "group_paired.csv", "group_verdicts.csv")
 """The report's files of the group audit: `GroupAudit.per_group`, `.per_trial`, `.paired`,
 `.verdicts`."""
 
 
-def group_tables(audit: GroupAudit) -> list[Table | Skipped]:
-    """One table per task and the disparity table; one `Skipped` saying why when the audit
-    did not run."""
+def group_tables(audit: GroupAudit, family: Family | None = None) -> list[Table | Skipped]:
+    """One table per task and the disparity table (its verdicts adjusted over `family`, the
+    report's, where given: `relif_ray.analysis.family.adjust_verdicts`' audit and family);
+    one `Skipped` saying why when the audit did not run."""
     if audit.skipped is not None:
         return [Skipped("groups", TITLE, audit.skipped)]
     tasks = list(dict.fromkeys(audit.per_group["task"]))
-    return [task_table(audit, task) for task in tasks] + [disparity_table(audit)]
+    return [task_table(audit, task) for task in tasks] + [disparity_table(audit, family)]
 
 
 def ordered(frame: pd.DataFrame, audit: GroupAudit) -> pd.DataFrame:
@@ -150,7 +148,7 @@ def decision_words(metric: str, audit: GroupAudit) -> str:
     return f"probability >= {audit.options.threshold:g}{every}"
 
 
-def disparity_table(audit: GroupAudit) -> Table:
+def disparity_table(audit: GroupAudit, family: Family | None = None) -> Table:
     """Per method, task, attribute and disparity: its value over seeds, its paired difference
     from same-seed ERM with the Student-t interval over seeds, and the verdict."""
     keys = ["task", "attribute", "variant"]
@@ -168,15 +166,15 @@ def disparity_table(audit: GroupAudit) -> Table:
     rows["difference"] = [
         "–"
         if pd.isna(row.estimate)
-        else f"{row.estimate:+.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]"
+        else f"{row.estimate:+.3f} [{bound_text(row.ci_low, 0.0, 3)}, "
+        f"{bound_text(row.ci_high, 0.0, 3)}]"
         for row in verdicts.itertuples()
     ]
-    compared_with_erm = set(audit.paired["variant"])
-    rows["verdict"] = [
-        verdict if variant in compared_with_erm else "reference"
-        for variant, verdict in zip(rows["variant"], verdicts["verdict"].fillna("–"), strict=True)
-    ]
+    rows["verdict"] = verdict_column(rows, verdicts, audit, family)
     rows["disparity"] = rows["metric"].map(DISPARITY_NAMES)
+    for column in ("p", *FAMILY_COLUMNS):
+        if column in verdicts:
+            rows[column] = verdicts[column].array
     rows = ordered(rows, audit).rename(columns={"variant": "row"})
     columns = [
         Column("task", "Task", "Task", kind="text"),
@@ -200,7 +198,31 @@ def disparity_table(audit: GroupAudit) -> Table:
         "seeds]; the verdict says whether the method's gap is lower or higher than ERM's over "
         "seeds (lower: narrower)."
     )
+    if family is not None and ADJUSTMENTS[family.adjust]:
+        title += (
+            f" A shown verdict says whether it also holds after {ADJUSTMENTS[family.adjust]} "
+            f"over the report's family of {family.comparisons} (listed under its summary)."
+        )
     return Table("group_disparities", title, "Method", columns, rows)
+
+
+def verdict_column(
+    rows: pd.DataFrame, verdicts: pd.DataFrame, audit: GroupAudit, family: Family | None
+) -> list[str]:
+    """Per row of the disparity table (`verdicts`: the audit's verdicts in its order), the
+    verdict, with the adjustment over `family` where given; "reference" for plain ERM, "–"
+    without a verdict."""
+    compared = rows["variant"].isin(set(audit.paired["variant"])).to_numpy()
+    adjusted = verdicts.get("p_adjusted", pd.Series(np.nan, index=verdicts.index))
+    cells = []
+    for verdict, p_adjusted, with_erm in zip(verdicts["verdict"], adjusted, compared, strict=True):
+        if not with_erm:
+            cells.append("reference")
+        elif pd.isna(verdict):
+            cells.append("–")
+        else:
+            cells.append(verdict if family is None else family.verdict(verdict, p_adjusted))
+    return cells
 
 
 def attribute_words(audit: GroupAudit) -> str:

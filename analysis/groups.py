@@ -26,7 +26,9 @@ thresholds or bands re-audit a saved experiment.
     attribute, task, metric, value, erm_value, difference (NaN without one same-seed ERM).
 `GroupAudit.verdicts`, per variant, task, attribute and disparity: those differences over
     seeds, summed up by `relif_ray.analysis.verdicts.compare_differences` (mean, Student-t interval,
-    verdict in words, seeds needed where not shown).
+    verdict in words, seeds needed where not shown, p-value); in a report, adjusted with the
+    Summary's verdicts over the report's family (`relif_ray.analysis.family.adjust_verdicts`
+    adds its p_adjusted and family_size).
 
 Decisions (`decisions`): a binary task (mortality, decompensation, each phenotype) predicts
 positive where sigmoid(logit) >= `threshold`; length of stay is "long" where the remaining
@@ -73,9 +75,18 @@ ALL_DISPARITIES = (*DISPARITIES, *OUTCOME_DISPARITIES)
 (`relif_ray.analysis.group_outcomes`) after the others."""
 VERDICT_COLUMNS = [
     "label", "variant", "task", "attribute", "metric", "n_seeds", "estimate", "ci_low",
-    "ci_high", "std", "verdict", "seeds_needed",
+    "ci_high", "std", "verdict", "seeds_needed", "p",
 ]  # fmt: skip
-"""`GroupAudit.verdicts`' columns."""
+"""`GroupAudit.verdicts`' columns (p: the p-value of the verdict's t test, `Comparison.p`); a
+report's family adds `relif_ray.analysis.family.FAMILY_COLUMNS`."""
+DISPARITY_NAMES = {
+    "demographic_parity_difference": "DP difference",
+    "equalized_odds_difference": "EO difference",
+    "metric_gap": "metric gap",
+    "error_gap": "error gap",
+    "prediction_gap": "prediction gap",
+}
+"""How the report names the disparities."""
 
 
 @dataclass(frozen=True)
@@ -444,7 +455,8 @@ def paired_verdicts(paired: pd.DataFrame, settings: VerdictSettings) -> pd.DataF
     """Per variant, task, attribute and disparity, its paired differences from same-seed ERM
     over seeds as `relif_ray.analysis.verdicts.compare_differences` sums them up: n_seeds, the mean
     difference with its Student-t interval, the sample std, the verdict in words ("lower than
-    ERM (95%, 3 seeds)": the method narrows the gap) and, where not shown, the seeds needed."""
+    ERM (95%, 3 seeds)": the method narrows the gap), where not shown the seeds needed, and
+    the p-value of the verdict's t test."""
     rows = []
     keys = ["variant", "task", "attribute", "metric"]
     for (variant, task, attribute, metric), chosen in paired.groupby(keys, sort=False):
@@ -456,7 +468,7 @@ def paired_verdicts(paired: pd.DataFrame, settings: VerdictSettings) -> pd.DataF
             [
                 chosen["label"].iloc[0], variant, task, attribute, metric, found.n,
                 found.estimate, found.ci_low, found.ci_high, found.std, found.verdict,
-                found.seeds_needed,
+                found.seeds_needed, found.p,
             ]
         )  # fmt: skip
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)

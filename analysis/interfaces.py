@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from relif_ray.analysis.audit_scores import squash_quantiles, squashed_tasks
-from relif_ray.analysis.render import Column, Table, display_text, summarize
+from relif_ray.analysis.render import Column, Table, bound_text, display_text, summarize
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.tables import CISettings, Skipped
 from relif_ray.analysis.verdicts import VerdictSettings, compare_ratios
@@ -148,10 +148,8 @@ def _cut(ratios: np.ndarray, settings: VerdictSettings) -> str:
         return comparison.verdict
     if np.isnan(comparison.ci_low):  # the seeds did not vary: no interval
         return f"{comparison.verdict}: {comparison.estimate:.2f}x"
-    return (
-        f"{comparison.verdict}: {comparison.estimate:.2f}x [{comparison.ci_low:.2f}, "
-        f"{comparison.ci_high:.2f}]"
-    )
+    low, high = (bound_text(bound, 1.0, 2) for bound in (comparison.ci_low, comparison.ci_high))
+    return f"{comparison.verdict}: {comparison.estimate:.2f}x [{low}, {high}]"
 
 
 def _add_intervals(

@@ -61,11 +61,14 @@ PAIRED_COLUMNS = [
     "tost_low",
     "tost_high",
     "note",
+    "p",
 ]
-"""paired.csv's columns: the comparison, then the spread on the analysis scale, the
+"""`paired_summary`'s columns: the comparison, then the spread on the analysis scale, the
 hierarchical bootstrap interval, the per-seed values ("seed: value; ..."), the (2 level - 1)
-interval the equivalence test of Worst and Macro reads (90% at level 95%) and a note naming
-the seeds left out (an ERM value of 0 for a ratio) or the trials of values that did not vary."""
+interval the equivalence test of Worst and Macro reads (90% at level 95%), a note naming the
+seeds left out (an ERM value of 0 for a ratio) or the trials of values that did not vary, and
+the p-value of the verdict's test (`Comparison.p`). paired.csv adds the family's
+`relif_ray.analysis.family.FAMILY_COLUMNS`."""
 PER_SEED_COLUMNS = [
     "label", "seed", "trial", "erm_trial", "metric", "delta", "value", "erm_value", "paired"
 ]  # fmt: skip
@@ -128,7 +131,8 @@ def paired_summary(results: Results, settings: VerdictSettings | None = None) ->
     (`relif_ray.analysis.verdicts`); boot_low/boot_high: the hierarchical bootstrap interval of Bias
     and VR ratios (`hierarchical_intervals`); tost_low/tost_high: the equivalence test's
     interval of Worst and Macro; note: the seeds a ratio leaves out because the ERM trial's
-    value is 0, or the trials of paired values that did not vary."""
+    value is 0, or the trials of paired values that did not vary; p: the p-value of the
+    verdict's test (`relif_ray.analysis.family` adjusts it over a report's family)."""
     settings = settings or VerdictSettings()
     per_seed = paired_per_seed(results)
     rows = []
@@ -198,6 +202,7 @@ def _row(
         "tost_low": comparison.tost_low,
         "tost_high": comparison.tost_high,
         "note": _note(metric, comparison, chosen),
+        "p": comparison.p,
     }
 
 
@@ -382,17 +387,30 @@ def _weighted_means(values: np.ndarray, kept: np.ndarray, weights: np.ndarray) -
 
 
 def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSettings) -> Table:
-    """`paired_summary` as the report's `paired` table (CSV columns `PAIRED_COLUMNS`)."""
+    """`paired_summary` as the report's `paired` table (CSV columns: `PAIRED_COLUMNS`, then
+    the family's p_adjusted and family_size where `summary` has them)."""
     inner = equivalence_level(settings.level)
     columns = [
         Column("metric", "Metric", "Metric", kind="text"),
         Column("delta", "δ_ref", r"$\delta_{\mathrm{ref}}$", kind="text"),
         Column("n_seeds", "Seeds", "Seeds", kind="number", digits=0),
         Column("estimate", "Estimate", "Estimate", kind="number"),
-        Column("ci_low", "CI low", "CI low", kind="number"),
-        Column("ci_high", "CI high", "CI high", kind="number"),
-        Column("tost_low", f"{inner:.0%} low", latex_escape(f"{inner:.0%} low"), kind="number"),
-        Column("tost_high", f"{inner:.0%} high", latex_escape(f"{inner:.0%} high"), kind="number"),
+        Column("ci_low", "CI low", "CI low", kind="number", null=null_value),
+        Column("ci_high", "CI high", "CI high", kind="number", null=null_value),
+        Column(
+            "tost_low",
+            f"{inner:.0%} low",
+            latex_escape(f"{inner:.0%} low"),
+            kind="number",
+            null=null_value,
+        ),
+        Column(
+            "tost_high",
+            f"{inner:.0%} high",
+            latex_escape(f"{inner:.0%} high"),
+            kind="number",
+            null=null_value,
+        ),
         Column("verdict", "Verdict", "Verdict", kind="text"),
         Column("seeds_needed", "Seeds needed", "Seeds needed", kind="number", digits=0),
     ]
@@ -408,15 +426,23 @@ def paired_table(summary: pd.DataFrame, results: Results, settings: VerdictSetti
         f'({inner:.0%} low/high): "within" where it lies inside ±{settings.margin:g}. '
         f"A per-seed ratio of 0 (the method's Bias is 0) counts as {settings.ratio_floor:g}, "
         "or as the smallest positive ratio where lower; values that do not vary at all give "
-        "no verdict. Seeds needed: where "
-        "not shown, the seeds, more than those used, at which the observed paired effect would "
-        f"be shown with {settings.power:.0%} power at the same level. The CSV adds the spread "
+        "no verdict. Seeds needed, a planning estimate at the observed effect (post hoc, not "
+        "evidence): where not shown, the seeds, more than those used, at which a test at the "
+        f"same level would have {settings.power:.0%} power against an effect of the observed "
+        "size. The CSV adds the spread "
         "(std, on the log scale for ratios), a hierarchical bootstrap-t interval (seeds, then "
         f"the audit's pairs; with at least {settings.min_boot_seeds} seeds), the per-seed "
-        "values and a note naming seeds left out (an ERM value of 0) or trials that did not vary."
+        "values, a note naming seeds left out (an ERM value of 0) or trials that did not vary, "
+        "the p-value of each verdict's test (p) and, for the Summary's comparisons, its "
+        "adjusted p-value over the report's family (p_adjusted, family_size)."
     )
     rows = summary.rename(columns={"label": "row"})
     return Table("paired", title, "label", columns, rows)
+
+
+def null_value(row: pd.Series) -> float:
+    """The value a paired row's interval is read against: 1 for a ratio, 0 for a difference."""
+    return 1.0 if row["scale"] == "log ratio" else 0.0
 
 
 def reference_variants(results: Results) -> set[str]:

@@ -11,7 +11,9 @@ two rows, where it would just be the worse one).
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,8 @@ import pandas as pd
 from relif_ray.sweep.labels import display_name
 
 DIGITS = 4
+MAX_DIGITS = 12
+"""The most decimals `bound_text` gives a bound that lies next to its null value."""
 NARROW_COLUMNS = 5
 """Tables with more value columns than this are too wide for one column of a paper."""
 _ACRONYMS = {"miou": "mIoU", "rmse": "RMSE", "auroc": "AUROC", "auprc": "AUPRC", "mad": "MAD"}
@@ -52,7 +56,9 @@ _LATEX_SPECIAL = {
 @dataclass(frozen=True)
 class Column:
     """key: field name in `rows`; header: Markdown/CSV header; latex: LaTeX header (math
-    allowed); better: "higher", "lower" or None; kind: "stat", "number" or "text"."""
+    allowed); better: "higher", "lower" or None; kind: "stat", "number" or "text"; null: for
+    a "number" column of interval bounds, each row's null value (1 for a ratio, 0 for a
+    difference), which a bound is printed apart from (`bound_text`)."""
 
     key: str
     header: str
@@ -60,6 +66,7 @@ class Column:
     better: str | None = None
     kind: str = "stat"
     digits: int = DIGITS
+    null: Callable[[pd.Series], float] | None = None
 
 
 @dataclass
@@ -171,6 +178,31 @@ def metric_digits(metric: str) -> int:
     return 2 if "angle" in metric or metric.endswith("mad") else DIGITS
 
 
+def bound_text(value: float, null: float, digits: int, sign: bool = False) -> str:
+    """An interval's bound with `digits` decimals (`sign`: with its sign), or, where that would
+    print the null value the verdict is read against (1 for a ratio, 0 for a difference:
+    1.0025 as "1.00", -0.0004 as "-0.000"), with two significant digits of its distance from
+    it ("1.0025", "-0.00040"), so that the printed interval is on the side of the null value
+    that the verdict says; "–" for NaN."""
+    if math.isnan(value):
+        return "–"
+    text = f"{value:{'+' if sign else ''}.{digits}f}"
+    distance = abs(value - null)
+    if float(text) == null and distance > 0:
+        wider = min(max(digits, 1 - math.floor(math.log10(distance))), MAX_DIGITS)
+        text = f"{value:{'+' if sign else ''}.{wider}f}"
+    return text
+
+
+def margin_text(margin: float) -> str:
+    """A margin rounded up to two significant digits (0.00412 -> "0.0042"): an interval that
+    lies within ±margin lies within the printed one too."""
+    exponent = math.floor(math.log10(margin)) - 1
+    step = 10.0**exponent
+    rounded = math.ceil(margin / step - 1e-9) * step
+    return f"{rounded:.{max(0, -exponent)}f}"
+
+
 def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
@@ -190,6 +222,8 @@ def _fmt(value: float, digits: int) -> str:
 def _cell(row: pd.Series, column: Column) -> str:
     if column.kind == "text":
         return str(row[column.key])
+    if column.kind == "number" and column.null is not None:
+        return bound_text(float(row[column.key]), column.null(row), column.digits)
     if column.kind == "number":
         return _fmt(row[column.key], column.digits)
     mean, std = row[f"{column.key}_mean"], row[f"{column.key}_std"]
@@ -201,7 +235,7 @@ def _latex_cell(row: pd.Series, column: Column, mark: str) -> str:
         text = latex_escape(str(row[column.key]))
         return rf"\textbf{{{text}}}" if mark == "best" else text
     if column.kind == "number":
-        body = "--" if pd.isna(row[column.key]) else f"{row[column.key]:.{column.digits}f}"
+        body = _cell(row, column).replace("–", "--")
     else:
         mean, std = row[f"{column.key}_mean"], row[f"{column.key}_std"]
         body = "--" if pd.isna(mean) else f"{mean:.{column.digits}f}"

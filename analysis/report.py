@@ -21,7 +21,11 @@ Output folder:
     delta_ref.json            the held-fixed thresholds and their sources
     clinical data sets only, the group audit (`relif_ray.analysis.groups`,
     `relif_ray.analysis.group_tables`): tables/groups_<task>.*, tables/group_disparities.*,
-    group_per_group.csv, group_per_trial.csv, group_paired.csv
+    group_per_group.csv, group_per_trial.csv, group_paired.csv, group_verdicts.csv
+
+The verdicts of the Summary (`relif_ray.analysis.summary`) and of the group audit are one
+family, adjusted together (`relif_ray.analysis.family`, `ReportOptions.adjust`): paired.csv,
+group_verdicts.csv and group_disparities.csv carry p, p_adjusted and family_size.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from relif_ray.analysis.controller_activity import (
 )
 from relif_ray.analysis.delta import DeltaSpec
 from relif_ray.analysis.experiment import Experiment
+from relif_ray.analysis.family import Family, adjust_verdicts, check_adjustment
 from relif_ray.analysis.fronts import hypervolume_table, pareto_means, pareto_points
 from relif_ray.analysis.group_tables import FILES, group_section, group_tables
 from relif_ray.analysis.groups import GroupAudit, GroupOptions, group_audit, has_attributes
@@ -50,7 +55,8 @@ from relif_ray.analysis.mtl_metrics import DeltaMOptions
 from relif_ray.analysis.paired import paired_summary, paired_table
 from relif_ray.analysis.render import Table
 from relif_ray.analysis.results import SENSITIVITY_DELTAS, Results, audit
-from relif_ray.analysis.sections import audited_sections, problems, sources, verdicts_section
+from relif_ray.analysis.sections import audited_sections, problems, sources
+from relif_ray.analysis.summary import verdicts_section
 from relif_ray.analysis.tables import (
     CISettings,
     Skipped,
@@ -74,7 +80,9 @@ from relif_ray.progress import progress
 @dataclass
 class ReportOptions:
     """Everything `relif report` can be told. `deltas` empty: the data set's default
-    (NYUv2: erm:p75 and erm:p50; MIMIC-III 0.275; eICU 0.06); the first is the primary."""
+    (NYUv2: erm:p75 and erm:p50; MIMIC-III 0.275; eICU 0.06); the first is the primary.
+    `adjust`: how the family of the report's verdicts is adjusted
+    (`relif_ray.analysis.family.ADJUSTMENTS`)."""
 
     deltas: list[DeltaSpec] = field(default_factory=list)
     distribution: str = "distances"
@@ -87,6 +95,10 @@ class ReportOptions:
     delta_m: DeltaMOptions = field(default_factory=DeltaMOptions)
     figures: bool = True
     groups: GroupOptions = field(default_factory=GroupOptions)
+    adjust: str = "holm"
+
+    def __post_init__(self) -> None:
+        check_adjustment(self.adjust)
 
 
 def write_report(
@@ -129,13 +141,20 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
         raise UserError(
             f"--drift-baseline: no method {baseline!r} (methods: {', '.join(results.variants)})"
         )
-    paired = paired_summary(results, options.verdicts)
-    tables = _tables(results, experiment, options, baseline, paired)
     groups = (
         group_audit(experiment, results.split, options.groups, options.verdicts)
         if has_attributes(experiment.trials)
         else None
     )
+    verdicts = adjust_verdicts(
+        paired_summary(results, options.verdicts),
+        groups,
+        results.primary,
+        options.verdicts,
+        options.adjust,
+    )
+    paired, groups = verdicts.paired, verdicts.groups
+    tables = _tables(results, experiment, options, baseline, paired)
     out.mkdir(parents=True, exist_ok=True)
     for table in tables:
         if isinstance(table, Table):
@@ -146,19 +165,25 @@ def _audited_sections(experiment: Experiment, out: Path, options: ReportOptions)
     activity = controller_activity(experiment)
     activity.to_csv(out / ACTIVITY_FILE, index=False)
     summary = verdicts_section(
-        results, paired, options.verdicts, named["interfaces"], inert_flags(activity)
+        results,
+        paired,
+        options.verdicts,
+        named["interfaces"],
+        verdicts.family,
+        inert_flags(activity),
     )
     sections = audited_sections(
         experiment, results, options.settings, options.ci, named, figures, options.verdicts
     )
     if groups is not None:
-        sections.append(_group_part(out, groups, options.ci))
+        sections.append(_group_part(out, groups, options.ci, verdicts.family))
     return [summary, activity_section(activity), *sections]
 
 
-def _group_part(out: Path, audit: GroupAudit, ci: CISettings) -> str:
-    """The group audit's tables and files, and its section of report.md."""
-    tables = group_tables(audit)
+def _group_part(out: Path, audit: GroupAudit, ci: CISettings, family: Family) -> str:
+    """The group audit's tables (its verdicts adjusted over `family`) and files, and its
+    section of report.md."""
+    tables = group_tables(audit, family)
     for table in tables:
         if isinstance(table, Table):
             table.write(out / "tables")

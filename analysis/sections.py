@@ -1,6 +1,6 @@
 """The prose of `report.md` (`relif_ray.analysis.report`): its sections, each a Markdown string
 built from the experiment, the `Results` and the tables, following the paper's reporting checklist
-(section 6)."""
+(section 6); the Summary of verdicts over seeds is `relif_ray.analysis.summary`'s."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pandas as pd
 from relif_ray.analysis.audit_scores import squashed_tasks
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.fronts import pareto_means
-from relif_ray.analysis.interfaces import TITLE, interface_dependence, interface_words
+from relif_ray.analysis.interfaces import TITLE, interface_words
 from relif_ray.analysis.render import Table, display_text
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.tables import CISettings, Skipped
-from relif_ray.analysis.verdicts import MAX_SEEDS, VerdictSettings, equivalence_level
+from relif_ray.analysis.verdicts import VerdictSettings
 from relif_ray.audit import AuditSettings
 from relif_ray.experiment import storage
 from relif_ray.experiment.lock import still_running
@@ -149,115 +149,6 @@ def data_lines(trials: pd.DataFrame) -> list[str]:
 
 def _per_split(counts: dict[str, int]) -> str:
     return ", ".join(f"{split} {counts[split]}" for split in ("train", "val", "test"))
-
-
-def verdicts_section(
-    results: Results,
-    paired: pd.DataFrame,
-    settings: VerdictSettings,
-    interfaces: Table | Skipped | None = None,
-    inert: dict[str, str] | None = None,
-) -> str:
-    """The report's summary: per method, its verdicts over seeds against the same-seed ERM
-    trial (`relif_ray.analysis.paired`): Bias at the primary delta_ref, Worst, Macro and
-    Delta-M%; from the `interfaces` table, whether its cut depends on the audit interface
-    (`interface_dependence`); and `inert`'s flag where its controller did not act
-    (`relif_ray.analysis.controller_activity.inert_flags`)."""
-    dependent = {} if interfaces is None else interface_dependence(interfaces)
-    inert = inert or {}
-    heading = "## Summary: verdicts over seeds\n"
-    if paired.empty:
-        return heading + "No method has a same-seed ERM trial to be compared with.\n"
-    level = f"{settings.level:.0%}"
-    inner = f"{equivalence_level(settings.level):.0%}"
-    lines = [
-        heading,
-        "Each method is compared with the ERM trial of the same seed, and the comparison is "
-        "summarised over seeds: Bias as the geometric mean ratio to ERM's with the "
-        f"{level} Student-t interval of the mean log ratio; Worst and Macro as the mean "
-        f"difference, called within ±{settings.margin:g} of ERM only where two one-sided "
-        f"tests show it at {level}, i.e. where their {inner} interval lies inside "
-        f"±{settings.margin:g} (that interval is given with the verdict); Δm% as the mean "
-        "difference from ERM's. Where a verdict is not shown: the seeds, more than those "
-        f"used, at which the observed effect would be shown with {settings.power:.0%} power. "
-        "The Bias intervals of the tables below resample the "
-        "audit's pairs only, not the seeds. Every label, metric and δ_ref: *Paired "
-        "comparisons with same-seed ERM, over seeds* below.\n",
-    ]
-    key = results.primary.key
-    for label, rows in paired.groupby("label", sort=False):
-        chosen = rows.set_index(["metric", "delta"])
-        clauses = [
-            _clause(chosen, ("bias", key), f"Bias@{results.primary.symbol}", ratio=True),
-            _clause(chosen, ("worst", ""), "Worst", inner=inner),
-            _clause(chosen, ("macro", ""), "Macro", inner=inner),
-            _clause(chosen, ("delta_m", ""), "Δm%", digits=2),
-        ]
-        n = int(chosen.loc[("bias", key), "n_seeds"]) if ("bias", key) in chosen.index else 0
-        seeds = f"{n} seed{'s' if n != 1 else ''}"
-        clauses.append(f"**{dependent[label]}**" if label in dependent else "")
-        clauses.append(f"**{inert[label]}**" if label in inert else "")
-        text = "; ".join(clause for clause in clauses if clause)
-        lines.append(f"- **{display_text(str(label))}** ({seeds}): {text}.")
-    return "\n".join(lines + _notes(paired, results)) + "\n"
-
-
-def _notes(paired: pd.DataFrame, results: Results) -> list[str]:
-    """Each distinct note of `paired` (seeds left out, trials that did not vary) once per
-    label, with the comparisons it concerns."""
-    noted = paired[paired["note"].fillna("") != ""]
-    if noted.empty:
-        return []
-    symbols = {delta.key: delta.symbol for delta in results.deltas}
-    lines = ["", "Notes on the comparisons above and in the paired table:"]
-    for (label, note), rows in noted.groupby(["label", "note"], sort=False):
-        names = [
-            f"{metric}@{symbols.get(delta, delta)}" if delta else metric
-            for metric, delta in zip(rows["metric"], rows["delta"], strict=True)
-        ]
-        lines.append(f"- {display_text(str(label))} ({', '.join(names)}): {note}.")
-    return lines
-
-
-def _clause(
-    rows: pd.DataFrame,
-    key: tuple[str, str],
-    name: str,
-    ratio: bool = False,
-    digits: int = 3,
-    inner: str = "90%",
-) -> str:
-    """One comparison in words: estimate [interval], and for an equivalence test its
-    `inner` interval: verdict (seeds needed); per seed."""
-    if key not in rows.index:
-        return ""
-    row = rows.loc[key]
-    if pd.isna(row["estimate"]):
-        return f"{name}: {row['verdict']}"
-    if ratio:
-        estimate = f"{row['estimate']:.2f}x ERM's"
-        interval = f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
-    else:
-        estimate = f"{row['estimate']:+.{digits}f} against ERM"
-        interval = f" [{row['ci_low']:+.{digits}f}, {row['ci_high']:+.{digits}f}]"
-    if pd.isna(row["ci_low"]):
-        interval = ""
-    if not pd.isna(row["tost_low"]):
-        interval += f", {inner} [{row['tost_low']:+.{digits}f}, {row['tost_high']:+.{digits}f}]"
-    text = f"{name} {estimate}{interval}: {row['verdict']}"
-    if not pd.isna(row["seeds_needed"]):
-        text += f" (about {int(row['seeds_needed'])} seeds would show it)"
-    elif row["verdict"].startswith("not shown") and not pd.isna(row["std"]):
-        text += f" (not within {MAX_SEEDS:,} seeds at the observed effect)"
-    if ratio:
-        text += f", per seed {_per_seed(row['per_seed'])}"
-    return text
-
-
-def _per_seed(values: str) -> str:
-    """ "0: 0.8123; 1: 0.4012" -> "0.81x (seed 0), 0.40x (seed 1)"."""
-    parts = [part.split(": ") for part in values.split("; ") if part]
-    return ", ".join(f"{float(value):.2f}x (seed {seed})" for seed, value in parts)
 
 
 def running_note(experiment: Experiment) -> str | None:

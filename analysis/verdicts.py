@@ -36,12 +36,21 @@ benchmarks/verdict_coverage.py). The audit's pair sampling moves a trial's Bias 
 than training seeds do, and it is already part of each seed's value
 (`relif_ray.analysis.paired.hierarchical_intervals` resamples both levels where n allows).
 
-**Seeds needed**: where a verdict is "not shown" with n seeds, the smallest number of seeds
-above n at which a test at the same level would show the observed paired effect with `power`
-(default 80%), taking the observed mean and standard deviation as the truth: the exact power
-of the t test from the noncentral t (`t_test_power`) and of the two one-sided tests by
-integration over the sample standard deviation's distribution (`tost_power`). NaN ("none
-would") where more than `MAX_SEEDS` would be needed or the observed effect is 0.
+**p-values** (`Comparison.p`): each verdict's test, for the adjustment over a report's family
+of verdicts (`relif_ray.analysis.family`): the two-sided paired t test of the mean log ratio,
+or of the mean difference, against 0 (`t_test_p`), whose rejection at 1 - level is the
+`level` interval excluding 0; for a verdict of equivalence ("within ±m") the two one-sided
+tests' p-value, the larger of the two (`tost_p`), whose rejection at 1 - level is the
+(2 level - 1) interval inside (-m, m). NaN where there is no interval (fewer than two seeds,
+or no spread). `equivalence_bound` is the smallest margin that interval lies within.
+
+**Seeds needed**: where a verdict is "not shown" with n seeds, a planning estimate
+(`planning_estimate`: post hoc, at the observed effect, not evidence): the smallest number of
+seeds above n at which a test at the same level would have `power` (default 80%) against an
+effect of the observed size, taking the observed mean and standard deviation as the truth: the
+exact power of the t test from the noncentral t (`t_test_power`) and of the two one-sided
+tests by integration over the sample standard deviation's distribution (`tost_power`). NaN
+("none would") where more than `MAX_SEEDS` would be needed or the observed effect is 0.
 """
 
 from __future__ import annotations
@@ -100,7 +109,8 @@ class Comparison:
     for ratio comparisons, else a difference); std: the sample std of the paired values on
     the analysis scale (log ratios, or differences); seeds_needed: NaN unless not shown;
     tost_low, tost_high: the (2 level - 1) interval the equivalence test reads (NaN without a
-    margin); ci_low, ci_high and tost_low, tost_high are NaN where the values do not vary."""
+    margin); ci_low, ci_high and tost_low, tost_high are NaN where the values do not vary;
+    p: the p-value of the verdict's test (module docstring; NaN without an interval)."""
 
     n: int
     estimate: float
@@ -111,6 +121,7 @@ class Comparison:
     seeds_needed: float
     tost_low: float = math.nan
     tost_high: float = math.nan
+    p: float = math.nan
 
 
 def seeds_phrase(n: int, level: float) -> str:
@@ -120,6 +131,23 @@ def seeds_phrase(n: int, level: float) -> str:
 
 def not_shown(n: int, either_way: bool = False) -> str:
     return f"not shown{' either way' if either_way else ''} with {n} seed{'s' if n != 1 else ''}"
+
+
+def is_shown(verdict: str) -> bool:
+    """Whether a verdict shows something: lower, higher or within a margin (not "not shown",
+    "no verdict", "reference", ...)."""
+    return verdict.startswith(("lower than ERM", "higher than ERM", "within ±"))
+
+
+def planning_estimate(seeds_needed: float, power: float) -> str:
+    """How a report words `Comparison.seeds_needed` of a verdict that is not shown: a planning
+    figure for a next experiment, computed post hoc at the observed effect, not evidence of
+    an effect; NaN: more than `MAX_SEEDS`."""
+    seeds = f"more than {MAX_SEEDS:,}" if math.isnan(seeds_needed) else f"{int(seeds_needed)}"
+    return (
+        "planning estimate at the observed effect, post hoc and not evidence: "
+        f"{seeds} seeds at {power:.0%} power"
+    )
 
 
 NO_SPREAD = "no verdict"
@@ -185,6 +213,7 @@ def compare_ratios(ratios: np.ndarray, settings: VerdictSettings) -> Comparison:
     n = logs.size
     if without_spread(logs):
         return Comparison(n, math.exp(mean), math.nan, math.nan, 0.0, no_spread(n), math.nan)
+    p = t_test_p(logs)
     if n >= 2 and high < 0:
         verdict = f"lower than ERM {seeds_phrase(n, settings.level)}"
     elif n >= 2 and low > 0:
@@ -192,7 +221,9 @@ def compare_ratios(ratios: np.ndarray, settings: VerdictSettings) -> Comparison:
     else:
         verdict = not_shown(n)
     needed = _needed(logs, settings, None) if verdict.startswith("not shown") else math.nan
-    return Comparison(n, math.exp(mean), math.exp(low), math.exp(high), _std(logs), verdict, needed)
+    return Comparison(
+        n, math.exp(mean), math.exp(low), math.exp(high), _std(logs), verdict, needed, p=p
+    )
 
 
 def compare_differences(
@@ -206,36 +237,61 @@ def compare_differences(
     n = differences.size
     if without_spread(differences):
         return Comparison(n, mean, math.nan, math.nan, 0.0, no_spread(n), math.nan)
-    tost_low = tost_high = math.nan
+    tost_low = tost_high = tost = math.nan
     if margin is not None:
         inner = equivalence_level(settings.level)
         _, tost_low, tost_high = (float(x) for x in t_interval(differences, inner))
+        tost = tost_p(differences, margin)
     shown = seeds_phrase(n, settings.level)
     direction = None
     if n >= 2 and high < 0:
         direction = "lower"
     elif n >= 2 and low > 0:
         direction = "higher"
-    if margin is not None and n >= 2 and equivalent(differences, margin, settings.level):
+    p = t_test_p(differences)
+    if tost < 1 - settings.level:  # both one-sided tests reject (NaN: no margin, or n < 2)
         inner_shown = seeds_phrase(n, equivalence_level(settings.level))
         verdict = f"within ±{margin:g} of ERM"
         if direction:
             verdict += f" ({equivalence_level(settings.level):.0%}), though {direction} {shown}"
         else:
             verdict += f" {inner_shown}"
+        p = tost
     elif direction:
         verdict = f"{direction} than ERM {shown}"
     else:
         verdict = not_shown(n, either_way=margin is not None)
     needed = _needed(differences, settings, margin) if "not shown" in verdict else math.nan
-    return Comparison(n, mean, low, high, _std(differences), verdict, needed, tost_low, tost_high)
+    return Comparison(
+        n, mean, low, high, _std(differences), verdict, needed, tost_low, tost_high, p
+    )
 
 
-def equivalent(differences: np.ndarray, margin: float, level: float) -> bool:
-    """Two one-sided t tests (statsmodels' `DescrStatsW.ttost_mean`): both H0: mean <= -margin
-    and H0: mean >= margin rejected at 1 - level."""
-    p_value = DescrStatsW(np.asarray(differences, dtype=np.float64)).ttost_mean(-margin, margin)[0]
-    return bool(p_value < 1 - level)
+def tost_p(differences: np.ndarray, margin: float) -> float:
+    """The p-value of the two one-sided t tests of equivalence within ±margin (statsmodels'
+    `DescrStatsW.ttost_mean`): the larger of the p-values of H0: mean <= -margin and of H0:
+    mean >= margin, so that both are rejected at 1 - level where it is below; NaN for fewer
+    than two values or values without spread (`without_spread`)."""
+    values = np.asarray(differences, dtype=np.float64)
+    if values.size < 2 or without_spread(values):
+        return math.nan
+    return float(DescrStatsW(values).ttost_mean(-margin, margin)[0])
+
+
+def t_test_p(values: np.ndarray) -> float:
+    """The two-sided p-value of the one-sample t test of mean 0 (statsmodels'
+    `DescrStatsW.ttest_mean`); NaN for fewer than two values or values without spread."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size < 2 or without_spread(values):
+        return math.nan
+    return float(DescrStatsW(values).ttest_mean(0.0)[1])
+
+
+def equivalence_bound(tost_low: float, tost_high: float) -> float:
+    """The smallest symmetric margin m with the equivalence test's (2 level - 1) interval
+    inside [-m, m]: the margin those seeds reach, for a reader to hold against their own
+    (stated in advance); NaN without an interval."""
+    return float(np.max(np.abs([tost_low, tost_high])))
 
 
 def _std(values: np.ndarray) -> float:

@@ -65,6 +65,7 @@ from benchmarks import fidelity_goal
 from benchmarks.harness import REPO, Record, Row, caption, verdict
 from benchmarks.targets import FIDELITY_TARGETS
 from relif_ray.analysis.interfaces import interface_name
+from relif_ray.analysis.render import bound_text
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.errors import last_line
 from relif_ray.problems.nyuv2 import DEFAULTS as NYUV2
@@ -197,7 +198,9 @@ class Reports:
         scale = "x" if metric in ("bias", "vr") else ""
         text = f"over seeds: {row['verdict']}, {float(row['estimate']):.3f}{scale}"
         if row["ci_low"]:  # empty with one seed
-            text += f" [{float(row['ci_low']):.3f}, {float(row['ci_high']):.3f}]"
+            null = 1.0 if scale else 0.0  # the interval is printed on the verdict's side of it
+            low, high = (bound_text(float(row[end]), null, 3) for end in ("ci_low", "ci_high"))
+            text += f" [{low}, {high}]"
         return text
 
     def row(self, label: str, metric: str, delta: str = "") -> pd.Series:

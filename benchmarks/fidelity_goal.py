@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relif_ray.analysis.render import bound_text
 from relif_ray.analysis.verdicts import VerdictSettings, compare_ratios
 
 GOAL_LABELS = ("relif-logistic", "relif-clipshare")
@@ -73,7 +74,7 @@ def judge(
         uppers.append(comparison.ci_high)
         parts.append(
             f"{interface} {'pass' if passed else 'FAIL'} ({comparison.estimate:.2f}x, upper "
-            f"{comparison.ci_high:.2f}: {comparison.verdict})"
+            f"{bound_text(comparison.ci_high, 1.0, 2)}: {comparison.verdict})"
         )
     for metric, verdict in utility_verdicts.items():
         passed = verdict.startswith(f"within ±{goal.margin:g} of ERM")

@@ -301,12 +301,15 @@ def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypat
 
 def test_the_notebook_shows_the_group_tables_of_the_api(grid_and_groups):
     """Section 6 on a generated eICU experiment shows the tables `relif_ray.analysis.group_tables`
-    gives (what the report writes); without an attribute folder the audit says in one line that the
+    gives (what the report writes), adjusted over the report's family (`analysis.report_family`);
+    without an attribute folder the audit says in one line that the
     trials' data folder is not here."""
     root, attributes = grid_and_groups.experiment, grid_and_groups.attributes
     experiment = analysis.load(root)
     groups = analysis.group_audit(experiment, "val", GroupOptions(str(attributes)))
-    tables = analysis.group_tables(groups)
+    settings = analysis.AuditSettings(pool_size=256, pairs=4096, pair_seed=42)  # the notebook's
+    adjusted = analysis.report_family(analysis.audit(experiment, settings=settings), groups)
+    tables = analysis.group_tables(adjusted.groups, adjusted.family)
     assert [table.name for table in tables] == [
         "groups_mortality", "groups_length_of_stay", "group_disparities",
     ]  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ from relif_ray import analysis
 from relif_ray.analysis import delta as delta_options
 from relif_ray.analysis.delta import DeltaRef
 from relif_ray.analysis.experiment_audit import ExperimentAudit
-from relif_ray.analysis.render import Column, Table
+from relif_ray.analysis.paired import null_value
+from relif_ray.analysis.render import Column, Table, bound_text, margin_text
 from relif_ray.analysis.results import Results, compute_results
 from relif_ray.analysis.tables import (
     CISettings,
@@ -364,6 +366,52 @@ def test_markdown_and_latex_mark_best_bold_and_second_underlined():
     assert list(table.csv_frame().columns)[:2] == ["method", "n_seeds"]
 
 
+@pytest.mark.parametrize(
+    ("value", "null", "digits", "sign", "text"),
+    [
+        (1.0024944, 1.0, 2, False, "1.0025"),  # ACTG 175's FairGrad Bias ratio, lower bound
+        (0.99961, 1.0, 2, False, "0.99961"),
+        (1.0312, 1.0, 2, False, "1.03"),  # off the null value: as many digits as asked
+        (-0.0004, 0.0, 3, True, "-0.00040"),
+        (0.00049, 0.0, 3, True, "+0.00049"),
+        (0.0005, 0.0, 3, True, "+0.001"),
+        (1.0, 1.0, 2, False, "1.00"),  # on the null value: no side to show
+        (math.nan, 1.0, 2, False, "–"),
+    ],
+)
+def test_a_bound_is_printed_on_its_side_of_the_null_value(value, null, digits, sign, text):
+    assert bound_text(value, null, digits, sign) == text
+
+
+def test_the_equivalence_bound_is_rounded_up_to_two_digits():
+    assert [margin_text(m) for m in (0.00412, 0.0042, 0.0123, 0.9, 1.2566)] == [
+        "0.0042", "0.0042", "0.013", "0.90", "1.3",
+    ]  # fmt: skip
+
+
+def test_the_paired_tables_bounds_agree_with_their_verdicts():
+    """A ratio's interval [1.0025, 1.04] is printed so (higher than 1), a difference's upper
+    bound -0.00004 as below 0, in Markdown and LaTeX; other cells keep their 4 decimals."""
+    rows = pd.DataFrame(
+        {
+            "row": ["fairgrad", "uncertainty"],
+            "scale": ["log ratio", "difference"],
+            "ci_low": [1.0024944, -0.0021],
+            "ci_high": [1.0381, -0.00004],
+        }
+    )
+    columns = [
+        Column("ci_low", "CI low", "CI low", kind="number", null=null_value),
+        Column("ci_high", "CI high", "CI high", kind="number", null=null_value),
+    ]
+    table = Table("t", "t", "Method", columns, rows)
+    assert table.markdown().splitlines()[2:] == [
+        "| FairGrad | 1.0025 | 1.0381 |",
+        "| Uncertainty | -0.0021 | -0.000040 |",
+    ]
+    assert r"FairGrad & $1.0025$ & $1.0381$ \\" in table.latex()
+
+
 def test_two_rows_get_a_bold_best_and_no_second():
     rows = pd.DataFrame(
         {"row": ["a", "b"], "n_seeds": [2, 2], "x_mean": [0.1, 0.2], "x_std": [0.0, 0.0]}
@@ -544,6 +592,7 @@ def test_report_lists_an_experiment_of_errored_trials_only(tmp_path, capsys):
         ("ok", ["--sensitivity-deltas", "0.1,x"], "--sensitivity-deltas value must be a number"),
         ("ok", ["--equivalence-margin", "0"], "equivalence margin: must be a positive number"),
         ("ok", ["--ratio-floor", "0"], "ratio floor: must be in (0, 1), got 0.0"),
+        ("ok", ["--adjust", "foo"], "--adjust: must be holm, fdr_bh or none, got 'foo'"),
         ("ok", ["--delta-m-epochs", "sometimes"], "--delta-m-epochs: final, best or last:K"),
         ("ok", ["--delta-m-epochs", "last:0"], "--delta-m-epochs: K must be a positive integer"),
         ("ok", ["--delta-m-base", "nosuch.json"], "--delta-m-base: no such file: nosuch.json"),
@@ -676,7 +725,8 @@ def test_the_report_flags_a_controller_that_did_not_act(experiment_dir, tmp_path
     report = (out / "report.md").read_text()
     summary = report.split("## Summary: verdicts over seeds")[1].split("\n## ")[0]
     flag = "controller inert: λ stayed within 10% of λ0 on every seed"
-    lines = {line.split("**")[1]: line for line in summary.splitlines() if line.startswith("- ")}
+    bullets = [line for line in summary.splitlines() if line.startswith("- **")]
+    lines = {line.split("**")[1]: line for line in bullets}
     assert flag in lines["ReLiF (r*=0.24, eta=0.001)"]
     assert "inert" not in lines["ReLiF (r*=0.16, eta=0.5)"]
     assert "## Controller activity" in report

@@ -201,8 +201,8 @@ def test_report_turns_both_sweeps_into_utility_tables(
     """Both reports have their utility tables and a group audit: eICU's attributes from the
     trials' own data folder, MIMIC-III's from the root/ folder given. The group audit
     recomputes each task's metric from the stored outcomes exactly as the trial computed it,
-    and the report's group tables are the API's (`relif_ray.analysis.group_tables`, shown on
-    eICU's)."""
+    and the report's group tables are the API's (`relif_ray.analysis.group_tables`, adjusted over
+    the report's family by `analysis.report_family`, shown on eICU's)."""
     from relif_ray.cli import main  # `relif report` (its script runs end to end elsewhere)
 
     root = mimic3_search[0] / "root"
@@ -224,7 +224,8 @@ def test_report_turns_both_sweeps_into_utility_tables(
             assert row.overall == pytest.approx(expected, abs=1e-9), (row.trial, row.task)
     assert "## Group fairness: patient groups" in (out / "report.md").read_text()
     groups = analysis.group_audit(loaded, "test", GroupOptions(min_group_size=5))  # eICU's
-    for table in analysis.group_tables(groups):
+    adjusted = analysis.report_family(analysis.audit(loaded), groups)  # as the report adjusts
+    for table in analysis.group_tables(adjusted.groups, adjusted.family):
         assert (out / "tables" / f"{table.name}.md").read_text() == table.markdown()
 
 

@@ -24,7 +24,7 @@ from relif_ray.analysis.interfaces import (
 )
 from relif_ray.analysis.paired import paired_summary
 from relif_ray.analysis.render import Column, Table, display_text
-from relif_ray.analysis.sections import verdicts_section
+from relif_ray.analysis.summary import verdicts_section
 from relif_ray.analysis.tables import CISettings, Skipped
 from relif_ray.analysis.verdicts import VerdictSettings
 from relif_ray.squash import squash_bounds

@@ -17,6 +17,7 @@ from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
 
 from relif_ray import analysis
+from relif_ray.analysis.family import FAMILY_COLUMNS
 from relif_ray.analysis.paired import (
     PAIRED_COLUMNS,
     front_shares,
@@ -27,7 +28,7 @@ from relif_ray.analysis.paired import (
     seed_bootstrap_t,
 )
 from relif_ray.analysis.report import ReportOptions, write_report
-from relif_ray.analysis.sections import verdicts_section
+from relif_ray.analysis.summary import verdicts_section
 from relif_ray.analysis.tables import CISettings
 from relif_ray.analysis.verdicts import VerdictSettings
 from relif_ray.errors import UserError
@@ -85,10 +86,11 @@ def verdict_by_hand(values: np.ndarray, ratio: bool, margin: float | None) -> st
 
 def test_paired_csv_is_rederived_from_per_trial_csv(report):
     """Every row of paired.csv from per_trial.csv alone: ratios on the log scale for Bias and
-    VR, differences otherwise, scipy's t interval, statsmodels' equivalence test and power."""
+    VR, differences otherwise, scipy's t interval and t test, statsmodels' equivalence test
+    and power."""
     per_trial = pd.read_csv(report / "per_trial.csv")
     paired = pd.read_csv(report / "tables" / "paired.csv", keep_default_na=False, na_values=[""])
-    assert list(paired.columns) == PAIRED_COLUMNS
+    assert list(paired.columns) == [*PAIRED_COLUMNS, *FAMILY_COLUMNS]
     metrics = ["bias", "vr", "bias", "vr", "worst", "macro"]
     assert list(paired.loc[paired["label"] == "relif", "metric"])[:6] == metrics
     assert set(paired["label"]) == {"relif", "pcgrad"}  # ERM is the reference
@@ -105,6 +107,11 @@ def test_paired_csv_is_rederived_from_per_trial_csv(report):
         assert [row.estimate, row.ci_low, row.ci_high] == pytest.approx(expected, rel=1e-9)
         margin = 0.02 if row.metric in ("worst", "macro") else None
         assert row.verdict == verdict_by_hand(values, ratio, margin), row
+        if row.verdict.startswith("within"):
+            p = ttost_paired(values, np.zeros(len(values)), -margin, margin)[0]
+        else:
+            p = stats.ttest_1samp(x, 0.0).pvalue
+        assert row.p == pytest.approx(p, rel=1e-9), row
         if row.verdict.startswith("not shown") and (margin is None or abs(x.mean()) >= margin):
             solved = TTestPower().solve_power(
                 abs(x.mean()) / x.std(ddof=1), alpha=0.05, power=0.8, alternative="two-sided"
@@ -128,15 +135,25 @@ def test_paired_csv_is_rederived_from_per_trial_csv(report):
 
 def test_the_main_table_and_the_summary_state_the_verdicts(report):
     main = pd.read_csv(report / "tables" / "main.csv").set_index("method")
-    paired = pd.read_csv(report / "tables" / "paired.csv", dtype=str, keep_default_na=False)
-    paired = paired.set_index(["label", "metric", "delta"])["verdict"]
+    frame = pd.read_csv(report / "tables" / "paired.csv", dtype={"delta": str})
+    frame = frame.fillna({"delta": ""}).set_index(["label", "metric", "delta"])
+    paired = frame["verdict"]
     assert main.loc["erm", "bias_verdict"] == "reference"
     text = (report / "report.md").read_text()
     summary = text[text.index("## Summary: verdicts over seeds") : text.index("## Audit protocol")]
     for label in ("relif", "pcgrad"):
         bias, worst = paired[label, "bias", "p75"], paired[label, "worst", ""]
         assert (main.loc[label, "bias_verdict"], main.loc[label, "worst_verdict"]) == (bias, worst)
-        assert "Bias@δ_p75 " in summary and bias in summary and worst in summary
+        assert "Bias@δ_p75 " in summary
+        for key in ((label, "bias", "p75"), (label, "worst", "")):
+            verdict, row = paired[key], frame.loc[key]
+            if verdict.startswith(("lower", "higher", "within")):  # with the family's word
+                held = "also" if row["p_adjusted"] < 0.05 else "not"
+                head, _, tail = verdict.partition(")")
+                verdict = (
+                    f"{head}; {held} after Holm over {int(row['family_size'])} comparisons){tail}"
+                )
+            assert f": {verdict}" in summary, verdict
     assert "resample the audit's pairs only, not the seeds" in summary
     # the equivalence test's interval is shown beside the 95% one, named by its level
     table = (report / "tables" / "paired.md").read_text()

@@ -8,7 +8,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from relif_ray.analysis.verdicts import VerdictSettings, compare_differences, compare_ratios
+from relif_ray.analysis.verdicts import (
+    VerdictSettings,
+    compare_differences,
+    compare_ratios,
+    planning_estimate,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,7 +77,7 @@ def test_the_first_claim_states_the_verdicts_with_their_seeds():
         interval = f"{bias['ci_low']:.2f}x to {bias['ci_high']:.2f}x"
         shown = f"{len(ratios)} seeds cannot show the cut (95% interval over seeds {interval}"
         assert shown in first_screen
-        assert f"about {bias['seeds_needed']} seeds would show it" in first_screen
+        assert f"{planning_estimate(bias['seeds_needed'], 0.8)})" in first_screen
     rows = {row["name"]: row for row in json.loads((FIGURES / "fidelity.json").read_text())["rows"]}
     fidelity_bias = rows["Bias@delta_p75 relif / ERM (a) q10-q90"]["per_seed"]
     fidelity_worst = rows["Worst relif - ERM"]["per_seed"]

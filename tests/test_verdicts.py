@@ -18,10 +18,13 @@ from relif_ray.analysis.verdicts import (
     VerdictSettings,
     compare_differences,
     compare_ratios,
-    equivalent,
+    equivalence_bound,
+    planning_estimate,
     t_interval,
+    t_test_p,
     t_test_power,
     t_test_seeds_needed,
+    tost_p,
     tost_power,
     tost_seeds_needed,
 )
@@ -150,7 +153,8 @@ def test_equivalence_is_statsmodels_two_one_sided_tests():
         erm = rng.normal(0.5, 0.05, n)
         method = erm + rng.normal(rng.uniform(-0.03, 0.03), rng.uniform(0.001, 0.02), n)
         p_value = ttost_paired(method, erm, -0.02, 0.02)[0]
-        shown = equivalent(method - erm, 0.02, 0.95)
+        assert tost_p(method - erm, 0.02) == pytest.approx(p_value, rel=1e-12)
+        shown = compare_differences(method - erm, SETTINGS, 0.02).verdict.startswith("within")
         assert shown == (p_value < 0.05)
         _, low, high = t_interval(method - erm, 0.90)
         assert shown == (low > -0.02 and high < 0.02)
@@ -174,6 +178,42 @@ def test_utility_verdicts_in_words():
     assert without_margin.verdict == "not shown with 2 seeds"
 
 
+def test_each_verdict_carries_the_p_value_of_its_own_test():
+    """A ratio's p is scipy's one-sample t test of the log ratios, a difference's of the
+    differences; an equivalence verdict's is statsmodels' paired TOST p-value (the larger of
+    the two one-sided ones); below 1 - level exactly where the verdict shows something; NaN
+    without an interval. The equivalence bound is the 90% interval's larger end in size."""
+    ratios = np.array([0.5, 0.62, 0.41, 0.7])
+    cut = compare_ratios(ratios, SETTINGS)
+    assert cut.p == pytest.approx(stats.ttest_1samp(np.log(ratios), 0.0).pvalue, rel=1e-12)
+    assert cut.p < 0.05 and cut.verdict == "lower than ERM (95%, 4 seeds)"
+    erm = np.array([0.50, 0.52, 0.49, 0.51])
+    method = erm + np.array([-0.003, 0.001, -0.002, 0.0015])
+    within = compare_differences(method - erm, SETTINGS, 0.02)
+    assert within.verdict == "within ±0.02 of ERM (90%, 4 seeds)"
+    assert within.p == pytest.approx(ttost_paired(method, erm, -0.02, 0.02)[0], rel=1e-12)
+    one_sided = [stats.ttest_1samp(method - erm, bound, alternative=side).pvalue
+                 for bound, side in ((-0.02, "greater"), (0.02, "less"))]  # fmt: skip
+    assert within.p == pytest.approx(max(one_sided), rel=1e-9)
+    assert equivalence_bound(within.tost_low, within.tost_high) == pytest.approx(
+        max(abs(x) for x in DescrStatsW(method - erm).tconfint_mean(0.10)), rel=1e-12
+    )
+    lower = compare_differences(np.array([-0.05, -0.06, -0.055]), SETTINGS, 0.02)
+    expected = stats.ttest_1samp([-0.05, -0.06, -0.055], 0.0).pvalue
+    assert lower.p == pytest.approx(expected, rel=1e-12) and lower.p < 0.05
+    neither = compare_differences(np.array([-0.035, -0.025, -0.006]), SETTINGS, 0.02)
+    assert neither.p == pytest.approx(t_test_p(np.array([-0.035, -0.025, -0.006])))
+    assert neither.p > 0.05 and neither.verdict.startswith("not shown")
+    assert math.isnan(compare_ratios(np.array([0.5]), SETTINGS).p)
+    assert math.isnan(compare_differences(np.array([0.1, 0.1, 0.1]), SETTINGS, 0.02).p)
+
+
+def test_the_planning_estimate_says_what_it_is():
+    words = "planning estimate at the observed effect, post hoc and not evidence"
+    assert planning_estimate(12.0, 0.8) == f"{words}: 12 seeds at 80% power"
+    assert planning_estimate(math.nan, 0.8) == f"{words}: more than 1,000 seeds at 80% power"
+
+
 def test_equivalence_names_the_interval_it_rests_on():
     """Differences -0.002 and +0.002: the 95% interval crosses the margin, the 90% interval
     the two one-sided tests read lies inside it, and the verdict says 90%; the (2 level - 1)
@@ -188,7 +228,8 @@ def test_equivalence_names_the_interval_it_rests_on():
         found = compare_differences(values, VerdictSettings(level=level), 0.02)
         expected = DescrStatsW(values).tconfint_mean(2 * (1 - level))
         assert (found.tost_low, found.tost_high) == pytest.approx(expected, abs=1e-12)
-        assert equivalent(values, 0.02, level) == (-0.02 < found.tost_low < found.tost_high < 0.02)
+        inside = -0.02 < found.tost_low < found.tost_high < 0.02
+        assert (tost_p(values, 0.02) < 1 - level) == inside
     assert math.isnan(compare_differences(np.array([0.1, 0.3]), SETTINGS).tost_low)
 
 

@@ -141,8 +141,9 @@ def add_delta_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_interval_flags(parser: argparse.ArgumentParser) -> None:
-    """The bootstrap replicates, the level of every interval and test, and the equivalence
-    margin of the verdicts over seeds (`relif_ray.analysis.verdicts.VerdictSettings`)."""
+    """The bootstrap replicates, the level of every interval and test, the equivalence margin
+    of the verdicts over seeds (`relif_ray.analysis.verdicts.VerdictSettings`) and the
+    adjustment over their family (`relif_ray.analysis.family`)."""
     ci = CISettings()
     parser.add_argument(
         "--n-boot",
@@ -166,6 +167,14 @@ def add_interval_flags(parser: argparse.ArgumentParser) -> None:
         metavar="M",
         help="margin of the equivalence test of Worst and Macro against same-seed ERM, on the "
         f"normalized scores ({verdicts.margin:g})",
+    )
+    parser.add_argument(
+        "--adjust",
+        default="holm",
+        metavar="holm|fdr_bh|none",
+        help="adjustment of the p-values of the report's family of verdicts (its summary's "
+        "and its group audit's): holm, the family-wise error (default); fdr_bh, "
+        "Benjamini-Hochberg's false discovery rate, for screening many; none",
     )
     parser.add_argument(
         "--ratio-floor",
@@ -259,6 +268,7 @@ def options_from_args(args: argparse.Namespace) -> ReportOptions:
             age_bands=tuple(parse_floats(args.age_bands, "--age-bands")),
             min_group_size=args.min_group_size,
         ),
+        adjust=args.adjust,
     )
 
 
