@@ -61,11 +61,50 @@ def class_share(k: int) -> Any:
     return share
 
 
+def metric_frames(
+    metrics: dict[str, Any],
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    sensitive: np.ndarray,
+    trials: np.ndarray,
+    sample_params: dict[str, dict[str, np.ndarray]] | None = None,
+) -> dict[Any, tuple[pd.DataFrame, pd.Series]]:
+    """Per trial, Fairlearn's per-group and overall values of `metrics` on its rows: one
+    `MetricFrame` over the rows of every trial, the trial as its control feature (each
+    trial's groups and overall value are those of a frame of its rows alone; one frame for
+    all saves Fairlearn's set-up per trial)."""
+    frame = MetricFrame(
+        metrics=metrics,
+        y_true=y_true,
+        y_pred=y_pred,
+        sensitive_features=pd.Series(sensitive, name="group"),
+        control_features=pd.Series(trials, name="trial"),
+        sample_params=sample_params,
+    )
+    by_group, overall = frame.by_group, frame.overall
+    return {
+        trial: (by_group.xs(trial, level="trial"), overall.loc[trial])
+        for trial in dict.fromkeys(trials)
+    }
+
+
 def outcome_groups(
     rows: pd.DataFrame, kind: str, sensitive: np.ndarray, min_group_size: int
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One multiclass or regression task's per-group frame and per-trial disparities for one
     attribute (`sensitive`: each row's group; module docstring)."""
+    trials = np.zeros(len(rows), dtype=np.int64)
+    return outcome_groups_by_trial(rows, kind, sensitive, trials, min_group_size)[0]
+
+
+def outcome_groups_by_trial(
+    rows: pd.DataFrame,
+    kind: str,
+    sensitive: np.ndarray,
+    trials: np.ndarray,
+    min_group_size: int,
+) -> dict[Any, tuple[pd.DataFrame, dict[str, Any]]]:
+    """`outcome_groups` of each trial's rows (`trials`: each row's trial)."""
     y_true = rows["label"].to_numpy(dtype=np.float64)
     y_pred = rows["prediction"].to_numpy(dtype=np.float64)
     if kind == "multiclass":
@@ -75,29 +114,30 @@ def outcome_groups(
         metrics = {"value": error_rate, **shares}
     else:
         metrics = {"value": mean_absolute_error, "mean_prediction": mean_prediction}
-    frame = MetricFrame(
-        metrics=metrics,
-        y_true=y_true,
-        y_pred=y_pred,
-        sensitive_features=pd.Series(sensitive, name="group"),
-    )
-    samples = pd.DataFrame({"group": sensitive, "stay": rows["example_id"]})
-    sizes = samples.groupby("group").agg(stays=("stay", "nunique"), samples=("stay", "size"))
-    per_group = sizes.join(frame.by_group).reset_index()
-    per_group["small"] = per_group["stays"] < min_group_size
-    per_group.insert(1, "metric", OUTCOME_METRICS[kind])
-    compared = per_group[~per_group["small"]].set_index("group")
+    frames = metric_frames(metrics, y_true, y_pred, sensitive, trials)
     predicted = [column for column in metrics if column != "value"]
-    two = len(compared) > 1
-    disparities = {
-        "metric": OUTCOME_METRICS[kind],
-        "overall": float(frame.overall["value"]),
-        "groups": len(per_group),
-        "compared": len(compared),
-        "error_gap": _range(compared["value"]) if two else np.nan,
-        "prediction_gap": max(_range(compared[c]) for c in predicted) if two else np.nan,
-    }
-    return per_group, disparities
+    found = {}
+    for trial, (by_group, overall) in frames.items():
+        mine = trials == trial
+        samples = pd.DataFrame({"group": sensitive[mine], "stay": rows["example_id"][mine]})
+        sizes = samples.groupby("group").agg(stays=("stay", "nunique"), samples=("stay", "size"))
+        per_group = sizes.join(by_group).reset_index()
+        per_group["small"] = per_group["stays"] < min_group_size
+        per_group.insert(1, "metric", OUTCOME_METRICS[kind])
+        compared = per_group[~per_group["small"]].set_index("group")
+        two = len(compared) > 1
+        found[trial] = (
+            per_group,
+            {
+                "metric": OUTCOME_METRICS[kind],
+                "overall": float(overall["value"]),
+                "groups": len(per_group),
+                "compared": len(compared),
+                "error_gap": _range(compared["value"]) if two else np.nan,
+                "prediction_gap": max(_range(compared[c]) for c in predicted) if two else np.nan,
+            },
+        )
+    return found
 
 
 def _range(values: pd.Series) -> float:

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 from fairlearn.metrics import (
-    MetricFrame,
     false_positive_rate,
     selection_rate,
     true_positive_rate,
@@ -54,7 +53,12 @@ from scipy.special import expit
 
 from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.analysis.experiment import Experiment
-from relif_ray.analysis.group_outcomes import OUTCOME_DISPARITIES, OUTCOME_METRICS, outcome_groups
+from relif_ray.analysis.group_outcomes import (
+    OUTCOME_DISPARITIES,
+    OUTCOME_METRICS,
+    metric_frames,
+    outcome_groups_by_trial,
+)
 from relif_ray.analysis.results import report_split
 from relif_ray.analysis.verdicts import VerdictSettings, compare_differences
 from relif_ray.data.attributes import UNKNOWN, band_names
@@ -231,35 +235,41 @@ def _dataset_audit(
     audit.notes.append(f"{dataset}: attributes from `{folder}`")
     groups = attribute_groups(table, stays, audit.options.age_bands, str(folder), audit.split)
     kinds = {task.name: task.outcome_kind for task in benchmark(dataset).tasks()}
-    rows = trials.set_index("trial")[["label", "variant", "seed"]]
-    found = [
-        trial_groups(frame, groups, kinds, {"trial": trial, **rows.loc[trial]}, audit.options)
-        for trial, frame in outcomes.items()
-    ]
+    ids = trials.set_index("trial")[["label", "variant", "seed"]]
+    per_group, per_trial = trial_groups(outcomes, groups, kinds, ids, audit.options)
     leading = ["trial", "label", "variant", "seed", "task", "attribute"]
-    per_group = pd.concat([part for pair in found for part in pair[0]], ignore_index=True)
-    per_trial = pd.DataFrame([row for pair in found for row in pair[1]])
     return per_group[leading + [c for c in per_group if c not in leading]], per_trial
 
 
 def trial_groups(
-    outcomes: pd.DataFrame,
+    outcomes: dict[str, pd.DataFrame],
     groups: pd.DataFrame,
     kinds: dict[str, str | None],
-    ids: dict[str, object],
+    ids: pd.DataFrame,
     options: GroupOptions,
-) -> tuple[list[pd.DataFrame], list[dict[str, object]]]:
-    """One trial's per-group frames and per-trial rows, per task and attribute (`ids`: the
-    trial's trial, label, variant and seed, repeated on every row)."""
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The trials' per-group frame and per-trial rows, per task and attribute (`ids`: each
+    trial's label, variant and seed, repeated on every row; in the order of `outcomes`)."""
+    rows = pd.concat(
+        [frame.assign(trial=trial) for trial, frame in outcomes.items()], ignore_index=True
+    )
     per_group, per_trial = [], []
-    for task, rows in outcomes.groupby("task", sort=False):
+    for task, chosen in rows.groupby("task", sort=False):
         for attribute in groups.columns:
-            sensitive = groups[attribute].reindex(rows["name"]).fillna(UNKNOWN).to_numpy()
-            frame, disparities = task_groups(rows, kinds[task], sensitive, options)
-            per_group.append(frame.assign(**ids, task=task, attribute=attribute))
-            keys = {"task": task, "attribute": attribute, "kind": kinds[task]}
-            per_trial.append({**ids, **keys, **disparities})
-    return per_group, per_trial
+            sensitive = groups[attribute].reindex(chosen["name"]).fillna(UNKNOWN).to_numpy()
+            trials = chosen["trial"].to_numpy()
+            found = task_groups_by_trial(chosen, kinds[task], sensitive, trials, options)
+            for trial, (frame, disparities) in found.items():
+                keys = {"trial": trial, **ids.loc[trial], "task": task, "attribute": attribute}
+                per_group.append(frame.assign(**keys))
+                per_trial.append({**keys, "kind": kinds[task], **disparities})
+    order = {trial: index for index, trial in enumerate(outcomes)}
+    per_group_frame = pd.concat(per_group, ignore_index=True)
+    per_trial_frame = pd.DataFrame(per_trial)
+    return tuple(  # type: ignore[return-value]
+        frame.sort_values("trial", key=lambda t: t.map(order), kind="stable").reset_index(drop=True)
+        for frame in (per_group_frame, per_trial_frame)
+    )
 
 
 def attribute_groups(
@@ -356,44 +366,60 @@ def task_groups(
     """One task's per-group frame and per-trial disparities for one attribute (`sensitive`:
     each row's group); a multiclass or regression task's are
     `relif_ray.analysis.group_outcomes`'."""
+    trials = np.zeros(len(rows), dtype=np.int64)
+    return task_groups_by_trial(rows, kind, sensitive, trials, options)[0]
+
+
+def task_groups_by_trial(
+    rows: pd.DataFrame,
+    kind: str,
+    sensitive: np.ndarray,
+    trials: np.ndarray,
+    options: GroupOptions,
+) -> dict[object, tuple[pd.DataFrame, dict[str, float | str | int]]]:
+    """`task_groups` of each trial's rows (`trials`: each row's trial), from one
+    `MetricFrame` (`relif_ray.analysis.group_outcomes.metric_frames`)."""
     if kind in OUTCOME_METRICS:
-        return outcome_groups(rows, kind, sensitive, options.min_group_size)
+        return outcome_groups_by_trial(rows, kind, sensitive, trials, options.min_group_size)
     y_true, y_pred, params = decisions(kind, rows, options)
     metric, function = TASK_METRICS[kind]
-    frame = MetricFrame(
-        metrics={
-            "value": function,
-            "tpr": true_positive_rate,
-            "fpr": false_positive_rate,
-            "selection_rate": selection_rate,
-        },
-        y_true=y_true,
-        y_pred=y_pred,
-        sensitive_features=pd.Series(sensitive, name="group"),
-        sample_params={"value": params},
-    )
-    samples = pd.DataFrame({"group": sensitive, "stay": rows["example_id"], "positive": y_true})
-    sizes = samples.groupby("group").agg(
-        stays=("stay", "nunique"), samples=("stay", "size"), positives=("positive", "sum")
-    )
-    per_group = sizes.join(frame.by_group).reset_index()
-    per_group["tpr"] = per_group["tpr"].where(per_group["positives"] > 0)
-    per_group["fpr"] = per_group["fpr"].where(per_group["positives"] < per_group["samples"])
-    per_group["small"] = per_group["stays"] < options.min_group_size
-    per_group.insert(1, "metric", metric)
-    compared = per_group.loc[
-        ~per_group["small"] & per_group["tpr"].notna() & per_group["fpr"].notna(), "group"
-    ]
-    values = frame.by_group["value"].loc[list(compared)]
-    disparities = {
-        "metric": metric,
-        "overall": float(frame.overall["value"]),
-        "groups": len(per_group),
-        "compared": len(compared),
-        **_disparities(frame.by_group, set(compared)),
-        "metric_gap": float(values.max() - values.min()) if len(compared) > 1 else np.nan,
+    metrics = {
+        "value": function,
+        "tpr": true_positive_rate,
+        "fpr": false_positive_rate,
+        "selection_rate": selection_rate,
     }
-    return per_group, disparities
+    frames = metric_frames(metrics, y_true, y_pred, sensitive, trials, {"value": params})
+    found = {}
+    for trial, (by_group, overall) in frames.items():
+        mine = trials == trial
+        samples = pd.DataFrame(
+            {"group": sensitive[mine], "stay": rows["example_id"][mine], "positive": y_true[mine]}
+        )
+        sizes = samples.groupby("group").agg(
+            stays=("stay", "nunique"), samples=("stay", "size"), positives=("positive", "sum")
+        )
+        per_group = sizes.join(by_group).reset_index()
+        per_group["tpr"] = per_group["tpr"].where(per_group["positives"] > 0)
+        per_group["fpr"] = per_group["fpr"].where(per_group["positives"] < per_group["samples"])
+        per_group["small"] = per_group["stays"] < options.min_group_size
+        per_group.insert(1, "metric", metric)
+        compared = per_group.loc[
+            ~per_group["small"] & per_group["tpr"].notna() & per_group["fpr"].notna(), "group"
+        ]
+        values = by_group["value"].loc[list(compared)]
+        found[trial] = (
+            per_group,
+            {
+                "metric": metric,
+                "overall": float(overall["value"]),
+                "groups": len(per_group),
+                "compared": len(compared),
+                **_disparities(by_group, set(compared)),
+                "metric_gap": float(values.max() - values.min()) if len(compared) > 1 else np.nan,
+            },
+        )
+    return found
 
 
 def _disparities(by_group: pd.DataFrame, compared: set[str]) -> dict[str, float]:
