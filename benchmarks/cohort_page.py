@@ -58,10 +58,14 @@ GRID_RECORDS = {
 }
 
 
-def section(report: str, title: str) -> str:
-    """The `## title` section of a report.md, its heading one level down; "" if absent."""
+def section(report: str, title: str, level: int = 2) -> str:
+    """The `## title` section of a report.md, its headings moved to `level`; "" if absent."""
     match = re.search(rf"^## {re.escape(title)}.*?(?=^## |\Z)", report, re.M | re.S)
-    return "" if match is None else "#" + match.group(0).strip() + "\n"
+    if match is None:
+        return ""
+    deeper = "#" * (level - 2)
+    return re.sub(r"^(#+) ", lambda m: deeper + m.group(1) + " ", match.group(0).strip(),
+                  flags=re.M) + "\n"  # fmt: skip
 
 
 def subsection(report: str, title: str) -> str:
@@ -74,18 +78,23 @@ def relinked(text: str, kept: dict[str, str], folder: str) -> str:
     """Links to the report's own files: to the page's copy where it keeps one, else text."""
 
     def link(match: re.Match[str]) -> str:
-        label, target = match.group(1), match.group(2)
+        image, label, target = match.group(1), match.group(2), match.group(3)
         if target.startswith(("http", "#", "../")):
             return match.group(0)
         name = kept.get(target)
-        return f"[{label}]({folder}/{name})" if name else label
+        if name:
+            return f"{image}[{label}]({folder}/{name})"
+        return "" if image else label  # a figure the page does not keep: left out
 
-    return re.sub(r"\[([^\]]+)\]\(([^)]+)\)", link, text)
+    linked = re.sub(r"(!?)\[([^\]]+)\]\(([^)]+)\)", link, text)
+    return re.sub(r"\n{3,}", "\n\n", linked)
 
 
 def minutes(seconds: float) -> str:
     whole = round(seconds)
-    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
+    if whole < 60:
+        return f"{whole} s"
+    return f"{whole // 60} min" + (f" {whole % 60} s" if whole % 60 else "")
 
 
 def write_page(record: dict, storage: Path, docs: Path) -> Path:

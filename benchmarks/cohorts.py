@@ -42,9 +42,10 @@ REPORT_TARGET_S = 60.0
 """`relif report` of a 70-trial tabular experiment."""
 PHASES = {
     "load the experiment": "analysis/experiment.py:load",
-    "fixed-delta audits": "analysis/results.py:audit",
-    "paired verdicts over seeds": "analysis/paired.py:paired_summary",
-    "tables": "analysis/report.py:_tables",
+    "audit set-up (the audits run lazily, in the phases below)": "analysis/results.py:audit",
+    "paired verdicts over seeds (their pair bootstrap)": "analysis/paired.py:paired_summary",
+    "tables (the Bias intervals' pair bootstrap)": "analysis/report.py:_tables",
+    "of which the Bias intervals": "relif_ray/audit.py:bootstrap_bias_cis",
     "group audit": "analysis/groups.py:group_audit",
     "figures": "analysis/report.py:_write_figures",
     "data files": "analysis/report.py:_write_data",

@@ -5,8 +5,7 @@ write, with the code's levels (the equivalence test's 90% interval, the 95% one 
 difference), and none says a figure of seeds "would show" an effect: seeds needed are a
 planning estimate (`planning_estimate`).
 
-Left out: the pages being regenerated from a new run elsewhere (`REGENERATED_ELSEWHERE`), and
-the records docs/benchmarks.md renders from docs/results/ (between `<!-- generated:
+Left out: the records docs/benchmarks.md renders from docs/results/ (between `<!-- generated:
 results/... -->` and `<!-- end -->`), which keep the words of the commit that wrote them and
 must name it.
 """
@@ -31,13 +30,7 @@ from relif_ray.analysis.verdicts import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-REGENERATED_ELSEWHERE = ("docs/actg175.md", "docs/actg175/")
-"""Pages another run regenerates; their phrases are not held to the code here."""
-PAGES = [
-    path
-    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    if not str(path.relative_to(REPO)).startswith(REGENERATED_ELSEWHERE)
-]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RECORD = re.compile(r"<!-- generated: results/\S+ -->\n(.*?)<!-- end -->", re.S)
 """A record of docs/results/ as docs/benchmarks.md shows it."""
 PHRASE = re.compile(
