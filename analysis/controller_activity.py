@@ -21,7 +21,7 @@ import pandas as pd
 
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.render import display_text
-from relif_ray.config import ReLiFConfig
+from relif_ray.sweep.labels import recorded_controller_adapts
 
 ACTIVITY_FILE = "controller_activity.csv"
 """The report's file of `controller_activity`: one row per trial whose controller adapts."""
@@ -34,21 +34,13 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def adapts(relif: dict) -> bool:
-    """Whether a trial's recorded ReLiF settings adapt lambda (`ReLiFConfig.controller_adapts`)."""
-    fields = ("enabled", "controller", "lipschitz_branch")
-    return ReLiFConfig(
-        **{name: relif[name] for name in fields if name in relif}
-    ).controller_adapts()
-
-
 def controller_activity(experiment: Experiment) -> pd.DataFrame:
     """One row per trial whose controller adapts lambda (`COLUMNS`), in the trials' order;
     empty where there is none or no trace."""
     trials = experiment.trials
     if trials.empty:
         return pd.DataFrame(columns=COLUMNS)
-    chosen = trials[[adapts(config.get("relif", {})) for config in trials["config"]]]
+    chosen = trials[[recorded_controller_adapts(config["relif"]) for config in trials["config"]]]
     traces = experiment.traces if not chosen.empty else pd.DataFrame()
     if chosen.empty or "lambda" not in traces.columns:
         return pd.DataFrame(columns=COLUMNS)

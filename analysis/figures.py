@@ -21,6 +21,7 @@ from relif_ray.analysis.fronts import pareto_means, pareto_points
 from relif_ray.analysis.render import display_text
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.verdicts import VerdictSettings
+from relif_ray.sweep.labels import recorded_controller_adapts
 
 DELTA_LINE_STYLES = (":", "-.", "--")
 """Line styles of the held-fixed delta_ref markers, in the order of the deltas."""
@@ -325,7 +326,7 @@ def controller_grid(results: Results) -> pd.DataFrame:
         per_trial["trial"], per_trial["label"], bias, per_trial["worst"], strict=True
     ):
         relif = configs[trial]["relif"]
-        if relif["enabled"] and relif["controller"] == "adaptive" and relif["lipschitz_branch"]:
+        if recorded_controller_adapts(relif):
             rows.append((label, relif["r_star"], relif["eta"], value, worst))
     frame = pd.DataFrame(rows, columns=["label", "r_star", "eta", "bias", "worst"])
     grouped = frame.groupby(["label", "r_star", "eta"], sort=True)

@@ -35,7 +35,7 @@ from relif_ray.analysis.verdicts import (
     equivalence_level,
     zero_ratio,
 )
-from relif_ray.audit import resample_positions
+from relif_ray.audit_bootstrap import resample_positions
 from relif_ray.errors import UserError
 from relif_ray.sweep.selection import non_dominated
 
@@ -320,7 +320,7 @@ def pair_bootstrap(
 
 def resample_counts(rng: np.random.Generator, size: int, n_boot: int) -> np.ndarray:
     """(n_boot, size): how often each position is drawn in each of `n_boot` resamples with
-    replacement (`relif_ray.audit.resample_positions`), so that a resample's mean of any
+    replacement (`relif_ray.audit_bootstrap.resample_positions`), so that a resample's mean of any
     per-pair statistic is one row of a matrix product."""
     positions = resample_positions(rng, size, n_boot)
     rows = np.arange(n_boot, dtype=np.int64)[:, None] * size

@@ -21,13 +21,8 @@ from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.experiment_audit import ExperimentAudit
 from relif_ray.analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
 from relif_ray.analysis.render import latex_escape
-from relif_ray.audit import (
-    AuditGaps,
-    AuditSettings,
-    bootstrap_bias_ci,
-    bootstrap_bias_cis,
-    drift_budget,
-)
+from relif_ray.audit import AuditGaps, AuditSettings, drift_budget
+from relif_ray.audit_bootstrap import bootstrap_bias_ci, bootstrap_bias_cis
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.squash import PAPER_INTERFACE, audit_interface
@@ -93,13 +88,13 @@ class Results:
         """Percentile bootstrap interval of the mean Bias of `trials` (the seeds of one
         method) at `delta`, or each at its own induced thresholds when `delta` is None.
 
-        `relif_ray.audit.bootstrap_bias_ci` on the trials' gaps stacked as one audit with a
-        stratum per (task pair, trial), whose aggregate is the mean over the trials: each
-        replicate resamples every trial's S gaps within every task pair. It measures the
-        pair-sampling uncertainty, not the spread over seeds (that is the ± std). Cached, as
-        several tables show the same Bias; at a number, the intervals at every delta the
-        tables show (`deltas` and `sensitivity`) come from one resampling
-        (`relif_ray.audit.bootstrap_bias_cis`: each as it would be alone).
+        `relif_ray.audit_bootstrap.bootstrap_bias_ci` on the trials' gaps stacked as one
+        audit with a stratum per (task pair, trial), whose aggregate is the mean over the
+        trials: each replicate resamples every trial's S gaps within every task pair. It
+        measures the pair-sampling uncertainty, not the spread over seeds (that is the ± std).
+        Cached, as several tables show the same Bias; at a number, the intervals at every
+        delta the tables show (`deltas` and `sensitivity`) come from one resampling
+        (`relif_ray.audit_bootstrap.bootstrap_bias_cis`: each as it would be alone).
         """
         cache_key = (tuple(trials), delta, n_boot, level)
         if cache_key not in self._intervals:

@@ -99,11 +99,7 @@ def minutes(seconds: float) -> str:
 
 def write_page(record: dict, storage: Path, docs: Path) -> Path:
     """docs/<preset>.md and docs/<preset>/ from the runs in `storage` and their `record`."""
-    from relif_ray import analysis
-    from relif_ray.analysis.figures import controller_grid_figure
-
     preset = record["preset"]
-    name, what, anchor = COHORTS[preset]
     folder = docs / preset
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -114,18 +110,45 @@ def write_page(record: dict, storage: Path, docs: Path) -> Path:
             if (source / path).is_file():
                 shutil.copyfile(source / path, folder / kept)
     (folder / "record.json").write_text(json.dumps(record, indent=2) + "\n")
-    grid = analysis.audit(analysis.load(str(storage / f"{preset}-grid")))
-    controller_grid_figure(grid).savefig(folder / "grid_heatmap.png", dpi=120)
+    grid_heatmap(storage / f"{preset}-grid", folder / "grid_heatmap.png")
     main_text = (main_report / "report.md").read_text()
     grid_text = (grid_report / "report.md").read_text()
-    kept = {path: name for path, name in RECORDS.items()}
-    grid_kept = {path: name for path, name in GRID_RECORDS.items()}
-    seconds, machine = record["seconds"], record["machine"]
-    controller = record["controller"]
-    phases = "\n".join(
-        f"| {phase} | {value:.1f} |" for phase, value in record["report_phases_s"].items()
-    )
     lines = [
+        *header(record, folder),
+        *(relinked(section(main_text, title), RECORDS, preset) for title in MAIN_SECTIONS),
+        "## Group audit (every task kind)",
+        "",
+        relinked(subsection(main_text, "Disparities"), RECORDS, preset),
+        "## The controller grid (-0.04, +0, +0.04 around r*, eta x 0.1, 1, 10)",
+        "",
+        f"![The grid's mean Bias and Worst per (r*, eta)]({preset}/grid_heatmap.png)",
+        f"![The grid's utility-fairness operating points]({preset}/grid_pareto.png)",
+        "",
+        *(relinked(section(grid_text, t, level=3), GRID_RECORDS, preset) for t in GRID_SECTIONS),
+        *phases(record),
+    ]
+    page = docs / f"{preset}.md"
+    page.write_text("\n".join(lines))
+    return page
+
+
+def grid_heatmap(experiment: Path, path: Path) -> None:
+    """The controller grid's heatmaps (`relif_ray.analysis.figures.controller_grid_figure`)."""
+    from relif_ray import analysis
+    from relif_ray.analysis.figures import controller_grid_figure
+
+    grid = analysis.audit(analysis.load(str(experiment)))
+    controller_grid_figure(grid).savefig(path, dpi=120)
+
+
+def header(record: dict, folder: Path) -> list[str]:
+    """The page's title, what it ran, its commands, commit, wall times and records."""
+    preset = record["preset"]
+    name, what, anchor = COHORTS[preset]
+    seconds, machine, controller = record["seconds"], record["machine"], record["controller"]
+    loads = " / ".join(map(str, record["load_average"]))
+    kept = sorted(n for n in {*RECORDS.values(), *GRID_RECORDS.values()} if (folder / n).is_file())
+    return [
         f"# A real cohort: {name}",
         "",
         f"{what}, as the tabular benchmark's `{preset}` preset reads it "
@@ -140,8 +163,8 @@ def write_page(record: dict, storage: Path, docs: Path) -> Path:
         "```",
         "",
         f"Commit {machine['commit']}, {machine['date'][:10]}, {machine['cpu']}, "
-        f"{machine['cores']} cores (load average {' / '.join(map(str, record['load_average']))} "
-        "at the start, after the main report and after the grid's). Wall time: the sweep "
+        f"{machine['cores']} cores (load average {loads} at the start, after the main report "
+        "and after the grid's). Wall time: the sweep "
         f"{minutes(seconds['sweep'])}, its report {minutes(seconds['report'])} (together "
         f"{minutes(seconds['sweep'] + seconds['report'])}; target "
         f"{minutes(record['targets']['sweep_and_report_s'])}); the grid "
@@ -151,39 +174,24 @@ def write_page(record: dict, storage: Path, docs: Path) -> Path:
         "paper's NYUv2 run: [relif.md](relif.md#the-controllers-budget-eta-and-warmup-for-the-"
         "run-at-hand)).",
         "",
-        "Records: "
-        + ", ".join(
-            f"[{n}]({preset}/{n})"
-            for n in sorted({*RECORDS.values(), *GRID_RECORDS.values()})
-            if (folder / n).is_file()
-        )
-        + ".",
+        "Records: " + ", ".join(f"[{n}]({preset}/{n})" for n in kept) + ".",
         "",
-        *(relinked(section(main_text, title), kept, preset) for title in MAIN_SECTIONS),
-        "## Group audit (every task kind)",
-        "",
-        relinked(subsection(main_text, "Disparities"), kept, preset),
-        f"## The controller grid ({', '.join(f'{o:+g}' for o in (-0.04, 0, 0.04))} around r*, "
-        "eta x 0.1, 1, 10)",
-        "",
-        f"![The grid's mean Bias and Worst per (r*, eta)]({preset}/grid_heatmap.png)",
-        f"![The grid's utility-fairness operating points]({preset}/grid_pareto.png)",
-        "",
-        *(
-            relinked(section(grid_text, t), grid_kept, preset).replace("## ", "### ", 1)
-            for t in GRID_SECTIONS
-        ),  # fmt: skip
+    ]
+
+
+def phases(record: dict) -> list[str]:
+    """The section on where the main report's time goes."""
+    rows = [f"| {phase} | {value:.1f} |" for phase, value in record["report_phases_s"].items()]
+    return [
         "## Where the report's time goes",
         "",
         "Cumulative seconds of each phase of `relif report` on the main experiment, from a "
         "second, profiled run (the profiler slows it; the unprofiled report took "
-        f"{seconds['report']:.1f} s).",
+        f"{record['seconds']['report']:.1f} s, against a target of "
+        f"{record['targets']['report_s']:g} s).",
         "",
         "| phase | s |",
         "|---|---|",
-        phases,
+        *rows,
         "",
     ]
-    page = docs / f"{preset}.md"
-    page.write_text("\n".join(lines))
-    return page

@@ -388,6 +388,7 @@ def test_one_rule_says_whether_lambda_adapts():
         "relif_ray/sweep/labels.py",
         "relif_ray/relif/controller.py",
     }
+    assert files_matching(r'\["controller"\] == "adaptive"') == set()
 
 
 def test_the_experiment_files_are_named_in_the_layout_module():

@@ -35,8 +35,9 @@ def test_a_sweep_over_architectures_names_each_in_its_trials_and_rows(
     assert sorted(constants) == ["0", "mtan:0"] and constants["0"] != constants["mtan:0"]
     trials = analysis.load(experiment).trials
     assert sorted(trials["variant"]) == ["erm [hps]", "erm [mtan]", "relif [hps]", "relif [mtan]"]
+    eta = 19.8 / 2  # 2 steps: the controller-budget rule's eta
     assert any(
-        path.name.startswith("relif_r0.24_eta0.001_mtan_seed0") for path in experiment.iterdir()
+        path.name.startswith(f"relif_r0.24_eta{eta:g}_mtan_seed0") for path in experiment.iterdir()
     )
     report = tmp_path / "report"
     command = ["report", str(experiment), "--out", str(report), "--no-figures", "--n-boot", "0"]

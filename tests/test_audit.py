@@ -18,7 +18,6 @@ from relif_ray.audit import (
     AuditSettings,
     audit_gaps,
     bias_curve,
-    bootstrap_bias_ci,
     conformal_delta,
     delta_from_quantile,
     drift_budget,
@@ -31,6 +30,7 @@ from relif_ray.audit import (
     scores_frame,
     validate_scores,
 )
+from relif_ray.audit_bootstrap import bootstrap_bias_ci
 from relif_ray.errors import UserError
 
 
@@ -365,7 +365,7 @@ def test_scores_frame_builds_the_audit_table_of_per_task_arrays():
 def test_bootstrap_intervals_at_several_deltas_are_each_deltas_alone() -> None:
     """One resampling for several deltas (and per-pair thresholds) gives each delta's interval
     of `bootstrap_bias_ci` alone, bit for bit."""
-    from relif_ray.audit import bootstrap_bias_cis
+    from relif_ray.audit_bootstrap import bootstrap_bias_cis
 
     gaps = audit_gaps(score_table({"a": 60, "b": 50, "c": 40}))
     per_pair = {key: 0.05 * (i + 1) for i, key in enumerate(gaps.gaps)}

@@ -62,11 +62,14 @@ def test_a_cohort_page_flags_the_controller_where_lambda_did_not_move(preset: st
 
 def test_the_page_helpers_cut_sections_and_keep_links_to_kept_files() -> None:
     report = "## A\nline [x](tables/a.csv) [y](per_trial.csv)\n## B\nb\n"
-    assert section(report, "A").startswith("### A\n") and "## B" not in section(report, "A")
+    assert section(report, "A").startswith("## A\n") and "## B" not in section(report, "A")
+    assert section(report, "A", level=3).startswith("### A\n")
     assert section(report, "C") == ""
     kept = relinked(section(report, "A"), {"per_trial.csv": "per_trial.csv"}, "actg175")
     assert "[y](actg175/per_trial.csv)" in kept and "[x]" not in kept and " x " in kept
-    assert minutes(59.4) == "59 s" and minutes(125) == "2 min 5 s"
+    assert minutes(59.4) == "59 s" and minutes(125) == "2 min 5 s" and minutes(1200) == "20 min"
+    figure = relinked("a\n\n![f](figures/x.png)\n\nb", {}, "actg175")
+    assert figure == "a\n\nb"  # a figure the page does not keep is left out
     flags = grid_flags(0.16, 0.018, 5)
     assert flags[flags.index("--r-star") + 1] == "0.12,0.16,0.2"
     assert flags[flags.index("--eta") + 1] == "0.0018,0.018,0.18"

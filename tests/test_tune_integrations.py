@@ -159,14 +159,18 @@ def monkeypatch_module():
 
 
 @pytest.mark.slow
-def test_tune_stores_the_resolved_config_and_names_trials_by_label_and_seed(asha_sweep):
+def test_tune_stores_the_resolved_config_and_names_trials_by_label_and_seed(asha_sweep, nyuv2_dir):
     from ray.tune import ExperimentAnalysis
+
+    from relif_ray.data.nyuv2 import train_count
+    from relif_ray.relif.controller import scale_to_budget
 
     trials = ExperimentAnalysis(str(asha_sweep / "asha")).trials
     assert len(trials) == 2 * SEEDS
     names = sorted(str(trial) for trial in trials)
+    eta, _ = scale_to_budget(EPOCHS * (train_count(nyuv2_dir) // 12))  # the budget rule's
     expected = [f"erm_seed{s}" for s in range(SEEDS)]
-    expected += [f"relif_r0.24_eta0.001_seed{s}" for s in range(SEEDS)]
+    expected += [f"relif_r0.24_eta{eta:g}_seed{s}" for s in range(SEEDS)]
     assert names == sorted(expected)
     for trial in trials:
         config = trial.config

@@ -323,14 +323,18 @@ def load_problem(config: DataConfig) -> Problem:
 def train_examples(config: DataConfig) -> int | None:
     """The number of training examples of `config`'s data (`Benchmark.train_examples`, else
     the problem loaded once in this process); None where the data does not exist yet (the
-    demo's, written once the sweep's checks pass)."""
+    demo's, written once the sweep's checks pass) or cannot be read: the sweep's data check
+    then says what is wrong with it, in its own words and order."""
     use_spec(config)
     counted = benchmark(config.dataset, "config field data.dataset").train_examples
     if counted is not None:
         return counted(config.root)
     if not config.root or not Path(config.root).exists():
         return None
-    return len(load_problem(config).splits["train"])
+    try:
+        return len(load_problem(config).splits["train"])
+    except UserError:
+        return None
 
 
 @functools.lru_cache(maxsize=4)

@@ -124,6 +124,13 @@ def uses_controller(label: str) -> bool:
     return ReLiFConfig(enabled=True, **fields).controller_adapts()
 
 
+def recorded_controller_adapts(relif: dict) -> bool:
+    """Whether a trial's recorded `relif` settings (its config's, as `trial.json` holds them)
+    adapt lambda (`ReLiFConfig.controller_adapts`)."""
+    fields = ("enabled", "controller", "lipschitz_branch")
+    return ReLiFConfig(**{name: relif[name] for name in fields}).controller_adapts()
+
+
 def variant(
     label: str,
     r_star: float | None = None,
