@@ -33,7 +33,9 @@ from benchmarks.harness import machine
 REPO = Path(__file__).resolve().parents[1]
 METHODS = "erm,relif,relif-st,pcgrad,fairgrad,uncertainty,gradnorm"
 """The page's methods: ERM, the paper's ReLiF and our straight-through variant, and the
-paper's baselines (CATS is not implemented: the paper does not define it)."""
+paper's baselines (CATS is not implemented: the paper does not define it). A preset whose
+audit scores are all probabilities runs without `relif-st`, whose squash gradient changes
+nothing there (the sweep refuses it): `methods`."""
 R_STAR_OFFSETS = (-0.04, 0.0, 0.04)
 ETA_FACTORS = (0.1, 1.0, 10.0)
 SWEEP_TARGET_S = 20 * 60
@@ -58,6 +60,19 @@ PAGE_SECTIONS = (
     "## Audit-interface sensitivity",
 )
 """The sections of the main report the page shows as they are (the rest: its records)."""
+
+
+def methods(preset: str) -> str:
+    """`METHODS` for `preset`: without `relif-st` where no task's audit score is squashed."""
+    import importlib
+
+    from relif_ray.data.table_spec import TableSpec
+    from relif_ray.problems.tabular import spec_tasks
+
+    spec = TableSpec.from_dict(importlib.import_module(f"relif_ray.data.{preset}").SPEC)
+    if any(not task.score_is_probability for task in spec_tasks(spec)):
+        return METHODS
+    return ",".join(label for label in METHODS.split(",") if label != "relif-st")
 
 
 def run(command: list[str], log: Path) -> float:
@@ -122,7 +137,7 @@ def measure(preset: str, storage: Path, seeds: int, grid_seeds: int) -> dict[str
     for folder in (main, grid, storage / f"{preset}-report", storage / f"{preset}-grid-report"):
         shutil.rmtree(folder, ignore_errors=True)
     load = [round(os.getloadavg()[0], 2)]
-    flags = ["--methods", METHODS, "--seeds", str(seeds)]
+    flags = ["--methods", methods(preset), "--seeds", str(seeds)]
     seconds = {"sweep": run(sweep_command(preset, preset, storage, flags), storage / "sweep.log")}
     seconds["report"] = run(report_command(main, storage / f"{preset}-report"),
                             storage / "report.log")  # fmt: skip
@@ -145,6 +160,7 @@ def measure(preset: str, storage: Path, seeds: int, grid_seeds: int) -> dict[str
     return {
         "machine": machine(cuda=False),
         "preset": preset,
+        "methods": methods(preset).split(","),
         "commands": shown,
         "seconds": {name: round(value, 1) for name, value in seconds.items()},
         "load_average": load,
