@@ -152,11 +152,9 @@ def header(record: dict, folder: Path) -> list[str]:
         f"# A real cohort: {name}",
         "",
         f"{what}, as the tabular benchmark's `{preset}` preset reads it "
-        f"([tabular.md](tabular.md#{anchor})). ERM, ReLiF (`relif`), ReLiF with the "
-        "straight-through squash gradient (`relif-st`) and the paper's baselines PCGrad, "
-        "FairGrad, Uncertainty and GradNorm, 10 training seeds each at the benchmark's "
-        "defaults, then the controller grid; every verdict below is `relif report`'s, as it "
-        "came. Nothing was tuned on these data.",
+        f"([tabular.md](tabular.md#{anchor})). {methods_text(record)}, 10 training seeds "
+        "each at the benchmark's defaults, then the controller grid; every verdict below is "
+        "`relif report`'s, as it came. Nothing was tuned on these data.",
         "",
         "```bash",
         *record["commands"],
@@ -177,6 +175,20 @@ def header(record: dict, folder: Path) -> list[str]:
         "Records: " + ", ".join(f"[{n}]({preset}/{n})" for n in kept) + ".",
         "",
     ]
+
+
+def methods_text(record: dict) -> str:
+    """The page's methods in words (`benchmarks.cohorts.methods`)."""
+    if "relif-st" in record.get("methods", ["relif-st"]):
+        return (
+            "ERM, ReLiF (`relif`), ReLiF with the straight-through squash gradient "
+            "(`relif-st`) and the paper's baselines PCGrad, FairGrad, Uncertainty and GradNorm"
+        )
+    return (
+        "ERM, ReLiF (`relif`) and the paper's baselines PCGrad, FairGrad, Uncertainty and "
+        "GradNorm (not `relif-st`: every audit score here is a probability, so its squash "
+        "gradient would change nothing)"
+    )
 
 
 def phases(record: dict) -> list[str]:

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.cohort_page import COHORTS, minutes, relinked, section
-from benchmarks.cohorts import ETA_FACTORS, METHODS, R_STAR_OFFSETS, grid_flags
+from benchmarks.cohorts import ETA_FACTORS, R_STAR_OFFSETS, grid_flags, methods
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -31,7 +31,8 @@ def test_a_cohort_page_states_what_its_record_holds(preset: str) -> None:
         assert command in page
     trials = pd.read_csv(DOCS / preset / "per_trial.csv")
     counts = trials.groupby("label")["seed"].nunique()
-    assert set(counts.index) == set(METHODS.split(",")) and (counts >= 10).all()
+    assert set(counts.index) == set(methods(preset).split(",")) and (counts >= 10).all()
+    assert record["methods"] == methods(preset).split(",")
     controller = record["controller"]
     grid = pd.read_csv(DOCS / preset / "grid_per_trial.csv")
     relif = grid[grid["label"] == "relif"]
@@ -73,3 +74,18 @@ def test_the_page_helpers_cut_sections_and_keep_links_to_kept_files() -> None:
     flags = grid_flags(0.16, 0.018, 5)
     assert flags[flags.index("--r-star") + 1] == "0.12,0.16,0.2"
     assert flags[flags.index("--eta") + 1] == "0.0018,0.018,0.18"
+
+
+@pytest.mark.parametrize("preset", sorted(COHORTS))
+def test_the_speed_page_quotes_each_cohorts_record(preset: str) -> None:
+    """docs/benchmarks.md's row of each cohort: its sweep's and report's seconds, and the
+    verdict of each target, as its record holds them."""
+    record = json.loads((DOCS / preset / "record.json").read_text())
+    text = (DOCS / "benchmarks.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith(f"| [{COHORTS[preset][0]}]"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    seconds, targets = record["seconds"], record["targets"]
+    assert cells[2:4] == [f"{seconds['sweep']:.0f}", f"{seconds['report']:.1f}"]
+    together = seconds["sweep"] + seconds["report"] <= targets["sweep_and_report_s"]
+    report = seconds["report"] <= targets["report_s"]
+    assert cells[5:7] == ["pass" if together else "FAIL", "pass" if report else "FAIL"]
