@@ -88,13 +88,27 @@ def metric_frames(
     }
 
 
-def outcome_groups(
-    rows: pd.DataFrame, kind: str, sensitive: np.ndarray, min_group_size: int
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """One multiclass or regression task's per-group frame and per-trial disparities for one
-    attribute (`sensitive`: each row's group; module docstring)."""
-    trials = np.zeros(len(rows), dtype=np.int64)
-    return outcome_groups_by_trial(rows, kind, sensitive, trials, min_group_size)[0]
+def group_table(
+    by_group: pd.DataFrame,
+    example_ids: np.ndarray,
+    sensitive: np.ndarray,
+    metric: str,
+    min_group_size: int,
+    positives: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """One trial's per-group frame of a task: per group its stays (distinct examples),
+    samples (rows) and, where given, positives, then the `MetricFrame`'s values, the task's
+    metric name and `small` (fewer than `min_group_size` stays: left out of the gaps)."""
+    columns = {"group": sensitive, "stay": example_ids}
+    counts = {"stays": ("stay", "nunique"), "samples": ("stay", "size")}
+    if positives is not None:
+        columns["positive"] = positives
+        counts["positives"] = ("positive", "sum")
+    sizes = pd.DataFrame(columns).groupby("group").agg(**counts)
+    per_group = sizes.join(by_group).reset_index()
+    per_group["small"] = per_group["stays"] < min_group_size
+    per_group.insert(1, "metric", metric)
+    return per_group
 
 
 def outcome_groups_by_trial(
@@ -104,7 +118,9 @@ def outcome_groups_by_trial(
     trials: np.ndarray,
     min_group_size: int,
 ) -> dict[Any, tuple[pd.DataFrame, dict[str, Any]]]:
-    """`outcome_groups` of each trial's rows (`trials`: each row's trial)."""
+    """Per trial (`trials`: each row's trial), a multiclass or regression task's per-group
+    frame and disparities for one attribute (`sensitive`: each row's group; module
+    docstring)."""
     y_true = rows["label"].to_numpy(dtype=np.float64)
     y_pred = rows["prediction"].to_numpy(dtype=np.float64)
     if kind == "multiclass":
@@ -119,11 +135,10 @@ def outcome_groups_by_trial(
     found = {}
     for trial, (by_group, overall) in frames.items():
         mine = trials == trial
-        samples = pd.DataFrame({"group": sensitive[mine], "stay": rows["example_id"][mine]})
-        sizes = samples.groupby("group").agg(stays=("stay", "nunique"), samples=("stay", "size"))
-        per_group = sizes.join(by_group).reset_index()
-        per_group["small"] = per_group["stays"] < min_group_size
-        per_group.insert(1, "metric", OUTCOME_METRICS[kind])
+        ids = rows["example_id"].to_numpy()[mine]
+        per_group = group_table(
+            by_group, ids, sensitive[mine], OUTCOME_METRICS[kind], min_group_size
+        )
         compared = per_group[~per_group["small"]].set_index("group")
         two = len(compared) > 1
         found[trial] = (

@@ -56,6 +56,7 @@ from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.group_outcomes import (
     OUTCOME_DISPARITIES,
     OUTCOME_METRICS,
+    group_table,
     metric_frames,
     outcome_groups_by_trial,
 )
@@ -393,17 +394,12 @@ def task_groups_by_trial(
     found = {}
     for trial, (by_group, overall) in frames.items():
         mine = trials == trial
-        samples = pd.DataFrame(
-            {"group": sensitive[mine], "stay": rows["example_id"][mine], "positive": y_true[mine]}
+        ids, groups = rows["example_id"].to_numpy()[mine], sensitive[mine]
+        per_group = group_table(
+            by_group, ids, groups, metric, options.min_group_size, positives=y_true[mine]
         )
-        sizes = samples.groupby("group").agg(
-            stays=("stay", "nunique"), samples=("stay", "size"), positives=("positive", "sum")
-        )
-        per_group = sizes.join(by_group).reset_index()
         per_group["tpr"] = per_group["tpr"].where(per_group["positives"] > 0)
         per_group["fpr"] = per_group["fpr"].where(per_group["positives"] < per_group["samples"])
-        per_group["small"] = per_group["stays"] < options.min_group_size
-        per_group.insert(1, "metric", metric)
         compared = per_group.loc[
             ~per_group["small"] & per_group["tpr"].notna() & per_group["fpr"].notna(), "group"
         ]

@@ -446,12 +446,14 @@ def test_a_bad_group_option_is_one_line_before_anything_is_read(capsys, flag, va
 
 
 def test_multiclass_and_regression_groups_against_a_direct_count():
-    """A table's multiclass and regression tasks per group (`outcome_groups`): error rate and
+    """A table's multiclass and regression tasks per group (`task_groups`): error rate and
     predicted shares, MAE and mean prediction, and the gaps over the groups of at least
     `min_group_size` rows, against numpy on the same rows."""
     from sklearn.metrics import accuracy_score, mean_absolute_error
 
-    from relif_ray.analysis.group_outcomes import outcome_groups
+    from relif_ray.analysis.groups import GroupOptions, task_groups
+
+    options = GroupOptions(min_group_size=10)
 
     rng = np.random.default_rng(3)
     groups = np.array(["a"] * 60 + ["b"] * 50 + ["c"] * 5)  # c is small: not compared
@@ -460,7 +462,7 @@ def test_multiclass_and_regression_groups_against_a_direct_count():
     rows = pd.DataFrame(
         {"label": labels, "prediction": predicted, "example_id": np.arange(groups.size)}
     )
-    per_group, gaps = outcome_groups(rows, "multiclass", groups, min_group_size=10)
+    per_group, gaps = task_groups(rows, "multiclass", groups, options)
     frame = per_group.set_index("group")
     for group in ("a", "b", "c"):
         mine = groups == group
@@ -483,7 +485,7 @@ def test_multiclass_and_regression_groups_against_a_direct_count():
     rows = pd.DataFrame(
         {"label": values, "prediction": guesses, "example_id": np.arange(groups.size)}
     )
-    per_group, gaps = outcome_groups(rows, "regression", groups, min_group_size=10)
+    per_group, gaps = task_groups(rows, "regression", groups, options)
     frame = per_group.set_index("group")
     mae = {g: mean_absolute_error(values[groups == g], guesses[groups == g]) for g in "abc"}
     mean = {g: np.mean(guesses[groups == g]) for g in "abc"}
@@ -492,5 +494,5 @@ def test_multiclass_and_regression_groups_against_a_direct_count():
     assert gaps["error_gap"] == pytest.approx(abs(mae["a"] - mae["b"]))
     assert gaps["prediction_gap"] == pytest.approx(abs(mean["a"] - mean["b"]))
     assert gaps["overall"] == pytest.approx(np.mean(np.abs(values - guesses)))
-    _, alone = outcome_groups(rows[groups == "a"], "regression", groups[groups == "a"], 10)
+    _, alone = task_groups(rows[groups == "a"], "regression", groups[groups == "a"], options)
     assert np.isnan(alone["error_gap"]) and np.isnan(alone["prediction_gap"])
