@@ -88,27 +88,33 @@ def metric_frames(
     }
 
 
-def group_table(
-    by_group: pd.DataFrame,
+def group_tables(
+    frames: dict[Any, tuple[pd.DataFrame, pd.Series]],
     example_ids: np.ndarray,
     sensitive: np.ndarray,
+    trials: np.ndarray,
     metric: str,
     min_group_size: int,
     positives: np.ndarray | None = None,
-) -> pd.DataFrame:
-    """One trial's per-group frame of a task: per group its stays (distinct examples),
-    samples (rows) and, where given, positives, then the `MetricFrame`'s values, the task's
-    metric name and `small` (fewer than `min_group_size` stays: left out of the gaps)."""
-    columns = {"group": sensitive, "stay": example_ids}
+) -> dict[Any, pd.DataFrame]:
+    """Per trial of `frames` (`metric_frames`), its per-group frame of a task: per group its
+    stays (distinct examples), samples (rows) and, where given, positives (one count over
+    every trial's rows, `trials` naming each row's), then the `MetricFrame`'s values, the
+    task's metric name and `small` (fewer than `min_group_size` stays: left out of the
+    gaps)."""
+    columns = {"trial": trials, "group": sensitive, "stay": example_ids}
     counts = {"stays": ("stay", "nunique"), "samples": ("stay", "size")}
     if positives is not None:
         columns["positive"] = positives
         counts["positives"] = ("positive", "sum")
-    sizes = pd.DataFrame(columns).groupby("group").agg(**counts)
-    per_group = sizes.join(by_group).reset_index()
-    per_group["small"] = per_group["stays"] < min_group_size
-    per_group.insert(1, "metric", metric)
-    return per_group
+    sizes = pd.DataFrame(columns).groupby(["trial", "group"]).agg(**counts)
+    tables = {}
+    for trial, (by_group, _) in frames.items():
+        per_group = sizes.xs(trial, level="trial").join(by_group).reset_index()
+        per_group["small"] = per_group["stays"] < min_group_size
+        per_group.insert(1, "metric", metric)
+        tables[trial] = per_group
+    return tables
 
 
 def outcome_groups_by_trial(
@@ -131,14 +137,12 @@ def outcome_groups_by_trial(
     else:
         metrics = {"value": mean_absolute_error, "mean_prediction": mean_prediction}
     frames = metric_frames(metrics, y_true, y_pred, sensitive, trials)
+    ids = rows["example_id"].to_numpy()
+    tables = group_tables(frames, ids, sensitive, trials, OUTCOME_METRICS[kind], min_group_size)
     predicted = [column for column in metrics if column != "value"]
     found = {}
-    for trial, (by_group, overall) in frames.items():
-        mine = trials == trial
-        ids = rows["example_id"].to_numpy()[mine]
-        per_group = group_table(
-            by_group, ids, sensitive[mine], OUTCOME_METRICS[kind], min_group_size
-        )
+    for trial, (_, overall) in frames.items():
+        per_group = tables[trial]
         compared = per_group[~per_group["small"]].set_index("group")
         two = len(compared) > 1
         found[trial] = (

@@ -56,7 +56,7 @@ from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.group_outcomes import (
     OUTCOME_DISPARITIES,
     OUTCOME_METRICS,
-    group_table,
+    group_tables,
     metric_frames,
     outcome_groups_by_trial,
 )
@@ -391,13 +391,13 @@ def task_groups_by_trial(
         "selection_rate": selection_rate,
     }
     frames = metric_frames(metrics, y_true, y_pred, sensitive, trials, {"value": params})
+    ids = rows["example_id"].to_numpy()
+    tables = group_tables(
+        frames, ids, sensitive, trials, metric, options.min_group_size, positives=y_true
+    )
     found = {}
     for trial, (by_group, overall) in frames.items():
-        mine = trials == trial
-        ids, groups = rows["example_id"].to_numpy()[mine], sensitive[mine]
-        per_group = group_table(
-            by_group, ids, groups, metric, options.min_group_size, positives=y_true[mine]
-        )
+        per_group = tables[trial]
         per_group["tpr"] = per_group["tpr"].where(per_group["positives"] > 0)
         per_group["fpr"] = per_group["fpr"].where(per_group["positives"] < per_group["samples"])
         compared = per_group.loc[

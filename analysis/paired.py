@@ -35,7 +35,7 @@ from relif_ray.analysis.verdicts import (
     equivalence_level,
     zero_ratio,
 )
-from relif_ray.audit_bootstrap import resample_positions
+from relif_ray.audit_bootstrap import resample_counts
 from relif_ray.errors import UserError
 from relif_ray.sweep.selection import non_dominated
 
@@ -316,16 +316,6 @@ def pair_bootstrap(
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = {key: ours / theirs for key, (ours, theirs) in sums.items()}
     return {key: (float(ratio[0]), ratio[1:]) for key, ratio in ratios.items()}
-
-
-def resample_counts(rng: np.random.Generator, size: int, n_boot: int) -> np.ndarray:
-    """(n_boot, size): how often each position is drawn in each of `n_boot` resamples with
-    replacement (`relif_ray.audit_bootstrap.resample_positions`), so that a resample's mean of any
-    per-pair statistic is one row of a matrix product."""
-    positions = resample_positions(rng, size, n_boot)
-    rows = np.arange(n_boot, dtype=np.int64)[:, None] * size
-    flat = np.bincount((positions + rows).ravel(), minlength=n_boot * size)
-    return flat.reshape(n_boot, size).astype(np.float64)
 
 
 def _statistic(gaps: np.ndarray, metric: str, delta: float) -> np.ndarray:

@@ -22,7 +22,7 @@ from relif_ray.analysis.experiment_audit import ExperimentAudit
 from relif_ray.analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
 from relif_ray.analysis.render import latex_escape
 from relif_ray.audit import AuditGaps, AuditSettings, drift_budget
-from relif_ray.audit_bootstrap import bootstrap_bias_ci, bootstrap_bias_cis
+from relif_ray.audit_bootstrap import bootstrap_bias_cis_batch
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.squash import PAPER_INTERFACE, audit_interface
@@ -94,7 +94,8 @@ class Results:
         measures the pair-sampling uncertainty, not the spread over seeds (that is the ± std).
         Cached, as several tables show the same Bias; at a number, the intervals at every
         delta the tables show (`deltas` and `sensitivity`) come from one resampling
-        (`relif_ray.audit_bootstrap.bootstrap_bias_cis`: each as it would be alone).
+        (`relif_ray.audit_bootstrap.bootstrap_bias_cis_batch`: each as it would be alone, to
+        float rounding), with every variant's trials in the same batch.
         """
         cache_key = (tuple(trials), delta, n_boot, level)
         if cache_key not in self._intervals:
@@ -102,26 +103,50 @@ class Results:
         return self._intervals[cache_key]
 
     def _bias_cis(self, trials: list[str], delta: float | None, n_boot: int, level: float) -> None:
-        gaps = self.audit.gaps(self.split)
-        stacked = AuditGaps(
-            {f"{pair}@{t}": values for t in trials for pair, values in gaps[t].gaps.items()}
-        )
-        if delta is not None:
+        """The intervals of `trials` and of every variant's trials (the lists the tables ask
+        for next) at `delta` and every delta the tables show, or at the induced thresholds,
+        as one batch (`relif_ray.audit_bootstrap.bootstrap_bias_cis_batch`)."""
+        lists = [
+            listed
+            for listed in dict.fromkeys([tuple(trials), *self._variant_trials()])
+            if (listed, delta, n_boot, level) not in self._intervals
+        ]
+        stacked = [self._stacked_gaps(listed) for listed in lists]
+        if delta is None:
+            values: list[float | None] = [None]
+            requests = [(gaps, [self._induced_thresholds(gaps)]) for gaps in stacked]
+        else:
             shown = [d.value for d in self.deltas] + [float(d) for d in self.sensitivity]
             values = list(dict.fromkeys([delta, *shown]))
-            for value, bounds in zip(
-                values, bootstrap_bias_cis(stacked, values, n_boot, level), strict=True
-            ):
-                self._intervals[tuple(trials), value, n_boot, level] = bounds
-            return
+            requests = [(gaps, values) for gaps in stacked]
+        batch = bootstrap_bias_cis_batch(requests, n_boot, level)
+        for listed, bounds in zip(lists, batch, strict=True):
+            for value, interval in zip(values, bounds, strict=True):
+                self._intervals[listed, value, n_boot, level] = interval
+
+    def _variant_trials(self) -> list[tuple[str, ...]]:
+        """Each variant's trials in `per_trial`'s order, as the tables list them."""
+        return [
+            tuple(self.per_trial.loc[self.per_trial["variant"] == variant, "trial"])
+            for variant in self.variants
+        ]
+
+    def _stacked_gaps(self, trials: tuple[str, ...]) -> AuditGaps:
+        """The trials' gaps as one audit with a stratum per (task pair, trial), whose
+        aggregate Bias is the mean over the trials."""
+        gaps = self.audit.gaps(self.split)
+        return AuditGaps(
+            {f"{pair}@{t}": values for t in trials for pair, values in gaps[t].gaps.items()}
+        )
+
+    def _induced_thresholds(self, stacked: AuditGaps) -> dict[str, float]:
+        """Each stratum's own validation-induced threshold (`induced`)."""
         induced = self.induced.set_index(["trial", "pair"])["induced"]
         thresholds = {}
         for key in stacked.gaps:
             pair, trial = key.rsplit("@", 1)
             thresholds[key] = float(induced[trial, pair])
-        self._intervals[tuple(trials), None, n_boot, level] = bootstrap_bias_ci(
-            stacked, thresholds, n_boot, level
-        )
+        return thresholds
 
 
 def audit(

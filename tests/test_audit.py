@@ -364,12 +364,44 @@ def test_scores_frame_builds_the_audit_table_of_per_task_arrays():
 
 def test_bootstrap_intervals_at_several_deltas_are_each_deltas_alone() -> None:
     """One resampling for several deltas (and per-pair thresholds) gives each delta's interval
-    of `bootstrap_bias_ci` alone, bit for bit."""
+    of `bootstrap_bias_ci` alone (to float rounding: one matrix product for all)."""
     from relif_ray.audit_bootstrap import bootstrap_bias_cis
 
     gaps = audit_gaps(score_table({"a": 60, "b": 50, "c": 40}))
     per_pair = {key: 0.05 * (i + 1) for i, key in enumerate(gaps.gaps)}
     deltas = [0.1, 0.3, per_pair, 0.0]
     together = bootstrap_bias_cis(gaps, deltas, n_boot=300, seed=4)
-    assert together == [bootstrap_bias_ci(gaps, d, n_boot=300, seed=4) for d in deltas]
+    alone = [bootstrap_bias_ci(gaps, d, n_boot=300, seed=4) for d in deltas]
+    assert np.array(together) == pytest.approx(np.array(alone), rel=1e-12, abs=1e-15)
     assert together[0][0] > together[1][1]  # a larger delta: a lower Bias
+
+
+def test_bootstrap_interval_is_the_percentile_interval_of_resampled_pairs() -> None:
+    """The definition, computed directly: per replicate, each task pair's S gaps drawn with
+    replacement (the generator at `seed`, the pairs in order), the mean hinge over them, the
+    mean over task pairs; the interval is the replicates' 2.5% and 97.5% quantiles."""
+    gaps = audit_gaps(score_table({"a": 70, "b": 40, "c": 30}))
+    rng = np.random.default_rng(7)
+    replicates = np.zeros(500)
+    for values in gaps.gaps.values():
+        drawn = values[rng.integers(0, values.size, size=(500, values.size))]
+        replicates += np.maximum(drawn - 0.2, 0.0).mean(axis=1)
+    expected = np.quantile(replicates / len(gaps.gaps), [0.025, 0.975])
+    assert bootstrap_bias_ci(gaps, 0.2, n_boot=500, seed=7) == pytest.approx(
+        tuple(expected), rel=1e-12
+    )
+
+
+def test_a_batch_of_requests_gives_each_request_alone() -> None:
+    """Requests with the same strata sizes share their draws, one with other sizes draws its
+    own: each result is `bootstrap_bias_cis` of that request alone."""
+    from relif_ray.audit_bootstrap import bootstrap_bias_cis, bootstrap_bias_cis_batch
+
+    same = [audit_gaps(score_table({"a": 60, "b": 50}, seed=s)) for s in (0, 1)]
+    other = audit_gaps(score_table({"a": 30, "b": 20, "c": 25}))
+    requests = [(same[0], [0.1, 0.2]), (other, [0.05]), (same[1], [0.3])]
+    batch = bootstrap_bias_cis_batch(requests, n_boot=400, seed=2)
+    for (gaps, deltas), found in zip(requests, batch, strict=True):
+        alone = bootstrap_bias_cis(gaps, deltas, n_boot=400, seed=2)
+        assert np.array(found) == pytest.approx(np.array(alone), rel=1e-12, abs=1e-15)
+    assert batch[0][0] != batch[2][0]  # the same draws, other gaps: other intervals
