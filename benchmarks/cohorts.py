@@ -47,7 +47,7 @@ PHASES = {
     "audit set-up (the audits run lazily, in the phases below)": "analysis/results.py:audit",
     "paired verdicts over seeds (their pair bootstrap)": "analysis/paired.py:paired_summary",
     "tables (the Bias intervals' pair bootstrap)": "analysis/report.py:_tables",
-    "of which the Bias intervals": "relif_ray/audit_bootstrap.py:bootstrap_bias_cis",
+    "of which the Bias intervals": "relif_ray/audit_bootstrap.py:bootstrap_bias_cis_batch",
     "group audit": "analysis/groups.py:group_audit",
     "figures": "analysis/report.py:_write_figures",
     "data files": "analysis/report.py:_write_data",

@@ -118,7 +118,7 @@ def test_the_readme_bibtex_is_the_citation_file():
 def test_the_first_screen_says_what_it_is_defines_its_terms_and_starts_with_the_quickstart():
     """Within the first 45 lines: what relif-ray is and for whom, that it is an independent
     implementation with the citation, Bias and Worst in a line each, then the Quickstart's two
-    commands before any figure, followed by where the report is and a CPU-only torch."""
+    commands before any figure, the CPU-only torch before them, where the report is after."""
     lines = README.read_text().splitlines()
     head = "\n".join(lines[:45])
     flat = " ".join(head.split())
@@ -129,9 +129,9 @@ def test_the_first_screen_says_what_it_is_defines_its_terms_and_starts_with_the_
     quickstart = head.index("## Quickstart")
     block = head.index("```bash", quickstart)
     assert "![" not in head[:block]
-    after = " ".join(head[block:].split())
+    before, after = (" ".join(part.split()) for part in (head[quickstart:block], head[block:]))
     assert "The report is `relif-results/nyuv2-demo-report/report.md`" in after
-    assert "--index-url https://download.pytorch.org/whl/cpu" in after
+    assert "--index-url https://download.pytorch.org/whl/cpu" in before
 
 
 def test_the_versions_agree_and_none_is_released():
@@ -161,3 +161,41 @@ def test_every_record_of_the_docs_names_its_commit_and_machine():
     for path in reports:
         header = path.read_text().split("\n## ", 1)[0]
         assert re.search(r"Commit [0-9a-f]{7,}", header) and "machine: " in header, path.name
+
+
+def test_the_variants_upper_bounds_are_the_fidelity_records():
+    """The Status row's upper bounds of each of our variants' Bias ratios under the three
+    interfaces (the lowest to the highest), recomputed from the fidelity record's seeds."""
+    status = " ".join(README.read_text().split("## Status", 1)[1].split("\n## ", 1)[0].split())
+    rows = {row["name"]: row for row in json.loads((FIGURES / "fidelity.json").read_text())["rows"]}
+    for variant in ("relif-logistic", "relif-clipshare"):
+        uppers = [
+            compare_ratios(np.array(list(row["per_seed"].values())), VerdictSettings()).ci_high
+            for name, row in rows.items()
+            if name.startswith(f"Bias@delta_p75 {variant} / ERM (")
+        ]
+        assert len(uppers) == 3
+        claim = f"`{variant}` cut under all three (upper {min(uppers):.2f}-{max(uppers):.2f}x)"
+        assert claim in status
+
+
+def test_the_first_line_counts_the_registry_methods():
+    """"ERM and N other multi-task methods": the built-in methods of the registry."""
+    from relif_ray.methods import registry
+
+    built_in = [name for name, cls in registry.METHODS.items() if registry.plugin_file(cls) is None]
+    first = " ".join(README.read_text().split("\n\n", 2)[1].split())
+    assert "erm" in built_in
+    assert f"ERM and {len(built_in) - 1} other multi-task methods" in first
+
+
+def test_the_analysis_guide_quotes_the_demo_record():
+    """docs/analysis.md's example of seeds against sampled pairs: the demo record's per-seed
+    ratios and its interval over seeds, with the record's machine and commit."""
+    guide = " ".join((REPO / "docs" / "analysis.md").read_text().split())
+    record = json.loads((FIGURES / "demo.json").read_text())
+    bias = record["verdicts"]["relif"]["bias"]
+    seeds = [bias["per_seed"][seed] for seed in sorted(bias["per_seed"])]
+    assert f"{record['machine']}, commit {record['commit']}" in guide
+    assert f"ReLiF's Bias is {seeds[0]:.2f}x ERM's on seed 0 and {seeds[1]:.2f}x on seed 1" in guide
+    assert f"interval from {bias['ci_low']:.2f}x to {bias['ci_high']:.2f}x" in guide
