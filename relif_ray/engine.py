@@ -36,6 +36,7 @@ from relif_ray.cuda_graph import GraphedForward, GraphedStep, SolvedGraphedStep
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.evaluation import EvalResult, SplitCollector
+from relif_ray.gpu_stack import forward_precision
 from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
@@ -136,6 +137,8 @@ class TrainingRun:
         self.tasks = self.problem.tasks
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = config.train.cudnn_benchmark
+        self.precision = forward_precision(config.train.precision, self.device)
+        """The forward's precision: train.precision, but fp32 on a GPU without native bf16."""
         torch.manual_seed(config.seed)
         self.model = self.problem.build_model(config.model).to(self.device)
         check_gradient_source(self.model, config.method.gradient_source)
@@ -282,11 +285,11 @@ class TrainingRun:
         return batch
 
     def _forward(self, batch: Batch) -> ModelOutput:
-        """The model forward (bf16 autocast when configured), returned in fp32."""
+        """The model forward (bf16 autocast when `self.precision` says so), returned in fp32."""
         autocast = (  # without a weight cache: each weight is cast once anyway, and a CUDA
             # graph cannot keep autocast's cache between replays
             torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
-            if self.config.train.precision == "bf16"
+            if self.precision == "bf16"
             else contextlib.nullcontext()
         )
         with autocast:

@@ -105,6 +105,7 @@ def sweep_argv(data: Path, storage: Path, name: str) -> list[str]:
     """The documented cluster sweep on this cluster (see the module docstring)."""
     documented = script_argv(documented_command("docs/cluster.md", CLUSTER_SWEEP))
     places = {"--data-dir": str(data), "--storage": str(storage), "--name": name}
+    places["--pretrained"] = "none"  # random weights for the ImageNet ones: tests download nothing
     argv = with_flags(documented, places, drop=("--num-gpus", "--gpus-per-trial"))
     budget = {
         "--methods": "erm", "--seeds": 2, "--epochs": EPOCHS, "--backbone": "resnet18",

@@ -46,6 +46,7 @@ OTHER_TOOLS_FLAGS = {
     "--requeue": "sbatch",
     "--mem": "sbatch",
     "--cpus-per-task": "srun",
+    "--ntasks-per-node": "srun",
     "--node-manager-port": "ray start",
     "--object-manager-port": "ray start",
     "--runtime-env-agent-port": "ray start",

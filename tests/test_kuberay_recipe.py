@@ -54,7 +54,7 @@ def manifest() -> dict:
 
 def entrypoint_argv() -> list[str]:
     words = shlex.split(manifest()["spec"]["entrypoint"])
-    assert words[:2] == ["relif", "sweep"]
+    assert words[:2] == ["python", "sweeps/nyuv2.py"]
     return words[2:]
 
 
@@ -98,7 +98,7 @@ def test_the_entrypoint_passes_the_sweeps_own_checks(tmp_path):
     argv = entrypoint_argv()
     local = {"/data/nyuv2": str(tmp_path), "/results": str(tmp_path / "results")}
     argv = [local.get(word, word) for word in argv] + ["--pretrained", "none"]
-    request = sweep_request(argv, None, tuple(DATASETS), None)
+    request = sweep_request(argv, None, ("nyuv2",), False)  # as sweeps/nyuv2.py
     assert request.name == "nyuv2-table1"
     assert request.resources.num_gpus == 16 and request.resources.gpus_per_trial == 0.5
     assert request.resources.address == "auto"

@@ -14,12 +14,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from relif_ray.cli.sweep import DATASETS, experiment_name, sweep_request
 from relif_ray.cli.sweep_flags import CHECKS_SUFFIX, build_parser
@@ -29,8 +31,11 @@ from tests.recipes import (
     CLUSTER_SWEEP,
     ONE_MACHINE_8_GPUS,
     REPO,
+    TABLE_1_SWEEP,
     documented_command,
     script_argv,
+    shell_commands,
+    what_it_trains,
     with_flags,
 )
 
@@ -49,6 +54,37 @@ def test_the_readme_shows_the_tested_command():
     recipe = ONE_MACHINE_8_GPUS
     assert documented_command("README.md", recipe) == documented_command("docs/cluster.md", recipe)
     documented_command("docs/cluster.md", CLUSTER_SWEEP)  # exactly one
+
+
+TABLE_1_DOCUMENTS = ("README.md", "docs/cluster.md", "docs/index.md", "docs/reproducing.md")
+"""The pages that give the paper's Table 1 sweep as a command."""
+
+
+def table_1_commands() -> dict[str, str]:
+    """Where -> the command, for every full-data NYUv2 sweep of `TABLE_1_DOCUMENTS`, the Slurm
+    script's default command and the KubeRay job's entrypoint."""
+    found = {}
+    for document in TABLE_1_DOCUMENTS:
+        for command in shell_commands((REPO / document).read_text()):
+            if "sweeps/nyuv2.py" in command and "--data-dir /data/nyuv2" in command:
+                found[f"{document}: {command}"] = command
+    slurm = (REPO / "docs" / "examples" / "slurm_sweep.sh").read_text()
+    (default,) = re.findall(r"^    set -- (.*?)\n(?=fi)", slurm, re.M | re.S)
+    found["slurm_sweep.sh"] = re.sub(r"\\\n\s*", " ", default)
+    manifest = yaml.safe_load_all((REPO / "docs" / "examples" / "kuberay_rayjob.yaml").read_text())
+    (job,) = [document for document in manifest if document["kind"] == "RayJob"]
+    found["kuberay_rayjob.yaml"] = job["spec"]["entrypoint"]
+    return found
+
+
+def test_the_table_1_command_reads_the_same_everywhere():
+    """Every Table 1 command trains what `TABLE_1_SWEEP` trains: the same program, flags and
+    values, only where it runs and is stored differing (`tests.recipes.PLACE_FLAGS`)."""
+    commands = table_1_commands()
+    assert len(commands) >= 8, commands
+    expected = what_it_trains(TABLE_1_SWEEP)
+    differing = {where: c for where, c in commands.items() if what_it_trains(c) != expected}
+    assert not differing
 
 
 @pytest.mark.slow

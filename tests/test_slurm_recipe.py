@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -36,6 +37,7 @@ from relif_ray.engine import TrainingRun
 from relif_ray.sweep.exit_status import EXIT_STOPPED
 from tests.conftest import HANG_GUARD_S, TINY_DATA
 from tests.local_cluster import free_port, listening_addresses
+from tests.recipes import TABLE_1_SWEEP, what_it_trains
 from tests.test_cluster_e2e import has_checkpoint
 from tests.test_sweeps import trial_records
 
@@ -59,8 +61,8 @@ exec "$@"
 """,
     "scontrol": """#!/bin/bash
 if [[ $1 == requeue ]]; then echo "requeue $2" >> "$SLURM_FAKE_LOG.scontrol"; exit 0; fi
-[[ $1 == show && $2 == hostnames ]] || exit 1
-seq -f "node%g" 1 "$SLURM_JOB_NUM_NODES"
+[[ $1 == show && $2 == hostnames && $3 =~ ^node\\[([0-9]+)-([0-9]+)\\]$ ]] || exit 1
+seq -f "node%g" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
 """,
     "hostname": """#!/bin/bash
 echo 127.0.0.1
@@ -95,7 +97,7 @@ def allocation(tmp_path) -> dict[str, str]:
     """The batch script's environment on the simulated allocation, with its site settings."""
     from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 
-    data = write_synthetic_nyuv2(tmp_path / "data", seed=0, **{**TINY_DATA, "train": 6, "val": 6})
+    write_synthetic_nyuv2(tmp_path / "nyuv2", seed=0, **{**TINY_DATA, "train": 6, "val": 6})
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths
     env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
     path = f"{fake_slurm(tmp_path / 'bin')}:{Path(sys.executable).parent}:{env['PATH']}"
@@ -109,9 +111,7 @@ def allocation(tmp_path) -> dict[str, str]:
         "SLURM_CPUS_PER_TASK": "1",
         "SLURM_GPUS_ON_NODE": "0",
         "SLURM_FAKE_LOG": str(tmp_path / "srun.log"),
-        "DATA_DIR": str(data),
-        "STORAGE": str(tmp_path / "results"),
-        "NAME": "slurm",
+        "STAGE_DIR": str(tmp_path / "node-local"),  # the data's copy on "the node"
         "TUNE_GLOBAL_CHECKPOINT_S": "0",  # Tune saves its state every loop step: we wait on it
         "RAY_PORT": str(free_port()),
         "JOIN_WAIT": "120",
@@ -125,13 +125,17 @@ def allocation(tmp_path) -> dict[str, str]:
 
 
 def run_watching_sockets(
-    env: dict[str, str], log: Path, signal_when: Callable[[], bool] | None = None
+    env: dict[str, str],
+    command: list[str],
+    log: Path,
+    signal_when: Callable[[], bool] | None = None,
 ) -> tuple[int, set[str]]:
-    """Run the script; meanwhile collect the addresses its processes listen on, and send it
-    USR1 (Slurm's early warning of the time limit) once `signal_when()` holds."""
+    """Run the script with the sweep `command`; meanwhile collect the addresses its processes
+    listen on, and send it USR1 (Slurm's early warning of the time limit) once `signal_when()`
+    holds."""
     with log.open("w") as output:
         script = subprocess.Popen(
-            ["bash", str(SCRIPT), *TINY_SWEEP], cwd=REPO, env=env, stdout=output,
+            ["bash", str(SCRIPT), *command], cwd=REPO, env=env, stdout=output,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     listening, deadline = set(), time.monotonic() + HANG_GUARD_S
@@ -165,14 +169,19 @@ def assert_ray_stopped(ray_tmp: str) -> None:
 def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_numbers(
     allocation, tmp_path
 ):
-    """The job as Slurm runs it twice: the first run starts Ray (a head, a worker joining it,
-    one token, loopback only) and the sweep, gets USR1 mid-trial (the time limit's warning),
-    stops the sweep gracefully (exit 75), requeues itself and stops Ray; the requeued run,
-    the same command, resumes the sweep, whose trial ends with the numbers of the same config
-    trained here without interruption, step by step."""
-    experiment = Path(allocation["STORAGE"]) / "slurm"
+    """The job as Slurm runs it twice, with a sweep command of its own and its data staged to
+    node-local disk: the first run copies the data to STAGE_DIR, starts Ray (a head, a worker
+    joining it, one token, loopback only) and the sweep on the copy, gets USR1 mid-trial (the
+    time limit's warning), stops the sweep gracefully (exit 75), requeues itself and stops
+    Ray; the requeued run, on other nodes whose local disk lacks the copy, copies the data
+    again and resumes the sweep, whose trial reads the copy and ends with the numbers of the
+    same config trained here without interruption, step by step."""
+    experiment = tmp_path / "results" / "slurm"
+    data, copy = tmp_path / "nyuv2", Path(allocation["STAGE_DIR"]) / "nyuv2"
+    command = ["python", "sweeps/nyuv2.py", "--data-dir", str(data), "--storage",
+               str(tmp_path / "results"), "--name", "slurm", *TINY_SWEEP]  # fmt: skip
     returncode, listening = run_watching_sockets(
-        allocation, tmp_path / "job.log", lambda: running_with_a_checkpoint(experiment)
+        allocation, command, tmp_path / "job.log", lambda: running_with_a_checkpoint(experiment)
     )
     assert returncode == EXIT_STOPPED, (tmp_path / "job.log").read_text()[-3000:]
     assert listening == {"127.0.0.1"}  # the head, the worker and the driver: loopback only
@@ -180,7 +189,9 @@ def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_nu
     assert "resume with: " in (tmp_path / "job.log").read_text()
     steps = [line.split(" ", 3) for line in (tmp_path / "srun.log").read_text().splitlines()]
     port = allocation["RAY_PORT"]
-    assert [step[3] for step in steps] == [
+    assert steps[0][3].startswith("--nodes=2 --ntasks=2 --ntasks-per-node=1 bash -c ")
+    assert steps[0][3].endswith(f" stage {data} {copy}")
+    assert [step[3] for step in steps[1:]] == [
         "--nodes=1 --ntasks=1 -w node1 hostname --all-ip-addresses",
         "--nodes=1 --ntasks=1 -w node1 --cpus-per-task=1 ray start --head --block "
         f"--node-ip-address=127.0.0.1 --port={port} --num-cpus=1 --num-gpus=0",
@@ -192,12 +203,19 @@ def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_nu
     assert_ray_stopped(allocation["RAY_TMPDIR"])
     assert analysis.load(experiment).trials.empty  # stopped mid-way: no finished trial
 
-    returncode, _ = run_watching_sockets(allocation, tmp_path / "requeued.log")
+    shutil.rmtree(Path(allocation["STAGE_DIR"]))  # requeued onto nodes without the copy
+    requeued = {**allocation, "SLURM_JOB_NODELIST": "node[3-4]"}
+    (tmp_path / "srun.log").unlink()
+    returncode, _ = run_watching_sockets(requeued, command, tmp_path / "requeued.log")
     assert returncode == 0, (tmp_path / "requeued.log").read_text()[-3000:]
     assert_ray_stopped(allocation["RAY_TMPDIR"])
+    steps = (tmp_path / "srun.log").read_text().splitlines()
+    assert steps[0].endswith(f" stage {data} {copy}") and "-w node3 " in steps[1]
+    assert (Path(allocation["STAGE_DIR"]) / "nyuv2.relif-staged").read_text() == str(data)
     loaded = analysis.load(experiment)
     (row,) = [row for _, row in loaded.trials.iterrows()]
     assert row["label"] == "erm" and row["steps"] == 8
+    assert row["config"]["data"]["root"] == str(copy)  # the trial read the node-local copy
     run = TrainingRun(ExperimentConfig.from_dict(row["config"]))
     assert torch.get_num_threads() == 1  # set in conftest.py, as in a 1-CPU trial
     while not run.finished:
@@ -300,6 +318,133 @@ def test_an_interface_without_an_ipv4_address_or_a_bad_wait_is_one_line(tmp_path
         assert done.stderr == (
             f"slurm_sweep.sh: {name} must be a whole number of seconds, got '5m'\n"
         )
+
+
+QUICK_SLURM = {
+    **FAST_SLURM,
+    "srun": """#!/bin/bash
+# srun that logs each step and runs it here, with stand-ins for Ray: the head listens on its
+# port until it is stopped, a worker waits until it is stopped.
+echo "$*" >> "$SLURM_FAKE_LOG"
+while [[ $# -gt 0 && $1 == -* ]]; do
+    if [[ $1 == -w ]]; then shift; fi
+    shift
+done
+if [[ $1 == ray && " $* " == *" --head "* ]]; then
+    port=$(printf '%s\\n' "$@" | sed -n 's/^--port=//p')
+    exec "$REAL_PYTHON" -c "import socket, sys, time
+s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)" "$port"
+fi
+if [[ $1 == ray ]]; then exec sleep 600; fi
+exec "$@"
+""",
+    "hostname": "#!/bin/bash\necho 127.0.0.1\n",
+    "python": """#!/bin/bash
+# python: the script's own snippets run (the token; the wait for the nodes is skipped), the
+# sweep's command line is logged instead of run.
+if [[ $1 == -c ]]; then exec "$REAL_PYTHON" "$@"; fi
+if [[ $1 == - ]]; then cat > /dev/null; exit 0; fi
+printf '%s\\n' "python $*" >> "$SLURM_FAKE_LOG.sweep"
+""",
+    "relif": """#!/bin/bash
+printf '%s\\n' "relif $*" >> "$SLURM_FAKE_LOG.sweep"
+""",
+}
+"""Stand-ins that run the script through its sweep line in a second: the Ray steps wait to be
+stopped, and the sweep command is only logged (`$SLURM_FAKE_LOG.sweep`)."""
+
+
+def sweep_line(tmp_path: Path, command: list[str], **settings: str) -> subprocess.CompletedProcess:
+    """Run the script with `command` on the quick stand-ins (two nodes of 8 GPUs)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(parents=True)
+    for name, text in QUICK_SLURM.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    log = tmp_path / "srun.log"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    env.update(
+        PATH=f"{folder}:{env['PATH']}", REAL_PYTHON=sys.executable, SLURM_JOB_ID="7",
+        SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_NUM_NODES="2", SLURM_CPUS_PER_TASK="32",
+        SLURM_GPUS_ON_NODE="8", SLURM_FAKE_LOG=str(log), RAY_PORT=str(free_port()),
+        RAY_TMPDIR=str(tmp_path / "ray"), **settings,
+    )  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPT), *command], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=HANG_GUARD_S,
+    )  # fmt: skip
+
+
+def test_without_a_command_the_script_runs_the_table_1_sweep(tmp_path):
+    """The default command is the Table 1 one (`tests/recipes.py`), with the allocation's
+    address, GPU count and --resume-if-present added."""
+    done = sweep_line(tmp_path, [])
+    assert done.returncode == 0, done.stderr
+    (line,) = (tmp_path / "srun.log.sweep").read_text().splitlines()
+    port = re.search(r"--address 127\.0\.0\.1:(\d+) ", line)[1]
+    assert what_it_trains(line) == what_it_trains(TABLE_1_SWEEP)
+    assert line.endswith(f" --address 127.0.0.1:{port} --num-gpus 16 --resume-if-present")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python sweeps/tabular.py --preset actg175 --storage /nfs/relif-results --name actg175",
+        "python sweeps/controller_sensitivity.py --dataset mimic3 --data-dir /data/mimic3",
+        "relif sweep --dataset eicu --data-dir /data/eicu --methods erm,relif",
+    ],
+)
+def test_any_sweep_command_runs_as_given(tmp_path, command):
+    done = sweep_line(tmp_path, shlex.split(command))
+    assert done.returncode == 0, done.stderr
+    (line,) = (tmp_path / "srun.log.sweep").read_text().splitlines()
+    assert line.startswith(f"{command} --address 127.0.0.1:")
+    assert line.endswith(" --num-gpus 16 --resume-if-present")
+
+
+def test_stage_dir_copies_the_data_once_per_node_and_the_sweep_reads_the_copy(tmp_path):
+    """With STAGE_DIR, one task per node copies the command's data (a folder for --data-dir, a
+    file for --data) there, and the sweep's flag names the copy; a later job on the same node
+    finds the finished copy of the same source and copies nothing."""
+    source = tmp_path / "cohort.csv"
+    source.write_text("died,sex\n0,f\n")
+    stage = tmp_path / "local"
+    command = ["python", "sweeps/tabular.py", "--data", str(source), "--task", "death=died:binary"]
+    done = sweep_line(tmp_path / "job", command, STAGE_DIR=str(stage))
+    assert done.returncode == 0, done.stderr
+    copy = stage / "cohort.csv"
+    assert copy.read_text() == source.read_text()
+    assert f"slurm_sweep.sh: staged {source} to {copy} on every node" in done.stdout
+    (step,) = [s for s in (tmp_path / "job" / "srun.log").read_text().splitlines() if "stage" in s]
+    assert step.startswith("--nodes=2 --ntasks=2 --ntasks-per-node=1 bash -c ")
+    (line,) = (tmp_path / "job" / "srun.log.sweep").read_text().splitlines()
+    assert line.startswith(f"python sweeps/tabular.py --data {copy} --task death=died:binary ")
+    source.write_text("changed at the source\n")  # a finished copy of this source is kept
+    again = sweep_line(tmp_path / "again", command, STAGE_DIR=str(stage))
+    assert again.returncode == 0 and copy.read_text() == "died,sex\n0,f\n", again.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "settings", "message"),
+    [
+        (["--methods", "erm"], {}, "the arguments are the sweep command (python sweeps/NAME.py "
+         "...), got '--methods' first"),
+        (["python", "sweeps/nyuv2.py", "--num-gpus", "4"], {},
+         "--num-gpus is set by the script (from the allocation), not by the sweep command"),
+        (["python", "sweeps/nyuv2.py", "--address=auto"], {},
+         "--address is set by the script (from the allocation), not by the sweep command"),
+        (["python", "sweeps/tabular.py", "--preset", "actg175"], {"STAGE_DIR": "/tmp/x"},
+         "STAGE_DIR is set, but the sweep command names no one --data-dir or --data to copy"),
+        (["python", "sweeps/nyuv2.py", "--data-dir", "/no/such/data"], {"STAGE_DIR": "/tmp/x"},
+         "--data-dir /no/such/data: no such file or folder to stage"),
+    ],
+)  # fmt: skip
+def test_a_command_the_script_cannot_run_is_one_line_before_any_step(
+    tmp_path, command, settings, message
+):
+    done = sweep_line(tmp_path, command, **settings)
+    assert done.returncode == 1 and done.stderr == f"slurm_sweep.sh: {message}\n"
+    assert not (tmp_path / "srun.log").exists()
 
 
 def test_the_script_asks_for_memory_and_lists_the_ports_ray_uses():

@@ -2,14 +2,22 @@
 # A relif-ray sweep on a Slurm allocation: a Ray head on the first node, a Ray worker on each
 # other node, token authentication, the sweep as the driver on the head, Ray stopped at the end.
 #
-#   sbatch docs/examples/slurm_sweep.sh [MORE SWEEP FLAGS]     (from the repository's folder)
+#   sbatch docs/examples/slurm_sweep.sh [SWEEP COMMAND]     (from the repository's folder)
+#
+# The arguments are the sweep's whole command line, any sweep of sweeps/ or `relif sweep`:
+#   sbatch docs/examples/slurm_sweep.sh python sweeps/tabular.py --preset actg175 \
+#       --storage /nfs/relif-results
+# Without arguments it runs the paper's Table 1 grid on NYUv2 (the command below, `set --`).
+# The script adds what the allocation decides: --address (its Ray head), --num-gpus (nodes x
+# GPUs per node) and --resume-if-present (a requeued job continues the sweep).
 #
 # Every node needs the same Python environment (activate it before sbatch: srun passes the
-# environment on), the data at DATA_DIR and STORAGE on a shared file system (NFS, Lustre), or
-# an s3:// or gs:// URI. The #SBATCH lines and the settings below are the only lines a site
-# changes (the GPU and CPU counts come from Slurm's own variables); the flags given to sbatch
-# after the script's name are added to the sweep (e.g. --methods erm,relif). The sweep's
-# output is unbuffered, so the job's log follows it.
+# environment on), the data at the path the command names and its --storage on a shared file
+# system (NFS, Lustre), or an s3:// or gs:// URI. With STAGE_DIR set (a node-local folder, at
+# the same path on every node), the data set the command names (--data-dir or --data) is first
+# copied there on every node, once, and the sweep reads that copy. The #SBATCH lines and the
+# settings below are the only lines a site changes (the GPU and CPU counts come from Slurm's
+# own variables). The sweep's output is unbuffered, so the job's log follows it.
 # Five minutes before the time limit Slurm sends USR1 to this script, which stops the sweep
 # gracefully and requeues the job; the requeued job runs the same command, which resumes it.
 # docs/cluster.md explains each step; tests/test_slurm_recipe.py runs this script with a
@@ -24,7 +32,7 @@
 # the dashboard agent's HTTP port 52365, and one port per worker process in 10002-19999
 # (--min-worker-port, --max-worker-port).
 #
-#SBATCH --job-name=relif-nyuv2
+#SBATCH --job-name=relif-sweep
 #SBATCH --nodes=2
 #SBATCH --exclusive
 #SBATCH --ntasks-per-node=1
@@ -37,9 +45,11 @@
 
 set -euo pipefail
 
-DATA_DIR=${DATA_DIR:-/data/nyuv2}             # the same path on every node
-STORAGE=${STORAGE:-/nfs/relif-results}        # seen by every node
-NAME=${NAME:-nyuv2-table1}
+if (($# == 0)); then  # the paper's Table 1 grid (docs/cluster.md)
+    set -- python sweeps/nyuv2.py --data-dir /data/nyuv2 --pretrained imagenet \
+        --storage /nfs/relif-results --name nyuv2-table1
+fi
+STAGE_DIR=${STAGE_DIR:-}                      # a node-local folder to copy the data to; unset: none
 RAY_PORT=${RAY_PORT:-6379}                    # the head's GCS port, inside the cluster only
 HEAD_WAIT=${HEAD_WAIT:-300}                   # seconds the Ray head may take to listen
 JOIN_WAIT=${JOIN_WAIT:-600}                   # seconds every node may take to join the head
@@ -53,6 +63,23 @@ for wait in HEAD_WAIT JOIN_WAIT; do
         echo "slurm_sweep.sh: $wait must be a whole number of seconds, got '${!wait}'" >&2
         exit 1
     fi
+done
+
+# The sweep command: a program first; the flags the script sets are not the command's.
+if [[ $1 == -* ]]; then
+    echo "slurm_sweep.sh: the arguments are the sweep command (python sweeps/NAME.py ...), got '$1' first" >&2
+    exit 1
+fi
+sweep=("$@")
+data_at=()  # the positions of the data flag's value in sweep
+for i in "${!sweep[@]}"; do
+    case ${sweep[i]} in
+        --address | --address=* | --num-gpus | --num-gpus=*)
+            echo "slurm_sweep.sh: ${sweep[i]%%=*} is set by the script (from the allocation), not by the sweep command" >&2
+            exit 1
+            ;;
+        --data-dir | --data) data_at+=($((i + 1))) ;;
+    esac
 done
 
 # The resources as Slurm granted them: its variables, not a second copy of #SBATCH's numbers.
@@ -72,6 +99,27 @@ export RAY_TMPDIR=${RAY_TMPDIR:-/tmp/ray-$SLURM_JOB_ID}
 export RAY_AUTH_MODE=token
 RAY_AUTH_TOKEN=$(python -c "import secrets; print(secrets.token_hex(32))")
 export RAY_AUTH_TOKEN
+
+# Data staging: the data set copied to STAGE_DIR on every node (one task per node), unless an
+# earlier job on that node finished copying the same source (the marker next to the copy); the
+# sweep's data flag then names the copy. A resumed sweep's trials read the path they started
+# with, so STAGE_DIR must be the same in a requeued job.
+if [[ -n $STAGE_DIR ]]; then
+    if ((${#data_at[@]} != 1)) || ((data_at[0] >= ${#sweep[@]})); then
+        echo "slurm_sweep.sh: STAGE_DIR is set, but the sweep command names no one --data-dir or --data to copy" >&2
+        exit 1
+    fi
+    source=$(realpath -e -- "${sweep[data_at[0]]}" 2>/dev/null) || {
+        echo "slurm_sweep.sh: ${sweep[data_at[0] - 1]} ${sweep[data_at[0]]}: no such file or folder to stage" >&2
+        exit 1
+    }
+    copy=$STAGE_DIR/$(basename -- "$source")
+    stage='set -euo pipefail; source=$1; copy=$2; marker=$2.relif-staged; if [[ -e $marker && $(<"$marker") == "$source" ]]; then exit 0; fi; rm -rf -- "$copy" "$copy.partial" "$marker"; mkdir -p -- "$(dirname -- "$copy")"; cp -R -- "$source" "$copy.partial"; mv -- "$copy.partial" "$copy"; printf %s "$source" > "$marker"'
+    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
+        bash -c "$stage" stage "$source" "$copy"
+    sweep[data_at[0]]=$copy
+    echo "slurm_sweep.sh: staged $source to $copy on every node"
+fi
 
 # The allocation: the first node is the head, the others are workers.
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
@@ -152,9 +200,9 @@ wait_for_nodes "$SLURM_JOB_NUM_NODES"
 
 # The sweep, on the head node (the batch script runs there), as the cluster's driver; in a
 # requeued job, the same command continues it (--resume-if-present).
-python -u sweeps/nyuv2.py --address "$head_ip:$RAY_PORT" --data-dir "$DATA_DIR" \
-    --storage "$STORAGE" --name "$NAME" --num-gpus $((SLURM_JOB_NUM_NODES * GPUS_PER_NODE)) \
-    --resume-if-present "$@" &
+export PYTHONUNBUFFERED=1
+"${sweep[@]}" --address "$head_ip:$RAY_PORT" \
+    --num-gpus $((SLURM_JOB_NUM_NODES * GPUS_PER_NODE)) --resume-if-present &
 driver=$!
 requeue=0
 stop_sweep() {  # the signal to the sweep: a graceful stop, exit status 75, while Ray still runs

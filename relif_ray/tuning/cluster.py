@@ -1,12 +1,14 @@
 """The Ray a sweep runs on, and the checks of it before a sweep launches: join a cluster or
 start local Ray (`connect`), and refuse a sweep no trial of which could ever be scheduled
-(`check_cluster`) or whose local storage the nodes of a cluster do not share
+(`check_cluster`: too few GPUs or CPUs, or a GPU node whose NVIDIA driver is older than its
+torch needs, `check_gpu_stack`) or whose local storage the nodes of a cluster do not share
 (`check_storage_visible`). `relif_ray.tuning.driver.check` runs them with the checks that need
 no Ray.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import uuid
 
@@ -15,8 +17,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.storage import local_path, storage_problem
+from relif_ray.gpu_stack import GpuStack, check_driver, describe, query_gpu_stack
 from relif_ray.plugins import worker_env
 from relif_ray.sweep.plan import Resources
+
+LOGGER = logging.getLogger(__name__)
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -65,7 +70,8 @@ def connect(resources: Resources) -> None:
 
 def check_cluster(resources: Resources) -> None:
     """Fail before any trial starts when no trial could ever be scheduled (Ray would wait
-    forever): too few GPUs in the cluster, or a trial larger than every node."""
+    forever): too few GPUs in the cluster, or a trial larger than every node; then, for GPU
+    trials, the GPU stack of every GPU node (`check_gpu_stack`)."""
     nodes = [node for node in ray.nodes() if node.get("Alive")]
     total = ray.cluster_resources()
     gpus = total.get("GPU", 0.0)
@@ -85,6 +91,40 @@ def check_cluster(resources: Resources) -> None:
                 f"{flag} {asked:g}: the largest node of {where} has {largest:g} {kind}(s); "
                 "no trial could start"
             )
+    if resources.gpus_per_trial > 0:
+        check_gpu_stack()
+
+
+def gpu_node_stacks() -> list[tuple[str, GpuStack]]:
+    """(address, GPU stack) of every live node that offers Ray GPUs, each read on its node by a
+    task pinned there (`relif_ray.gpu_stack.query_gpu_stack`: `nvidia-smi` and the node's own
+    torch), as a trial on that node would find it."""
+    nodes = [
+        node for node in ray.nodes() if node.get("Alive") and node["Resources"].get("GPU", 0.0) > 0
+    ]
+    remote_query = ray.remote(num_cpus=0)(query_gpu_stack)
+    pending = [
+        (
+            node["NodeManagerAddress"],
+            remote_query.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ).remote(),
+        )
+        for node in nodes
+    ]
+    return [(address, ray.get(reference, timeout=120)) for address, reference in pending]
+
+
+def check_gpu_stack() -> None:
+    """Log the GPU stack of each GPU node (driver, CUDA runtime, GPU models: one line per
+    node), then refuse, in one line, the first node whose driver is older than its torch's
+    CUDA runtime needs (`relif_ray.gpu_stack.check_driver`). A node without an NVIDIA driver
+    (Ray's GPUs declared with `--num-gpus` on a machine without any) is logged, not refused."""
+    stacks = gpu_node_stacks()
+    for address, stack in stacks:
+        LOGGER.info("GPU node %s: %s", address, describe(stack))
+    for address, stack in stacks:
+        check_driver(stack, f"GPU node {address}")
 
 
 def check_storage_visible(storage_path: str) -> None:

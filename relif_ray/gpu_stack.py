@@ -1,0 +1,176 @@
+"""The GPU stack of a machine, and what a sweep's GPU trials need of it (no Ray import).
+
+A GPU trial needs an NVIDIA driver at least as new as the CUDA runtime that torch was built
+with (`torch.version.cuda`, the wheel's own metadata): an older one fails only once a trial
+initialises CUDA, on the cluster, after scheduling. `query_gpu_stack` reads this machine's
+stack (the driver and each GPU's model and compute capability from `nvidia-smi`, which ships
+with the driver; the CUDA runtime from torch); `check_driver` refuses, in one line, a driver
+older than `MINIMUM_DRIVER` says that runtime needs. `relif_ray.tuning.cluster` runs
+`query_gpu_stack` on every GPU node of the sweep's Ray before any trial starts.
+
+bf16 autocast runs natively only on GPUs of compute capability 8.0 and newer (Ampere and
+later); on older ones (V100, T4) CUDA emulates it, slower than fp32 and with no gain, so
+`forward_precision` turns a bf16 forward into fp32 there, with one logged line.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import torch
+
+from relif_ray.errors import UserError
+
+LOGGER = logging.getLogger(__name__)
+
+MINIMUM_DRIVER: dict[tuple[int, int], tuple[int, ...]] = {
+    (11, 8): (520, 61, 5),
+    (12, 0): (525, 60, 13),
+    (12, 1): (530, 30, 2),
+    (12, 2): (535, 54, 3),
+    (12, 3): (545, 23, 6),
+    (12, 4): (550, 54, 14),
+    (12, 5): (555, 42, 2),
+    (12, 6): (560, 28, 3),
+    (12, 8): (570, 26),
+    (12, 9): (575, 51, 3),
+    (13, 0): (580, 65, 6),
+}
+"""The oldest Linux x86_64 NVIDIA driver of each CUDA release (major, minor), its GA release:
+NVIDIA's CUDA Toolkit Release Notes, table "CUDA Toolkit and Corresponding Driver Versions"
+(column "Toolkit Driver Version"). A minor release not listed (newer than the table) needs at
+least the driver of the newest listed one of its major release (`minimum_driver`)."""
+
+NATIVE_BF16_CAPABILITY = (8, 0)
+"""The first compute capability with bf16 tensor-core arithmetic (Ampere: A100, A10, RTX 30)."""
+
+
+@dataclass(frozen=True)
+class GpuStack:
+    """One machine's GPU stack: `driver`, the NVIDIA driver version ("580.65.06"; None when
+    `nvidia-smi` gave none, and `problem` says why); `cuda_runtime`, the CUDA version torch was
+    built with ("13.0"; None for a CPU build); `torch`, torch's version; `gpus`, each GPU as
+    (model, compute capability "9.0")."""
+
+    driver: str | None
+    cuda_runtime: str | None
+    torch: str
+    gpus: tuple[tuple[str, str], ...] = ()
+    problem: str | None = None
+
+
+def query_gpu_stack() -> GpuStack:
+    """This machine's GPU stack (see `GpuStack`): runs `nvidia-smi`, creates no CUDA context."""
+    runtime, version = torch.version.cuda, torch.__version__
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return GpuStack(None, runtime, version, problem="no nvidia-smi on PATH")
+    query = ["--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"]
+    try:
+        done = subprocess.run([smi, *query], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return GpuStack(None, runtime, version, problem=f"nvidia-smi failed: {error}")
+    rows = [[field.strip() for field in line.split(",")] for line in done.stdout.splitlines()]
+    rows = [row for row in rows if len(row) == 3]
+    if done.returncode != 0 or not rows:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        reason = said[0] if said else f"exit status {done.returncode}"
+        return GpuStack(None, runtime, version, problem=f"nvidia-smi: {reason}")
+    return GpuStack(
+        driver=rows[0][1],
+        cuda_runtime=runtime,
+        torch=version,
+        gpus=tuple((name, capability) for name, _, capability in rows),
+    )
+
+
+def version_numbers(text: str) -> tuple[int, ...]:
+    """The leading numeric fields of a version: "580.65.06" -> (580, 65, 6)."""
+    numbers = []
+    for field in text.split("."):
+        if not field.isdigit():
+            break
+        numbers.append(int(field))
+    return tuple(numbers)
+
+
+def minimum_driver(cuda_runtime: str) -> tuple[int, ...] | None:
+    """The oldest driver the CUDA runtime `cuda_runtime` ("13.0") runs on (`MINIMUM_DRIVER`),
+    None for a major release the table does not know."""
+    major, minor = (version_numbers(cuda_runtime) + (0, 0))[:2]
+    known = [
+        release for release in MINIMUM_DRIVER if release[0] == major and release <= (major, minor)
+    ]
+    return MINIMUM_DRIVER[max(known)] if known else None
+
+
+def shown(version: tuple[int, ...]) -> str:
+    """(580, 65, 6) -> "580.65.06", as NVIDIA writes driver versions."""
+    return ".".join([str(version[0]), *(f"{part:02d}" for part in version[1:])])
+
+
+def check_driver(stack: GpuStack, where: str) -> None:
+    """A one-line `UserError` when `stack`'s driver is older than its CUDA runtime needs;
+    nothing to check without a driver version or a CUDA build of torch."""
+    if stack.driver is None or stack.cuda_runtime is None:
+        return
+    needed = minimum_driver(stack.cuda_runtime)
+    if needed is not None and version_numbers(stack.driver) < needed:
+        raise UserError(
+            f"{where}: NVIDIA driver {stack.driver} is older than {shown(needed)}, the oldest "
+            f"that torch {stack.torch}'s CUDA {stack.cuda_runtime} runtime runs on; update the "
+            "driver there, or install a torch built for an older CUDA"
+        )
+
+
+def has_native_bf16(capability: str) -> bool:
+    """Whether a GPU of compute capability `capability` ("7.0") computes bf16 natively."""
+    return (version_numbers(capability) + (0, 0))[:2] >= NATIVE_BF16_CAPABILITY
+
+
+def describe(stack: GpuStack) -> str:
+    """The stack as one line of the sweep's preflight: driver, CUDA runtime, each GPU model
+    with its compute capability and the precision a bf16 forward runs in there."""
+    runtime = f"CUDA {stack.cuda_runtime}" if stack.cuda_runtime else "no CUDA (a CPU build)"
+    torch_part = f"torch {stack.torch} ({runtime})"
+    if stack.driver is None:
+        return f"no NVIDIA driver found ({stack.problem}); {torch_part}"
+    counted: dict[tuple[str, str], int] = {}
+    for gpu in stack.gpus:
+        counted[gpu] = counted.get(gpu, 0) + 1
+    gpus = ", ".join(
+        f"{count} x {name} (compute {capability}, "
+        f"{'bf16' if has_native_bf16(capability) else 'fp32: no native bf16'})"
+        for (name, capability), count in counted.items()
+    )
+    return f"NVIDIA driver {stack.driver}, {torch_part}, {gpus}"
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the CUDA `device` computes bf16 natively (not emulated):
+    `torch.cuda.is_bf16_supported(including_emulation=False)`, or its compute capability where
+    that argument does not exist."""
+    with torch.cuda.device(device):
+        try:
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:
+            return torch.cuda.get_device_capability(device) >= NATIVE_BF16_CAPABILITY
+
+
+def forward_precision(precision: str, device: torch.device) -> str:
+    """The precision the model forward runs in: `precision` (train.precision), except bf16 on
+    a CUDA GPU without native bf16, which runs fp32 (logged once, with the reason)."""
+    if precision != "bf16" or device.type != "cuda" or native_bf16(device):
+        return precision
+    major, minor = torch.cuda.get_device_capability(device)
+    LOGGER.info(
+        "train.precision bf16: %s (compute capability %d.%d) has no native bf16 (compute "
+        "capability 8.0 and newer have it); the model forward runs fp32",
+        torch.cuda.get_device_name(device),
+        major,
+        minor,
+    )
+    return "fp32"
