@@ -26,23 +26,18 @@ from relif_ray.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
 
-MINIMUM_DRIVER: dict[tuple[int, int], tuple[int, ...]] = {
-    (11, 8): (520, 61, 5),
-    (12, 0): (525, 60, 13),
-    (12, 1): (530, 30, 2),
-    (12, 2): (535, 54, 3),
-    (12, 3): (545, 23, 6),
-    (12, 4): (550, 54, 14),
-    (12, 5): (555, 42, 2),
-    (12, 6): (560, 28, 3),
-    (12, 8): (570, 26),
-    (12, 9): (575, 51, 3),
-    (13, 0): (580, 65, 6),
+MINIMUM_DRIVER: dict[int, tuple[int, ...]] = {
+    11: (450, 80, 2),
+    12: (525, 60, 13),
+    13: (580, 65, 6),
 }
-"""The oldest Linux x86_64 NVIDIA driver of each CUDA release (major, minor), its GA release:
-NVIDIA's CUDA Toolkit Release Notes, table "CUDA Toolkit and Corresponding Driver Versions"
-(column "Toolkit Driver Version"). A minor release not listed (newer than the table) needs at
-least the driver of the newest listed one of its major release (`minimum_driver`)."""
+"""The oldest Linux x86_64 NVIDIA driver that runs any CUDA runtime of each major release
+(minor version compatibility: a runtime of one major release runs on every driver of that
+release's branch and newer): NVIDIA's CUDA Compatibility guide, table "CUDA Toolkit 11.x,
+12.x, and 13.x Driver Version Ranges" (>= 450, >= 525, >= 580), each at its first driver
+there (450.80.02, the one the guide names for 11.x; 525.60.13 and 580.65.06, the drivers of
+CUDA 12.0 and 13.0). torch's CUDA wheels carry their own runtime and the machine code of
+every GPU they support, so they need no newer driver for the runtime's JIT."""
 
 NATIVE_BF16_CAPABILITY = (8, 0)
 """The first compute capability with bf16 tensor-core arithmetic (Ampere: A100, A10, RTX 30)."""
@@ -98,13 +93,10 @@ def version_numbers(text: str) -> tuple[int, ...]:
 
 
 def minimum_driver(cuda_runtime: str) -> tuple[int, ...] | None:
-    """The oldest driver the CUDA runtime `cuda_runtime` ("13.0") runs on (`MINIMUM_DRIVER`),
-    None for a major release the table does not know."""
-    major, minor = (version_numbers(cuda_runtime) + (0, 0))[:2]
-    known = [
-        release for release in MINIMUM_DRIVER if release[0] == major and release <= (major, minor)
-    ]
-    return MINIMUM_DRIVER[max(known)] if known else None
+    """The oldest driver the CUDA runtime `cuda_runtime` ("13.0") runs on (`MINIMUM_DRIVER`,
+    by its major release), None for a major release the table does not know."""
+    major = (version_numbers(cuda_runtime) + (0,))[0]
+    return MINIMUM_DRIVER.get(major)
 
 
 def shown(version: tuple[int, ...]) -> str:

@@ -78,17 +78,18 @@ def test_a_driver_older_than_the_cuda_runtime_needs_is_one_line():
     )
     check_driver(GpuStack("580.65.06", "13.0", "2.14.1"), "here")  # exactly the minimum
     check_driver(GpuStack("575.57.08", "12.9", "2.8.0"), "here")
+    check_driver(GpuStack("525.60.13", "12.8", "2.7.0"), "here")  # minor version compatibility
     check_driver(GpuStack("470.42.01", None, "2.14.1"), "here")  # a CPU build needs none
-    with pytest.raises(UserError, match="older than 570.26, "):
-        check_driver(GpuStack("565.57.01", "12.8", "2.7.0"), "here")
+    with pytest.raises(UserError, match="older than 525.60.13, "):
+        check_driver(GpuStack("520.61.05", "12.8", "2.7.0"), "here")
 
 
-def test_the_driver_table_covers_the_releases_and_newer_minors_take_the_last_known():
-    assert minimum_driver("13.0") == (580, 65, 6)
-    assert minimum_driver("13.2") == (580, 65, 6)  # at least the newest 13.x the table knows
-    assert minimum_driver("12.7") == minimum_driver("12.6") == (560, 28, 3)
-    assert minimum_driver("14.0") is None and minimum_driver("11.7") is None
-    drivers = [MINIMUM_DRIVER[release] for release in sorted(MINIMUM_DRIVER)]
+def test_every_minor_release_of_a_major_needs_that_majors_driver():
+    assert minimum_driver("13.0") == minimum_driver("13.2") == (580, 65, 6)
+    assert minimum_driver("12.0") == minimum_driver("12.9") == (525, 60, 13)
+    assert minimum_driver("11.8") == (450, 80, 2)
+    assert minimum_driver("14.0") is None and minimum_driver("10.2") is None
+    drivers = [MINIMUM_DRIVER[major] for major in sorted(MINIMUM_DRIVER)]
     assert drivers == sorted(drivers)  # a newer CUDA never needs an older driver
 
 
