@@ -8,6 +8,10 @@ infinity (YAML's `.nan`, `.inf`): each is refused where values are checked again
 hints (`_coerce`), before any range check could let one through. `flat_config` and
 `nested_config` turn it into flat dotted keys (`relif.enabled`, `seed`) and back: the form Ray
 Tune stores and shows as a trial's config, and the form of `--set section.field=value`.
+
+Each field's documentation is its attribute docstring: a first line that says what it is (ending
+in "(paper Eq. N)" where the paper defines it), then any detail. The config reference of the
+docs (docs/config.md) is generated from them; its build fails on a field without one.
 """
 
 from __future__ import annotations
@@ -28,53 +32,59 @@ HARD_SHARING = "hps"
 
 @dataclass
 class DataConfig:
-    """Which data set and where it lives on disk. `dataset` names a benchmark of
-    `relif_ray.problems`; loading the problem checks it against the registry.
-
-    spec: the data spec of a benchmark that a spec defines rather than its files (the tabular
-        benchmark: tasks, kinds, groups, features, split fractions and data seed,
-        `relif_ray.data.tabular.TableSpec`, with the summary of the data the sweep recorded);
-        empty for the others. Every trial gets it with its config, and the experiment records
-        it with each trial's config.
-    """
+    """Which data set and where it lives on disk."""
 
     dataset: str = "nyuv2"
+    """The benchmark (`relif_ray.problems`; loading the problem checks it against the registry)."""
     root: str = ""
+    """The data set's folder (a table sweep: the table's file)."""
     spec: dict[str, Any] = field(default_factory=dict)
+    """The data spec of a benchmark that a spec defines rather than its files.
+
+    The tabular benchmark's: tasks, kinds, groups, features, split fractions and data seed
+    (`relif_ray.data.tabular.TableSpec`), with the summary of the data the sweep recorded; empty
+    for the others. Every trial gets it with its config, and the experiment records it with
+    each trial's config."""
 
 
 @dataclass
 class ModelConfig:
-    """The shared-backbone model.
-
-    backbone: torchvision ResNet name for the dense model (resnet50 in the paper; resnet18 for
-        demos and tests).
-    pretrained: the backbone's initial weights. "none": random (seeded); "imagenet":
-        torchvision's ImageNet weights (IMAGENET1K_V1), from torchvision's cache or downloaded;
-        any other value: the path of a local state_dict file of the torchvision ResNet named by
-        `backbone`. Weights that cannot be loaded are an error, never a silent fall-back.
-    head_channels: width of each task head's decoder feature map (the depth/normal audit score
-        is the channel-wise L2 norm of this map); with `head: aspp` also the ASPP's width
-        (DeepLabV3's and LibMTL's is 256).
-    architecture: the multi-task architecture (`relif architectures` lists them; one module
-        each in `relif_ray/models/`): "hps" (hard parameter sharing: one shared encoder, one
-        head per task), "mtan", "cross_stitch" (NYUv2's ResNet only), "mmoe", "cgc", "ple",
-        "dselect_k" (ResNet experts on NYUv2, LSTM experts on the clinical data sets).
-    architecture_options: the architecture's options (numbers of experts, DSelect-k's k, ...),
-        checked against its defaults where the model is built (`relif_ray.models.architectures`).
-    head: NYUv2's task heads. "simple": conv3x3-BN-ReLU-conv1x1; "aspp": LibMTL's DeepLabV3
-        head (ASPP, then conv3x3-BN-ReLU-conv1x1). The clinical heads are linear readouts.
-    """
+    """The shared-backbone model."""
 
     backbone: str = "resnet50"
+    """The encoder: NYUv2's torchvision ResNet (the paper's resnet50), "lstm", "mlp" (a table)."""
     pretrained: str = "none"
+    """The backbone's initial weights: "none", "imagenet" or a local state_dict file.
+
+    "none": random (seeded); "imagenet": torchvision's ImageNet weights (IMAGENET1K_V1), from
+    torchvision's cache or downloaded; any other value: the path of a local state_dict file of
+    the torchvision ResNet named by `backbone`. Weights that cannot be loaded are an error,
+    never a silent fall-back."""
     head_channels: int = 128
+    """Width of each task head's decoder feature map (with `head: aspp` also the ASPP's).
+
+    The depth/normal audit score is the channel-wise L2 norm of this map; DeepLabV3's and
+    LibMTL's ASPP width is 256."""
     architecture: str = HARD_SHARING
+    """The multi-task architecture (`relif architectures` lists them).
+
+    One module each in `relif_ray/models/`: "hps" (hard parameter sharing: one shared encoder,
+    one head per task), "mtan", "cross_stitch" (NYUv2's ResNet only), "mmoe", "cgc", "ple",
+    "dselect_k" (ResNet experts on NYUv2, LSTM experts on the clinical data sets)."""
     architecture_options: dict[str, Any] = field(default_factory=dict)
+    """The architecture's options (numbers of experts, DSelect-k's k, ...).
+
+    Checked against its defaults where the model is built (`relif_ray.models.architectures`)."""
     head: Literal["simple", "aspp"] = "simple"
+    """NYUv2's task heads: "simple" (conv3x3-BN-ReLU-conv1x1) or "aspp" (LibMTL's DeepLabV3 head).
+
+    "aspp": ASPP, then conv3x3-BN-ReLU-conv1x1. The clinical heads are linear readouts."""
     hidden_size: int = 256
+    """Hidden width of the clinical LSTM and of the table's MLP."""
     num_layers: int = 2
+    """Layers of the clinical LSTM and of the table's MLP."""
     dropout: float = 0.3
+    """Dropout of the clinical LSTM (between layers, before the heads) and the table MLP."""
 
     def validate(self) -> None:
         if not self.pretrained.strip():
@@ -92,95 +102,98 @@ class TrainConfig:
     Budget and optimiser defaults follow LibMTL's NYUv2 setting (Adam 1e-4). The speed fields
     (precision, channels_last, compile, cudnn_benchmark, data_on_device: the GPU fast path of
     docs/benchmarks.md) default to the exact fp32 path, so a CPU run is deterministic and
-    unchanged by them:
-
-    precision: "bf16" runs the model forward under bfloat16 autocast; the predictions, features
-        and representation are cast back to fp32 before the task losses, the audit scores and
-        the ReLiF regularizer (its statistics and controller), and evaluation scores are fp32.
-        Weights, gradients and optimiser state stay fp32 (no loss scaling is needed for bf16).
-    channels_last: model weights and image batches in NHWC memory order (faster convolutions
-        on tensor-core GPUs); numbers differ from the default layout only by float rounding.
-    epochs, max_steps: the training budget. Both given: the smaller wins. epochs None: exactly
-        max_steps steps, over as many epochs as they need (the last one partial). At least one
-        must be set.
-    compile: run the model forward through `torch.compile` (first steps are slow while it
-        compiles; checkpoints are unaffected).
-    compile_relif: run the ReLiF regularizer's step through `torch.compile` as one graph
-        (`relif_ray.relif.regularizer.compiled_regularizer`): its chain of small kernels fused,
-        also inside the graphed step; the same numbers up to fused kernels' float rounding.
-        No effect without ReLiF; off until the GPU's rows decide a default.
-    cudnn_benchmark: on CUDA only, let cuDNN time its convolution algorithms and keep the
-        fastest (a speed choice; the chosen kernels may differ between runs). CUDA runs are
-        not bitwise repeatable either way: some CUDA backward kernels add atomically in a
-        varying order (on an H100 the same seed differed by 2.4e-7 after 6 steps with this on
-        and off; docs/benchmarks.md, GPU run 2). CPU runs use deterministic algorithms.
-    data_on_device: hold every split on the training device: its tensors are copied there
-        once per process (except `relif_ray.transfer.HOST_KEYS`); each training step's batch
-        is gathered there from the epoch's permutation, itself copied there once per epoch,
-        and each evaluation batch from a range of indices made there, so neither does host
-        gathering, pinning or copying. The same batches in the same order, so the same
-        numbers, as without it (on a CPU it changes nothing). It costs device memory for the
-        whole data set: NYUv2's 795 train and 654 val images at 288x384 (image, depth and
-        normals in float32, labels in int8) take about 4.6 GB. Splits of tensors only
-        (NYUv2); the clinical data sets' variable-length stays are refused.
-    cuda_graph: "auto" captures the whole training step (batch gather, forward, losses, ReLiF,
-        backward, the optimiser's step) as one CUDA graph and replays it, on CUDA trials whose
-        method declares itself capturable and whose data are on the device; a method that
-        solves for its weights on the host (PCGrad, FairGrad, the TorchJD methods) gets two
-        graphs around that solve. The others, and every CPU trial, run eager steps, and a CUDA
-        trial's log says why in one line (`relif_ray.cuda_graph`). "off": always eager.
-    eval_cuda_graph: replay the evaluation forward from CUDA graphs, one per batch size
-        (`relif_ray.cuda_graph.GraphedForward`), on CUDA trials whose data are on the device
-        and whose forward is not compiled; elsewhere it changes nothing. The eager forward's
-        kernels, replayed: the same numbers. Off until the breakdown's rows on a GPU decide a
-        default.
-    scheduler: the learning-rate schedule over epochs (the paper states none; LibMTL's NYUv2
-        setting uses "step"). "none": `lr` throughout. "step": torch's StepLR, `lr` times
-        `scheduler_gamma` every `scheduler_step_size` epochs. "cosine": torch's
-        CosineAnnealingLR from `lr` down to `scheduler_min_lr` over `scheduler_epochs` epochs
-        (None: the epochs of the run's budget; past its horizon torch's cosine rises again).
-        The rate changes at the end of each complete epoch only (see
-        `relif_ray.schedule.build_lr_scheduler`). Not to be confused with the sweeps'
-        `--scheduler` flag (Ray Tune's trial scheduler, ASHA), which stops trials early.
-    eval_every: validate (the validation pass and the live audit of a sweep's trial,
-        `relif_ray.tuning.trainable.evaluates_after`) every `eval_every` epochs, and always
-        after the last epoch and at every epoch where a scheduler decides (ASHA's rungs). An
-        epoch without validation reports its metrics as NaN (`evaluated: false`), never the last
-        ones. 1 (every epoch) keeps the CPU's and the GPU's behaviour until the GPU's
-        per-epoch breakdown decides a GPU default; validation changes no trained number.
-    eval_batch_size: the batch of the validation and test passes (no gradients, so it may
-        exceed `batch_size`); 16 on both devices until the breakdown decides a GPU default.
-    epoch_test_metrics: also evaluate the test split (where the data set has one) after every
-        validated epoch and record its metrics (`test_<metric>`) in its result, as the NYUv2
-        literature's tables average test metrics over the last epochs (Nash-MTL, FAMO) or take
-        them at the best validation epoch (LibMTL). What `relif report --delta-m-epochs best`
-        and `last:K` read on the test split; off by default (a test pass per epoch costs about
-        a validation pass).
+    unchanged by them.
     """
 
     epochs: int | None = 1
+    """Training epochs (None: exactly `max_steps` steps, the last epoch partial).
+
+    With `max_steps` too, the smaller budget wins; at least one of them must be set."""
     max_steps: int | None = None
+    """Training steps (None: `epochs` whole epochs); with `epochs` too, the smaller budget wins."""
     batch_size: int = 8
+    """The training batch (an epoch is the train split's full batches)."""
     eval_batch_size: int = 16
+    """The batch of the validation and test passes (no gradients: it may exceed `batch_size`).
+
+    16 on both devices until the breakdown decides a GPU default."""
     eval_every: int = 1
+    """Validate (the validation pass and a sweep trial's live audit) every this many epochs.
+
+    Always also after the last epoch and at every epoch where a scheduler decides (ASHA's rungs;
+    `relif_ray.tuning.trainable.evaluates_after`). An epoch without validation reports its
+    metrics as NaN (`evaluated: false`), never the last ones. 1 (every epoch) keeps the CPU's and
+    the GPU's behaviour until the GPU's per-epoch breakdown decides a GPU default; validation
+    changes no trained number."""
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    """The optimiser."""
     lr: float = 1e-4
+    """The learning rate (the start of a `scheduler`'s schedule)."""
     weight_decay: float = 1e-5
+    """The optimiser's weight decay."""
     grad_clip: float | None = None
+    """Clip the gradient's global norm to this (None: no clipping)."""
     precision: Literal["fp32", "bf16"] = "fp32"
+    """The model forward's precision: "bf16" runs it under bfloat16 autocast, "fp32" does not.
+
+    Weights, gradients and optimiser state stay fp32 (bf16 needs no loss scaling); predictions,
+    features and representation are cast back to fp32 before the task losses, the audit scores
+    and ReLiF (its statistics and controller), and evaluation scores are fp32."""
     channels_last: bool = False
+    """Weights and image batches in NHWC order (faster GPU convolutions; only rounding differs)."""
     compile: bool = False
+    """Run the model forward through `torch.compile` (slow first steps; checkpoints unchanged)."""
     compile_relif: bool = False
+    """Run the ReLiF regularizer's step through `torch.compile` as one graph.
+
+    `relif_ray.relif.regularizer.compiled_regularizer`: its chain of small kernels fused, also
+    inside the graphed step; the same numbers up to fused kernels' float rounding. No effect
+    without ReLiF; off until the GPU's rows decide a default."""
     cudnn_benchmark: bool = True
+    """On CUDA only, let cuDNN time its convolution algorithms and keep the fastest.
+
+    A speed choice (the chosen kernels may differ between runs). CUDA runs are not bitwise
+    repeatable either way (atomic adds of some backward kernels; docs/benchmarks.md, GPU run 2);
+    CPU runs use deterministic algorithms."""
     data_on_device: bool = False
+    """Hold every split on the training device, and gather each batch there.
+
+    Copied once per process (but `relif_ray.transfer.HOST_KEYS`); each step's batch is gathered
+    there from the epoch's permutation, with no host gathering, pinning or copying: the same
+    batches, so the same numbers (on a CPU it changes nothing). It costs the data set's size in
+    device memory (NYUv2 at 288x384: about 4.6 GB). Splits of tensors only (NYUv2)."""
     cuda_graph: Literal["auto", "off"] = "auto"
+    """Replay the training step from CUDA graphs where the trial allows ("auto"), or never ("off").
+
+    "auto" captures the whole step (batch gather, forward, losses, ReLiF, backward, optimiser) as
+    one graph, on CUDA trials whose method is capturable and whose data are on the device; a
+    method that solves for its weights on the host (PCGrad, FairGrad, TorchJD) gets two graphs
+    around that solve. Others run eager steps, and a CUDA trial's log says why
+    (`relif_ray.cuda_graph`)."""
     eval_cuda_graph: bool = False
+    """Replay the evaluation forward from CUDA graphs, one per batch size (the same numbers).
+
+    On CUDA trials whose data are on the device and whose forward is not compiled
+    (`relif_ray.cuda_graph.GraphedForward`). Off until the breakdown's GPU rows decide a default."""
     scheduler: Literal["none", "step", "cosine"] = "none"
+    """The learning-rate schedule over epochs: "none" (`lr` throughout), "step" or "cosine".
+
+    The paper states none; LibMTL's NYUv2 setting uses "step" (torch's StepLR); "cosine" is
+    torch's CosineAnnealingLR. The rate changes at the end of each complete epoch only
+    (`relif_ray.schedule.build_lr_scheduler`). Not the sweeps' `--scheduler` (Ray Tune's ASHA)."""
     scheduler_step_size: int = 100
+    """With scheduler "step": epochs between two decays of the rate."""
     scheduler_gamma: float = 0.5
+    """With scheduler "step": the factor of each decay."""
     scheduler_epochs: int | None = None
+    """With scheduler "cosine": its horizon in epochs (None: the run's; past it the rate rises)."""
     scheduler_min_lr: float = 0.0
+    """With scheduler "cosine": the rate at its horizon."""
     epoch_test_metrics: bool = False
+    """Also evaluate the test split after every validated epoch (`test_<metric>` in its result).
+
+    What `relif report --delta-m-epochs best` and `last:K` read, as NYUv2 tables average the
+    last epochs (Nash-MTL, FAMO) or take the best validation epoch (LibMTL). Costs a test pass."""
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:
@@ -215,83 +228,104 @@ SurrogateScore = Literal["audit", "logistic"]
 
 @dataclass
 class MethodConfig:
-    """The MTL method by registry name, and its options (keyword arguments of its class).
-
-    gradient_source: where a gradient-based method takes the per-task gradients: "parameters"
-        (exact) or "representation" (the encoder output; an approximation, for the methods
-        that list it in `gradient_sources`; see `relif_ray.methods.gradients`).
-    """
+    """The MTL method by registry name, and its options (keyword arguments of its class)."""
 
     name: str = "erm"
+    """The MTL method's registry name (`relif methods` lists them)."""
     options: dict[str, Any] = field(default_factory=dict)
+    """The method's options, keyword arguments of its class (`--set method.options.NAME=VALUE`)."""
     gradient_source: GradientSource = "parameters"
+    """Where a gradient-based method takes the per-task gradients: "parameters" (exact).
+
+    "representation": the encoder output, an approximation, for the methods that list it in
+    `gradient_sources` (`relif_ray.methods.gradients`)."""
 
 
 @dataclass
 class ReLiFConfig:
     """The ReLiF regularizer and its violation-rate controller (paper section 4, Table 7).
 
-    enabled switches ReLiF on for ANY method; ERM + ReLiF is the paper's "ReLiF".
-    prototypes_per_task, prototype_pairing: the pair set P_t (our choice; the paper only says
-        "high-confidence prototypes"): each task's `prototypes_per_task` highest-scoring valid
-        examples of the batch; "cross" pairs all of task i's with all of task j's, "rank" pairs
-        them by confidence rank. See `relif_ray.relif.surrogate.prototype_pairs`.
-    squash: how non-probability audit scores (NYUv2 depth/normal feature norms) are squashed
-        into [0, 1] in the training surrogate. "erm" (the paper's, section 3 and appendix A.3:
-        "the same scalar score is used to form both the fixed-audit gaps and the training-time
-        surrogate gaps"): the squash of `relif_ray.reference` with the fixed q10/q90 of the
-        same-seed ERM validation run, given in `squash_constants`; a sweep runs the ERM
-        reference trials first and fills them in. "running": q10/q90 are running EMAs (weight
-        `squash_ema`) of each batch's quantiles, our earlier choice, kept for comparison; it
-        lets scores drift above the audit's band, where the audit clips them (docs/relif.md).
-    squash_constants: task -> [q10, q90] of the same-seed ERM validation raw scores, for every
-        task whose score is not a probability (used with squash="erm" only).
-    squash_gradient: the gradient through a squashed score, with either squash. "clip" (the
-        paper's): the clip's own, zero where it saturates, so a prototype score beyond q90
-        is never pulled back. "straight_through" (our extension, label `relif-st`): the same
-        forward value (the audit's score, so the surrogate, the statistics and the controller
-        are unchanged), but the slope of the squash's affine map (`relif_ray.reference`) everywhere,
-        saturated scores included (docs/relif.md).
-    surrogate_score: the score a squashed task's surrogate gaps are formed from. "audit" (the
-        paper's): the audit's squash itself. "logistic" (our extension, label
-        `relif-logistic`): sigmoid(4 (u - 1/2)) of the same ERM-normalised score
-        u (`relif_ray.squash.normalised_score`), smooth and never flat, with the clip's slope at
-        the band's middle (`relif_ray.relif.regularizer.logistic_squash`); takes the clip's
-        squash_gradient only.
-    clip_share_penalty: our extension (label `relif-clipshare`): lambda_t also weights, per
-        squashed task, how far the batch's 90th percentile of u lies above 1 and its 10th
-        below 0, i.e. a penalty that is zero while at most ERM's share of the batch lies
-        beyond each of ERM's clip points (`relif_ray.relif.regularizer.clip_share_penalty`).
-    quantile_alignment=False: tau = kappa = 1 (ablation "ReLiF-no-align").
-    controller="static": lambda fixed at lambda0 (static-lambda ablation).
-    lipschitz_branch=False: lambda = 0, no gradient from L_lip (ablation "ReLiF w/o Lip").
+    `enabled` switches ReLiF on for ANY method; ERM + ReLiF is the paper's "ReLiF".
     """
 
     enabled: bool = False
+    """Add ReLiF's lambda_t L_lip to the method's loss (paper Eq. 1)."""
     beta: float = 0.1
+    """Huber transition of the gap transform rho_beta (paper Eq. 8)."""
     mu: float = 0.05
+    """Width of the huberized hinge phi_mu on the margin (paper Eq. 9)."""
     distance_floor: float = 1e-3
+    """Training distances d' are clipped below at this epsilon_d (paper Eq. 6, 10)."""
     scale_quantile: float = 0.95
+    """The quantile of the batch's gaps and distances that estimates tau and kappa (paper Eq. 6)."""
     scale_ema: float = 0.1
+    """EMA weight alpha_s of the scale buffers tau and kappa (paper Eq. 7)."""
     scale_floor: float = 1e-4
+    """Lower bound of tau and kappa, against a degenerate normalisation (paper Eq. 7)."""
     quantile_alignment: bool = True
+    """Divide the margin's terms by tau and kappa; False: tau = kappa = 1 (paper Eq. 10).
+
+    The ablation "ReLiF-no-align" (label `relif-noalign`)."""
     prototypes_per_task: int = 4
+    """Prototypes per task in a batch's pair set P_t (paper Eq. 5).
+
+    Our choice (the paper says "high-confidence prototypes"): each task's highest-scoring valid
+    examples of the batch (`relif_ray.relif.surrogate.prototype_pairs`)."""
     prototype_pairing: Literal["cross", "rank"] = "cross"
+    """How P_t pairs two tasks' prototypes: "cross" all with all, "rank" by confidence rank."""
     squash: Literal["erm", "running"] = "erm"
+    """How the surrogate squashes non-probability scores into [0, 1] (paper appendix A.3).
+
+    NYUv2's depth/normal feature norms. "erm" (the paper's: the audit's own score): the squash of
+    `relif_ray.reference` with the fixed q10/q90 of the same-seed ERM validation run,
+    `squash_constants`, which a sweep's ERM reference trials fill in. "running": EMAs (weight
+    `squash_ema`) of each batch's quantiles, our earlier choice, which lets scores drift above
+    the audit's band, where the audit clips them (docs/relif.md)."""
     squash_constants: dict[str, list[float]] = field(default_factory=dict)
+    """Task -> [q10, q90] of the same-seed ERM validation raw scores (with `squash` "erm").
+
+    For every task whose score is not a probability; a sweep fills them in."""
     squash_ema: float = 0.1
+    """EMA weight of the running q10/q90 (with `squash` "running")."""
     squash_gradient: SquashGradient = "clip"
+    """The gradient through a squashed score: "clip" (the paper's) or "straight_through".
+
+    "clip": the clip's own, zero where it saturates. "straight_through" (our extension, label
+    `relif-st`): the same forward value, but the slope of the squash's affine map
+    (`relif_ray.reference`) everywhere, saturated scores included (docs/relif.md)."""
     surrogate_score: SurrogateScore = "audit"
+    """The score a squashed task's surrogate gaps are formed from: "audit" (the paper's).
+
+    "logistic" (our extension, label `relif-logistic`): sigmoid(4 (u - 1/2)) of the same
+    ERM-normalised score u (`relif_ray.squash.normalised_score`), smooth and never flat, with the
+    clip's slope at the band's middle (`relif_ray.relif.regularizer.logistic_squash`); takes the
+    clip's `squash_gradient` only."""
     clip_share_penalty: bool = False
+    """Also penalise squashed scores beyond ERM's clip points (our extension, `relif-clipshare`).
+
+    lambda_t also weights, per squashed task, how far the batch's 90th percentile of u lies
+    above 1 and its 10th below 0: zero while at most ERM's share of the batch lies beyond each
+    of ERM's clip points (`relif_ray.relif.regularizer.clip_share_penalty`)."""
     controller: Literal["adaptive", "static"] = "adaptive"
+    """How lambda moves: "adaptive" by the controller, "static" never (paper Eq. 12).
+
+    "static": lambda stays at `lambda0`, the static-lambda ablation (label `relif-static`)."""
     lipschitz_branch: bool = True
+    """False: lambda = 0 and no gradient from L_lip (ablation "ReLiF w/o Lip", `relif-nolip`)."""
     lambda0: float = 0.1
+    """The penalty weight's start lambda_0, and the static controller's lambda (paper Eq. 12)."""
     lambda_min: float = 0.01
+    """The controller's lower clip bound lambda_min (paper Eq. 12)."""
     lambda_max: float = 1.0
+    """The controller's upper clip bound lambda_max (paper Eq. 12)."""
     warmup_steps: int = 100
+    """Steps before the controller updates lambda (paper Eq. 12)."""
     violation_ema: float = 0.1
+    """EMA weight alpha_r of the smoothed violation rate r~_t (paper Eq. 11)."""
     r_star: float = 0.24
+    """The controller's target violation rate r* (paper Eq. 5, 12)."""
     eta: float = 1e-3
+    """The controller's step size eta (paper Eq. 12)."""
 
     def controller_adapts(self) -> bool:
         """Whether lambda follows the multiplicative update of the paper's Eq. 12, so that
@@ -335,7 +369,9 @@ class ExperimentConfig:
     """One training run: data, model, method (+ ReLiF), budget, seed and device."""
 
     seed: int = 0
+    """The run's seed: the model's initialisation and each epoch's batch order."""
     device: Literal["cpu", "cuda", "auto"] = "cpu"
+    """Where the run trains ("auto": CUDA if there is one); a sweep sets it from its GPUs."""
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -6,9 +6,10 @@
   imports the Ray layer (so `relif_ray.sweep` and the rest never reach Ray);
 - the audit, ReLiF and the squash (`relif_ray.audit`, `relif_ray.relif`, `relif_ray.squash`)
   reach no storage: no experiment code, no pyarrow, not the reference's file I/O;
-- only the command-line package (`relif_ray.cli`) imports `relif_ray.analysis` (the
-  repository's `analysis/` folder, installed under the project's name), and only it parses
-  arguments (imports `argparse`);
+- only the front doors, the command-line package (`relif_ray.cli`) and the Python API of
+  sweeps (`relif_ray.sweep_api`, which runs a sweep through the command line's path), import
+  `relif_ray.analysis` (the repository's `analysis/` folder, installed under the project's
+  name), and only the command line parses arguments (imports `argparse`);
 - only `relif_ray.experiment.storage` decides whether a location is local (the `"://"` test);
 - one home each for the squash formula and the other audit interfaces (`relif_ray.squash`),
   whether lambda adapts (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels`
@@ -48,6 +49,7 @@ LENGTH_RULED = (*PACKAGES, "benchmarks")
 """The folders whose modules and functions the length limits hold (the benchmark scripts too)."""
 RAY_LAYER = "relif_ray.tuning"
 CLI_PACKAGE = "relif_ray.cli"
+SWEEP_API = "relif_ray.sweep_api"
 STORAGE_MODULE = "relif_ray/experiment/storage.py"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
@@ -250,14 +252,15 @@ def _in_analysis(name: str) -> bool:
     return name == ANALYSIS or name.startswith(f"{ANALYSIS}.")
 
 
-def test_only_the_command_line_package_imports_analysis(graph):
+def test_only_the_front_doors_import_analysis(graph):
     importers = {
         name
         for name, targets in graph.items()
         if not _in_analysis(name) and any(map(_in_analysis, targets))
     }
     assert importers, "the command line must import analysis (else this test checks nothing)"
-    assert all(_in_cli(name) for name in importers), sorted(importers)
+    assert all(_in_cli(name) or name == SWEEP_API for name in importers), sorted(importers)
+    assert not any(map(_in_ray_layer, graph[SWEEP_API]))  # it enters Ray through the command
 
 
 def test_the_import_reader_sees_cycles_and_deferred_imports_but_not_type_checking_ones(tmp_path):

@@ -1,6 +1,7 @@
 """The documentation site (mkdocs.yml) builds in strict mode, offline: every page of the nav,
-every link between pages and the API reference generated from the docstrings, without one
-warning. The API reference documents exactly the public surface, each module's `__all__`."""
+every link between pages, the API reference generated from the docstrings and the config
+reference (docs/hooks/config_reference.py), without one warning. The API reference documents
+exactly the public surface, each module's `__all__`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from relif_ray.config import ExperimentConfig, flat_config
 from tests.conftest import HANG_GUARD_S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +69,9 @@ def test_the_site_builds_in_strict_mode_offline_with_the_public_api(tmp_path):
             for shadowed in SHADOWED.get(name, set()):
                 assert f'id="{name}.{shadowed}.{shadowed}"' in html.read_text()
     assert (tmp_path / "site" / "index.html").exists()
+    reference = (tmp_path / "site" / "config" / "index.html").read_text()  # docs/hooks' tables
+    fields = flat_config(ExperimentConfig().to_dict())
+    assert [key for key in fields if f"<td><code>{key}</code>" not in reference] == []
 
 
 def test_the_nav_names_every_api_page_and_each_page_its_modules():
@@ -89,6 +94,7 @@ def test_a_warning_fails_the_build(tmp_path):
     handler = config["plugins"][1]["mkdocstrings"]["handlers"]["python"]
     handler["paths"] = [str(REPO)]
     handler["options"]["extensions"] = [str(REPO / "docs/hooks/griffe_package_dirs.py")]
+    config["hooks"] = [str(REPO / "docs/hooks/config_reference.py")]
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     (docs / "index.md").write_text("# A page\n\n[the audit](missing.md)\n")
     done = build(tmp_path / "mkdocs.yml", tmp_path / "site")

@@ -44,8 +44,8 @@ def tabular_main() -> int:
 
     def command() -> int:
         from relif_ray.cli.sweep import main as sweep
-        from relif_ray.cli.tabular import SOURCE
+        from relif_ray.cli.tabular import DATASETS, SOURCE
 
-        return sweep(datasets=("tabular",), controller_checks=None, source=SOURCE)
+        return sweep(datasets=DATASETS, controller_checks=None, source=SOURCE)
 
     return run_command(Path(sys.argv[0]).name, command)

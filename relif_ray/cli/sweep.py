@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import math
 import sys
 from collections.abc import Callable
@@ -79,6 +80,7 @@ from relif_ray.tuning import run_sweep_request
 DATASETS: dict[str, DatasetDefaults] = {name: b.defaults for name, b in benchmarks().items()}
 """Every registered benchmark's defaults (`relif_ray.problems`): the choices of --dataset."""
 NYUV2, MIMIC3 = DATASETS["nyuv2"], DATASETS["mimic3"]
+LOGGER = logging.getLogger(__name__)
 CLINICAL = {name: DATASETS[name] for name in ("mimic3", "eicu")}
 """The data sets of `sweeps/clinical.py`."""
 
@@ -143,12 +145,14 @@ def run(
     source: DataSource | None = None,
 ) -> str:
     """Parse and check `argv`, then run the sweep (`relif_ray.tuning.run_sweep_request`); return its
-    experiment directory. Arguments as for `main`."""
+    experiment directory. Arguments as for `main`. The one path of every sweep, the command
+    line's and the Python API's (`relif_ray.sweep_api.run_sweep`), so it logs what it decided
+    (the selection, the plan) and prints nothing: `main` shows the log as lines."""
     request = sweep_request(argv, prog, tuple(datasets or DATASETS), controller_checks, source)
     if request.selection is not None:
-        print("\n".join(request.selection.lines()))
+        LOGGER.info("\n".join(request.selection.lines()))
     if not request.resume:
-        print(plan_summary(request.space, request.search, request.resources), flush=True)
+        LOGGER.info(plan_summary(request.space, request.search, request.resources))
     return run_sweep_request(request)
 
 
@@ -191,8 +195,7 @@ def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) ->
     check_storage(args.storage)  # before it is read (the driver's check makes it again)
     if not sweep_exists(args.storage, name):
         return False
-    where = display(args.storage)
-    print(f"--resume-if-present: continuing the sweep {name} in {where}", flush=True)
+    LOGGER.info("--resume-if-present: continuing the sweep %s in %s", name, display(args.storage))
     return True
 
 
@@ -326,7 +329,7 @@ def base_config(
     """The ExperimentConfig shared by every trial of the sweep (validated;
     `relif_ray.sweep.compose.compose_config` of the flags' layers, with the controller's
     eta and warmup of `relif_ray.sweep.compose.controller_budget` for the trials' step budget,
-    printed in one line); `use_gpu` defaults to what the resource flags ask for; `spec` is
+    logged in one line); `use_gpu` defaults to what the resource flags ask for; `spec` is
     `data.spec`."""
     use_gpu = wants_gpus(args) if use_gpu is None else use_gpu
     layers = [
@@ -340,7 +343,7 @@ def base_config(
     )
     config = compose()
     budget = controller_budget(defaults, config.train, lambda: train_examples(config.data))
-    print(budget.line(), flush=True)
+    LOGGER.info(budget.line())
     config = compose(controller=budget)
     pretrained = resolve_pretrained(config.model.pretrained)
     return replace(config, model=replace(config.model, pretrained=pretrained))

@@ -35,7 +35,7 @@ from relif_ray.data.tabular import TableData, load_table
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.storage import local_path
 from relif_ray.problems import DatasetDefaults
-from relif_ray.problems.tabular import table_path
+from relif_ray.problems.tabular import NAME, table_path
 
 PRESETS: dict[str, Preset] = {
     preset.name: preset for preset in (actg175.PRESET, support2.PRESET, compas.PRESET)
@@ -185,3 +185,5 @@ def preset(args: argparse.Namespace) -> SourceData:
 
 SOURCE = DataSource(add=add_flags, read=read_source)
 """The tabular benchmark's data flags."""
+DATASETS = (NAME,)
+"""The one data set of a table sweep (so it offers no --dataset)."""

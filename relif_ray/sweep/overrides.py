@@ -78,11 +78,18 @@ def read_config_file(path: str) -> dict[str, Any]:
     return overrides
 
 
-def check_field(field: str, source: str) -> None:
-    """A dotted field must name an ExperimentConfig field the sweep does not set per trial."""
+def owning_flags(field: str) -> str | None:
+    """The flags that set the dotted field for each trial (`OWNED_FIELDS`), or None."""
     for owned, flags in OWNED_FIELDS.items():
         if field == owned or (owned.endswith(".") and field.startswith(owned)):
-            raise UserError(f"{source} {field}: set by {flags}, not by a config override")
+            return flags
+    return None
+
+
+def check_field(field: str, source: str) -> None:
+    """A dotted field must name an ExperimentConfig field the sweep does not set per trial."""
+    if flags := owning_flags(field):
+        raise UserError(f"{source} {field}: set by {flags}, not by a config override")
     known = flat_config(ExperimentConfig().to_dict())
     mappings = [name for name, value in known.items() if isinstance(value, dict)]
     if field in known or any(field.startswith(name + ".") for name in mappings):
