@@ -21,11 +21,14 @@ def install_hint(extra: str) -> str:
     return f'pip install -e ".[{extra}]" (in the relif-ray checkout)'
 
 
-def first_line(error: BaseException, fallback: str | None = None) -> str:
-    """The first line of an exception's message (what a one-line error quotes of a library's
-    error); `fallback`, else the exception's type name, when the message is empty."""
+def first_line(error: BaseException | str, fallback: str | None = None) -> str:
+    """The first line of an exception's message or of a text (what a one-line error quotes of
+    a library's error or a tool's output); `fallback`, else an exception's type name, when it
+    is empty."""
     lines = str(error).strip().splitlines()
-    return lines[0] if lines else fallback or type(error).__name__
+    if lines:
+        return lines[0]
+    return fallback or ("" if isinstance(error, str) else type(error).__name__)
 
 
 def last_line(text: str) -> str:

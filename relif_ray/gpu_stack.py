@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from relif_ray.errors import UserError
+from relif_ray.errors import UserError, first_line
 
 LOGGER = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ def query_gpu_stack() -> GpuStack:
     rows = [[field.strip() for field in line.split(",")] for line in done.stdout.splitlines()]
     rows = [row for row in rows if len(row) == 3]
     if done.returncode != 0 or not rows:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        reason = said[0] if said else f"exit status {done.returncode}"
+        reason = first_line(done.stderr or done.stdout, f"exit status {done.returncode}")
         return GpuStack(None, runtime, version, problem=f"nvidia-smi: {reason}")
     return GpuStack(
         driver=rows[0][1],

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from relif_ray.cli.sweep import run
+from relif_ray.tuning import cluster
 
 EXPECTED = Path(__file__).with_name("tune_form.json")
 
@@ -95,6 +96,7 @@ def tune_form(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": CLUSTER}])
     monkeypatch.setattr(ray, "cluster_resources", lambda: CLUSTER)
+    monkeypatch.setattr(cluster, "check_gpu_stack", lambda: None)  # no real GPU node to query
     monkeypatch.setattr(tune, "Tuner", HandedTuner)
     config = tmp_path / "base.yaml"
     config.write_text("train:\n  batch_size: 4\nrelif:\n  warmup_steps: 3\n")
