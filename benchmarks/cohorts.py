@@ -122,12 +122,13 @@ def report_phases(experiment: Path, out: Path) -> dict[str, float]:
     profile.runcall(lambda: analysis.write_report(analysis.load(str(experiment)), out))
     found = {"the profiled report": round(time.perf_counter() - start, 1)}
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    seconds: dict[str, float] = {}
     for (path, _, function), (_, _, _, cumulative, _) in stats.items():
         for phase, where in PHASES.items():
             file, name = where.split(":")
             if path.endswith(file) and function == name:
-                found[phase] = round(found.get(phase, 0.0) + cumulative, 1)
-    return found
+                seconds[phase] = seconds.get(phase, 0.0) + cumulative
+    return found | {phase: round(seconds[phase], 1) for phase in PHASES if phase in seconds}
 
 
 def measure(preset: str, storage: Path, seeds: int, grid_seeds: int) -> dict[str, object]:
