@@ -119,6 +119,7 @@ def all_figures(experiment, results) -> dict[str, Figure]:
     return figures
 
 
+@pytest.mark.slow
 def test_no_two_labels_overlap_in_any_figure(experiment, results):
     figures = all_figures(experiment, results)
     assert len(figures) == 6 + 9

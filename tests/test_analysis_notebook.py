@@ -222,6 +222,7 @@ def grid_and_groups(tmp_path_factory) -> SimpleNamespace:
     )
 
 
+@pytest.mark.slow
 def test_the_heatmaps_show_the_named_controller_grid_experiment(grid_and_groups):
     """With RELIF_CONTROLLER_GRID set, section 5 audits that experiment (here a NYUv2 grid
     beside an eICU RELIF_EXPERIMENT): its heatmaps' cells (the figure's images and the table
@@ -253,6 +254,7 @@ def test_the_heatmaps_show_the_named_controller_grid_experiment(grid_and_groups)
         assert bias_image[i, j] == pytest.approx(bias) and worst_image[i, j] == pytest.approx(worst)
 
 
+@pytest.mark.slow
 def test_notebook_shows_every_view_of_a_generated_experiment(tmp_path, monkeypatch):
     root = write_synthetic_experiment(
         tmp_path / "exp",
@@ -322,6 +324,7 @@ def test_the_notebook_shows_the_group_tables_of_the_api(grid_and_groups):
     assert displayed == [f"**{table.title}**\n\n{table.markdown()}" for table in tables]
 
 
+@pytest.mark.slow
 def test_without_an_experiment_the_notebook_says_what_it_shows_instead(monkeypatch):
     """Without RELIF_EXPERIMENT the first code cell falls back to the demo sweep's experiment
     or a generated one, and a banner in its output says so."""

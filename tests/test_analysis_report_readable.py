@@ -43,6 +43,7 @@ def report_dir(experiment_dir, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_every_link_in_report_md_resolves(report_dir: Path):
     links = LINK.findall((report_dir / "report.md").read_text())
     missing = [link for link in links if not (report_dir / link).is_file()]
@@ -140,6 +141,7 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("terminal", [True, False])
+@pytest.mark.slow
 def test_progress_bars_on_a_terminal_only(experiment_dir, tmp_path, monkeypatch, terminal):
     stderr = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr("sys.stderr", stderr)

@@ -65,6 +65,7 @@ def test_missing_s3_directory_is_a_one_line_error(s3: dict):
         analysis.load(f"s3://{BUCKET}/nope")
 
 
+@pytest.mark.slow
 def test_report_of_s3_equals_the_report_of_the_local_copy(s3: dict, tmp_path: Path, capsys):
     outputs = {}
     for name, source in (

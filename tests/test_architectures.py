@@ -153,6 +153,7 @@ def failures_of_every_method(root: Path, dataset: str, architecture: str) -> lis
 
 
 @pytest.mark.parametrize("architecture", NYUV2_ARCHITECTURES)
+@pytest.mark.slow
 def test_every_method_with_and_without_relif_trains_on_each_nyuv2_architecture(
     tiny_encoders, nyuv2_tiny, architecture
 ):
@@ -160,6 +161,7 @@ def test_every_method_with_and_without_relif_trains_on_each_nyuv2_architecture(
 
 
 @pytest.mark.parametrize("architecture", LSTM_ARCHITECTURES[1:])
+@pytest.mark.slow
 def test_every_method_with_and_without_relif_trains_on_each_expert_lstm(eicu_tiny, architecture):
     assert failures_of_every_method(eicu_tiny, "eicu", architecture) == []
 
@@ -215,6 +217,7 @@ def test_the_shared_parameters_are_those_several_tasks_depend_on(
     [("nyuv2", name) for name in NYUV2_ARCHITECTURES]
     + [("eicu", name) for name in LSTM_ARCHITECTURES[1:]],
 )
+@pytest.mark.slow
 def test_a_run_resumed_from_its_checkpoint_ends_with_the_same_numbers(
     tiny_encoders, nyuv2_tiny, eicu_tiny, dataset, architecture
 ):

@@ -122,6 +122,7 @@ def compare_in_both_modes(ours, theirs, run_ours, run_theirs) -> None:
 
 
 @pytest.mark.parametrize("architecture", DENSE)
+@pytest.mark.slow
 def test_each_architecture_equals_libmtls_on_the_resnet(libmtl, architecture):
     """The forward outputs, and the shared parameters (`assert_shared_parameters`)."""
     model = dense_model(architecture)

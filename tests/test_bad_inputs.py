@@ -146,6 +146,7 @@ def test_a_plugin_benchmark_named_like_a_built_in_module_is_refused(
     one_line(status, capsys, f"{PROBLEMS_PATH}: {folder / 'nyuv2.py'} has the name")
 
 
+@pytest.mark.slow
 def test_a_broken_plugin_is_one_line_from_a_sweep_script(tmp_path):
     """The scripts import the sweep (and with it the registries and their plug-ins) inside
     the one-line error handling."""

@@ -57,6 +57,7 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_make_data_finds_the_plugin(
     plugin_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -140,6 +140,7 @@ def test_run_writes_one_record_with_the_machine_and_rows(load, tmp_path, capsys)
     )
 
 
+@pytest.mark.slow
 def test_trial_worker_reports_throughput_and_its_own_peak_memory(load, toy) -> None:
     workers = load("workers")
     toy_images = workers.data_root(toy, gpu=True)  # 32x40: the GPU rows' images at toy size
@@ -195,6 +196,7 @@ def test_trial_worker_times_whole_chunks_of_steps(load, toy) -> None:
     assert len(training.trace) == 5 and all(seconds > 0 for _, seconds in chunks)
 
 
+@pytest.mark.slow
 def test_a_host_solving_methods_worker_is_judged_against_graphed_erm(load, toy) -> None:
     """A method that solves on the host (PCGrad) gets its worker's images/s over the graphed
     ERM row of the run (target >= 0.5), saying how its steps ran (eager on the CPU, with the
@@ -210,6 +212,7 @@ def test_a_host_solving_methods_worker_is_judged_against_graphed_erm(load, toy) 
     assert "steps eager: a CUDA graph needs a CUDA device" in ratio.detail
 
 
+@pytest.mark.slow
 def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(load, toy) -> None:
     """The representation-mode rows: a step-time ratio judged against 1.3 and the update
     cosine with the exact mode; the rows against TorchJD and LibMTL 1.1.5 (toy size, a few
@@ -232,6 +235,7 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(load, 
     )
 
 
+@pytest.mark.slow
 def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, toy) -> None:
     """One architecture at toy size: its step time over LibMTL's same architecture (target
     <= 1.0) and its peak memory per trial, from its own worker process."""
@@ -429,6 +433,7 @@ def test_gpu_check_time_needs_do_not_follow_the_budget(load, tmp_path) -> None:
     assert toy.has_time(1e6)
 
 
+@pytest.mark.slow
 def test_gpu_check_dry_run_finds_cpu_runs_repeatable(load, tmp_path) -> None:
     """The repeatability suite of the dry run end to end: its process, two trial workers and
     the JSON and Markdown it writes. On a CPU the same seed gives the same numbers

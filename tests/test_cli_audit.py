@@ -137,6 +137,7 @@ def test_module_entry_point_end_to_end(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.strip().startswith("relif: error: --delta")
 
 
+@pytest.mark.slow
 def test_a_command_imports_only_its_own_module(tmp_path: Path) -> None:
     """`relif audit` reads a score file with pandas: it loads neither torch nor Ray nor the
     other commands' modules (relif_ray.cli.console); `relif --help` still lists every command."""

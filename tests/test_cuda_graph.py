@@ -196,6 +196,7 @@ def graph_ready_run(values: dict) -> TrainingRun:
 
 
 @pytest.mark.parametrize("method", ["erm", "dwa", "pcgrad", "fairgrad", "nashmtl"])
+@pytest.mark.slow
 def test_the_graphed_steps_plumbing_gives_the_eager_numbers_on_the_cpu(nyuv2_dir, method) -> None:
     """The static-index step with its trace buffer, run without capturing (CPU), over two
     epoch boundaries (the step schedule halves the rate each epoch, filling the rate tensor),

@@ -197,6 +197,7 @@ def commands_named() -> list[tuple[str, str, str]]:
     return uses
 
 
+@pytest.mark.slow
 def test_every_flag_written_with_one_of_our_commands_is_in_its_help():
     uses = commands_named()
     assert {"relif report", "sweeps/nyuv2.py", "benchmarks/run.py"} <= {c for _, c, _ in uses}

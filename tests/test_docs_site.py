@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from relif_ray.config import ExperimentConfig, flat_config
@@ -55,6 +56,7 @@ def documented(page: Path, module: str) -> set[str]:
     return set(re.findall(rf'id="{re.escape(module)}\.(\w+)"', page.read_text()))
 
 
+@pytest.mark.slow
 def test_the_site_builds_in_strict_mode_offline_with_the_public_api(tmp_path):
     done = build(REPO / "mkdocs.yml", tmp_path / "site")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -130,6 +130,7 @@ def test_evaluation_outputs_one_score_per_task_and_example(nyuv2_dir):
     assert 0 <= result.metrics["worst"] <= result.metrics["macro"] <= 1
 
 
+@pytest.mark.slow
 def test_erm_learns_segmentation_well_above_chance(nyuv2_dir):
     """After a short ERM run, mIoU clearly beats predicting from the class prior."""
     run = _run(nyuv2_dir, epochs=12, lr=2e-3)

@@ -104,6 +104,7 @@ def nyuv2_flags(data: Path, storage: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_label_file_of_the_wrong_shape_stops_the_nyuv2_sweep(nyuv2_copy, tmp_path):
     bad = nyuv2_copy / "val" / "label" / "3.npy"
     np.save(bad, np.load(bad)[..., None])
@@ -150,6 +151,7 @@ whatever the process that runs the tests inherited."""
 
 
 @pytest.mark.parametrize("command", ["sweep", "report"])
+@pytest.mark.slow
 def test_ctrl_c_before_a_sweep_or_in_a_report_is_one_line_and_writes_nothing(
     command, nyuv2_dir, tmp_path
 ):
@@ -192,6 +194,7 @@ def test_a_garbage_listfile_row_stops_the_clinical_sweep(tmp_path, run_main):
     assert_refused(result, f"{listfile}: line 3: expected 6 comma-separated fields", storage)
 
 
+@pytest.mark.slow
 def test_an_empty_data_dir_stops_the_clinical_sweep(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

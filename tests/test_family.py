@@ -45,6 +45,7 @@ def read(path: Path) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("adjust", ["holm", "fdr_bh", "none"])
+@pytest.mark.slow
 def test_the_adjusted_p_values_are_statsmodels_on_the_reports_own(clinical, tmp_path, adjust):
     """The family is the Summary's comparisons of paired.csv and the group audit's verdicts
     that have a p-value; p_adjusted is `multipletests` of their p at alpha 0.05 (none: p
@@ -189,6 +190,7 @@ def test_a_report_without_comparisons_has_an_empty_family():
     assert "0 comparisons" in adjusted.family.lines()[1]
 
 
+@pytest.mark.slow
 def test_the_api_gives_the_reports_family(clinical, tmp_path):
     """`analysis.report_family` on the same experiment gives paired.csv's and
     group_verdicts.csv's adjusted p-values, and the group tables the report shows."""

@@ -194,6 +194,7 @@ def test_every_method_leaves_gradients_in_the_layout_of_their_weights(
     assert layouts and [name for name, same in layouts.items() if not same] == []
 
 
+@pytest.mark.slow
 def test_compile_traces_the_model_and_changes_no_number(
     nyuv2_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -221,6 +222,7 @@ def test_compile_traces_the_model_and_changes_no_number(
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_compile_relif_steps_through_the_compiled_regularizer_with_the_same_numbers(
     tiny_encoders, nyuv2_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -135,6 +135,7 @@ def test_the_flags_choose_the_size_data_and_sweep_flags_of_another_run(tmp_path)
     assert fidelity.target_row("Worst relif - ERM", -0.01, "", "", {}, True).result == "pass"
 
 
+@pytest.mark.slow
 def test_the_record_is_the_harness_record_and_says_when_the_sweep_failed(tmp_path, capsys):
     """The record (`--out`, `--json`) is the harness's: the command, the machine with the
     checkout's short commit ("+" where a tracked file differs; this test runs in a checkout),

@@ -125,6 +125,7 @@ def test_bad_schedule_fields_are_one_line_errors(train, fragment):
     ],
     ids=["relif-sweep-unknown-scheduler", "sweeps-nyuv2-negative-gamma"],
 )  # fmt: skip
+@pytest.mark.slow
 def test_the_sweep_commands_reject_a_bad_schedule_before_ray_starts(
     tmp_path, command, setting, fragment
 ):

@@ -206,6 +206,7 @@ def test_a_plugin_method_named_like_a_registered_one_is_refused(
     one_line_error(methods, "a method 'famo' already exists")
 
 
+@pytest.mark.slow
 def test_the_example_plugin_method_is_found_in_a_new_process_and_trains(two_images, tmp_path):
     """docs/examples/my_method.py in a folder named by RELIF_METHODS_PATH: a fresh process
     (as a Ray worker started with the variable) finds `gls` at import, and a ReLiF trial of

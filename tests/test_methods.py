@@ -255,6 +255,7 @@ Pareto-stationary point it reaches (Sener & Koltun, section 3), where the sum ca
 
 @pytest.mark.parametrize(("name", "source"), METHOD_MODES)
 @pytest.mark.parametrize("with_extra", [False, True])
+@pytest.mark.slow
 def test_short_training_improves_the_task_losses(name, source, with_extra):
     x, y = toy_data()
     model, method = ToyModel(), new_method(name, gradient_source=source)

@@ -79,6 +79,7 @@ def readme_own_loop_code() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_loop_runs_as_pasted_and_relif_acts(tmp_path):
     """The README's block, imports included, run as a script of its own in a new process
     (nothing of this process's state): it trains, audits and prints lambda, r and Bias, and

@@ -27,12 +27,14 @@ def computed(workdir: Path) -> dict:
 
 
 @pytest.mark.parametrize("key", KEYS)
+@pytest.mark.slow
 def test_numbers_match_the_pins_within_the_cross_kernel_tolerance(computed: dict, key: str):
     pinned_numbers = json.loads(PINS.read_text())[key]
     assert pinned_numbers["trace"], "a pinned trial trains at least one step"
     assert exceeded({key: computed[key]}) == []
 
 
+@pytest.mark.slow
 def test_the_measured_cross_kernel_drift_passes(tmp_path: Path) -> None:
     """Recomputed here with the oldest kernels (ATen without vector units, oneDNN SSE4.1,
     MKL's compatible path), the numbers move, and stay within the tolerance."""

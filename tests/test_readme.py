@@ -180,7 +180,7 @@ def test_the_variants_upper_bounds_are_the_fidelity_records():
 
 
 def test_the_first_line_counts_the_registry_methods():
-    """"ERM and N other multi-task methods": the built-in methods of the registry."""
+    """ "ERM and N other multi-task methods": the built-in methods of the registry."""
     from relif_ray.methods import registry
 
     built_in = [name for name, cls in registry.METHODS.items() if registry.plugin_file(cls) is None]

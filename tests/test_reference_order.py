@@ -179,6 +179,7 @@ def phased(ray_session, small_data: Path, sweep_folder: Path) -> Path:
     return Path(run_sweep(in_code(space, "phased", storage, checkpoint_every=0), verbose=0))
 
 
+@pytest.mark.slow
 def test_a_resume_that_tune_cannot_restore_is_not_started_over(phased: Path, tmp_path) -> None:
     """Tune fails to read this trial list and would start the sweep again without its
     parameter space (every new trial failing on a missing setting); the resume stops first
@@ -259,6 +260,7 @@ def test_one_score_two_uses(phased: Path) -> None:
         assert [row["q10"], row["q90"]] == constants[task]
 
 
+@pytest.mark.slow
 def test_reference_lends_its_constants_to_a_new_sweep(
     ray_session, phased: Path, small_data: Path, tmp_path: Path
 ) -> None:
@@ -287,6 +289,7 @@ def test_reference_lends_its_constants_to_a_new_sweep(
     assert {task: [row.q10, row.q90] for task, row in audit.iterrows()} == expected
 
 
+@pytest.mark.slow
 def test_dependents_of_an_errored_reference_error_without_training(
     ray_session, small_data: Path, tmp_path: Path
 ) -> None:

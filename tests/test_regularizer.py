@@ -452,6 +452,7 @@ COMPILED_SETTINGS = {
 
 
 @pytest.mark.parametrize("settings", COMPILED_SETTINGS.values(), ids=COMPILED_SETTINGS.keys())
+@pytest.mark.slow
 def test_the_compiled_step_is_one_graph_with_the_eager_numbers(
     settings: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:

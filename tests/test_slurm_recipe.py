@@ -289,6 +289,7 @@ def start_lines(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedPr
         ({"HEAD_IP": "127.0.0.2", "HEAD_INTERFACE": "ib0"}, None, "127.0.0.2"),
     ],
 )
+@pytest.mark.slow
 def test_the_head_address_is_the_given_one_the_interfaces_or_the_first_ipv4(
     tmp_path, settings, address_step, head_ip
 ):
@@ -394,6 +395,7 @@ def test_without_a_command_the_script_runs_the_table_1_sweep(tmp_path):
         "relif sweep --dataset eicu --data-dir /data/eicu --methods erm,relif",
     ],
 )
+@pytest.mark.slow
 def test_any_sweep_command_runs_as_given(tmp_path, command):
     done = sweep_line(tmp_path, shlex.split(command))
     assert done.returncode == 0, done.stderr

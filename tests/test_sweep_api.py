@@ -105,6 +105,7 @@ def test_a_mistake_is_the_commands_one_line_error_before_anything_runs(
     assert not storage.exists()  # nothing written
 
 
+@pytest.mark.slow
 def test_the_api_keeps_ray_out_until_a_sweep_runs():
     """Importing the API (and building a spec's flags) imports no Ray: the Tune layer is
     imported when a sweep runs."""

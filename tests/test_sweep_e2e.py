@@ -232,6 +232,7 @@ def test_sweep_rejects_bad_flags_before_starting_ray(args, fragment, tmp_path, c
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_report_on_a_missing_directory_is_a_one_line_error(tmp_path):
     result = run_cli("-m", "relif_ray.cli", "report", str(tmp_path / "nope"), "--out", "x")
     assert_one_line_error(result, "experiment directory not found")

@@ -39,6 +39,7 @@ def actg175(ray_session, sweep_folder: Path) -> Path:
     return sweep_folder / "actg175"
 
 
+@pytest.mark.slow
 def test_the_preset_trains_on_the_real_table_and_the_report_says_what_it_read(
     actg175: Path, tmp_path: Path
 ) -> None:
