@@ -145,17 +145,50 @@ def test_the_claims_are_defined_with_their_access_modes_and_mounted_as_such():
     }
     assert claims == {"nyuv2-data": ["ReadWriteMany"], "relif-results": ["ReadWriteMany"]}
     values = flag_values(entrypoint_argv())
-    for pod, _ in pod_groups():
+    for index, (pod, _) in enumerate(pod_groups()):
         volumes = {v["name"]: v.get("persistentVolumeClaim") for v in pod["volumes"]}
         assert volumes["nyuv2"]["claimName"] == "nyuv2-data"
         assert volumes["results"] == {"claimName": "relif-results"}
         for container in pod["containers"]:
             mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
             assert mounts[values["--data-dir"]].get("readOnly") is True
+            # the head reads the claim, a worker its node-local copy (`staging_step`)
+            assert mounts[values["--data-dir"]]["name"] == ("nyuv2" if index == 0 else "staged")
             assert not mounts[values["--storage"]].get("readOnly", False)
     for pod, _ in pod_groups()[1:]:  # the workers' pods: only the head's load step writes
         (data,) = [v for v in pod["volumes"] if v["name"] == "nyuv2"]
         assert data["persistentVolumeClaim"]["readOnly"] is True
+
+
+def staging_step(pod: dict) -> dict:
+    (step,) = pod["initContainers"]
+    return step
+
+
+def test_every_worker_stages_the_data_to_its_node_local_disk_before_it_starts(tmp_path):
+    """Each worker pod's init container (before its Ray node, and so its trials, start) mounts
+    the claim read-only and a node-local emptyDir at the data path, and copies the one into the
+    other, whole: run here on a folder of NYUv2 files, the sweep's own data check passes on the
+    copy."""
+    from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+
+    data_dir = flag_values(entrypoint_argv())["--data-dir"]
+    for pod, _ in pod_groups()[1:]:
+        step = staging_step(pod)
+        mounts = {mount["name"]: mount["mountPath"] for mount in step["volumeMounts"]}
+        assert mounts["staged"] == data_dir
+        assert [m.get("readOnly") for m in step["volumeMounts"]] == [True, None]  # the claim
+        (staged,) = [v for v in pod["volumes"] if v["name"] == "staged"]
+        assert "emptyDir" in staged and "medium" not in staged["emptyDir"]  # disk, not memory
+        claim = write_synthetic_nyuv2(tmp_path / "claim", seed=0, **TINY_DATA)
+        local = tmp_path / "local"
+        local.mkdir()
+        script = step["args"][0].replace(mounts["nyuv2"], str(claim)).replace(data_dir, str(local))
+        done = subprocess.run([*step["command"], script], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        copied = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file())
+        assert copied == sorted(p.relative_to(claim) for p in claim.rglob("*") if p.is_file())
+        benchmark("nyuv2").check(str(local))
 
 
 def load_data_step() -> dict:
