@@ -40,7 +40,7 @@ from relif_ray.analysis.render import (
     summarize,
 )
 from relif_ray.analysis.results import SATURATION_FLAG, Results, direction, sensitivity_key
-from relif_ray.audit import ranking_is_robust
+from relif_ray.audit_thresholds import ranking_is_robust
 from relif_ray.problems import benchmark
 from relif_ray.sweep.labels import SETTING_FIELDS
 

@@ -36,7 +36,8 @@ from relif_ray.analysis.tables import (
     shift_table,
     violation_table,
 )
-from relif_ray.audit import fixed_delta_audit, induced_thresholds
+from relif_ray.audit import fixed_delta_audit
+from relif_ray.audit_thresholds import induced_thresholds
 from relif_ray.cli import main
 from relif_ray.sweep.selection import non_dominated
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment

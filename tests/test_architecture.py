@@ -4,7 +4,7 @@
   imports of each other;
 - only the Ray layer (`relif_ray.tuning`) imports Ray, and outside it only the command line
   imports the Ray layer (so `relif_ray.sweep` and the rest never reach Ray);
-- the audit, ReLiF and the squash (`relif_ray.audit`, `relif_ray.relif`, `relif_ray.squash`)
+- the audit, ReLiF and the squash (`relif_ray.audit*`, `relif_ray.relif`, `relif_ray.squash`)
   reach no storage: no experiment code, no pyarrow, not the reference's file I/O;
 - only the front doors, the command-line package (`relif_ray.cli`) and the Python API of
   sweeps (`relif_ray.sweep_api`, which runs a sweep through the command line's path), import
@@ -227,7 +227,8 @@ def test_only_the_ray_layer_imports_ray(graph):
 
 
 STORAGE_FREE = ("relif_ray.audit", "relif_ray.relif", "relif_ray.squash")
-"""The math that own training loops use: plain torch/numpy, no storage."""
+"""The math that own training loops use: plain torch/numpy, no storage (as prefixes: the audit's
+modules `relif_ray.audit`, `relif_ray.audit_thresholds` and `relif_ray.audit_bootstrap`)."""
 
 
 def _is_storage(name: str) -> bool:
@@ -239,6 +240,7 @@ def _is_storage(name: str) -> bool:
 def test_the_audit_relif_and_the_squash_reach_no_storage(graph):
     starts = [name for name in graph if name.startswith(STORAGE_FREE)]
     assert len(starts) >= 6, starts  # audit, squash and the relif package's modules
+    assert "relif_ray.audit_thresholds" in starts
     reached = {name: sorted(filter(_is_storage, reachable(graph, name))) for name in starts}
     assert {name: found for name, found in reached.items() if found} == {}
     assert any(map(_is_storage, reachable(graph, "relif_ray.reference")))  # the check sees
@@ -412,11 +414,13 @@ def test_the_controller_statistics_are_named_by_relif():
 
 def test_directions_and_the_delta_range_have_one_home():
     """Which way a summary number is better (`relif_ray.directions`) and the delta range check
-    (`relif_ray.audit.check_delta`)."""
+    (`relif_ray.audit.check_delta`; the other range in [0, 1] is the quantile level of
+    `relif_ray.audit_thresholds.delta_from_quantile`, not a delta)."""
     modes = {name for name in files_matching(r"\"(max|min)\"") if name.startswith("relif_ray/")}
     torchjd_option = "relif_ray/methods/torchjd_weightings.py"  # AlignedMTL's scale_mode "min"
     assert modes == {"relif_ray/directions.py", torchjd_option}
-    assert files_matching(r"must be in \[0, 1\]") == {"relif_ray/audit.py"}
+    in_unit_range = {"relif_ray/audit.py", "relif_ray/audit_thresholds.py"}
+    assert files_matching(r"must be in \[0, 1\]") == in_unit_range
     assert files_matching(r"def check_delta\(") == {"relif_ray/audit.py"}
 
 
@@ -460,13 +464,17 @@ def test_the_audit_settings_are_passed_whole():
     no function of the library, the analysis or the benchmarks takes them one by one, and the
     audit functions take `settings`."""
     assert respelled_audit_settings(source_files(LENGTH_RULED)) == []
-    audit = ast.parse((REPO / "relif_ray/audit.py").read_text())
-    sampling = ("evaluation_pools", "sample_pairs", "audit_gaps", "fixed_delta_audit")
-    sampling += ("pair_distances", "induced_thresholds")
-    for node in audit.body:
-        if isinstance(node, ast.FunctionDef) and node.name in sampling:
-            keywords = {arg.arg: ast.unparse(arg.annotation) for arg in node.args.kwonlyargs}
-            assert keywords == {"settings": "AuditSettings"}, node.name
+    audit = {"evaluation_pools", "sample_pairs", "audit_gaps", "fixed_delta_audit"}
+    thresholds = {"pair_distances", "induced_thresholds"}
+    sampling = {"relif_ray/audit.py": audit, "relif_ray/audit_thresholds.py": thresholds}
+    for path, names in sampling.items():
+        module = ast.parse((REPO / path).read_text())
+        functions = [node for node in module.body if isinstance(node, ast.FunctionDef)]
+        assert names <= {node.name for node in functions}, path
+        for node in functions:
+            if node.name in names:
+                keywords = {arg.arg: ast.unparse(arg.annotation) for arg in node.args.kwonlyargs}
+                assert keywords == {"settings": "AuditSettings"}, node.name
 
 
 def test_the_audit_settings_reader_sees_respelled_parameters():
