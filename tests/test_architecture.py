@@ -173,9 +173,9 @@ def test_the_import_graph_is_acyclic_with_the_type_checkers_imports():
 
 
 def test_the_graphed_step_knows_nothing_of_the_engine():
-    """The engine decides whether a step is graphed and gives `GraphedStep` the step to
-    replay: relif_ray/cuda_graph.py names the engine in no import, not even one for type
-    checking only."""
+    """The engine asks `relif_ray.cuda_graph.eager_reason` whether a step is graphed and gives
+    `GraphedStep` the step to replay: relif_ray/cuda_graph.py names the engine in no import,
+    not even one for type checking only, and the engine keeps no CUDA-graph rule of its own."""
     tree = ast.parse((REPO / "relif_ray" / "cuda_graph.py").read_text())
     imported = {
         node.module if isinstance(node, ast.ImportFrom) else alias.name
@@ -184,6 +184,8 @@ def test_the_graphed_step_knows_nothing_of_the_engine():
         for alias in node.names
     }
     assert "relif_ray.engine" not in imported and "TrainingRun" not in ast.unparse(tree)
+    engine = (REPO / "relif_ray" / "engine.py").read_text()
+    assert "def eager_reason" not in engine and '"capturable"' not in engine
 
 
 def test_the_library_logs_and_only_the_command_line_prints():
