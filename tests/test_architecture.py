@@ -445,6 +445,18 @@ def test_directions_and_the_delta_range_have_one_home():
     assert files_matching(r"def check_delta\(") == {"relif_ray/audit.py"}
 
 
+def test_the_seed_option_controller_checks_and_option_ranges_have_one_home():
+    """The synthetic writers' `--seed` (`relif_ray.problems.SEED_OPTION`), `--controller-checks`
+    (`relif_ray.cli.sweep_flags.add_controller_checks_flag`) and the range checks of the
+    methods' number options (`relif_ray.methods.registry.option_in_range`)."""
+    assert files_matching(r"WriterOption\(\"seed\"") == {"relif_ray/problems/__init__.py"}
+    assert files_matching(r"\"--controller-checks\"") == {"relif_ray/cli/sweep_flags.py"}
+    finite = files_matching(r"isfinite\(")
+    ranges = {name for name in finite if name.startswith("relif_ray/methods/")}
+    torchjd_vector = "relif_ray/methods/torchjd_weightings.py"  # a list option, pref_vector
+    assert ranges == {"relif_ray/methods/registry.py", torchjd_vector}
+
+
 def test_the_first_and_last_line_of_an_error_have_one_home():
     assert files_matching(r"\)\.strip\(\)\.splitlines\(\)") == {"relif_ray/errors.py"}
     assert files_matching(r"\blines\[-1\]") == {"relif_ray/errors.py"}
