@@ -6,7 +6,7 @@ Three ways, each recorded with its source in the report:
 - `--delta-from M:pQQ`: the QQ-th percentile (numpy's linear interpolation) of a reference
   validation distribution of method label M, e.g. `erm:p75` (the paper's delta_p75).
 - `--delta-conformal M:ALPHA`: the split-conformal rule of Theorem B.3
-  (`relif_ray.audit.conformal_delta`) on the same reference distribution.
+  (`relif_ray.audit_thresholds.conformal_delta`) on the same reference distribution.
 
 The reference distribution (`distribution`), pooled over all trials of label M (its seeds)
 on the VALIDATION split, over exactly the pairs the audit samples (same N_eval pools, S pairs,
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from relif_ray.analysis.experiment_audit import ExperimentAudit
-from relif_ray.audit import check_delta, conformal_delta, delta_from_quantile
+from relif_ray.audit import check_delta
+from relif_ray.audit_thresholds import conformal_delta, delta_from_quantile
 from relif_ray.errors import UserError, finite_number
 from relif_ray.problems import benchmark
 

@@ -9,14 +9,15 @@ the library's audit (`relif_ray.audit`) to every finished trial, with one set of
 - `distances()`: for the same sampled VALIDATION pairs, the cosine-induced distances
   (1 - cos(f(x), f(y))) / 2 of the trial's own L2-normalised shared representations. Their
   mean per task pair is the method-induced threshold delta_m,ab of
-  `relif_ray.audit.induced_thresholds` (a drift diagnostic, never the audit); those of a
-  reference label, pooled, are the distribution delta_ref is read from (`relif_ray.analysis.delta`).
+  `relif_ray.audit_thresholds.induced_thresholds` (a drift diagnostic, never the audit); those
+  of a reference label, pooled, are the distribution delta_ref is read from
+  (`relif_ray.analysis.delta`).
 
 The pools and pairs depend only on each task's valid example ids and the seeds, so trials with
 the same valid examples share one sample: it is drawn once, by `relif_ray.audit.sample_pairs`,
 and reused (this is what makes 1,000 trials audit in about a second). The results equal
-`relif_ray.audit.audit_gaps` / `pair_distances` / `induced_thresholds` called on each trial
-(tested).
+`relif_ray.audit.audit_gaps` and `relif_ray.audit_thresholds.pair_distances` /
+`induced_thresholds` called on each trial (tested).
 """
 
 from __future__ import annotations
@@ -30,15 +31,8 @@ import pandas as pd
 
 from relif_ray.analysis.audit_scores import audit_scores, categorical
 from relif_ray.analysis.experiment import Experiment
-from relif_ray.audit import (
-    AuditGaps,
-    AuditSettings,
-    PairKey,
-    bias_curve,
-    cosine_distances,
-    sample_pairs,
-    unit_rows,
-)
+from relif_ray.audit import AuditGaps, AuditSettings, PairKey, bias_curve, sample_pairs
+from relif_ray.audit_thresholds import cosine_distances, unit_rows
 from relif_ray.errors import UserError
 from relif_ray.squash import PAPER_INTERFACE
 

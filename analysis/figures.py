@@ -150,10 +150,10 @@ def controller_figure(experiment: Experiment, variant: str) -> Figure:
 def rank_shift_figure(results: Results) -> Figure:
     """The paper's headline claim drawn: each method's rank by mean Bias under its own
     method-induced thresholds (left) and under the held-fixed delta_ref (right), joined by a
-    line (`relif_ray.analysis.tables.rank_shift`, the shift table's numbers); crossing lines are
-    rankings that the method-induced thresholds move. Rank 1 (lowest Bias) is on top; each
-    end is labelled "rank. method"."""
-    from relif_ray.analysis.tables import rank_shift
+    line (`relif_ray.analysis.drift_tables.rank_shift`, the shift table's numbers); crossing
+    lines are rankings that the method-induced thresholds move. Rank 1 (lowest Bias) is on
+    top; each end is labelled "rank. method"."""
+    from relif_ray.analysis.drift_tables import rank_shift
 
     rows = rank_shift(results)
     colors = _colors(results.variants)

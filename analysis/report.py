@@ -1,8 +1,11 @@
 """`analysis.write_report`, behind `relif report`: every table and figure of the paper for
-experiment directories, and a `report.md` (its prose: `relif_ray.analysis.sections`) that follows
-the paper's reporting checklist (section 6): the source of delta_ref and its calibration
-distribution, the pair seed and pool construction, fixed-delta Bias/VR, method-induced thresholds as
-diagnostics only, utility of the same checkpoint, and the training and controller settings.
+experiment directories, and a `report.md` (its prose: `relif_ray.analysis.sections` and
+`relif_ray.analysis.provenance`) that follows the paper's reporting checklist (section 6): the
+source of delta_ref and its calibration distribution, the pair seed and pool construction,
+fixed-delta Bias/VR, method-induced thresholds as diagnostics only, utility of the same
+checkpoint, and the training and controller settings. The tables: `relif_ray.analysis.tables`
+(utility and fixed-delta), `drift_tables` (threshold drift), `relif_tables` (ablation and
+controller), `interfaces`, `fronts`, `paired`, `group_tables`.
 
 Output folder:
     report.md                 the report (all tables inline; every link points into this folder)
@@ -45,6 +48,7 @@ from relif_ray.analysis.controller_activity import (
     inert_flags,
 )
 from relif_ray.analysis.delta import DeltaSpec
+from relif_ray.analysis.drift_tables import certificate_table, drift_table, shift_table
 from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.family import Family, adjust_verdicts, check_adjustment
 from relif_ray.analysis.fronts import hypervolume_table, pareto_means, pareto_points
@@ -53,21 +57,18 @@ from relif_ray.analysis.groups import GroupAudit, GroupOptions, group_audit, has
 from relif_ray.analysis.interfaces import interface_per_trial, interface_table, skip_reason
 from relif_ray.analysis.mtl_metrics import DeltaMOptions
 from relif_ray.analysis.paired import paired_summary, paired_table
+from relif_ray.analysis.provenance import problems, sources
+from relif_ray.analysis.relif_tables import ablation_table, controller_table
 from relif_ray.analysis.render import Table
 from relif_ray.analysis.results import SENSITIVITY_DELTAS, Results, audit
-from relif_ray.analysis.sections import audited_sections, problems, sources
+from relif_ray.analysis.sections import audited_sections
 from relif_ray.analysis.summary import verdicts_section
 from relif_ray.analysis.tables import (
     CISettings,
     Skipped,
-    ablation_table,
-    certificate_table,
-    controller_table,
-    drift_table,
     main_table,
     saturation_table,
     sensitivity_table,
-    shift_table,
     utility_table,
     violation_table,
 )

@@ -21,8 +21,9 @@ from relif_ray.analysis.experiment import Experiment
 from relif_ray.analysis.experiment_audit import ExperimentAudit
 from relif_ray.analysis.mtl_metrics import DeltaMOptions, delta_m_per_trial
 from relif_ray.analysis.render import latex_escape
-from relif_ray.audit import AuditGaps, AuditSettings, drift_budget
+from relif_ray.audit import AuditGaps, AuditSettings
 from relif_ray.audit_bootstrap import bootstrap_bias_cis_batch
+from relif_ray.audit_thresholds import drift_budget
 from relif_ray.errors import UserError
 from relif_ray.problems import benchmark
 from relif_ray.squash import PAPER_INTERFACE, audit_interface

@@ -27,7 +27,12 @@ that solves for its weights on the host from the K x K Gramian (FairGrad's and t
 methods' solvers, PCGrad's random task orders: `MTLMethod.splits_at_host_solve`) is captured
 as two graphs around that solve (`SolvedGraphedStep`). The others (RLW's host generator, FAMO's
 after-step hook, a representation-mode aggregator) stay eager, and the trial's log says why in
-one line.
+one line (`eager_reason`).
+
+This module also holds what a graph asks of the run around it: when a step or the evaluation
+forward can be graphed (`eager_reason`, `eval_graphs_hold`) and the optimiser a graph can step
+(`capturable_optimizer_options`, `make_capturable`). The engine builds the step to replay and
+hands it over; nothing here knows the engine.
 """
 
 from __future__ import annotations
@@ -35,16 +40,65 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import first_line
+
+if TYPE_CHECKING:
+    from relif_ray.config import TrainConfig
+    from relif_ray.methods.base import MTLMethod
 
 LOGGER = logging.getLogger(__name__)
 CAPTURE_WARMUP_STEPS = 3
 """Eager steps on a side stream before the capture (PyTorch's notes use 3)."""
+
+
+def eager_reason(
+    train: TrainConfig, device: torch.device, method: MTLMethod, train_split: Split
+) -> str | None:
+    """Why a run's steps stay eager under `train.cuda_graph: auto` (None: they are captured as
+    one CUDA graph, or as two around the method's host solve); `off` is always eager. A graph
+    needs a CUDA device, a method that is capturable or splits at its host solve, batches
+    gathered on the device from a resident `TensorSplit`, and no torch.compile."""
+    if train.cuda_graph == "off":
+        return "train.cuda_graph is off"
+    if device.type != "cuda":
+        return "a CUDA graph needs a CUDA device"
+    if not (method.capturable or method.splits_at_host_solve()):
+        return f"method {method.name} {method.eager_reason}"
+    if not (train.data_on_device and isinstance(train_split, TensorSplit)):
+        return "its batches come from the host (train.data_on_device is false)"
+    if train.compile:
+        return "train.compile is on (torch.compile makes its own graphs)"
+    return None
+
+
+def eval_graphs_hold(train: TrainConfig, device: torch.device) -> bool:
+    """Whether `train.eval_cuda_graph` can hold (`GraphedForward`): on CUDA, batches gathered
+    on the device, the forward not compiled (torch.compile makes its own graphs)."""
+    on_device = device.type == "cuda" and train.data_on_device
+    return train.eval_cuda_graph and on_device and not train.compile
+
+
+def capturable_optimizer_options(lr: float, device: torch.device) -> dict[str, Any]:
+    """The keyword arguments that let a fused torch optimiser step inside a CUDA graph:
+    capturable, with the learning rate a float32 tensor on the device that the schedule fills
+    in place (so a replayed step reads each epoch's rate)."""
+    return {"lr": torch.tensor(lr, device=device), "capturable": True}
+
+
+def make_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """An optimiser whose state was just loaded from a checkpoint made capturable again:
+    `Optimizer.load_state_dict` restores the saved groups, so each group's `capturable` flag
+    is set and its learning rate made a float32 device tensor again, as
+    `capturable_optimizer_options` made them."""
+    for group in optimizer.param_groups:
+        group["capturable"] = True
+        group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32).to(device)
 
 
 def on_side_stream(function: Callable[[], Any], device: torch.device) -> Any:
@@ -63,8 +117,8 @@ class GraphedStep:
     """A training step replayed from one CUDA graph (module docstring). It knows only what it
     replays: `update`, the step on the train split's rows at a device index (the batch
     gathered on the device, forward, losses, ReLiF, the method's backward, the optimiser's
-    step) returning the step's trace row as tensors, and the `optimizer` it steps; the engine
-    decides whether its steps are graphed (`relif_ray.engine.eager_reason`).
+    step) returning the step's trace row as tensors, and the `optimizer` it steps; whether a
+    run's steps are graphed is `eager_reason`'s.
 
     capture=False runs the same static-buffer step without capturing it (on a CPU, in tests:
     everything here but the graph itself is checked against the eager step)."""

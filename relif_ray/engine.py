@@ -32,7 +32,15 @@ import torch
 from torch import Tensor
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.cuda_graph import GraphedForward, GraphedStep, SolvedGraphedStep
+from relif_ray.cuda_graph import (
+    GraphedForward,
+    GraphedStep,
+    SolvedGraphedStep,
+    capturable_optimizer_options,
+    eager_reason,
+    eval_graphs_hold,
+    make_capturable,
+)
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.evaluation import EvalResult, SplitCollector
@@ -107,24 +115,6 @@ def use_deterministic_cpu_kernels() -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
 
 
-def eager_reason(run: TrainingRun) -> str | None:
-    """Why `run`'s steps stay eager under `train.cuda_graph: auto` (None: they are captured as
-    one CUDA graph, or as two around the method's host solve, `relif_ray.cuda_graph`); `off`
-    is always eager. The engine decides."""
-    train = run.config.train
-    if train.cuda_graph == "off":
-        return "train.cuda_graph is off"
-    if run.device.type != "cuda":
-        return "a CUDA graph needs a CUDA device"
-    if not (run.method.capturable or run.method.splits_at_host_solve()):
-        return f"method {run.method.name} {run.method.eager_reason}"
-    if not (train.data_on_device and isinstance(run.train_split, TensorSplit)):
-        return "its batches come from the host (train.data_on_device is false)"
-    if train.compile:
-        return "train.compile is on (torch.compile makes its own graphs)"
-    return None
-
-
 class TrainingRun:
     """Model + method (+ ReLiF) + optimiser for one config; `train_epoch` and `evaluate`."""
 
@@ -163,10 +153,12 @@ class TrainingRun:
         if self.regularizer is not None and config.train.compile_relif:
             self.relif_step = compiled_regularizer(self.regularizer)
         self.train_split = self.split("train")
-        self.eager_reason = eager_reason(self)
+        self.eager_reason = eager_reason(config.train, self.device, self.method, self.train_split)
+        """Why the steps stay eager (`relif_ray.cuda_graph.eager_reason`); None: graphed."""
         self.optimizer = self._build_optimizer(graph=self.eager_reason is None)
         self.graphed = self.graphed_step() if self.eager_reason is None else None
-        self.eval_forward = GraphedForward(self._forward) if self._eval_graphed() else self._forward
+        graphed_eval = eval_graphs_hold(config.train, self.device)
+        self.eval_forward = GraphedForward(self._forward) if graphed_eval else self._forward
         """What evaluation calls: the forward, or it replayed from CUDA graphs."""
         if (
             self.device.type == "cuda"
@@ -184,13 +176,6 @@ class TrainingRun:
         self.trace: list[dict[str, float]] = []
         self._pending: list[dict[str, Tensor]] = []
         self._order: tuple[int, Tensor] | None = None
-
-    def _eval_graphed(self) -> bool:
-        """`train.eval_cuda_graph` where it can hold: on CUDA, batches gathered on the device,
-        the forward not compiled (torch.compile makes its own graphs)."""
-        train = self.config.train
-        on_device = self.device.type == "cuda" and train.data_on_device
-        return train.eval_cuda_graph and on_device and not train.compile
 
     def split(self, name: str) -> Split:
         """The problem's split `name`, held on the device with `train.data_on_device` (every
@@ -220,10 +205,9 @@ class TrainingRun:
         device that the schedule fills in place (`relif_ray.cuda_graph`)."""
         train = self.config.train
         parameters = [*self.model.parameters(), *self.method.parameters()]
-        lr = torch.tensor(train.lr, device=self.device) if graph else train.lr
-        common = {"lr": lr, "weight_decay": train.weight_decay, "fused": True}
+        common = {"lr": train.lr, "weight_decay": train.weight_decay, "fused": True}
         if graph:
-            common["capturable"] = True
+            common.update(capturable_optimizer_options(train.lr, self.device))
         if train.optimizer == "sgd":
             return torch.optim.SGD(parameters, momentum=0.9, **common)
         optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
@@ -471,9 +455,7 @@ class TrainingRun:
         self._pending.clear()
         if self.graphed is not None:  # the graph refers to the optimiser's replaced state
             self.graphed.reset()
-            for group in self.optimizer.param_groups:
-                group["capturable"] = True
-                group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32).to(self.device)
+            make_capturable(self.optimizer, self.device)
 
 
 def _device_of(split: Split) -> torch.device:

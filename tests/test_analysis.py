@@ -21,14 +21,8 @@ from relif_ray import analysis
 from relif_ray.analysis import delta as delta_options
 from relif_ray.analysis.audit_scores import audit_scores, squash_quantiles, squashed_tasks
 from relif_ray.analysis.experiment_audit import AuditSettings, ExperimentAudit
-from relif_ray.audit import (
-    audit_gaps,
-    conformal_delta,
-    induced_thresholds,
-    pair_distances,
-    sample_pairs,
-    validate_scores,
-)
+from relif_ray.audit import audit_gaps, sample_pairs, validate_scores
+from relif_ray.audit_thresholds import conformal_delta, induced_thresholds, pair_distances
 from relif_ray.errors import UserError
 from relif_ray.testing.synthetic_experiment import rewrite_output, write_synthetic_experiment
 

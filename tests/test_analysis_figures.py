@@ -15,6 +15,7 @@ from matplotlib.text import Text
 
 from relif_ray import analysis
 from relif_ray.analysis.breakdown import OVERALL, by_pair, pair_audits
+from relif_ray.analysis.drift_tables import shift_table
 from relif_ray.analysis.figures import (
     _figure,
     controller_figure,
@@ -27,7 +28,7 @@ from relif_ray.analysis.figures import (
     sensitivity_figure,
 )
 from relif_ray.analysis.render import display_text
-from relif_ray.analysis.tables import CISettings, shift_table
+from relif_ray.analysis.tables import CISettings
 from relif_ray.audit import fixed_delta_audit
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment
 from tests.test_analysis import SETTINGS, squashed_scores, stored_trials

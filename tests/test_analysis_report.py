@@ -19,24 +19,22 @@ import pytest
 from relif_ray import analysis
 from relif_ray.analysis import delta as delta_options
 from relif_ray.analysis.delta import DeltaRef
+from relif_ray.analysis.drift_tables import certificate_table, drift_table, shift_table
 from relif_ray.analysis.experiment_audit import ExperimentAudit
 from relif_ray.analysis.paired import null_value
+from relif_ray.analysis.relif_tables import ablation_table, controller_table
 from relif_ray.analysis.render import Column, Table, bound_text, margin_text
 from relif_ray.analysis.results import Results, compute_results
 from relif_ray.analysis.tables import (
     CISettings,
     Skipped,
-    ablation_table,
-    certificate_table,
-    controller_table,
-    drift_table,
     main_table,
     saturation_table,
     sensitivity_table,
-    shift_table,
     violation_table,
 )
-from relif_ray.audit import fixed_delta_audit, induced_thresholds
+from relif_ray.audit import fixed_delta_audit
+from relif_ray.audit_thresholds import induced_thresholds
 from relif_ray.cli import main
 from relif_ray.sweep.selection import non_dominated
 from relif_ray.testing.synthetic_experiment import write_synthetic_experiment

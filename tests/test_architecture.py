@@ -4,7 +4,7 @@
   imports of each other;
 - only the Ray layer (`relif_ray.tuning`) imports Ray, and outside it only the command line
   imports the Ray layer (so `relif_ray.sweep` and the rest never reach Ray);
-- the audit, ReLiF and the squash (`relif_ray.audit`, `relif_ray.relif`, `relif_ray.squash`)
+- the audit, ReLiF and the squash (`relif_ray.audit*`, `relif_ray.relif`, `relif_ray.squash`)
   reach no storage: no experiment code, no pyarrow, not the reference's file I/O;
 - only the front doors, the command-line package (`relif_ray.cli`) and the Python API of
   sweeps (`relif_ray.sweep_api`, which runs a sweep through the command line's path), import
@@ -23,7 +23,8 @@
   module is in that module's `__all__`;
 - no module of `relif_ray/`, `analysis/` and `benchmarks/` has more than `MAX_MODULE_LINES`
   lines, and no function more than `MAX_FUNCTION_LINES` unless `LONG_FUNCTIONS` lists it with
-  a reason.
+  a reason; the modules split to stay under it keep each concern in one module
+  (`CONCERN_HOMES`).
 
 Every import counts, also one inside a function (deferred for start-up time: it still runs
 when the function is called); only imports under `if TYPE_CHECKING:` never run and are not
@@ -173,9 +174,9 @@ def test_the_import_graph_is_acyclic_with_the_type_checkers_imports():
 
 
 def test_the_graphed_step_knows_nothing_of_the_engine():
-    """The engine decides whether a step is graphed and gives `GraphedStep` the step to
-    replay: relif_ray/cuda_graph.py names the engine in no import, not even one for type
-    checking only."""
+    """The engine asks `relif_ray.cuda_graph.eager_reason` whether a step is graphed and gives
+    `GraphedStep` the step to replay: relif_ray/cuda_graph.py names the engine in no import,
+    not even one for type checking only, and the engine keeps no CUDA-graph rule of its own."""
     tree = ast.parse((REPO / "relif_ray" / "cuda_graph.py").read_text())
     imported = {
         node.module if isinstance(node, ast.ImportFrom) else alias.name
@@ -184,6 +185,8 @@ def test_the_graphed_step_knows_nothing_of_the_engine():
         for alias in node.names
     }
     assert "relif_ray.engine" not in imported and "TrainingRun" not in ast.unparse(tree)
+    engine = (REPO / "relif_ray" / "engine.py").read_text()
+    assert "def eager_reason" not in engine and '"capturable"' not in engine
 
 
 def test_the_library_logs_and_only_the_command_line_prints():
@@ -227,7 +230,8 @@ def test_only_the_ray_layer_imports_ray(graph):
 
 
 STORAGE_FREE = ("relif_ray.audit", "relif_ray.relif", "relif_ray.squash")
-"""The math that own training loops use: plain torch/numpy, no storage."""
+"""The math that own training loops use: plain torch/numpy, no storage (as prefixes: the audit's
+modules `relif_ray.audit`, `relif_ray.audit_thresholds` and `relif_ray.audit_bootstrap`)."""
 
 
 def _is_storage(name: str) -> bool:
@@ -239,6 +243,7 @@ def _is_storage(name: str) -> bool:
 def test_the_audit_relif_and_the_squash_reach_no_storage(graph):
     starts = [name for name in graph if name.startswith(STORAGE_FREE)]
     assert len(starts) >= 6, starts  # audit, squash and the relif package's modules
+    assert "relif_ray.audit_thresholds" in starts
     reached = {name: sorted(filter(_is_storage, reachable(graph, name))) for name in starts}
     assert {name: found for name, found in reached.items() if found} == {}
     assert any(map(_is_storage, reachable(graph, "relif_ray.reference")))  # the check sees
@@ -328,6 +333,24 @@ def test_no_module_is_longer_than_the_limit():
     assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
 
 
+CONCERN_HOMES = {
+    r"def (pair_distances|conformal_delta|drift_budget)\(": "relif_ray/audit_thresholds.py",
+    r"def (eager_reason|eval_graphs_hold|make_capturable)\(": "relif_ray/cuda_graph.py",
+    r"def (drift|shift|certificate)_table\(": "analysis/drift_tables.py",
+    r"def (ablation|controller)_table\(": "analysis/relif_tables.py",
+    r"def (main|violation|utility)_table\(": "analysis/tables.py",
+    r"def (sources|training_settings|controller_settings)\(": "analysis/provenance.py",
+}
+"""Where the modules split by concern (to stay under `MAX_MODULE_LINES`) keep each concern: the
+audit's calibration and drift diagnostics beside Algorithm 1, the CUDA-graph rules beside the
+engine, the report's tables and sections by what they render."""
+
+
+def test_the_split_modules_keep_their_concerns():
+    for pattern, home in CONCERN_HOMES.items():
+        assert files_matching(pattern) == {home}, pattern
+
+
 def long_functions(files: dict[str, str]) -> dict[str, int]:
     """file:function -> its length in lines, for functions longer than MAX_FUNCTION_LINES."""
     found = {}
@@ -412,12 +435,26 @@ def test_the_controller_statistics_are_named_by_relif():
 
 def test_directions_and_the_delta_range_have_one_home():
     """Which way a summary number is better (`relif_ray.directions`) and the delta range check
-    (`relif_ray.audit.check_delta`)."""
+    (`relif_ray.audit.check_delta`; the other range in [0, 1] is the quantile level of
+    `relif_ray.audit_thresholds.delta_from_quantile`, not a delta)."""
     modes = {name for name in files_matching(r"\"(max|min)\"") if name.startswith("relif_ray/")}
     torchjd_option = "relif_ray/methods/torchjd_weightings.py"  # AlignedMTL's scale_mode "min"
     assert modes == {"relif_ray/directions.py", torchjd_option}
-    assert files_matching(r"must be in \[0, 1\]") == {"relif_ray/audit.py"}
+    in_unit_range = {"relif_ray/audit.py", "relif_ray/audit_thresholds.py"}
+    assert files_matching(r"must be in \[0, 1\]") == in_unit_range
     assert files_matching(r"def check_delta\(") == {"relif_ray/audit.py"}
+
+
+def test_the_seed_option_controller_checks_and_option_ranges_have_one_home():
+    """The synthetic writers' `--seed` (`relif_ray.problems.SEED_OPTION`), `--controller-checks`
+    (`relif_ray.cli.sweep_flags.add_controller_checks_flag`) and the range checks of the
+    methods' number options (`relif_ray.methods.registry.option_in_range`)."""
+    assert files_matching(r"WriterOption\(\"seed\"") == {"relif_ray/problems/__init__.py"}
+    assert files_matching(r"\"--controller-checks\"") == {"relif_ray/cli/sweep_flags.py"}
+    finite = files_matching(r"isfinite\(")
+    ranges = {name for name in finite if name.startswith("relif_ray/methods/")}
+    torchjd_vector = "relif_ray/methods/torchjd_weightings.py"  # a list option, pref_vector
+    assert ranges == {"relif_ray/methods/registry.py", torchjd_vector}
 
 
 def test_the_first_and_last_line_of_an_error_have_one_home():
@@ -460,13 +497,17 @@ def test_the_audit_settings_are_passed_whole():
     no function of the library, the analysis or the benchmarks takes them one by one, and the
     audit functions take `settings`."""
     assert respelled_audit_settings(source_files(LENGTH_RULED)) == []
-    audit = ast.parse((REPO / "relif_ray/audit.py").read_text())
-    sampling = ("evaluation_pools", "sample_pairs", "audit_gaps", "fixed_delta_audit")
-    sampling += ("pair_distances", "induced_thresholds")
-    for node in audit.body:
-        if isinstance(node, ast.FunctionDef) and node.name in sampling:
-            keywords = {arg.arg: ast.unparse(arg.annotation) for arg in node.args.kwonlyargs}
-            assert keywords == {"settings": "AuditSettings"}, node.name
+    audit = {"evaluation_pools", "sample_pairs", "audit_gaps", "fixed_delta_audit"}
+    thresholds = {"pair_distances", "induced_thresholds"}
+    sampling = {"relif_ray/audit.py": audit, "relif_ray/audit_thresholds.py": thresholds}
+    for path, names in sampling.items():
+        module = ast.parse((REPO / path).read_text())
+        functions = [node for node in module.body if isinstance(node, ast.FunctionDef)]
+        assert names <= {node.name for node in functions}, path
+        for node in functions:
+            if node.name in names:
+                keywords = {arg.arg: ast.unparse(arg.annotation) for arg in node.args.kwonlyargs}
+                assert keywords == {"settings": "AuditSettings"}, node.name
 
 
 def test_the_audit_settings_reader_sees_respelled_parameters():

@@ -18,19 +18,21 @@ from relif_ray.audit import (
     AuditSettings,
     audit_gaps,
     bias_curve,
-    conformal_delta,
-    delta_from_quantile,
-    drift_budget,
     evaluation_pools,
     fixed_delta_audit,
-    induced_thresholds,
-    pair_distances,
-    ranking_is_robust,
     sample_pairs,
     scores_frame,
     validate_scores,
 )
 from relif_ray.audit_bootstrap import bootstrap_bias_ci
+from relif_ray.audit_thresholds import (
+    conformal_delta,
+    delta_from_quantile,
+    drift_budget,
+    induced_thresholds,
+    pair_distances,
+    ranking_is_robust,
+)
 from relif_ray.errors import UserError
 
 

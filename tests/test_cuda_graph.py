@@ -28,9 +28,10 @@ from relif_ray.cuda_graph import (
     GraphedForward,
     GraphedStep,
     SolvedGraphedStep,
+    eager_reason,
 )
 from relif_ray.data.splits import TensorSplit
-from relif_ray.engine import TrainingRun, eager_reason
+from relif_ray.engine import TrainingRun
 from relif_ray.methods import METHODS, MTLMethod
 from relif_ray.methods.registry import missing_requirements
 from relif_ray.schedule import build_lr_scheduler
@@ -49,16 +50,16 @@ HOST_SOLVING = sorted(
 CUDA graphs around it (`SolvedGraphedStep`)."""
 
 
-def fake_run(
+def reason_of(
     method: str = "erm", device: str = "cuda", source: str = "parameters", **train: object
-) -> SimpleNamespace:
-    """What `eager_reason` reads of a run, without building one (no CUDA here)."""
+) -> str | None:
+    """`eager_reason` of what a run would give it, without building one (no CUDA here)."""
     fields = {"cuda_graph": "auto", "data_on_device": True, "compile": False, **train}
-    return SimpleNamespace(
-        config=SimpleNamespace(train=SimpleNamespace(**fields)),
-        device=torch.device(device),
-        method=METHODS[method](["a", "b"], gradient_source=source),
-        train_split=TensorSplit({"example_id": torch.arange(4)}),
+    return eager_reason(
+        SimpleNamespace(**fields),
+        torch.device(device),
+        METHODS[method](["a", "b"], gradient_source=source),
+        TensorSplit({"example_id": torch.arange(4)}),
     )
 
 
@@ -83,7 +84,7 @@ REPRESENTATION = "representation"
     ],
 )
 def test_when_a_step_is_captured_and_why_not(method, device, train, reason) -> None:
-    found = eager_reason(fake_run(method, device, **train))
+    found = reason_of(method, device, **train)
     assert found == reason if reason is None else found.startswith(reason)
 
 

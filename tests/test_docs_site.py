@@ -21,7 +21,7 @@ from tests.conftest import HANG_GUARD_S
 REPO = Path(__file__).resolve().parents[1]
 API_PAGES = {
     "relif": ["relif_ray.relif"],
-    "audit": ["relif_ray.audit"],
+    "audit": ["relif_ray.audit", "relif_ray.audit_thresholds"],
     "analysis": ["relif_ray.analysis", "relif_ray.analysis.figures"],
     "methods": ["relif_ray.methods"],
     "problems": ["relif_ray.problems"],

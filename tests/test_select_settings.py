@@ -166,7 +166,7 @@ def test_the_report_keeps_one_row_for_a_label_selected_per_seed():
 
 
 def test_the_controller_table_lists_each_seeds_selected_setting():
-    from relif_ray.analysis.tables import setting_text
+    from relif_ray.analysis.relif_tables import setting_text
 
     assert setting_text(pd.Series([0.2, 0.2])) == "0.2"
     assert setting_text(pd.Series([0.2, 0.3, 0.2])) == "0.2 / 0.3 / 0.2"

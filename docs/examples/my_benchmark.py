@@ -27,6 +27,7 @@ from relif_ray.data.atomic_dir import atomic_directory
 from relif_ray.data.splits import Batch
 from relif_ray.models.base import MultiTaskModel
 from relif_ray.problems import (
+    SEED_OPTION,
     Benchmark,
     DatasetDefaults,
     DataWriter,
@@ -142,7 +143,7 @@ BENCHMARK = Benchmark(
         help="toy two-task data",
         options=(
             WriterOption("examples", int, 40, "examples per split"),
-            WriterOption("seed", int, 0, "random seed"),
+            SEED_OPTION,  # --seed, as the built-in writers take it
         ),
     ),
 )

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from relif_ray.audit import delta_from_quantile, fixed_delta_audit, pair_distances, scores_frame
+from relif_ray.audit import fixed_delta_audit, scores_frame
+from relif_ray.audit_thresholds import delta_from_quantile, pair_distances
 from relif_ray.relif import ReLiFConfig, ReLiFRegularizer, scale_to_budget
 from relif_ray.tasks.clinical import binary_auroc, linear_weighted_kappa
 

@@ -12,9 +12,9 @@ from relif_ray.analysis.delta import DISTRIBUTIONS
 from relif_ray.analysis.experiment import SkippedFile, load
 from relif_ray.analysis.groups import GroupOptions, MissingAttributes
 from relif_ray.analysis.mtl_metrics import DeltaMOptions, read_metric_vector
+from relif_ray.analysis.provenance import running_note
 from relif_ray.analysis.report import ReportOptions, write_report
 from relif_ray.analysis.results import SENSITIVITY_DELTAS, SPLITS
-from relif_ray.analysis.sections import running_note
 from relif_ray.analysis.tables import CISettings
 from relif_ray.analysis.verdicts import VerdictSettings
 from relif_ray.audit import check_delta

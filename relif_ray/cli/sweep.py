@@ -29,6 +29,7 @@ from relif_ray.cli.sweep_flags import (
     CHECKS_SUFFIX,
     DataSource,
     SourceData,
+    add_controller_checks_flag,
     build_parser,
     default_methods,
     parse_architectures,
@@ -205,7 +206,7 @@ def choose(argv: list[str], datasets: tuple[str, ...], offer_checks: bool) -> tu
     default = "nyuv2" if "nyuv2" in datasets else datasets[0]
     chooser.add_argument("--dataset", choices=datasets, default=default)
     if offer_checks:
-        chooser.add_argument("--controller-checks", action="store_true")
+        add_controller_checks_flag(chooser, among_checks=False)
     known = chooser.parse_known_args(argv)[0]
     return known.dataset, getattr(known, "controller_checks", False)
 

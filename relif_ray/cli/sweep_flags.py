@@ -177,12 +177,7 @@ def add_grid_flags(
         help="--select-from: how far below the study's best validation Worst a chosen point may be",
     )
     if offer_checks:
-        grid.add_argument(
-            "--controller-checks",
-            action="store_true",
-            help="run the paper's controller checks instead of a grid (their flags: "
-            "--controller-checks --help)",
-        )
+        add_controller_checks_flag(grid, among_checks=False)
 
 
 def add_architectures_flag(grid: argparse._ArgumentGroup) -> None:
@@ -195,6 +190,20 @@ def add_architectures_flag(grid: argparse._ArgumentGroup) -> None:
     )
 
 
+def add_controller_checks_flag(group: argparse._ActionsContainer, among_checks: bool) -> None:
+    """`--controller-checks` (`relif sweep`), which chooses between a grid and the paper's
+    controller checks, declared here only: read first by `relif_ray.cli.sweep.choose` (which
+    shows no help), then listed with the flags of either; among the grid's (`among_checks`
+    False) its help points at the checks' own flags."""
+    help_text = (
+        "run the controller checks"
+        if among_checks
+        else "run the paper's controller checks instead of a grid (their flags: "
+        "--controller-checks --help)"
+    )
+    group.add_argument("--controller-checks", action="store_true", help=help_text)
+
+
 def add_check_flags(
     parser: argparse.ArgumentParser, defaults: DatasetDefaults, offer_checks: bool
 ) -> None:
@@ -202,9 +211,7 @@ def add_check_flags(
     .controller_variants`."""
     checks = parser.add_argument_group("controller checks")
     if offer_checks:
-        checks.add_argument(
-            "--controller-checks", action="store_true", help="run the controller checks"
-        )
+        add_controller_checks_flag(checks, among_checks=True)
     checks.add_argument("--etas", default=CONTROLLER_ETAS, help="eta values of the eta check")
     checks.add_argument("--eta-r-star", type=float, default=0.16, help="r* of the eta check")
     checks.add_argument("--r-stars", default=CONTROLLER_R_STARS, help="r* values of the r* check")

@@ -28,17 +28,15 @@ step count and a resumed run continues identically (a checkpoint grows by K x P 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
 from relif_ray.methods.base import GRADIENT_AGGREGATION, MTLMethod, StepContext
 from relif_ray.methods.gradients import backward_per_task, finish_backward
-from relif_ray.methods.registry import register
+from relif_ray.methods.registry import option_in_range, register
 
 EPS = 1e-8
 """Added to every loss before the log, and to every norm in alpha's denominator (LibMTL)."""
@@ -68,14 +66,8 @@ class DBMTL(MTLMethod):
         gradient_source: GradientSource = "parameters",
     ) -> None:
         super().__init__(task_names, seed=seed, gradient_source=gradient_source)
-        if not (math.isfinite(beta) and 0 <= beta < 1):
-            raise UserError(f"method.options.beta: must be a number in [0, 1), got {beta}")
-        if not (math.isfinite(beta_sigma) and beta_sigma >= 0):
-            raise UserError(
-                f"method.options.beta_sigma: must be a finite number >= 0, got {beta_sigma}"
-            )
-        self.beta = float(beta)
-        self.beta_sigma = float(beta_sigma)
+        self.beta = option_in_range("beta", beta, "[0, 1)")
+        self.beta_sigma = option_in_range("beta_sigma", beta_sigma, ">= 0")
         self.steps = 0
         self.averages: Tensor | None = None
         """ghat, K x P; allocated at the first step, when P is known."""

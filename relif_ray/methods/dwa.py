@@ -25,15 +25,12 @@ checkpoint taken inside an epoch resumes with the same averages.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
 from relif_ray.methods.base import LossWeighting
-from relif_ray.methods.registry import register
+from relif_ray.methods.registry import option_in_range, register
 
 
 def dwa_weights(older_means: Tensor, newer_means: Tensor, temperature: float) -> Tensor:
@@ -58,11 +55,7 @@ class DWA(LossWeighting):
         gradient_source: GradientSource = "parameters",
     ) -> None:
         super().__init__(task_names, seed=seed, gradient_source=gradient_source)
-        if not (math.isfinite(temperature) and temperature > 0):
-            raise UserError(
-                f"method.options.temperature: must be a finite number > 0, got {temperature}"
-            )
-        self.temperature = float(temperature)
+        self.temperature = option_in_range("temperature", temperature, "> 0")
         num_tasks = len(task_names)
         self.register_buffer("loss_sums", torch.zeros(num_tasks))
         self.register_buffer("steps_in_epoch", torch.zeros(()))

@@ -35,16 +35,13 @@ so `gradient_source: representation` is a one-line config error.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import Tensor
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
 from relif_ray.methods.gradients import GradientAggregator
-from relif_ray.methods.registry import register
+from relif_ray.methods.registry import option_in_range, register
 
 
 def fairgrad_weights(gramian: np.ndarray, alpha: float) -> np.ndarray:
@@ -89,9 +86,7 @@ class FairGrad(GradientAggregator):
         gradient_source: GradientSource = "parameters",
     ) -> None:
         super().__init__(task_names, seed=seed, gradient_source=gradient_source)
-        if not (math.isfinite(alpha) and alpha >= 0):
-            raise UserError(f"method.options.alpha: must be a finite number >= 0, got {alpha}")
-        self.alpha = float(alpha)
+        self.alpha = option_in_range("alpha", alpha, ">= 0")
 
     def weighting(self, gramian: Tensor) -> Tensor:
         return torch.from_numpy(fairgrad_weights(gramian.cpu().numpy(), self.alpha))

@@ -39,16 +39,14 @@ of the engine's optimizer (they are not parameters: their update is FAMO's own).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
 from relif_ray.methods.base import LossWeighting
-from relif_ray.methods.registry import register
+from relif_ray.methods.registry import option_in_range, register
 
 EPS = 1e-8
 """Added to every loss before the log (both reference codes)."""
@@ -80,13 +78,8 @@ class FAMO(LossWeighting):
         gradient_source: GradientSource = "parameters",
     ) -> None:
         super().__init__(task_names, seed=seed, gradient_source=gradient_source)
-        for option, value in (("w_lr", w_lr), ("gamma", gamma)):
-            if not (math.isfinite(value) and value >= 0):
-                raise UserError(
-                    f"method.options.{option}: must be a finite number >= 0, got {value}"
-                )
-        self.w_lr = float(w_lr)
-        self.gamma = float(gamma)
+        self.w_lr = option_in_range("w_lr", w_lr, ">= 0")
+        self.gamma = option_in_range("gamma", gamma, ">= 0")
         num_tasks = len(task_names)
         self.register_buffer("logits", torch.zeros(num_tasks))
         self.register_buffer("adam_first", torch.zeros(num_tasks))

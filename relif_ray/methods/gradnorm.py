@@ -43,7 +43,6 @@ import torch
 from torch import Tensor
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
 from relif_ray.methods.base import MTLMethod, StepContext
 from relif_ray.methods.gradients import (
     backward_from_representation,
@@ -52,7 +51,7 @@ from relif_ray.methods.gradients import (
     per_task_gradients,
     representation_gradients,
 )
-from relif_ray.methods.registry import register
+from relif_ray.methods.registry import option_in_range, register
 
 MIN_WEIGHT = 1e-6
 
@@ -86,14 +85,8 @@ class GradNorm(MTLMethod):
         gradient_source: GradientSource = "parameters",
     ) -> None:
         super().__init__(task_names, seed=seed, gradient_source=gradient_source)
-        if not (math.isfinite(alpha) and alpha >= 0):
-            raise UserError(f"method.options.alpha: must be a finite number >= 0, got {alpha}")
-        if not (math.isfinite(weight_lr) and weight_lr > 0):
-            raise UserError(
-                f"method.options.weight_lr: must be a finite number > 0, got {weight_lr}"
-            )
-        self.alpha = float(alpha)
-        self.weight_lr = float(weight_lr)
+        self.alpha = option_in_range("alpha", alpha, ">= 0")
+        self.weight_lr = option_in_range("weight_lr", weight_lr, "> 0")
         num_tasks = len(task_names)
         self.register_buffer("weights", torch.ones(num_tasks))
         self.register_buffer("initial_losses", torch.full((num_tasks,), math.nan))

@@ -3,7 +3,8 @@
 The built-in modules are imported with the package; `methods()` also imports the modules in
 the directories of `RELIF_METHODS_PATH` (`relif_ray.plugins`), so a plug-in method registers
 itself the same way. Every class carries its description (`kind`, `citation`, `requires`,
-`gradient_sources`, `option_defaults()`), which `build_method` checks options against.
+`gradient_sources`, `option_defaults()`), which `build_method` checks options against; a
+method checks the range of its number options with `option_in_range`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import inspect
 import math
 import os
 import sys
+from collections.abc import Callable
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from relif_ray.config import GradientSource
 from relif_ray.errors import UserError, first_line, install_hint
@@ -138,3 +140,24 @@ def check_option(field: str, value: Any, default: Any) -> None:
             raise UserError(f"{field}: must be finite, got {value!r}")
     elif isinstance(default, str) and not isinstance(value, str):
         raise UserError(f"{field}: expected text, got {value!r}")
+
+
+OptionRange = Literal["finite", ">= 0", "> 0", "[0, 1)"]
+OPTION_RANGES: dict[OptionRange, tuple[Callable[[float], bool], str]] = {
+    "finite": (lambda value: True, "finite"),
+    ">= 0": (lambda value: value >= 0, "a finite number >= 0"),
+    "> 0": (lambda value: value > 0, "a finite number > 0"),
+    "[0, 1)": (lambda value: 0 <= value < 1, "a number in [0, 1)"),
+}
+"""The ranges a method's number options take: the rule and how the error says it."""
+
+
+def option_in_range(option: str, value: float, allowed: OptionRange = "finite") -> float:
+    """`value` of `method.options.<option>` as a float, once it is finite and in `allowed`, or
+    a one-line `UserError` naming the option: the range check a method's `__init__` makes of
+    its number options (a method built directly gets it too; `check_option` checks only that a
+    value is of its default's kind)."""
+    holds, wording = OPTION_RANGES[allowed]
+    if not (math.isfinite(value) and holds(value)):
+        raise UserError(f"method.options.{option}: must be {wording}, got {value}")
+    return float(value)

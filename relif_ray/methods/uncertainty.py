@@ -22,15 +22,12 @@ the `init_log_variance` option. The ReLiF term is added to L unweighted.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
 from relif_ray.config import GradientSource
-from relif_ray.errors import UserError
 from relif_ray.methods.base import LossWeighting
-from relif_ray.methods.registry import register
+from relif_ray.methods.registry import option_in_range, register
 
 
 @register
@@ -49,11 +46,8 @@ class Uncertainty(LossWeighting):
         gradient_source: GradientSource = "parameters",
     ) -> None:
         super().__init__(task_names, seed=seed, gradient_source=gradient_source)
-        if not math.isfinite(init_log_variance):
-            raise UserError(
-                f"method.options.init_log_variance: must be finite, got {init_log_variance}"
-            )
-        self.log_variances = nn.Parameter(torch.full((len(task_names),), float(init_log_variance)))
+        init = option_in_range("init_log_variance", init_log_variance)
+        self.log_variances = nn.Parameter(torch.full((len(task_names),), init))
 
     def weighted_loss(self, losses: Tensor) -> tuple[Tensor, Tensor]:
         """L = sum_k 0.5 exp(-s_k) L_k + 0.5 s_k (the module docstring's), and the weights."""

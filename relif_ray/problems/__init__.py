@@ -137,6 +137,11 @@ class WriterOption:
     help: str
 
 
+SEED_OPTION = WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)")
+"""`relif make-data`'s `--seed` of every synthetic writer: each writes the same bytes for the
+same seed."""
+
+
 @dataclass(frozen=True)
 class DataWriter:
     """A synthetic data set in the real on-disk layout: `write(out, *, overwrite, **options)`
@@ -344,6 +349,7 @@ def _cached_problem(dataset: str, root: str, spec: str) -> Problem:
 
 
 __all__ = [
+    "SEED_OPTION",
     "AttributeSource",
     "Batch",
     "Benchmark",

@@ -16,7 +16,14 @@ from relif_ray.data.eicu import (
 from relif_ray.data.synthetic_eicu import write_synthetic_eicu
 from relif_ray.models.architectures import build_clinical_model
 from relif_ray.models.clinical import HeadSpec
-from relif_ray.problems import AttributeSource, Benchmark, DataWriter, Problem, WriterOption
+from relif_ray.problems import (
+    SEED_OPTION,
+    AttributeSource,
+    Benchmark,
+    DataWriter,
+    Problem,
+    WriterOption,
+)
 from relif_ray.problems.mimic3 import DEFAULTS as MIMIC3_DEFAULTS
 from relif_ray.tasks.base import Task
 from relif_ray.tasks.clinical import NUM_LOS_BINS, LengthOfStayTask, MortalityTask
@@ -74,7 +81,7 @@ BENCHMARK = Benchmark(
         help="synthetic ICU stays in the eICU benchmark layout (Sheikhalishahi et al.)",
         options=(
             WriterOption("patients", int, 1000, "number of patients/unit stays (default 1000)"),
-            WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
+            SEED_OPTION,
         ),
     ),
 )

@@ -17,6 +17,7 @@ from relif_ray.data.synthetic_mimic3 import write_synthetic_mimic3
 from relif_ray.models.architectures import build_clinical_model
 from relif_ray.models.clinical import HeadSpec
 from relif_ray.problems import (
+    SEED_OPTION,
     AttributeSource,
     Benchmark,
     DatasetDefaults,
@@ -113,7 +114,7 @@ BENCHMARK = Benchmark(
         help="synthetic ICU stays in the MIMIC-III multitask benchmark layout (Harutyunyan et al.)",
         options=(
             WriterOption("patients", int, 1000, "number of patients (default 1000)"),
-            WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
+            SEED_OPTION,
         ),
     ),
 )

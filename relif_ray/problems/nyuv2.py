@@ -11,6 +11,7 @@ from relif_ray.data.nyuv2 import check_nyuv2, read_nyuv2, train_count
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.models.architectures import build_dense_model
 from relif_ray.problems import (
+    SEED_OPTION,
     Benchmark,
     DatasetDefaults,
     DataWriter,
@@ -94,7 +95,7 @@ BENCHMARK = Benchmark(
             WriterOption("val", int, 654, "number of val examples (default 654)"),
             WriterOption("height", int, 288, "image height in pixels (default 288)"),
             WriterOption("width", int, 384, "image width in pixels (default 384)"),
-            WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
+            SEED_OPTION,
         ),
     ),
     check=check_nyuv2,

@@ -27,6 +27,7 @@ from relif_ray.data.table_spec import TableSpec
 from relif_ray.data.tabular import TableData, load_table, read_groups
 from relif_ray.models.tabular import build_tabular_model
 from relif_ray.problems import (
+    SEED_OPTION,
     AttributeSource,
     Benchmark,
     DatasetDefaults,
@@ -139,7 +140,7 @@ WRITER = DataWriter(
     help="a synthetic table (binary, multiclass and regression outcomes, groups sex and age)",
     options=(
         WriterOption("rows", int, 1000, "number of rows (default 1000)"),
-        WriterOption("seed", int, 0, "random seed; same seed, same bytes (default 0)"),
+        SEED_OPTION,
     ),
 )
 
