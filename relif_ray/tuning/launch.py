@@ -35,6 +35,7 @@ from relif_ray.experiment.record import (
     VAL_WORST,
 )
 from relif_ray.experiment.storage import (
+    Location,
     join,
     location,
     resolved,
@@ -73,7 +74,7 @@ from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_err
 LOGGER = logging.getLogger(__name__)
 
 
-def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
+def write_pareto(experiment_dir: Location, results: tune.ResultGrid) -> str | None:
     """`<experiment>/pareto.csv`: the Pareto set of every Optuna study of the sweep, in the
     columns `relif_ray.sweep.selection.PARETO_COLUMNS` (after the study, each a value its
     trials report: `PARETO_METRICS`)."""
@@ -178,7 +179,7 @@ def concurrency(resources: Resources, options: TuneOptions, trials: int | None) 
 
 
 def reference_order(
-    space: SweepSpace, search: OptunaPlan | None, experiment_dir: str, reference: str | None
+    space: SweepSpace, search: OptunaPlan | None, experiment_dir: Location, reference: str | None
 ) -> TrialOrder:
     """The sweep's `TrialOrder`; with `reference`, that experiment's squash constants are copied
     into this one first, and its seeds wait for nothing. Logs the ERM trials it adds."""
@@ -267,7 +268,8 @@ def run_sweep(
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    experiment_dir = str(join(resolved(storage), name))
+    experiment = join(resolved(storage), name)  # the storage was read once, in the request
+    experiment_dir = str(experiment)
     with stop_signals() as stop, stopping(stop, experiment_dir):
         storage_path = str(resolved(storage))
         connect(resources)
@@ -278,7 +280,7 @@ def run_sweep(
             ending_on_user_error(trainable, metrics=tuple(OBJECTIVES)),
             {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial},
         )
-        experiment_path, store = tune_storage(experiment_dir)
+        experiment_path, store = tune_storage(experiment)
         exists = tune.Tuner.can_restore(experiment_path, store)
         if resume and not exists:
             raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
@@ -296,7 +298,7 @@ def run_sweep(
             GracefulStop(),
         ]
         if resume:
-            for file_name in repair_driver_state(experiment_dir):
+            for file_name in repair_driver_state(experiment):
                 LOGGER.info(
                     "--resume: %s was cut off by the killed driver; put back its full copy",
                     file_name,
@@ -307,7 +309,7 @@ def run_sweep(
         else:
             space, search = request.space, request.search
             assert space is not None, "a new sweep needs its space"
-            order = reference_order(space, search, experiment_dir, request.reference)
+            order = reference_order(space, search, experiment, request.reference)
             shared = replace(
                 space.shared, outputs_at_iterations=tuple(rungs), experiment_dir=experiment_dir
             )
@@ -334,7 +336,7 @@ def run_sweep(
                 ),
                 run_config=tune.RunConfig(
                     name=name,
-                    storage_path=tune_storage(storage_path)[0],
+                    storage_path=tune_storage(resolved(storage))[0],
                     storage_filesystem=store,
                     checkpoint_config=tune.CheckpointConfig(
                         checkpoint_frequency=0,  # CheckpointCadence asks for them
@@ -354,6 +356,6 @@ def run_sweep(
         results = tuner.fit()
         if stop.received:  # Tune stopped gracefully
             raise stopped(experiment_dir, by_signals(stop.received, at_once=False))
-        write_pareto(experiment_dir, results)
+        write_pareto(experiment, results)
     raise_if_errored(results, experiment_dir)
     return experiment_dir
