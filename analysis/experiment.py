@@ -8,7 +8,8 @@ experiment's lock: `relif_ray.experiment.lock`) are listed, never silently dropp
 
 Loading reads each trial's `trial.json` and `scores.parquet` (one arrow conversion for all
 trials: 1,000 trials load in about a second); per-step traces and representations are read
-only when asked for.
+only when asked for. Each seed of a Tune trial that trained several is a trial row of its own
+(`relif_ray.experiment.record`), in the frames and in Tune's per-epoch records alike.
 """
 
 from __future__ import annotations
@@ -40,8 +41,17 @@ from relif_ray.experiment.outputs import (
     check_complete,
     read_outcomes,
     read_representations,
-    read_trial_info,
+    read_trial_record,
     scheduler_snapshot,
+    seed_records,
+)
+from relif_ray.experiment.record import (
+    COMPLETED,
+    TRAINING_ITERATION,
+    FusedTrialRecord,
+    TrialRecord,
+    seed_part,
+    split_metric,
 )
 from relif_ray.experiment.schema import SCORES_FILE, TRACE_FILE, TRIAL_FILE
 from relif_ray.experiment.storage import DamagedFile, Location
@@ -76,6 +86,8 @@ class Experiment:
         asked for; the group audit, `relif_ray.analysis.groups`).
     outputs: trial id -> its outputs folder (a `Path`, or a URI in object storage).
     paths: the experiment directories as loaded.
+    fused: trial id -> (its Tune trial folder, its seed) of each seed of a Tune trial that
+        trained several (`relif_ray.experiment.record.SEEDS`): its own row everywhere.
     """
 
     def __init__(
@@ -85,12 +97,14 @@ class Experiment:
         problems: pd.DataFrame,
         outputs: dict[str, Location],
         paths: list[Location],
+        fused: dict[str, tuple[Location, int]] | None = None,
     ) -> None:
         self.trials = trials
         self.scores = scores
         self.problems = problems
         self.outputs = outputs
         self.paths = paths
+        self.fused = fused or {}
 
     @cached_property
     def traces(self) -> pd.DataFrame:
@@ -114,19 +128,22 @@ class Experiment:
         are said with `SkippedFile` (`_warn_missing_epochs`). Read on first access."""
         frames = []
         for trial, outputs in self.outputs.items():
-            trial_dir = storage.parent(storage.parent(outputs))
+            one_seed = (storage.parent(storage.parent(outputs)), None)
+            trial_dir, seed = self.fused.get(trial, one_seed)
             records = _result_records(trial_dir)
+            if seed is not None:  # one seed of a trial that trained several
+                records = [seed_part(record, seed) for record in records]
             if records:
                 frame = pd.DataFrame.from_records(records).select_dtypes(["number", "bool"])
-                frame = frame.drop_duplicates("training_iteration", keep="last")
-                _warn_missing_epochs(frame["training_iteration"], trial_dir)
+                frame = frame.drop_duplicates(TRAINING_ITERATION, keep="last")
+                _warn_missing_epochs(frame[TRAINING_ITERATION], trial_dir)
                 frame.insert(0, "trial", trial)
                 frames.append(frame)
         if not frames:
             return pd.DataFrame(columns=["trial", "epoch"])
         epochs = pd.concat(frames, ignore_index=True)
         if "epoch" not in epochs.columns:
-            epochs["epoch"] = epochs["training_iteration"]
+            epochs["epoch"] = epochs[TRAINING_ITERATION]
         leading = ["trial", "epoch"]
         return epochs[leading + [c for c in epochs.columns if c not in leading]]
 
@@ -155,6 +172,7 @@ def load(*paths: str | Path) -> Experiment:
     if not paths:
         raise UserError("analysis.load: no experiment directory given")
     rows, tables, problems, outputs, roots = [], [], [], {}, []
+    fused: dict[str, tuple[Location, int]] = {}
     for path in paths:
         root = storage.location(path)
         if storage.file_type(root) != FileType.Directory:
@@ -171,28 +189,24 @@ def load(*paths: str | Path) -> Experiment:
                     problems.append(_problem(trial_dir, files, running))
                 continue
             try:
-                info, scores = _read_trial(
-                    final, outputs_sizes(files, final_outputs_relative(files))
-                )
-                with storage.reading(storage.join(final, TRIAL_FILE)):  # what a row needs
-                    row = _trial_row(info, root, final)
+                sizes = outputs_sizes(files, final_outputs_relative(files))
+                top, seeds = _read_trial(final, sizes, root)
             except (OSError, DamagedFile) as error:
                 if not running and not isinstance(error, DamagedFile):
                     raise
                 problems.append(_unreadable(trial_dir, files, running, error))
                 continue
-            if running and scheduler_snapshot(info, statuses):  # the trial runs on
+            if running and scheduler_snapshot(top, statuses):  # the trial runs on
                 problems.append(_problem(trial_dir, files, running))
                 continue
-            trial = info["trial_id"]
-            if trial in outputs:
-                raise UserError(
-                    f"trial {trial} appears twice: {storage.display(outputs[trial])} and "
-                    f"{storage.display(final)}"
-                )
-            outputs[trial] = final
-            rows.append({**row, "selected": info["label"] in selected})
-            tables.append(scores)
+            for record, folder, scores, row in seeds:
+                if record.trial_id in outputs:
+                    raise _twice(record.trial_id, outputs[record.trial_id], folder)
+                outputs[record.trial_id] = folder
+                if isinstance(top, FusedTrialRecord):
+                    fused[record.trial_id] = (trial_dir, record.seed)
+                rows.append({**row, "selected": record.label in selected})
+                tables.append(scores)
     if not rows and not problems:
         raise UserError(f"no trials found in {', '.join(str(p) for p in paths)}")
     order = _numeric_order(_one_spec(rows))
@@ -206,6 +220,7 @@ def load(*paths: str | Path) -> Experiment:
         problems=pd.DataFrame(problems, columns=["path", "status", "error"]),
         outputs=outputs,
         paths=roots,
+        fused=fused,
     )
 
 
@@ -244,15 +259,30 @@ def _selected_labels(root: Location) -> set[str]:
         return set(table["label"])
 
 
-def _read_trial(final: Location, sizes: dict[str, int]) -> tuple[dict, pa.Table]:
-    """A finished trial's trial.json and scores (`storage.DamagedFile` names a damaged one, or
-    a file its trial.json lists that is not all there: `sizes`, the folder's files as listed,
-    `check_complete`). Its trace and representations are read when asked for: a damaged one
-    is a one-line error then (`Experiment.traces` leaves it out with a warning)."""
-    info = read_trial_info(final)
-    check_complete(final, info, sizes)
-    scores = storage.read_parquet(storage.join(final, SCORES_FILE))
-    return info, scores
+def _read_trial(
+    final: Location, sizes: dict[str, int], root: Location
+) -> tuple[TrialRecord | FusedTrialRecord, list[tuple[TrialRecord, Location, pa.Table, dict]]]:
+    """A finished trial's record (its trial.json) and, for each of its seeds (one, or each of a
+    trial that trained several: `seed_records`), the seed's record, outputs folder, scores and
+    trial row (`storage.DamagedFile` names a damaged file, or a file its trial.json lists that
+    is not all there: `sizes`, the folder's files as listed, `check_complete`). Traces and
+    representations are read when asked for: a damaged one is a one-line error then
+    (`Experiment.traces` leaves it out with a warning)."""
+    top = read_trial_record(final)
+    check_complete(final, top, sizes)
+    seeds = []
+    for record, folder in seed_records(final, top):
+        scores = storage.read_parquet(storage.join(folder, SCORES_FILE))
+        with storage.reading(storage.join(folder, TRIAL_FILE)):  # what a row needs
+            seeds.append((record, folder, scores, _trial_row(record, root, folder)))
+    return top, seeds
+
+
+def _twice(trial: str, first: Location, second: Location) -> UserError:
+    """A trial id found in two outputs folders (two experiment directories with a trial in
+    common)."""
+    shown = f"{storage.display(first)} and {storage.display(second)}"
+    return UserError(f"trial {trial} appears twice: {shown}")
 
 
 def _unreadable(
@@ -350,27 +380,29 @@ def _one_spec(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _trial_row(info: dict, root: Location, final: Location) -> dict:
-    config = info["config"]
+def _trial_row(record: TrialRecord, root: Location, final: Location) -> dict:
+    """One trial row: the record's identity, setting and status, its config, and every metric
+    as `<split>_<metric>` (`split_metric`)."""
+    config = record.config
     use_spec(config["data"])  # a benchmark that a data spec defines: its tasks are the spec's
     relif = config["relif"]
     row = {
-        "trial": info["trial_id"],
-        "label": info["label"],
-        "method": info["method"],
-        "relif": info["relif"],
-        "seed": info["seed"],
+        "trial": record.trial_id,
+        "label": record.label,
+        "method": record.method,
+        "relif": record.relif,
+        "seed": record.seed,
         "dataset": config["data"]["dataset"],
         "architecture": config["model"].get("architecture", HARD_SHARING),
         **setting_values(ReLiFConfig(**relif)),
-        "steps": info["steps"],
-        "status": info.get("status", "completed"),
+        "steps": record.steps,
+        "status": record.status or COMPLETED,
         "experiment": storage.display(root),
         "path": storage.display(final),
         "config": config,
     }
-    for split, metrics in info["metrics"].items():
-        row.update({f"{split}_{name}": value for name, value in metrics.items()})
+    for split, metrics in record.metrics.items():
+        row.update({split_metric(split, name): value for name, value in metrics.items()})
     return row
 
 

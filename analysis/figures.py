@@ -21,6 +21,7 @@ from relif_ray.analysis.fronts import pareto_means, pareto_points
 from relif_ray.analysis.render import display_text
 from relif_ray.analysis.results import Results
 from relif_ray.analysis.verdicts import VerdictSettings
+from relif_ray.experiment.record import EVALUATED, VAL_BIAS, VAL_WORST
 from relif_ray.sweep.labels import recorded_controller_adapts
 
 DELTA_LINE_STYLES = (":", "-.", "--")
@@ -222,15 +223,15 @@ def slug(name: str) -> str:
 
 
 def learning_curves_figure(
-    experiment: Experiment, metrics: Sequence[str] = ("val_worst", "val_bias")
+    experiment: Experiment, metrics: Sequence[str] = (VAL_WORST, VAL_BIAS)
 ) -> Figure:
     """Per-epoch validation results (Tune's per-epoch records, `Experiment.epochs`, of the
     validated epochs): one panel per metric, the mean over seeds per method against the epoch
     with a ± std band. val_bias is the live audit at the sweep's live delta, not the
     held-fixed delta_ref."""
     epochs = experiment.epochs.merge(experiment.trials[["trial", "variant"]], on="trial")
-    if "evaluated" in epochs:  # the validated epochs only (`train.eval_every`)
-        epochs = epochs[epochs["evaluated"].fillna(True).astype(bool)]
+    if EVALUATED in epochs:  # the validated epochs only (`train.eval_every`)
+        epochs = epochs[epochs[EVALUATED].fillna(True).astype(bool)]
     variants = list(dict.fromkeys(experiment.trials["variant"]))
     colors = _colors(variants)
     figure, panels = _figure(4.2 * len(metrics) + 2.5, 3.6, columns=len(metrics))

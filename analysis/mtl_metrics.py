@@ -24,6 +24,7 @@ import pandas as pd
 
 from relif_ray.analysis.audit_scores import erm_partner
 from relif_ray.errors import UserError, last_line
+from relif_ray.experiment.record import VAL_MACRO, split_metric
 from relif_ray.problems import benchmark
 from relif_ray.sweep.selection import hypervolume
 
@@ -273,7 +274,7 @@ def _reported_metrics(group: pd.DataFrame, dataset: str, split: str) -> dict[str
         metric: higher
         for metric, higher in problem.metric_directions.items()
         if metric in averaged
-        and group.get(f"{split}_{metric}", pd.Series(dtype=float)).notna().any()
+        and group.get(split_metric(split, metric), pd.Series(dtype=float)).notna().any()
     }
     return task_metrics(reported, [task.name for task in problem.tasks()])
 
@@ -286,7 +287,7 @@ def _epoch_values(
     epochs: pd.DataFrame | None,
 ) -> np.ndarray:
     """(len(trials), len(metrics)) values of `<split>_<metric>` under the epoch rule."""
-    columns = [f"{split}_{metric}" for metric in metrics]
+    columns = [split_metric(split, metric) for metric in metrics]
     if options.epochs == "final":
         return trials.reindex(columns=columns).to_numpy(dtype=np.float64)
     flag = f"--delta-m-epochs {options.epochs}"
@@ -304,7 +305,7 @@ def _epoch_values(
             raise UserError(f"{flag}: trial {trial} kept no per-epoch {absent[0]}{keep}")
         records = records.dropna(subset=columns).sort_values("epoch")  # the validated epochs
         if options.epochs == "best":
-            chosen = records.loc[[records["val_macro"].idxmax()]]
+            chosen = records.loc[[records[VAL_MACRO].idxmax()]]
         else:
             chosen = records.tail(options.last_k)
         values.append(chosen[columns].to_numpy(dtype=np.float64).mean(axis=0))

@@ -17,6 +17,7 @@ from benchmarks.methods import sgd_step
 from benchmarks.workers import GPU_SIZE, data_root, setting_text, timed_worker, trial_config
 from relif_ray.config import DataConfig, ModelConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
+from relif_ray.experiment.record import CUDA_PEAK_MB
 from relif_ray.models.architectures import ARCHITECTURES, RESNET, build_dense_model
 from relif_ray.problems import load_problem
 from relif_ray.testing.libmtl_reference import LIBMTL_NAMES, libmtl_architecture
@@ -113,7 +114,7 @@ def memory_row(ctx: Context, name: str, options: dict) -> None:
     config = trial_config(ctx, root, "erm", ctx.gpu_rows)
     config["model"].update(architecture=name, architecture_options=options)
     result = timed_worker(ctx, config)
-    peak = "cuda_peak_mb" if ctx.cuda else "peak_rss_mb"
+    peak = CUDA_PEAK_MB if ctx.cuda else "peak_rss_mb"
     where = "torch.cuda.max_memory_allocated" if ctx.cuda else "peak RSS, one process"
     devices = trained_on(ctx, [result["device"]], f"architecture {name}")
     ctx.row(f"peak {'GPU memory' if ctx.cuda else 'RSS'} per trial, architecture {name}",

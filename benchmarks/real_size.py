@@ -13,6 +13,7 @@ import shutil
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from benchmarks.harness import NEEDS_CUDA, NEEDS_GPU, OUT_OF_TIME, Context, Row, trained_on
 from benchmarks.sweep import TIMED_PARTS, real_data
@@ -26,6 +27,8 @@ from benchmarks.workers import (
     trial_config,
     worker_rows,
 )
+from relif_ray.experiment.outputs import read_trial_record, seed_records
+from relif_ray.experiment.record import CUDA_PEAK_MB, TrialRecord, part_seconds
 from relif_ray.experiment.storage import read_json_lines
 
 ISOLATED = "isolated graphed ERM images/s (the packing's reference)"
@@ -111,7 +114,7 @@ def precision_rows(ctx: Context, precision: str, steps: int) -> dict[str, Row]:
         raise RuntimeError(f"benchmarks.fidelity exited {code} without its rows (see the log)")
     records = sorted(out.glob("results/*/*/checkpoint_*/outputs/trial.json"))
     what = f"ReLiF at real size, {precision}"
-    devices = trained_on(ctx, [json.loads(path.read_text())["device"] for path in records], what)
+    devices = trained_on(ctx, [record.device for record in trial_records(records)], what)
     found = {}
     for fields in values:
         row = Row(**{**fields, "group": ""})
@@ -209,22 +212,22 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
     if sampler is not None:
         sampler.stopped.set()
     outputs = sorted(experiment.glob("*/checkpoint_*/outputs/trial.json"))
-    trials = [json.loads(path.read_text()) for path in outputs]
+    trials = trial_records(outputs)
     if code != 0 or len(trials) < per_gpu:
         ctx.row(name, None, "img/s", f"sweeps/nyuv2.py exited {code}; {len(trials)} trial(s) "
                 "finished", result="FAIL")  # fmt: skip
         return None
-    devices = trained_on(ctx, [trial["device"] for trial in trials], name)
-    first, last = min(t["started_at"] for t in trials), max(t["finished_at"] for t in trials)
-    images_per_s = sum(t["steps"] for t in trials) * BATCH_SIZE / (last - first)
+    devices = trained_on(ctx, [trial.device for trial in trials], name)
+    first, last = min(t.started_at for t in trials), max(t.finished_at for t in trials)
+    images_per_s = sum(t.steps for t in trials) * BATCH_SIZE / (last - first)
     results = [read_json_lines(path) for path in sorted(experiment.glob("*/result.json"))]
     epochs = len(results[0])
     ctx.row(name, images_per_s, "img/s",
-            f"{len(trials)} ERM trial(s) x {trials[0]['steps']} steps ({epochs} epochs) of batch "
+            f"{len(trials)} ERM trial(s) x {trials[0].steps} steps ({epochs} epochs) of batch "
             f"{BATCH_SIZE}, with validation, live audit and checkpoints, over the trials' span "
             f"{last - first:.1f} s; the command took {wall:.1f} s (Ray start and shutdown "
             f"included); {devices}")  # fmt: skip
-    peaks = [rows[-1].get("cuda_peak_mb") for rows in results if rows]
+    peaks = [rows[-1].get(CUDA_PEAK_MB) for rows in results if rows]
     shown = [peak for peak in peaks if peak is not None]
     ctx.row(f"peak GPU memory per trial, {per_gpu} trial(s) per GPU",
             max(shown) if shown else None, "MiB", "the largest of the trials' "
@@ -242,14 +245,14 @@ def sweep_throughput(ctx: Context, per_gpu: int, name: str) -> float | None:
 
 
 def time_split_row(
-    ctx: Context, per_gpu: int, trials: list[dict], results: list[list[dict]]
+    ctx: Context, per_gpu: int, trials: list[TrialRecord], results: list[list[dict]]
 ) -> None:
     """Where the packed trials' time went, from what each reported (no extra run): the mean
     seconds per trial of the epochs' timed parts, the rest of the epochs, and what lies outside
     them (set-up: data to the device, model, warm-up; checkpoints; Tune's bookkeeping); the
     value is the train share of a trial's span."""
-    spans = [trial["finished_at"] - trial["started_at"] for trial in trials]
-    parts = {part: [sum(r.get(f"time_{part}_s", 0.0) for r in rows) for rows in results]
+    spans = [trial.finished_at - trial.started_at for trial in trials]
+    parts = {part: [sum(r.get(part_seconds(part), 0.0) for r in rows) for rows in results]
              for part in TIMED_PARTS}  # fmt: skip
     epochs = [sum(r["time_this_iter_s"] for r in rows) for rows in results]
     mean = {part: statistics.fmean(values) for part, values in parts.items()}
@@ -259,3 +262,12 @@ def time_split_row(
     ctx.row(f"train share of a trial's span, {per_gpu} trial(s) per GPU", share, "",
             f"mean seconds per trial over {len(trials)} trial(s) of {len(results[0])} epochs: "
             + ", ".join(f"{name} {value:.2f}" for name, value in mean.items()))  # fmt: skip
+
+
+def trial_records(paths: list[Path]) -> list[TrialRecord]:
+    """The record of each seed of the trials whose trial.json files are `paths`."""
+    return [
+        record
+        for path in paths
+        for record, _ in seed_records(path.parent, read_trial_record(path.parent))
+    ]

@@ -23,6 +23,9 @@ from benchmarks.harness import REPO, Context, trained_on
 from relif_ray.config import ExperimentConfig
 from relif_ray.data.synthetic_nyuv2 import write_synthetic_nyuv2
 from relif_ray.engine import TrainingRun
+from relif_ray.experiment.outputs import read_trial_record
+from relif_ray.experiment.record import DEVICE, TrialRecord, part_seconds
+from relif_ray.experiment.schema import OUTPUTS_DIR
 from relif_ray.experiment.storage import read_json_lines
 from relif_ray.sweep.trial_config import TuneKeys
 from relif_ray.tuning.trainable import ReLiFTrainable
@@ -257,7 +260,8 @@ BREAKDOWN_SIZES = {
 """demo: the demo's data and model; larger: ResNet-50 at 96x128 (on a CPU); real: the paper's
 NYUv2 size (on a GPU); toy: the dry run's and the tests' size."""
 TIMED_PARTS = ("train", "evaluate", "audit")
-"""The parts of an epoch the Trainable times (`relif_ray.tuning.trainable.PhaseTimer`)."""
+"""The parts of an epoch the Trainable times (`relif_ray.experiment.record.TIMED_PARTS`) that
+these trials run (no test pass)."""
 PARTS = (*TIMED_PARTS, "checkpoint", "rest")
 
 
@@ -298,13 +302,13 @@ def epoch_parts(trial_dir: Path, timing_dir: Path) -> list[dict[str, float]]:
     ends = [*starts[1:], spans[-1][1]]  # the next step's start; the final save's end
     epochs = []
     for result, start, end in zip(results, starts, ends, strict=True):
-        parts = {part: result.get(f"time_{part}_s", 0.0) for part in TIMED_PARTS}  # 0: not run
+        parts = {part: result.get(part_seconds(part), 0.0) for part in TIMED_PARTS}  # 0: not run
         saves = [b - a for a, b, phase in spans if phase == "save" and start < a < end]
         parts["checkpoint"] = sum(saves)
         parts["rest"] = end - start - sum(parts.values())
         span = end - start
         epochs.append({**parts, "span": span, "train_share": parts["train"] / span,
-                       "device": result["device"]})  # fmt: skip
+                       "device": result[DEVICE]})  # fmt: skip
     return epochs
 
 
@@ -327,7 +331,9 @@ def before_and_after(trial_dir: Path, workdir: Path) -> dict:
     from relif_ray.tuning.trainable import write_state
 
     checkpoint = max(trial_dir.glob("checkpoint_*"), key=lambda path: path.name)
-    config = json.loads((checkpoint / "outputs" / "trial.json").read_text())["config"]
+    record = read_trial_record(checkpoint / OUTPUTS_DIR)
+    assert isinstance(record, TrialRecord), "a trial of one seed"
+    config = record.config
     run = TrainingRun(ExperimentConfig.from_dict(config))  # the trial's own device rule
     run.load_state_dict(torch.load(checkpoint / "state.pt", weights_only=True))
     written, persisted = workdir / "state.pt", workdir / "persisted.pt"

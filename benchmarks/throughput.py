@@ -24,6 +24,7 @@ from benchmarks.workers import (
     variants,
     worker_rows,
 )
+from relif_ray.experiment.record import CUDA_PEAK_MB
 
 PLAIN_LOOP = "plain fp32 loop"
 """The same model trained by a hand-written fp32 loop (`workers.py --loop plain`)."""
@@ -40,7 +41,7 @@ def variant_rows(ctx: Context, variant: str, erm: dict | None = None) -> dict:
     root = data_root(ctx, ctx.gpu_rows)
     config = trial_config(ctx, root, variant, ctx.gpu_rows)
     result = timed_worker(ctx, config)
-    peak = "cuda_peak_mb" if ctx.gpu_rows else "peak_rss_mb"
+    peak = CUDA_PEAK_MB if ctx.gpu_rows else "peak_rss_mb"
     note = f"{result[peak] / erm[peak]:.2f}x ERM's; " if erm and erm[peak] else ""
     if ctx.gpu_rows:
         worker_rows(ctx, variant, result, setting_text(config, root), note)

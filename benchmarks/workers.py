@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from relif_ray.experiment.record import CUDA_PEAK_MB
+
 if TYPE_CHECKING:
     from benchmarks.harness import Context
 
@@ -149,7 +151,7 @@ def worker_rows(ctx: Context, name: str, result: dict, setting: str, note: str =
                 f"{setting}; NVML every 0.1 s over the {result['steps']} timed steps ({span:.1f} "
                 "s): well below 100% means the GPU waits for host work",
                 result="info" if busy is not None else "no reading")  # fmt: skip
-    peak = result["cuda_peak_mb"]
+    peak = result[CUDA_PEAK_MB]
     ctx.row(f"peak GPU memory per trial, {name}", peak, "MiB",
             f"{note}{setting} (torch.cuda.max_memory_allocated); host peak RSS "
             f"{result['peak_rss_mb']:.0f} MiB", result="info" if peak else "needs a GPU"
@@ -307,7 +309,7 @@ def main() -> None:
         "images_per_s": config.train.batch_size * steps / sum(s for _, s in chunks),
         "step_s": statistics.median(s / count for count, s in chunks),
         "steps": steps, "rss_imports_mb": imports_mb, "peak_rss_mb": peak_rss_mb(),
-        "cuda_peak_mb": torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
+        CUDA_PEAK_MB: torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
         "timed_from": timed_from, "timed_to": timed_to, "device": str(run.device),
         "steps_as": steps_as(run),
     }  # fmt: skip

@@ -652,6 +652,7 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
     from relif_ray.config import ExperimentConfig
     from relif_ray.engine import TrainingRun
     from relif_ray.experiment.outputs import write_trial_outputs
+    from relif_ray.experiment.record import TrialRecord
     from tests.conftest import tiny_config
 
     root = tmp_path / "exp"
@@ -665,19 +666,18 @@ def test_report_on_outputs_of_real_training_runs(nyuv2_dir, tmp_path, capsys):
             run_.train_epoch()
         if label == "erm":
             constants.update(run_.evaluate("val").squash_constants(["depth", "normal"]))
-        info = {
-            "trial_id": f"t{index}",
-            "label": label,
-            "method": "erm",
-            "relif": label == "relif",
-            "seed": 0,
-            "steps": run_.step,
-            "status": "completed",
-            "config": run_.config.to_dict(),
-        }
+        record = TrialRecord(
+            trial_id=f"t{index}",
+            label=label,
+            method="erm",
+            relif=label == "relif",
+            seed=0,
+            steps=run_.step,
+            config=run_.config.to_dict(),
+        )
         write_trial_outputs(
             root / f"trial_{index}" / "checkpoint_000000",
-            info,
+            record,
             {"val": run_.evaluate("val")},
             run_.trace,
         )

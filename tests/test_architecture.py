@@ -11,6 +11,7 @@
   `relif_ray.analysis` (the repository's `analysis/` folder, installed under the project's
   name), and only the command line parses arguments (imports `argparse`);
 - only `relif_ray.experiment.storage` decides whether a location is local (the `"://"` test);
+- only `relif_ray.experiment.record` spells the keys of a trial's results and of its trial.json;
 - one home each for the squash formula and the other audit interfaces (`relif_ray.squash`),
   whether lambda adapts (`ReLiFConfig.controller_adapts`, asked by `relif_ray.sweep.labels`
   and the controller) and the first / last line of an error (`relif_ray.errors`);
@@ -776,3 +777,53 @@ def test_every_launch_is_checked_first_and_takes_the_request_whole():
     body = [node for node in run.body if not isinstance(node, ast.Expr) or node is not run.body[0]]
     assert ast.unparse(body[0]) == "check(request)"
     assert "launch.run_sweep(request)" in ast.unparse(run)
+
+
+RESULT_RECORD_OWNER = "relif_ray/experiment/record.py"
+GENERIC_RECORD_READERS = ("info", "result", "result.metrics", "last_result")
+"""Names that hold a trial's record or a Tune result where the library reads one (the
+benchmarks' worker processes report results of their own under such names)."""
+
+
+def test_only_the_record_module_spells_the_result_and_trial_record_keys():
+    """What a trial reports each epoch and its trial.json are keyed in
+    `relif_ray.experiment.record` alone: no other module of the library, analysis or the
+    benchmarks spells a key of its own (`val_bias`, `train_step`, `time_<part>_s`,
+    `started_at`, ...: names that mean nothing else) or the f-string of a part's seconds, and
+    no module of the library or analysis indexes a record or result by a key it shares with
+    other dicts (`label`, `seed`, `steps`, `status`, ...)."""
+    from relif_ray.experiment import record
+
+    own = {
+        record.EVALUATED,
+        record.TRAIN_STEP,
+        record.VAL_BIAS,
+        record.VAL_VR,
+        record.VAL_WORST,
+        record.VAL_MACRO,
+        record.CUDA_PEAK_MB,
+        record.CHECKPOINT_SECONDS,
+        record.SEED_FOLDERS_KEY,
+        f"{record.SQUASH_CONSTANTS}/",
+        "restored_from_checkpoint",
+        "started_at",
+        "finished_at",
+        *(record.part_seconds(part) for part in record.TIMED_PARTS),
+    }
+    shared = {*record.TRIAL_KEYS, record.EPOCH, record.DONE, record.DEVICE, "status"}
+    files = source_files((*PACKAGES, "benchmarks"))
+    composed = {record.VAL_WORST, record.VAL_MACRO, f"{record.SQUASH_CONSTANTS}/"}  # f-strings
+    parts = {record.part_seconds(part) for part in record.TIMED_PARTS}
+    owned = {key for _, key, _ in keyed_strings(files[RESULT_RECORD_OWNER])}
+    assert owned >= own - composed - parts
+    assert "time_" in {key for _, key, _ in keyed_strings('f"time_{part}_s"\n')}
+    spelled, indexed = [], []
+    for name, text in files.items():
+        if name == RESULT_RECORD_OWNER:
+            continue
+        for line, key, of in keyed_strings(text):
+            if key in own or key == "time_":  # "time_" is f"time_{part}_s"
+                spelled.append(f"{name}:{line} {key}")
+            if key in shared and of in GENERIC_RECORD_READERS and name.startswith(PACKAGES):
+                indexed.append(f"{name}:{line} {of}[{key!r}]")
+    assert spelled == [] and indexed == []

@@ -17,6 +17,16 @@ import numpy as np
 import pytest
 import torch
 
+from relif_ray.experiment.record import TrialRecord, record_text
+
+
+def timed_trial(started_at: float, finished_at: float, steps: int = 16) -> TrialRecord:
+    """A CPU trial's record with its wall-clock span: what the packing rows read of it."""
+    return TrialRecord(
+        trial_id="t", label="erm", method="erm", relif=False, seed=0, steps=steps, config={},
+        device="cpu", started_at=started_at, finished_at=finished_at,
+    )  # fmt: skip
+
 
 @pytest.fixture
 def load():
@@ -306,7 +316,7 @@ def test_the_packing_rows_split_each_trials_span_from_what_the_trials_reported(l
         "time_audit_s": 0.5,
         "time_this_iter_s": 4.0,
     }
-    trials = [{"started_at": 100.0, "finished_at": 110.0}, {"started_at": 0.0, "finished_at": 14.0}]
+    trials = [timed_trial(100.0, 110.0), timed_trial(0.0, 14.0)]
     load("real_size").time_split_row(toy, 2, trials, [[epoch, epoch], [epoch, epoch]])
     (row,) = toy.rows
     assert row.name == "train share of a trial's span, 2 trial(s) per GPU"
@@ -369,8 +379,7 @@ def test_a_packing_whose_trials_trained_on_the_cpu_is_no_gpu_figure(load, tmp_pa
         trial = experiment / f"trial{index}"
         outputs = trial / "checkpoint_000001" / "outputs"
         outputs.mkdir(parents=True)
-        info = {"device": "cpu", "steps": 16, "started_at": 10.0, "finished_at": 18.0 + index}
-        (outputs / "trial.json").write_text(json.dumps(info))
+        (outputs / "trial.json").write_text(record_text(timed_trial(10.0, 18.0 + index)))
         epoch = {"time_train_s": 3.0, "time_evaluate_s": 0.5, "time_audit_s": 0.1,
                  "time_this_iter_s": 4.0}  # fmt: skip
         (trial / "result.json").write_text((json.dumps(epoch) + "\n") * 2)

@@ -20,10 +20,11 @@ from relif_ray.cli.sweep import main
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.experiment.record import UNEVALUATED_METRICS
 from relif_ray.sweep.labels import grid_variants
 from relif_ray.sweep.plan import TuneOptions
 from relif_ray.tuning.integrations import asha_rung_epochs
-from relif_ray.tuning.trainable import UNEVALUATED_METRICS, evaluates_after
+from relif_ray.tuning.trainable import evaluates_after
 from tests.conftest import in_code, tiny_config
 
 EPOCHS = 3

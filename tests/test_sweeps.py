@@ -93,7 +93,7 @@ def _checkpointed_epochs(
     from types import SimpleNamespace
 
     import relif_ray.tuning.launch as launch
-    from relif_ray.tuning.trainable import CHECKPOINT_SECONDS
+    from relif_ray.experiment.record import CHECKPOINT_SECONDS
 
     clock = [100.0]
     monkeypatch.setattr(launch.time, "monotonic", lambda: clock[0])

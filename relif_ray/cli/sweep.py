@@ -39,7 +39,7 @@ from relif_ray.cli.sweep_flags import (
 )
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
-from relif_ray.experiment.storage import display, local_path
+from relif_ray.experiment.storage import display, local_path, parse
 from relif_ray.methods import methods
 from relif_ray.problems import DatasetDefaults, benchmarks, train_examples
 from relif_ray.sweep.compose import compose_config, controller_budget, demo_budget
@@ -174,6 +174,7 @@ def sweep_request(
     if source is not None:
         source.add(parser)
     args = parser.parse_args(argv)
+    args.storage = parse(args.storage, "--storage")  # read once: checks and launch do I/O only
     if args.resume_if_present and not args.resume:
         args.resume = present(args, defaults, CHECKS_SUFFIX if checks else "")
     seeds = seeds_of(args, defaults)
@@ -193,7 +194,7 @@ def present(args: argparse.Namespace, defaults: DatasetDefaults, suffix: str) ->
     """`--resume-if-present`: whether the experiment holds a sweep to continue (then the sweep
     resumes it, as with `--resume`, and says so), else the flags start it."""
     name = experiment_name(args, defaults, suffix)
-    check_storage(args.storage)  # before it is read (the driver's check makes it again)
+    check_storage(args.storage)  # before it is read (the driver's check runs again)
     if not sweep_exists(args.storage, name):
         return False
     LOGGER.info("--resume-if-present: continuing the sweep %s in %s", name, display(args.storage))

@@ -15,6 +15,7 @@ from typing import Any
 
 from relif_ray.cli.parsing import DefaultsHelpFormatter, OneLineParser, comma_list, parse_floats
 from relif_ray.errors import UserError, install_hint
+from relif_ray.experiment.record import SCHEDULER_METRICS, WORST
 from relif_ray.models.architectures import known_architecture
 from relif_ray.problems import DatasetDefaults
 from relif_ray.sweep.labels import PAPER_LABELS, RELIF_LABELS
@@ -23,7 +24,6 @@ from relif_ray.sweep.plan import (
     CONTROLLER_R_STARS,
     GPUS_PER_TRIAL,
     LOGGER_CALLBACKS,
-    SCHEDULER_METRICS,
     STATIC_LAMBDAS,
 )
 from relif_ray.sweep.request import CHECKPOINT_INTERVAL_S
@@ -284,7 +284,7 @@ def add_tune_flags(parser: argparse.ArgumentParser) -> None:
     tune.add_argument(
         "--scheduler-metric",
         choices=list(SCHEDULER_METRICS),
-        default="worst",
+        default=WORST,
         help="what ASHA ranks by: worst, macro (validation, max) or val_bias (min)",
     )
     tune.add_argument("--max-concurrent-trials", type=int, help="at most this many trials at once")

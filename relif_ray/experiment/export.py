@@ -41,7 +41,7 @@ from relif_ray.experiment.layout import (
     trial_folders,
 )
 from relif_ray.experiment.lock import running_sweep
-from relif_ray.experiment.outputs import check_complete, read_trial_info, scheduler_snapshot
+from relif_ray.experiment.outputs import check_complete, read_trial_record, scheduler_snapshot
 
 
 @dataclass(frozen=True)
@@ -128,13 +128,13 @@ def _unfinished(
         return None
     place = storage.join(trial_dir, *outputs.split("/"))
     try:
-        info = read_trial_info(place)
-        check_complete(place, info, outputs_sizes(files, outputs))
+        record = read_trial_record(place)
+        check_complete(place, record, outputs_sizes(files, outputs))
     except storage.DamagedFile as damaged:
         return str(damaged)
     except FileNotFoundError:  # deleted by the running sweep since it was listed
         return f"{storage.display(place)}: deleted while read"
-    if statuses is not None and scheduler_snapshot(info, statuses):
+    if statuses is not None and scheduler_snapshot(record, statuses):
         return f"{storage.display(place)}: a scheduler's snapshot of a running trial"
     return None
 

@@ -127,7 +127,13 @@ def _tune_trial_states(experiment: Location) -> dict[str, dict[str, Any]]:
     place = newest_trial_list(experiment)
     if place is None:
         return {}
-    state = storage.read_json(place)
+    return trial_list_states(place, storage.read_json(place))
+
+
+def trial_list_states(place: Location, state: Any) -> dict[str, dict[str, Any]]:
+    """trial id -> Tune's state of the trial in a trial list read from `place` (its JSON
+    document `state`), so that a reader that holds the file reads it no second time;
+    `storage.DamagedFile` naming `place` if it is not such a list."""
     with storage.reading(place):
         trials = [json.loads(trial) for trial, _ in state["trial_data"]]
         return {str(trial["trial_id"]): trial for trial in trials}

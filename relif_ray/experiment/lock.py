@@ -34,7 +34,7 @@ from pathlib import Path
 
 from relif_ray.errors import UserError
 from relif_ray.experiment.layout import LOCK_FILE
-from relif_ray.experiment.storage import local_path
+from relif_ray.experiment.storage import Location, local_path
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class LockHolder:
 
 
 @contextmanager
-def exclusive_experiment(storage: str, name: str) -> Iterator[None]:
+def exclusive_experiment(storage: Location, name: str) -> Iterator[None]:
     """Hold the lock of `<storage>/<name>` while the block runs (a no-op on object storage).
 
     Raises a one-line UserError when another process holds it. The experiment directory is
@@ -72,7 +72,7 @@ def exclusive_experiment(storage: str, name: str) -> Iterator[None]:
             experiment.rmdir()
 
 
-def prepare_new_experiment(storage: str, name: str, replace: bool) -> None:
+def prepare_new_experiment(storage: Location, name: str, replace: bool) -> None:
     """Refuse to mix a new sweep into an existing experiment; with `replace` (`--demo`) empty
     it instead, keeping the lock file that the caller holds. Call inside
     `exclusive_experiment`, so nothing that another sweep is writing is ever deleted."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 OUTPUTS_DIR = "outputs"
 """The folder of a trial's outputs, inside its final Ray Tune checkpoint."""
 TRIAL_FILE = "trial.json"
+"""The trial's record (its keys: `relif_ray.experiment.record.TrialRecord`)."""
 SCORES_FILE = "scores.parquet"
 REPRESENTATIONS_FILE = "representations.parquet"
 TRACE_FILE = "trace.parquet"
@@ -18,8 +19,3 @@ SCORE_COLUMNS = ["split", "task", "example_id", "score", "valid"]
 """The columns of `scores.parquet` (raw audit scores p_k, per split)."""
 OUTCOME_COLUMNS = ["task", "example_id", "position", "label", "prediction"]
 """The columns of a split's outcomes (`relif_ray.evaluation.EvalResult.outcomes`)."""
-TRIAL_KEYS = ("trial_id", "label", "method", "relif", "seed", "steps", "config", "metrics")
-"""What every trial.json holds (analysis reads them; more keys are descriptive)."""
-FILES_KEY = "files"
-"""trial.json's list of the folder's other files: name -> size in bytes (absent in outputs
-written before it was added: those are taken as complete)."""

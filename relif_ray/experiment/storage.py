@@ -6,6 +6,10 @@ first read (`location`), so a sweep's `--storage` is refused before Ray starts.
 A location is a `Path` (local paths and `file://` URIs) or a URI string (object storage).
 This module is the one place that decides which: `location` (and `local_path`, for the code
 that needs a directory on this machine: the experiment lock, the storage checks, demo data).
+Where the user's text is read, it is read once into a `StorageLocation` (`parse`: the
+filesystem, the path in it, the text passed on and the form shown), which every function
+here takes as it is: a sweep's request carries one, so its checks and its launch enter
+storage for I/O, never to read the same text again.
 A `file://` URI is local everywhere, exactly like the plain path it names.
 Credentials come from the usual places of each store (AWS_* / GOOGLE_* environment variables,
 their config and profile files). An S3-compatible store on another endpoint (MinIO, moto, ...)
@@ -34,6 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
@@ -49,19 +54,68 @@ if TYPE_CHECKING:
     import pandas as pd
 
 T = TypeVar("T")
-Location = str | Path
-"""A local `Path`, or the URI of a location in object storage."""
 _BUCKET_SCHEMES = ("s3", "gs", "gcs")
 SUPPORTED = "a local path, file://, s3:// or gs://"
 """The kinds of storage, as a message names them."""
 _LOCAL = pafs.LocalFileSystem()
 
 
-def location(text: str | Path, what: str = "") -> Location:
+@dataclass(frozen=True)
+class StorageLocation:
+    """A location read once from the user's text (`parse`), so that what follows enters
+    storage for I/O only, never to parse the same text again: the pyarrow filesystem that
+    holds it and its path there, `text` (an absolute local path, or the URI with its query
+    options and without credentials: what the library passes on, to Ray and the trials) and
+    `local` (the local directory; None in object storage). `join` keeps all of it."""
+
+    text: str
+    filesystem: pafs.FileSystem
+    path: str
+    local: Path | None
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def display(self) -> str:
+        """The location as shown to a user (`display`: no query options, no credentials)."""
+        return display(self.local or self.text)
+
+    def join(self, *names: str) -> StorageLocation:
+        """`self / name / ...`, in the same filesystem."""
+        path = "/".join([self.path.rstrip("/"), *names])
+        if self.local is not None:
+            local = self.local.joinpath(*names)
+            return StorageLocation(str(local), self.filesystem, path, local)
+        parts = urlsplit(self.text)
+        text = urlunsplit(parts._replace(path="/".join([parts.path.rstrip("/"), *names])))
+        return StorageLocation(text, self.filesystem, path, None)
+
+
+Location = str | Path | StorageLocation
+"""A local `Path`, the URI of a location in object storage, or either read once
+(`StorageLocation`)."""
+
+
+def parse(text: str | Path | StorageLocation, what: str = "") -> StorageLocation:
+    """The location of a user's path or URI, read once (`location`, made absolute where it is
+    local, and its filesystem: a bucket's is opened here, once): one-line errors as
+    `location`'s, naming `what`."""
+    if isinstance(text, StorageLocation):
+        return text
+    place = location(text, what)
+    local = place.resolve() if isinstance(place, Path) else None
+    store, path = filesystem(local or place)
+    return StorageLocation(str(local or place), store, path, local)
+
+
+def location(text: str | Path | StorageLocation, what: str = "") -> Location:
     """A path or URI as given by a user: `file://` URIs and plain paths become `Path`s; a URI
     of an unsupported scheme, or a bucket URI without a bucket, is a one-line error (`what`:
     the flag or argument that gave it, named first). Credentials in an S3 URI are taken out
     of it (`take_credentials`): the location returned never holds them."""
+    if isinstance(text, StorageLocation):
+        return text
     if isinstance(text, Path) or "://" not in text:
         return Path(text)
     parts = urlsplit(text)
@@ -113,9 +167,11 @@ def redacted(text: str) -> str:
     return _USERINFO.sub(r"\1", text)
 
 
-def local_path(text: str | Path, what: str = "") -> Path | None:
+def local_path(text: str | Path | StorageLocation, what: str = "") -> Path | None:
     """The absolute local directory of a plain path or `file://` URI; None for object storage
     (s3://, gs://), which has no local directory, no locks and no free-space checks."""
+    if isinstance(text, StorageLocation):
+        return text.local
     place = location(text, what)
     return place.resolve() if isinstance(place, Path) else None
 
@@ -136,13 +192,17 @@ def check_writable(text: str | Path, what: str) -> Path | None:
     return path
 
 
-def resolved(text: str | Path) -> Location:
+def resolved(text: str | Path | StorageLocation) -> Location:
     """`location(text)`, made absolute where it is local (a sweep's storage as Ray gets it)."""
+    if isinstance(text, StorageLocation):
+        return text
     return local_path(text) or location(text)
 
 
 def filesystem(place: Location) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem holding `place` and the path of `place` inside it."""
+    if isinstance(place, StorageLocation):
+        return place.filesystem, place.path
     place = location(place)  # any other URI than a bucket's is refused there
     if isinstance(place, Path):
         return _LOCAL, str(place.absolute())
@@ -166,6 +226,8 @@ def _bucket_filesystem(bucket_uri: str) -> pafs.FileSystem:
 
 def join(place: Location, *names: str) -> Location:
     """`place / name / ...`, keeping a URI's query (its filesystem options)."""
+    if isinstance(place, StorageLocation):
+        return place.join(*names)
     if isinstance(place, Path):
         return place.joinpath(*names)
     parts = urlsplit(place)
@@ -175,6 +237,10 @@ def join(place: Location, *names: str) -> Location:
 
 def parent(place: Location) -> Location:
     """The folder holding `place`."""
+    if isinstance(place, StorageLocation):
+        local = place.local.parent if place.local is not None else None
+        text = str(local) if local is not None else str(parent(place.text))
+        return StorageLocation(text, place.filesystem, place.path.rpartition("/")[0], local)
     if isinstance(place, Path):
         return place.parent
     parts = urlsplit(place)
@@ -184,6 +250,8 @@ def parent(place: Location) -> Location:
 def display(place: Location) -> str:
     """The location as shown to a user (a URI without its query options, and without the
     credentials of a URI's `ACCESS_KEY:SECRET_KEY@`, `redacted`)."""
+    if isinstance(place, StorageLocation):
+        return place.display
     if isinstance(place, Path):
         return str(place)
     return urlunsplit(urlsplit(redacted(place))._replace(query=""))
@@ -368,6 +436,8 @@ def writing(place: Location) -> Iterator[None]:
 def write_bytes_atomically(place: Location, data: bytes) -> None:
     """Replace a file as a whole: on a local disk a temporary file beside it renamed over it
     (readers never see half a file), on object storage one PUT."""
+    if isinstance(place, StorageLocation) and place.local is not None:
+        place = place.local
     if isinstance(place, Path):
         partial = place.with_name(f".{place.name}.partial")
         partial.write_bytes(data)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relif_ray.config import ExperimentConfig, TrainConfig
-from relif_ray.directions import tune_mode
 from relif_ray.errors import UserError
+from relif_ray.experiment.record import WORST
 from relif_ray.reference import (
     config_reference_key,
     is_reference,
@@ -121,10 +121,6 @@ class SweepSpace:
     shared: TuneKeys = TuneKeys()
 
 
-SCHEDULER_METRICS = {name: tune_mode(name) for name in ("worst", "macro", "val_bias")}
-"""What `--scheduler asha` may rank trials by, with its mode: validation Worst or Macro
-(higher is better) or the live validation Bias (lower is better)."""
-
 LOGGER_CALLBACKS = {"wandb": "wandb", "mlflow": "mlflow"}
 """`--callbacks` name -> the package Ray's integration needs (the extra of the same name)."""
 
@@ -143,7 +139,7 @@ class TuneOptions:
     """
 
     scheduler: str = "fifo"
-    scheduler_metric: str = "worst"
+    scheduler_metric: str = WORST
     asha_grace_epochs: int = 1
     asha_reduction_factor: float = 3.0
     asha_max_epochs: int | None = None

@@ -37,10 +37,11 @@ from relif_ray.experiment.layout import (
     SQUASH_CONSTANTS_FILE,
     newest_driver_state,
     newest_trial_list,
-    tune_trials,
+    trial_list_states,
 )
 from relif_ray.experiment.storage import (
     DamagedFile,
+    Location,
     check_writable,
     display,
     filesystem,
@@ -126,7 +127,7 @@ def lent_constants(reference: str) -> dict[str, dict[str, list[float]]]:
     return constants
 
 
-def check_storage(storage: str) -> None:
+def check_storage(storage: Location) -> None:
     """`--storage`: a supported kind of storage; a local one a directory we can write into, or
     creatable below its nearest existing parent (`relif_ray.experiment.storage.check_writable`);
     an object store (s3://, gs://) must answer (one request; whether we may write there is left
@@ -144,15 +145,15 @@ def check_storage(storage: str) -> None:
         ) from None
 
 
-def check_resumable(storage: str, name: str) -> None:
+def check_resumable(storage: Location, name: str) -> None:
     """`--resume`: the experiment `<storage>/<name>` must hold a sweep Ray Tune can continue
     (its trial list, `relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), our searcher's
     snapshot must be the JSON we write (a pickle is refused, never loaded; a cut-off one is
     left to `relif_ray.tuning.resume`) and its squash constants readable: all found before
     Ray starts (the storage itself is checked once, when the command reads its flags)."""
     experiment = join(resolved(storage), name)
-    newest = newest_driver_state(experiment)
-    if not sweep_exists(storage, name):
+    newest = newest_driver_state(experiment)  # one listing: what exists, and what to read
+    if not any(fnmatch(file, EXPERIMENT_STATE_FILES) for file in newest):
         raise UserError(
             f"--resume: no sweep to resume at {display(experiment)} (check --storage and --name)"
         )
@@ -163,12 +164,12 @@ def check_resumable(storage: str, name: str) -> None:
                 f"--resume: {display(join(experiment, file))} is not the JSON snapshot of a "
                 "sweep's trial order (a pickle is never loaded); the sweep cannot be resumed"
             )
-        if fnmatch(file, EXPERIMENT_STATE_FILES) and is_json(data):
-            tune_trials(experiment)  # a whole file that is not Tune's trial list is damaged
+        if fnmatch(file, EXPERIMENT_STATE_FILES) and is_json(data):  # not Tune's list: damaged
+            trial_list_states(join(experiment, file), json.loads(data))  # read once, above
     read_squash_constants(experiment)
 
 
-def sweep_exists(storage: str, name: str) -> bool:
+def sweep_exists(storage: Location, name: str) -> bool:
     """Whether `<storage>/<name>` holds a sweep Ray Tune can continue: its trial list
     (`relif_ray.experiment.layout.EXPERIMENT_STATE_FILES`), which Tune writes when the sweep's
     first trial is created."""

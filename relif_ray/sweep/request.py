@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from relif_ray.experiment.storage import StorageLocation, parse
 from relif_ray.problems import DatasetDefaults
 from relif_ray.sweep.plan import OptunaPlan, Resources, SweepSpace, TuneOptions
 from relif_ray.sweep.selection import Selection
@@ -19,7 +20,10 @@ the experiment state at most every 10 s on its own."""
 class SweepRequest:
     """One sweep.
 
-    name, storage: the experiment `<storage>/<name>`; resources: what it may use;
+    name, storage: the experiment `<storage>/<name>`, the storage read once where the request
+        is made (`relif_ray.experiment.storage.parse`; a path or URI given in code is read
+        here), so that the checks and the launch enter storage for I/O only; resources: what
+        it may use;
     space: the trials (None: `resume` continues the experiment as it was planned);
     search: the Optuna studies of `space` (None: a grid or an explicit trial list);
     options: how Tune schedules and logs the trials (None: `TuneOptions()`);
@@ -38,7 +42,7 @@ class SweepRequest:
     """
 
     name: str
-    storage: str
+    storage: StorageLocation
     resources: Resources = Resources()
     space: SweepSpace | None = None
     search: OptunaPlan | None = None
@@ -54,6 +58,9 @@ class SweepRequest:
     keep_checkpoints: int = 2
     checkpoint_every: int = 1
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "storage", parse(self.storage, "--storage"))
 
     @property
     def resume(self) -> bool:

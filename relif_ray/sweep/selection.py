@@ -18,6 +18,16 @@ from pyarrow.fs import FileType
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import PARETO_FILE, SELECTION_FILE
+from relif_ray.experiment.record import (
+    ETA,
+    LABEL,
+    PARETO_METRICS,
+    R_STAR,
+    SEED,
+    VAL_BIAS,
+    VAL_MACRO,
+    VAL_WORST,
+)
 
 
 def non_dominated(bias: np.ndarray, worst: np.ndarray) -> np.ndarray:
@@ -70,30 +80,22 @@ def pareto_front(rows: pd.DataFrame) -> pd.DataFrame:
     study's (val_bias, val_worst) points (`hypervolume`), the same on each row of a study."""
     keep = np.zeros(len(rows), dtype=bool)
     volumes = np.zeros(len(rows), dtype=np.float64)
-    for positions in rows.groupby("study", sort=True).indices.values():
+    for positions in rows.groupby(STUDY, sort=True).indices.values():
         group = rows.iloc[positions]
-        keep[positions] = non_dominated(group["val_bias"], group["val_worst"])
-        volumes[positions] = hypervolume(group["val_bias"], group["val_worst"])
+        keep[positions] = non_dominated(group[VAL_BIAS], group[VAL_WORST])
+        volumes[positions] = hypervolume(group[VAL_BIAS], group[VAL_WORST])
     front = rows.assign(val_hypervolume=volumes)[keep]
-    return front.sort_values(["study", "val_bias"]).reset_index(drop=True)
+    return front.sort_values([STUDY, VAL_BIAS]).reset_index(drop=True)
 
 
-PARETO_COLUMNS = (
-    "study",
-    "label",
-    "seed",
-    "trial_id",
-    "r_star",
-    "eta",
-    "val_bias",
-    "val_worst",
-    "val_macro",
-)
+STUDY = "study"
+"""The column of `pareto.csv` that names a trial's Optuna study (`TuneKeys.study`)."""
+PARETO_COLUMNS = (STUDY, *PARETO_METRICS)
 """The columns of `<experiment>/pareto.csv` (`PARETO_FILE`) of an Optuna sweep, each study's
 Pareto set on validation: the study, then values each trial reports to Tune under the same
 names (`relif_ray.tuning.launch.write_pareto`); the sweep writes `val_hypervolume` after them
 (`pareto_front`). `--select-from` reads them."""
-PARETO_NUMBERS = ("seed", "r_star", "eta", "val_bias", "val_worst", "val_macro")
+PARETO_NUMBERS = (SEED, R_STAR, ETA, VAL_BIAS, VAL_WORST, VAL_MACRO)
 """The columns of `PARETO_COLUMNS` that hold numbers."""
 _TOLERANCE_SLACK = 1e-12
 """Float slack of the tolerance edge: Worst exactly `tolerance` below the best is within it."""
@@ -134,13 +136,13 @@ def select_settings(front: pd.DataFrame, worst_tolerance: float) -> pd.DataFrame
     """
     if not (math.isfinite(worst_tolerance) and worst_tolerance >= 0):
         raise UserError(f"--select-worst-tolerance: must be >= 0, got {worst_tolerance:g}")
-    rows = front.dropna(subset=["val_bias", "val_worst", "r_star", "eta"])
+    rows = front.dropna(subset=[VAL_BIAS, VAL_WORST, R_STAR, ETA])
     chosen = []
-    for _, group in rows.groupby(["label", "seed"], sort=True):
-        floor = group["val_worst"].max() - worst_tolerance
-        near_best = group[group["val_worst"] >= floor - _TOLERANCE_SLACK]
+    for _, group in rows.groupby([LABEL, SEED], sort=True):
+        floor = group[VAL_WORST].max() - worst_tolerance
+        near_best = group[group[VAL_WORST] >= floor - _TOLERANCE_SLACK]
         ranked = near_best.sort_values(
-            ["val_bias", "val_worst", "r_star", "eta"],
+            [VAL_BIAS, VAL_WORST, R_STAR, ETA],
             ascending=[True, False, True, True],
             kind="stable",
         )

@@ -19,6 +19,7 @@ import json
 import tempfile
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,22 @@ import torch
 from relif_ray.config import ExperimentConfig, ReLiFConfig
 from relif_ray.data.mimic3 import NUM_PHENOTYPES
 from relif_ray.evaluation import EvalResult
-from relif_ray.experiment.outputs import write_trial_outputs
-from relif_ray.experiment.schema import FILES_KEY, TRIAL_FILE
+from relif_ray.experiment.outputs import read_trial_record, write_trial_outputs
+from relif_ray.experiment.record import (
+    COMPLETED,
+    MACRO,
+    TRAINING_ITERATION,
+    WORST,
+    EpochResult,
+    TrialRecord,
+    Validation,
+    record_text,
+    split_metric,
+)
+from relif_ray.experiment.schema import OUTPUTS_DIR, TRIAL_FILE
 from relif_ray.relif import STAT_KEYS
 from relif_ray.relif.controller import ViolationController
-from relif_ray.sweep.labels import uses_controller, variant
+from relif_ray.sweep.labels import setting_values, uses_controller, variant
 from relif_ray.sweep.trial_config import apply_overrides
 from relif_ray.tasks.clinical import LOS_BIN_EDGES_HOURS, NUM_LOS_BINS
 
@@ -166,56 +178,63 @@ def _write_trial(
             result.outcomes = _outcomes(dataset, outcome_rng, len(result.example_ids))
             number = STAY_NUMBERS[dataset]
             result.names = [STAY_NAMES[dataset](number + i) for i in result.example_ids]
-    info = {
-        "trial_id": f"{root.name}_{index:05d}",
-        "label": label,
-        "method": config["method"]["name"],
-        "relif": config["relif"]["enabled"],
-        "seed": config["seed"],
-        "steps": trace_steps,
-        "status": "completed",
-        "config": config,
-    }
-    write_trial_outputs(checkpoint, info, results, _trace(tasks, config["relif"], rng, trace_steps))
+    record = TrialRecord(
+        trial_id=f"{root.name}_{index:05d}",
+        label=label,
+        method=config["method"]["name"],
+        relif=config["relif"]["enabled"],
+        seed=config["seed"],
+        steps=trace_steps,
+        config=config,
+        status=COMPLETED,
+    )
+    trace = _trace(tasks, config["relif"], rng, trace_steps)
+    write_trial_outputs(checkpoint, record, results, trace)
 
 
 def rewrite_output(path: Path, frame: pd.DataFrame) -> None:
     """Replace one parquet file of a trial's outputs as the trial would have written it: its
-    trial.json lists the new size (`FILES_KEY`), so the folder still reads as whole."""
+    trial.json lists the new size (`TrialRecord.files`), so the folder still reads as whole."""
     frame.to_parquet(path)
-    record = path.parent / TRIAL_FILE
-    info = json.loads(record.read_text())
-    info[FILES_KEY][path.name] = path.stat().st_size
-    record.write_text(json.dumps(info, indent=2, sort_keys=True))
+    record = read_trial_record(path.parent)
+    assert isinstance(record, TrialRecord)
+    files = {**(record.files or {}), path.name: path.stat().st_size}
+    (path.parent / TRIAL_FILE).write_text(record_text(replace(record, files=files)))
 
 
 def _write_results(
     folder: Path, config: dict[str, Any], rng: np.random.Generator, epochs: int
 ) -> None:
-    """Tune's `result.json` (one JSON line per epoch) shaped like `ReLiFTrainable.step`'s:
-    normalized task scores rise to the final validation ones, the live Bias falls."""
-    info = json.loads((folder / "checkpoint_000000" / "outputs" / "trial.json").read_text())
-    final = info["metrics"]["val"]
+    """Tune's `result.json` (one JSON line per epoch, `ReLiFTrainable.step`'s `EpochResult`
+    and Tune's iteration): normalized task scores rise to the final validation ones, the live
+    Bias falls."""
+    record = read_trial_record(folder / "checkpoint_000000" / OUTPUTS_DIR)
+    assert isinstance(record, TrialRecord)
+    final = record.metrics["val"]
     dataset = config["data"]["dataset"]
     lines = []
     for epoch in range(1, epochs + 1):
         progress = 0.5 + 0.5 * epoch / epochs
         normalized = {t: final[f"{t}_score"] * progress for t in TASKS[dataset]}
         metrics = _metrics(dataset, normalized)
-        record = {f"val_{name}": value for name, value in metrics.items()}
-        record.update(
-            worst=metrics["worst"],
-            macro=metrics["macro"],
+        validation = Validation(
+            metrics={split_metric("val", name): value for name, value in metrics.items()},
+            worst=metrics[WORST],
+            macro=metrics[MACRO],
             val_bias=float(rng.uniform(0.1, 0.2) / progress),
             val_vr=float(rng.uniform(0.3, 0.6) / progress),
+        )
+        result = EpochResult(
+            label=record.label,
+            seed=config["seed"],
             epoch=epoch,
             train_step=epoch * 10,
-            training_iteration=epoch,
             done=epoch == epochs,
-            label=info["label"],
-            seed=config["seed"],
+            device="cpu",
+            validation=validation,
+            settings=setting_values(ReLiFConfig(**config["relif"])),
         )
-        lines.append(json.dumps(record))
+        lines.append(json.dumps({**result.to_tune(), TRAINING_ITERATION: epoch}))
     (folder / "result.json").write_text("\n".join(lines) + "\n")
 
 
@@ -301,7 +320,7 @@ def _metrics(dataset: str, normalized: dict[str, float]) -> dict[str, float]:
         metrics["depth_rmse"] = 1.0 / normalized["depth"] - 1.0
         metrics["normal_angle_mean"] = 180.0 * (1.0 - normalized["normal"])
     values = list(normalized.values())
-    metrics["worst"], metrics["macro"] = float(min(values)), float(np.mean(values))
+    metrics[WORST], metrics[MACRO] = float(min(values)), float(np.mean(values))
     return metrics
 
 

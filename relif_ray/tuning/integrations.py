@@ -21,8 +21,9 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
+from relif_ray.experiment.record import SCHEDULER_METRICS, was_evaluated
 from relif_ray.reference import is_reference
-from relif_ray.sweep.plan import SCHEDULER_METRICS, TuneOptions
+from relif_ray.sweep.plan import TuneOptions
 from relif_ray.sweep.trial_config import experiment_config
 
 ASHA_OPEN_ENDED_EPOCHS = 10_000
@@ -45,7 +46,7 @@ class ReferenceSafeASHA(AsyncHyperBandScheduler):
             super().on_trial_add(tune_controller, trial)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
-        if is_reference_trial(trial) or result.get("evaluated") is False:
+        if is_reference_trial(trial) or not was_evaluated(result):
             return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
 

@@ -25,14 +25,23 @@ from ray.tune.result import SHOULD_CHECKPOINT, TRAINING_ITERATION
 
 from relif_ray.errors import UserError, first_line
 from relif_ray.experiment.layout import PARETO_FILE
+from relif_ray.experiment.record import (
+    CHECKPOINT_SECONDS,
+    OBJECTIVES,
+    PARETO_METRICS,
+    PROGRESS_METRICS,
+    PROGRESS_PARAMETERS,
+    VAL_BIAS,
+    VAL_WORST,
+)
 from relif_ray.experiment.storage import (
+    Location,
     join,
     location,
     resolved,
     write_text,
 )
 from relif_ray.reference import write_squash_constants
-from relif_ray.relif import CONTROLLER_KEYS
 from relif_ray.sweep.exit_status import SweepStopped, by_signals, by_storage
 from relif_ray.sweep.labels import trial_name
 from relif_ray.sweep.plan import (
@@ -45,7 +54,7 @@ from relif_ray.sweep.plan import (
 )
 from relif_ray.sweep.preflight import lent_constants
 from relif_ray.sweep.request import SweepRequest
-from relif_ray.sweep.selection import PARETO_COLUMNS, pareto_front
+from relif_ray.sweep.selection import STUDY, pareto_front
 from relif_ray.sweep.trial_config import TuneKeys, tune_constants
 from relif_ray.tuning.cluster import check_cluster, check_storage_visible, connect
 from relif_ray.tuning.errored_trials import raise_if_errored
@@ -56,41 +65,29 @@ from relif_ray.tuning.integrations import (
 )
 from relif_ray.tuning.order import ReferenceOrder
 from relif_ray.tuning.resume import repair_driver_state
-from relif_ray.tuning.search import OBJECTIVES, StudyGroups
+from relif_ray.tuning.search import StudyGroups
 from relif_ray.tuning.stop import GracefulStop, StopSignals, stop_signals
-from relif_ray.tuning.trainable import CHECKPOINT_SECONDS, ReLiFTrainable
+from relif_ray.tuning.trainable import ReLiFTrainable
 from relif_ray.tuning.tune_storage import keep_credentials_out_of_runtime_env, tune_storage
 from relif_ray.tuning.user_errors import UserErrorsEndTrials, ending_on_user_error
 
 LOGGER = logging.getLogger(__name__)
 
-PROGRESS_PARAMETERS = {"seed": "seed"}
-PROGRESS_METRICS = {
-    "label": "method",
-    "r_star": "r*",
-    "eta": "eta",
-    "train_step": "step",
-    "worst": "Worst",
-    "macro": "Macro",
-    "val_bias": "val Bias",
-    **{key: key for key in CONTROLLER_KEYS},
-}
 
-
-def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
+def write_pareto(experiment_dir: Location, results: tune.ResultGrid) -> str | None:
     """`<experiment>/pareto.csv`: the Pareto set of every Optuna study of the sweep, in the
-    columns `PARETO_COLUMNS` (after the study, each a value its trials report)."""
+    columns `relif_ray.sweep.selection.PARETO_COLUMNS` (after the study, each a value its
+    trials report: `PARETO_METRICS`)."""
     rows = []
     for result in results:
         study = TuneKeys.of(result.config or {}).study
         metrics = result.metrics or {}
-        if study is None or result.error is not None or "val_bias" not in metrics:
+        if study is None or result.error is not None or VAL_BIAS not in metrics:
             continue
-        reported = {column: metrics[column] for column in PARETO_COLUMNS if column != "study"}
-        rows.append({"study": study, **reported})
+        rows.append({STUDY: study, **{key: metrics[key] for key in PARETO_METRICS}})
     if not rows:
         return None
-    table = pd.DataFrame(rows).dropna(subset=["val_bias", "val_worst"])
+    table = pd.DataFrame(rows).dropna(subset=[VAL_BIAS, VAL_WORST])
     path = join(location(experiment_dir), PARETO_FILE)
     write_text(path, pareto_front(table).to_csv(index=False))
     return str(path)
@@ -98,7 +95,7 @@ def write_pareto(experiment_dir: str, results: tune.ResultGrid) -> str | None:
 
 CHECKPOINT_SHARE = 0.05
 """The most of a trial's time its checkpoints may take: a checkpoint that took c seconds
-(written and persisted, `relif_ray.tuning.trainable.CHECKPOINT_SECONDS`) is followed by the
+(written and persisted, `relif_ray.experiment.record.CHECKPOINT_SECONDS`) is followed by the
 next no sooner than c / CHECKPOINT_SHARE seconds later."""
 
 
@@ -182,7 +179,7 @@ def concurrency(resources: Resources, options: TuneOptions, trials: int | None) 
 
 
 def reference_order(
-    space: SweepSpace, search: OptunaPlan | None, experiment_dir: str, reference: str | None
+    space: SweepSpace, search: OptunaPlan | None, experiment_dir: Location, reference: str | None
 ) -> TrialOrder:
     """The sweep's `TrialOrder`; with `reference`, that experiment's squash constants are copied
     into this one first, and its seeds wait for nothing. Logs the ERM trials it adds."""
@@ -271,7 +268,8 @@ def run_sweep(
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's CLIReporter shows our progress columns
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    experiment_dir = str(join(resolved(storage), name))
+    experiment = join(resolved(storage), name)  # the storage was read once, in the request
+    experiment_dir = str(experiment)
     with stop_signals() as stop, stopping(stop, experiment_dir):
         storage_path = str(resolved(storage))
         connect(resources)
@@ -282,7 +280,7 @@ def run_sweep(
             ending_on_user_error(trainable, metrics=tuple(OBJECTIVES)),
             {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial},
         )
-        experiment_path, store = tune_storage(experiment_dir)
+        experiment_path, store = tune_storage(experiment)
         exists = tune.Tuner.can_restore(experiment_path, store)
         if resume and not exists:
             raise UserError(f"--resume: no sweep to resume at {experiment_dir}")
@@ -300,7 +298,7 @@ def run_sweep(
             GracefulStop(),
         ]
         if resume:
-            for file_name in repair_driver_state(experiment_dir):
+            for file_name in repair_driver_state(experiment):
                 LOGGER.info(
                     "--resume: %s was cut off by the killed driver; put back its full copy",
                     file_name,
@@ -311,7 +309,7 @@ def run_sweep(
         else:
             space, search = request.space, request.search
             assert space is not None, "a new sweep needs its space"
-            order = reference_order(space, search, experiment_dir, request.reference)
+            order = reference_order(space, search, experiment, request.reference)
             shared = replace(
                 space.shared, outputs_at_iterations=tuple(rungs), experiment_dir=experiment_dir
             )
@@ -338,7 +336,7 @@ def run_sweep(
                 ),
                 run_config=tune.RunConfig(
                     name=name,
-                    storage_path=tune_storage(storage_path)[0],
+                    storage_path=tune_storage(resolved(storage))[0],
                     storage_filesystem=store,
                     checkpoint_config=tune.CheckpointConfig(
                         checkpoint_frequency=0,  # CheckpointCadence asks for them
@@ -358,6 +356,6 @@ def run_sweep(
         results = tuner.fit()
         if stop.received:  # Tune stopped gracefully
             raise stopped(experiment_dir, by_signals(stop.received, at_once=False))
-        write_pareto(experiment_dir, results)
+        write_pareto(experiment, results)
     raise_if_errored(results, experiment_dir)
     return experiment_dir

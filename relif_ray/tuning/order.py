@@ -35,6 +35,7 @@ from ray.tune.search import Searcher
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import tune_trials
+from relif_ray.experiment.record import reported_constants
 from relif_ray.reference import read_squash_constants, write_squash_constants
 from relif_ray.sweep.trial_config import TuneKeys, with_reference_error
 
@@ -116,7 +117,7 @@ class ReferenceOrder(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         key = self._providers.pop(trial_id, None)
         if key is not None:
-            constants = _reported_constants(result or {})
+            constants = reported_constants(result or {})
             if error or not constants:
                 self._failed[key] = f"the ERM reference trial of seed {key} errored"
             else:
@@ -209,14 +210,3 @@ def _is_of(item: dict[str, Any], config: dict[str, Any]) -> bool:
     """Whether a trial's Tune config is that of `item` (its own part, as JSON stores it)."""
     own = json.loads(json.dumps(item["config"]))
     return all(config.get(key) == value for key, value in own.items())
-
-
-def _reported_constants(result: dict[str, Any]) -> dict[str, list[float]]:
-    """task -> [q10, q90] from a reference trial's last result, which Tune flattens into
-    "squash_constants/<task>" keys before a searcher sees it."""
-    prefix = "squash_constants/"
-    return {
-        key.removeprefix(prefix): [float(value) for value in bounds]
-        for key, bounds in result.items()
-        if key.startswith(prefix)
-    }

@@ -76,7 +76,9 @@ def staging_copies(temp_root: Path, experiment_name: str, file_name: str) -> lis
     return sorted(copies, key=lambda path: path.stat().st_mtime, reverse=True)
 
 
-def repair_driver_state(experiment_dir: str, temp_root: Path | None = None) -> list[str]:
+def repair_driver_state(
+    experiment_dir: storage.Location, temp_root: Path | None = None
+) -> list[str]:
     """Check the driver state that `--resume` reads and put back each file a killed driver cut
     off from its complete staging copy under `temp_root` (default `ray_temp_root()`); return
     the names put back. A cut-off file without a complete copy is a `UserError` (see the

@@ -16,13 +16,11 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from relif_ray.directions import higher_is_better, tune_mode
+from relif_ray.directions import higher_is_better
+from relif_ray.experiment.record import OBJECTIVES
 from relif_ray.sweep.labels import variant
 from relif_ray.sweep.plan import OptunaPlan
 from relif_ray.sweep.trial_config import TrialSpec, tune_trial
-
-OBJECTIVES = {name: tune_mode(name) for name in ("val_bias", "worst")}
-"""Optuna's objectives: live validation Bias (minimized) and validation Worst (maximized)."""
 
 TRIAL_STATES = ("running", "complete", "pruned", "fail")
 """A study trial's states, as its record holds them (Optuna's `TrialState` names)."""

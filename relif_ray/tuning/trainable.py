@@ -31,6 +31,8 @@ Each epoch's result also carries the ReLiF statistics at the epoch's last step
 so TensorBoard, W&B, MLflow and the progress table follow the controller live. A trial
 stopped early by the scheduler (ASHA) writes its outputs, with status "stopped", at the
 checkpoints where it may be stopped (`outputs_at_iterations` of its config).
+What an epoch reports and the final record are typed in `relif_ray.experiment.record`
+(`EpochResult`, `TrialRecord`), which owns their keys.
 """
 
 from __future__ import annotations
@@ -62,6 +64,18 @@ from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
 from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.experiment.record import (
+    COMPLETED,
+    MACRO,
+    STOPPED,
+    TIMED_PARTS,
+    WORST,
+    EpochResult,
+    TrialRecord,
+    Validation,
+    split_metric,
+    tune_result,
+)
 from relif_ray.messages import show_messages
 from relif_ray.reference import (
     config_reference_key,
@@ -76,29 +90,23 @@ from relif_ray.sweep.trial_config import TuneKeys, experiment_config
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
-CHECKPOINT_SECONDS = "time_checkpoint_s"
-"""Result key: the seconds of the trial's last checkpoint (written and persisted; NaN before
-the first), which the checkpoint cadence reads."""
 
 
 class PhaseTimer:
-    """Seconds of the parts of one epoch, as result keys `time_<part>_s`: training steps,
-    validation and the live audit. Each part ends by reading its results on the host (the
-    trace, the metrics, the Bias), so on a GPU its seconds include the device's work."""
+    """Seconds of the parts of one epoch (`relif_ray.experiment.record.TIMED_PARTS`): training
+    steps, validation and the live audit. Each part ends by reading its results on the host
+    (the trace, the metrics, the Bias), so on a GPU its seconds include the device's work."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def __call__(self, part: str) -> Iterator[None]:
+        if part not in TIMED_PARTS:  # a result reports and reads back these parts only
+            raise ValueError(f"not a timed part of an epoch: {part}")
         start = time.perf_counter()
         yield
-        self.seconds[f"time_{part}_s"] = time.perf_counter() - start
-
-
-UNEVALUATED_METRICS = ("worst", "macro", "val_bias", "val_vr")
-"""What an epoch without validation reports, as NaN: the metrics ASHA (`--scheduler-metric`)
-and the Optuna studies read, which Tune requires in every result."""
+        self.seconds[part] = time.perf_counter() - start
 
 
 def evaluates_after(
@@ -298,25 +306,25 @@ class ReLiFTrainable(tune.Trainable):
             self.outputs_at,
         )
         validation = self._validate(timer) if evaluated else self._skip_validation()
-        return {
-            **validation,
-            "evaluated": evaluated,
-            "label": self.label,
-            "seed": self.run.config.seed,
-            **setting_values(self.run.config.relif),
-            **live_controller_state(self.run.trace),
-            **timer.seconds,
-            CHECKPOINT_SECONDS: self.checkpoint_seconds,
-            **self._device_memory(),
-            "device": str(self.run.device),
-            "epoch": self.run.epoch,
-            "train_step": self.run.step,
-            "done": self.run.finished,
-        }
+        result = EpochResult(
+            label=self.label,
+            seed=self.run.config.seed,
+            epoch=self.run.epoch,
+            train_step=self.run.step,
+            done=self.run.finished,
+            device=str(self.run.device),
+            validation=validation,
+            settings=setting_values(self.run.config.relif),
+            controller=live_controller_state(self.run.trace),
+            seconds=timer.seconds,
+            checkpoint_seconds=self.checkpoint_seconds,
+            cuda_peak_mb=self._device_memory(),
+        )
+        return tune_result([result])
 
-    def _validate(self, timer: PhaseTimer) -> dict[str, Any]:
+    def _validate(self, timer: PhaseTimer) -> Validation:
         """This epoch's validation pass and live audit (and test pass, where
-        `train.epoch_test_metrics`): the result's metrics."""
+        `train.epoch_test_metrics`)."""
         with timer("evaluate"):
             self.last_eval = self.run.evaluate("val")
         relif = self.run.config.relif
@@ -325,36 +333,38 @@ class ReLiFTrainable(tune.Trainable):
             audit = live_validation_audit(
                 self.last_eval.scores, self.probability_tasks, self.delta, constants
             )
-        metrics = {f"val_{key}": value for key, value in self.last_eval.metrics.items()}
+        metrics = {split_metric("val", key): value for key, value in self.last_eval.metrics.items()}
         if self.run.config.train.epoch_test_metrics and "test" in self.run.problem.splits:
             with timer("evaluate_test"):
                 self.last_test = self.run.evaluate("test")
-            metrics.update({f"test_{key}": v for key, v in self.last_test.metrics.items()})
-        if self.is_reference and self.run.finished:
-            metrics["squash_constants"] = self.last_eval.squash_constants(self.squashed_tasks)
-        return {
-            **metrics,
-            "worst": self.last_eval.metrics["worst"],
-            "macro": self.last_eval.metrics["macro"],
-            "val_bias": audit.bias if audit else math.nan,
-            "val_vr": audit.vr if audit else math.nan,
-        }
+            metrics.update({split_metric("test", k): v for k, v in self.last_test.metrics.items()})
+        reference = self.is_reference and self.run.finished
+        return Validation(
+            metrics=metrics,
+            worst=self.last_eval.metrics[WORST],
+            macro=self.last_eval.metrics[MACRO],
+            val_bias=audit.bias if audit else math.nan,
+            val_vr=audit.vr if audit else math.nan,
+            squash_constants=(
+                self.last_eval.squash_constants(self.squashed_tasks) if reference else None
+            ),
+        )
 
-    def _skip_validation(self) -> dict[str, float]:
-        """An epoch without validation: the metrics a scheduler or searcher may read are NaN
-        (never the last evaluation's, which would pass for this epoch's), the others absent;
-        outputs written now would be evaluated afresh (`_write_outputs`)."""
+    def _skip_validation(self) -> None:
+        """An epoch without validation: the metrics a scheduler or searcher may read are
+        reported as NaN (`NOT_VALIDATED`; never the last evaluation's, which would pass for
+        this epoch's), the others not at all; outputs written now would be evaluated afresh
+        (`_write_outputs`)."""
         self.last_eval = self.last_test = None
-        return dict.fromkeys(UNEVALUATED_METRICS, math.nan)
 
-    def _device_memory(self) -> dict[str, float]:
+    def _device_memory(self) -> float | None:
         """On CUDA, the trial's peak GPU memory so far (MiB; the caching allocator's count,
         read on the host without waiting for the device): what decides how many trials share
         a GPU (`--gpus-per-trial`)."""
         device = self.run.device
         if device.type != "cuda":
-            return {}
-        return {"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+            return None
+        return torch.cuda.max_memory_allocated(device) / 2**20
 
     def _inject_fault(self) -> None:
         """Train up to `fault_injection_step` and raise, unless this trial was restored from a
@@ -370,8 +380,8 @@ class ReLiFTrainable(tune.Trainable):
     def save(self, checkpoint_dir: str | None = None) -> Any:
         """Tune's save (`save_checkpoint` into a folder on this node, then the checkpoint
         copied into storage), timed: the next result reports its seconds
-        (`CHECKPOINT_SECONDS`), which the checkpoint cadence keeps to a small share of the
-        trial's time (`relif_ray.tuning.launch.CheckpointCadence`).
+        (`relif_ray.experiment.record.CHECKPOINT_SECONDS`), which the checkpoint cadence
+        keeps to a small share of the trial's time (`relif_ray.tuning.launch.CheckpointCadence`).
 
         A save that fails for lack of space (a full disk here or in storage, a quota, a
         file-size limit) fails the trial with `storage.OutOfSpace`, one line that names the file
@@ -433,18 +443,18 @@ class ReLiFTrainable(tune.Trainable):
             if name in self.run.problem.splits
         }
         config = self.run.config
-        info = {
-            "trial_id": self.trial_id,
-            "label": self.label,
-            "method": config.method.name,
-            "relif": config.relif.enabled,
-            "seed": config.seed,
-            "steps": self.run.step,
-            "status": "completed" if self.run.finished else "stopped",
-            "device": str(self.run.device),
-            "restored_from_checkpoint": self.restored,
-            "started_at": self.started_at,
-            "finished_at": time.time(),
-            "config": config.to_dict(),
-        }
-        write_trial_outputs(directory, info, splits, self.run.trace)
+        record = TrialRecord(
+            trial_id=self.trial_id,
+            label=self.label,
+            method=config.method.name,
+            relif=config.relif.enabled,
+            seed=config.seed,
+            steps=self.run.step,
+            config=config.to_dict(),
+            status=COMPLETED if self.run.finished else STOPPED,
+            device=str(self.run.device),
+            restored_from_checkpoint=self.restored,
+            started_at=self.started_at,
+            finished_at=time.time(),
+        )
+        write_trial_outputs(directory, record, splits, self.run.trace)

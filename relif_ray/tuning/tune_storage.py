@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pyarrow.fs as pafs
 
-from relif_ray.experiment.storage import filesystem, local_path
+from relif_ray.experiment.storage import Location, filesystem, local_path
 
 CREDENTIALS_TUNE_COPIES = (
     "AWS_ACCESS_KEY_ID",
@@ -37,7 +37,7 @@ def keep_credentials_out_of_runtime_env() -> None:
     class_cache.ENV_VARS_TO_PROPAGATE.difference_update(CREDENTIALS_TUNE_COPIES)
 
 
-def tune_storage(place: str) -> tuple[str, pafs.FileSystem | None]:
+def tune_storage(place: Location) -> tuple[str, pafs.FileSystem | None]:
     """`place` (a sweep's storage or experiment directory) as Ray Tune takes it: a local path
     as it is (no filesystem); in object storage, the path inside the store and the store's
     filesystem (`relif_ray.experiment.storage.filesystem`, the one our own readers use). Tune
@@ -46,6 +46,6 @@ def tune_storage(place: str) -> tuple[str, pafs.FileSystem | None]:
     takes them from the environment, where a URI's went: `storage.take_credentials`), so
     neither does anything Tune writes; a trial's worker finds them in its own environment."""
     if local_path(place) is not None:
-        return place, None
+        return str(place), None
     store, path = filesystem(place)
     return path, store
