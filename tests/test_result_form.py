@@ -9,8 +9,10 @@ RELIF_WRITE_RESULT_FORM=1).
 
 What differs from run to run is masked, by kind: wall-clock times, seconds, process and host
 names, Tune's random trial ids (each replaced by its trial's label) and the test's folders.
-Every other value is pinned as written: the trained numbers are those of the same CPU, the same
-data and the same seeds.
+So is every float (`<float>`; in the report's text every decimal number, `<x>`): float kernels
+differ across CPUs, and the trained numbers are guarded, within the measured cross-kernel
+drift, by `tests/pinned.py`. Every key, its order, every integer, string and flag, and every
+NaN and None (what an unvalidated epoch reports) is pinned as written.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ VOLATILE_KEYS = {"timestamp", "date", "pid", "hostname", "node_ip", "started_at"
 """Keys whose values differ from run to run: wall clock, process and host."""
 SECONDS_KEY = re.compile(r"^time_\w+_s$|^time_since_restore$")
 """Keys that hold seconds measured while the trial ran (Tune's and the trial's own)."""
+FLOAT_TEXT = re.compile(r"-?(\d+\.\d*|\.\d+)([eE][-+]?\d+)?|-?\d+[eE][-+]?\d+|nan|NaN")
+"""A float written as text (progress.csv's cells)."""
+DECIMAL = re.compile(r"-?\d*\.\d+([eE][-+]?\d+)?|-?\d+[eE][-+]?\d+")
+"""A decimal number inside a report's text."""
 
 
 def sweeps(small_data: Path) -> dict[str, list[str]]:
@@ -65,7 +71,16 @@ def masked(value: Any, key: str = "") -> Any:
         return {name: masked(item, name) for name, item in value.items()}
     if isinstance(value, list):
         return [masked(item) for item in value]
+    if isinstance(value, float):
+        return "<nan>" if math.isnan(value) else "<float>"
+    if isinstance(value, str) and FLOAT_TEXT.fullmatch(value):  # a progress.csv cell
+        return "<nan>" if value.lower() == "nan" else "<float>"
     return value
+
+
+def masked_text(text: str) -> str:
+    """A report file's text with every decimal number masked (`masked`'s floats)."""
+    return DECIMAL.sub("<x>", text)
 
 
 class Renamer:
@@ -123,7 +138,9 @@ def result_form(experiment: Path, report: Path, data: Path) -> dict[str, Any]:
         form["trials"][name] = masked({**record, "trial_id": "<id>"})
     for path in sorted(report.rglob("*")):
         if path.suffix in (".md", ".csv", ".json", ".tex", ".txt"):
-            form["report"][str(path.relative_to(report))] = rename.text(path.read_text())
+            form["report"][str(path.relative_to(report))] = masked_text(
+                rename.text(path.read_text())
+            )
     return form
 
 
