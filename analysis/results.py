@@ -115,7 +115,8 @@ class Results:
         stacked = [self._stacked_gaps(listed) for listed in lists]
         if delta is None:
             values: list[float | None] = [None]
-            requests = [(gaps, [self._induced_thresholds(gaps)]) for gaps in stacked]
+            induced = self.induced.set_index(["trial", "pair"])["induced"]
+            requests = [(gaps, [stratum_thresholds(gaps, induced)]) for gaps in stacked]
         else:
             shown = [d.value for d in self.deltas] + [float(d) for d in self.sensitivity]
             values = list(dict.fromkeys([delta, *shown]))
@@ -140,14 +141,15 @@ class Results:
             {f"{pair}@{t}": values for t in trials for pair, values in gaps[t].gaps.items()}
         )
 
-    def _induced_thresholds(self, stacked: AuditGaps) -> dict[str, float]:
-        """Each stratum's own validation-induced threshold (`induced`)."""
-        induced = self.induced.set_index(["trial", "pair"])["induced"]
-        thresholds = {}
-        for key in stacked.gaps:
-            pair, trial = key.rsplit("@", 1)
-            thresholds[key] = float(induced[trial, pair])
-        return thresholds
+
+def stratum_thresholds(stacked: AuditGaps, induced: pd.Series) -> dict[str, float]:
+    """Each stratum's (`Results._stacked_gaps`: "<pair>@<trial>") own validation-induced
+    threshold, from `induced` indexed by (trial, pair)."""
+    thresholds = {}
+    for key in stacked.gaps:
+        pair, trial = key.rsplit("@", 1)
+        thresholds[key] = float(induced[trial, pair])
+    return thresholds
 
 
 def audit(
