@@ -40,10 +40,8 @@ VOLATILE_KEYS = {"timestamp", "date", "pid", "hostname", "node_ip", "started_at"
 """Keys whose values differ from run to run: wall clock, process and host."""
 SECONDS_KEY = re.compile(r"^time_\w+_s$|^time_since_restore$")
 """Keys that hold seconds measured while the trial ran (Tune's and the trial's own)."""
-FLOAT_TEXT = re.compile(r"-?(\d+\.\d*|\.\d+)([eE][-+]?\d+)?|-?\d+[eE][-+]?\d+|nan|NaN")
-"""A float written as text (progress.csv's cells)."""
 DECIMAL = re.compile(r"-?\d*\.\d+([eE][-+]?\d+)?|-?\d+[eE][-+]?\d+")
-"""A decimal number inside a report's text."""
+"""A decimal number, written as text: a progress.csv cell, or inside a report's text."""
 
 
 def sweeps(small_data: Path) -> dict[str, list[str]]:
@@ -73,8 +71,10 @@ def masked(value: Any, key: str = "") -> Any:
         return [masked(item) for item in value]
     if isinstance(value, float):
         return "<nan>" if math.isnan(value) else "<float>"
-    if isinstance(value, str) and FLOAT_TEXT.fullmatch(value):  # a progress.csv cell
-        return "<nan>" if value.lower() == "nan" else "<float>"
+    if isinstance(value, str) and value.lower() == "nan":  # progress.csv's cells
+        return "<nan>"
+    if isinstance(value, str) and DECIMAL.fullmatch(value):
+        return "<float>"
     return value
 
 
