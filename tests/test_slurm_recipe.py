@@ -227,17 +227,22 @@ def test_a_preempted_job_stops_requeues_and_its_sweep_ends_with_uninterrupted_nu
     pd.testing.assert_frame_equal(stored[trace.columns], trace, check_exact=True)
 
 
+SRUN_STEP = """echo "$*" >> "$SLURM_FAKE_LOG"
+while [[ $# -gt 0 && $1 == -* ]]; do
+    if [[ $1 == -w ]]; then shift; fi
+    shift
+done
+"""
+"""The stand-in sruns' start: log the step, then drop its options (`-w NODE` takes a value)."""
+
 FAST_SLURM = {
     **FAKE_SLURM,
     "srun": """#!/bin/bash
 # srun that logs each step and runs only its `hostname` and `ip` commands: a Ray step fails at
 # once, so the script stops at its first check of the head, before any Ray runs.
-echo "$*" >> "$SLURM_FAKE_LOG"
-while [[ $# -gt 0 && $1 == -* ]]; do
-    if [[ $1 == -w ]]; then shift; fi
-    shift
-done
-if [[ $1 == ray ]]; then exit 1; fi
+"""
+    + SRUN_STEP
+    + """if [[ $1 == ray ]]; then exit 1; fi
 exec "$@"
 """,
     "hostname": """#!/bin/bash
@@ -326,12 +331,9 @@ QUICK_SLURM = {
     "srun": """#!/bin/bash
 # srun that logs each step and runs it here, with stand-ins for Ray: the head listens on its
 # port until it is stopped, a worker waits until it is stopped.
-echo "$*" >> "$SLURM_FAKE_LOG"
-while [[ $# -gt 0 && $1 == -* ]]; do
-    if [[ $1 == -w ]]; then shift; fi
-    shift
-done
-if [[ $1 == ray && " $* " == *" --head "* ]]; then
+"""
+    + SRUN_STEP
+    + """if [[ $1 == ray && " $* " == *" --head "* ]]; then
     port=$(printf '%s\\n' "$@" | sed -n 's/^--port=//p')
     exec "$REAL_PYTHON" -c "import socket, sys, time
 s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)" "$port"
