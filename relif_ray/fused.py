@@ -1,0 +1,606 @@
+"""Several seeds of one setting trained as one stacked model (`train.fused_seeds`).
+
+Why: on a small model a training step is a few hundred tiny kernels, each dispatched by the
+host; S trials of S seeds dispatch S times as many for S times the arithmetic. Trained as one
+model whose every weight has a leading seed dimension, the S seeds share each dispatch
+(HFTA's horizontal fusion, MLSys 2021; PyTorch's ensembling with `torch.func`).
+
+How (`FusedTrainingRun`): one `relif_ray.engine.TrainingRun` per seed, the *members*, built
+exactly as that seed's own trial builds it (model initialisation, method, ReLiF regularizer,
+optimiser, learning-rate schedule, batch order), so that each seed keeps everything that is
+its own: parameters and optimiser state, method state, the ReLiF controller (lambda, the
+violation EMA), its scale buffers and its same-seed ERM squash constants, its data order and
+its dropout stream. A step then
+
+1. gathers every seed's batch (its own permutation of the train split) into one (S, B, ...)
+   batch, and draws each seed's dropout noise from that seed's own generator (the state its
+   unfused run's global generator would have: `DrawnDropout`);
+2. stacks the members' parameters along a new first dimension (`torch.stack`, differentiable:
+   the gradients flow back to each member's own parameters) and runs the forward, the task
+   losses, the audit scores and the ReLiF term of all seeds as one `torch.func.vmap` over
+   `functional_call` of one template model and one template regularizer; the regularizers'
+   buffers are held stacked here during training and updated in place through the vmap;
+3. backpropagates once for all seeds: the seeds' parameters are disjoint, so the gradient of
+   the sum of the seeds' objectives with respect to seed s's parameters is exactly seed s's
+   own gradient. A loss weighting weighs each seed's losses with that seed's method; a
+   gradient aggregation (PCGrad, FairGrad, the TorchJD weightings) takes task k's gradients
+   of every seed in one backward pass of the seeds' task-k losses, then solves each seed's
+   K x K Gramian with that seed's method;
+4. steps each member's own optimiser (and clips its own gradients), then runs each member's
+   method hooks (FAMO's re-evaluation, DWA's epoch end) and learning-rate schedule.
+
+Evaluation, checkpoints and outputs stay per seed: the members' parameters are the live ones,
+so each member evaluates and writes its outputs as an unfused trial would, and a fused
+checkpoint is the list of the members' own states (each with its generator's state as its
+RNG), from which `load_state_dict` continues exactly.
+
+Equality with the unfused trials: the per-seed arithmetic is the same except where the vmap
+batches an op: a seed's matrix products run as one batched product (`torch.bmm`) instead of
+one `addmm` each, whose rounding may differ in the last bits; everything else (elementwise
+ops, the optimisers, the Gramians and their solves, the dropout masks) is the same op on the
+same numbers. `tests/test_fused.py` holds every fusable method to its unfused trials within
+the float tolerance that rounding allows.
+
+What cannot be fused is refused before anything is built (`fusion_refusal`): see its
+docstring for each reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from relif_ray.config import ExperimentConfig
+from relif_ray.engine import TrainingRun, fp32_output
+from relif_ray.errors import UserError
+from relif_ray.methods import methods
+from relif_ray.methods.base import LossWeighting
+from relif_ray.methods.gradients import GradientAggregator, PendingUpdate
+from relif_ray.problems import Problem, load_problem
+from relif_ray.relif.regularizer import STAT_KEYS
+from relif_ray.tasks.base import Batch
+
+LOGGER = logging.getLogger(__name__)
+
+FUSED_DATASETS = ("tabular",)
+"""The benchmarks whose model is fused: the tabular MLP (every tabular preset and table). The
+clinical LSTM (`nn.LSTM` has no vmap rule, and its packed sequences differ in length per seed)
+and NYUv2's ResNet (its BatchNorm statistics and channels-last convolutions) are not yet."""
+
+
+def fusion_refusal(config: ExperimentConfig) -> str | None:
+    """Why `config`'s seeds cannot be trained as one fused trial, completing
+    "train.fused_seeds: ..."; None where they can.
+
+    - the benchmark's model (`FUSED_DATASETS`);
+    - a method that is neither a loss weighting nor a gradient aggregation on the shared
+      parameters (GradNorm and DB-MTL take their per-task passes inside their own backward;
+      the representation gradient source backpropagates through the encoder after a solve);
+    - the fast-path fields that act on one model: torch.compile of the model or of the ReLiF
+      step, bf16 autocast and channels-last layout (a fused forward runs in fp32);
+    - a CUDA device: the dropout masks of an unfused CUDA trial come from its fused dropout
+      kernel's Philox stream, which a fused step cannot reproduce per seed.
+    """
+    if config.data.dataset not in FUSED_DATASETS:
+        return (
+            f"the {config.data.dataset} model is not fused (fused: {', '.join(FUSED_DATASETS)}); "
+            "run its seeds as trials of their own (train.fused_seeds 1)"
+        )
+    method = methods().get(config.method.name)
+    if config.method.gradient_source != "parameters":
+        return "method.gradient_source representation is not fused (use parameters)"
+    if method is None or not issubclass(method, LossWeighting | GradientAggregator):
+        return (
+            f"method {config.method.name} takes its per-task gradients inside its own backward "
+            "and is not fused"
+        )
+    train = config.train
+    for field, value in (
+        ("compile", train.compile),
+        ("compile_relif", train.compile_relif),
+        ("channels_last", train.channels_last),
+    ):
+        if value:
+            return f"train.{field} acts on one model and is not fused (set it to false)"
+    if train.precision != "fp32":
+        return "train.precision bf16 is not fused (a fused forward runs in fp32)"
+    if config.device == "cuda":
+        return "a CUDA trial's dropout masks cannot be reproduced per seed: fused runs on the CPU"
+    return None
+
+
+def check_fusable(configs: Sequence[ExperimentConfig]) -> None:
+    """Refuse, in one line, seeds that cannot be one fused trial: a config `fusion_refusal`
+    refuses, or configs that differ in more than their seed and their same-seed squash
+    constants."""
+    if not configs:
+        raise ValueError("a fused run trains at least one seed")
+    reason = fusion_refusal(configs[0])
+    if reason is not None:
+        raise UserError(f"config field train.fused_seeds: {reason}")
+    first = setting_of(configs[0])
+    for config in configs[1:]:
+        if setting_of(config) != first:
+            raise UserError(
+                "config field train.fused_seeds: the fused seeds' configs differ beyond their "
+                f"seed (seeds {configs[0].seed} and {config.seed})"
+            )
+    seeds = [config.seed for config in configs]
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"config field train.fused_seeds: a seed repeats in {seeds}")
+
+
+def setting_of(config: ExperimentConfig) -> dict:
+    """What the fused seeds must share: the config without its seed and squash constants."""
+    values = config.to_dict()
+    values.pop("seed")
+    values["relif"] = {k: v for k, v in values["relif"].items() if k != "squash_constants"}
+    return values
+
+
+_LINEAR = F.linear
+_BCE_WITH_LOGITS = F.binary_cross_entropy_with_logits
+
+
+@torch.library.custom_op("relif::seedwise_linear", mutates_args=())
+def seedwise_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """`F.linear`; under the fused step's vmap one `F.linear` per seed (`_per_seed`)."""
+    return _LINEAR(x, weight, bias)
+
+
+@torch.library.custom_op("relif::seedwise_bce_with_logits", mutates_args=())
+def seedwise_bce_with_logits(logits: Tensor, target: Tensor, reduction: str) -> Tensor:
+    """`F.binary_cross_entropy_with_logits`; under the fused step's vmap one call per seed."""
+    return _BCE_WITH_LOGITS(logits, target, reduction=reduction)
+
+
+@seedwise_linear.register_fake
+def _linear_shape(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@seedwise_bce_with_logits.register_fake
+def _bce_shape(logits: Tensor, target: Tensor, reduction: str) -> Tensor:
+    return logits.new_empty(logits.shape if reduction == "none" else ())
+
+
+def _per_seed(function: Callable[..., Tensor]) -> Callable:
+    """A vmap rule that calls `function` once per seed on that seed's slices (recorded as
+    such by autograd) and stacks the results: seed s's op, its rounding and its backward are
+    those of its unfused trial. Non-tensor arguments pass as they are."""
+
+    def rule(info, in_dims: tuple, *args: object) -> tuple[Tensor, int]:  # noqa: ANN001
+        def per_seed(value: object, dim: int | None) -> list:
+            if dim is None or not isinstance(value, Tensor):
+                return [value] * info.batch_size
+            return list(value.movedim(dim, 0))
+
+        rows = zip(*(per_seed(v, d) for v, d in zip(args, in_dims, strict=True)))
+        return torch.stack([function(*row) for row in rows]), 0
+
+    return rule
+
+
+seedwise_linear.register_vmap(_per_seed(_LINEAR))
+seedwise_bce_with_logits.register_vmap(
+    _per_seed(lambda logits, target, reduction: _BCE_WITH_LOGITS(logits, target, reduction=reduction))
+)
+
+
+def _bce_with_logits(  # noqa: PLR0913 (F.binary_cross_entropy_with_logits' own signature)
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    if weight is None and pos_weight is None and size_average is None and reduce is None:
+        return seedwise_bce_with_logits(input, target, reduction)
+    return _BCE_WITH_LOGITS(input, target, weight, size_average, reduce, reduction, pos_weight)
+
+
+SEEDWISE_FUNCTIONS: dict[str, Callable] = {
+    "linear": seedwise_linear,
+    "binary_cross_entropy_with_logits": _bce_with_logits,
+}
+"""The `torch.nn.functional` functions that the fused step runs once per seed: vmap's own
+rule batches a matrix product into one `bmm` and decomposes the binary cross-entropy into
+elementwise ops, whose rounding differs in the last bits from the unfused op, and the
+discrete parts of a step (ReLiF's prototype selection and violation count) turn such bits
+into different trajectories. Every other op of the tabular step (elementwise, reductions,
+sorts, the softmax and cross-entropy) is bit for bit the same batched (`tests/test_fused.py`)."""
+
+
+@contextlib.contextmanager
+def seedwise_functions() -> Iterator[None]:
+    """`SEEDWISE_FUNCTIONS` in place of torch's own while the fused forward runs."""
+    originals = {name: getattr(F, name) for name in SEEDWISE_FUNCTIONS}
+    try:
+        for name, function in SEEDWISE_FUNCTIONS.items():
+            setattr(F, name, function)
+        yield
+    finally:
+        for name, function in originals.items():
+            setattr(F, name, function)
+
+
+class DrawnDropout(nn.Module):
+    """Dropout with a mask drawn outside the fused forward (`noise`, already scaled by
+    1 / (1 - p)), identity in evaluation.
+
+    Unfused, `nn.Dropout` on the CPU draws `empty_like(x).bernoulli_(1 - p)`, divides it by
+    1 - p and multiplies: `draw` makes that very mask from a seed's own generator, so each
+    seed's masks are its unfused trial's, bit for bit. `shape` is recorded on a probe forward
+    (`record`), before any draw."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.noise: Tensor | None = None
+        self.shape: torch.Size | None = None
+        self.record = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.record:
+            self.shape = x.shape
+            return x
+        if not self.training or self.p == 0.0:
+            return x
+        return x * self.noise
+
+    def draw(self, generator: torch.Generator, device: torch.device) -> Tensor:
+        """One seed's mask for one forward, from its generator."""
+        noise = torch.empty(self.shape, device=device).bernoulli_(1 - self.p, generator=generator)
+        return noise.div_(1 - self.p)
+
+
+@dataclass
+class FusedStep:
+    """What the fused forward gives for a step: (S, K) task losses, the (S,) terms added
+    after the methods' aggregation (ReLiF and the architecture's own; None: none) and the
+    ReLiF statistics, each (S,)."""
+
+    losses: Tensor
+    extra_loss: Tensor | None
+    stats: dict[str, Tensor]
+
+
+class FusedTrainingRun:
+    """S seeds of one config trained in step as one stacked model; `members[s]` is seed s's
+    own `TrainingRun`, whose parameters, method, optimiser and trace are live."""
+
+    def __init__(self, configs: Sequence[ExperimentConfig], problem: Problem | None = None) -> None:
+        check_fusable(configs)
+        self.problem = problem if problem is not None else load_problem(configs[0].data)
+        self.members: list[TrainingRun] = []
+        self.generators: list[torch.Generator] = []
+        for config in configs:
+            member = TrainingRun(config, self.problem)
+            self.members.append(member)
+            generator = torch.Generator()  # the stream the unfused run's dropout draws from
+            generator.set_state(torch.get_rng_state())
+            self.generators.append(generator)
+        first = self.members[0]
+        self.config = first.config
+        self.device = first.device
+        self.tasks = first.tasks
+        self.task_names = self.problem.task_names
+        self.steps_per_epoch = first.steps_per_epoch
+        self.total_steps = first.total_steps
+        self.template = copy.deepcopy(first.model)
+        self.dropouts = _drawn_dropouts(self.template)
+        self.parameter_names = [name for name, _ in self.template.named_parameters()]
+        self.buffer_names = [name for name, _ in self.template.named_buffers()]
+        self.reg_template = copy.deepcopy(first.regularizer)
+        self.reg_state: dict[str, Tensor] = {}
+        """The members' ReLiF buffers, stacked (S, ...): the live ones during training."""
+        self._stack_regularizer_state()
+        self.is_probability = {task.name: task.score_is_probability for task in self.tasks}
+        self._probe_dropout_shapes()
+        self._pending: list[tuple[FusedStep, list[dict[str, Tensor]], int, list[Tensor]]] = []
+
+    @property
+    def step(self) -> int:
+        return self.members[0].step
+
+    @property
+    def epoch(self) -> int:
+        return self.members[0].epoch
+
+    @property
+    def finished(self) -> bool:
+        return self.members[0].finished
+
+    @property
+    def seeds(self) -> list[int]:
+        return [member.config.seed for member in self.members]
+
+    def train_epoch(self) -> None:
+        """Train every seed until the end of the current epoch (or the step budget)."""
+        end = min((self.epoch + 1) * self.steps_per_epoch, self.total_steps)
+        self.train_steps(end - self.step)
+
+    def train_steps(self, count: int) -> None:
+        for _ in range(max(0, min(count, self.total_steps - self.step))):
+            self._train_step()
+        self._flush_trace()
+
+    def _train_step(self) -> None:
+        index = torch.stack([member._train_index() for member in self.members])
+        batch = self.members[0]._to_device(self.members[0].train_split.batch(index))
+        self.template.train()
+        fused = self.forward(batch)
+        for member in self.members:
+            member.optimizer.zero_grad(set_to_none=True)
+        weights = self._backward(fused)
+        for member in self.members:
+            member._optimizer_step()
+        self._after_step(batch)
+        lrs = [
+            torch.as_tensor(member.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+            for member in self.members
+        ]
+        self._pending.append((fused, weights, self.step, lrs))
+        for member in self.members:
+            member.step += 1
+            if member.step % member.steps_per_epoch == 0:  # a complete epoch ended
+                member.method.end_epoch()
+                if member.lr_scheduler is not None:
+                    member.lr_scheduler.step()
+
+    def forward(self, batch: Batch) -> FusedStep:
+        """Every seed's forward, task losses and ReLiF term on its own rows of `batch`
+        ((S, B, ...) per key), as one vmap; with a graph for the backward."""
+        params = self._stacked([member.model for member in self.members], self.parameter_names)
+        buffers = self._stacked([member.model for member in self.members], self.buffer_names)
+        noise = self._noise()
+        with seedwise_functions():
+            losses, extra, stats = vmap(self._seed_step, randomness="error")(
+                params, buffers, noise, self.reg_state, batch
+            )
+        return FusedStep(losses, extra if self._has_extra else None, stats)
+
+    def _seed_step(
+        self,
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        noise: list[Tensor],
+        reg_state: dict[str, Tensor],
+        batch: Batch,
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """One seed's part of the fused forward (inside the vmap): its unfused
+        `TrainingRun._step_start` up to the backward."""
+        for module, mask in zip(self.dropouts, noise, strict=True):
+            module.noise = mask
+        output = fp32_output(functional_call(self.template, {**params, **buffers}, (batch,)))
+        losses = torch.stack(
+            [task.loss(output.predictions[task.name], batch[task.name]) for task in self.tasks]
+        )
+        extra = output.auxiliary_loss
+        stats: dict[str, Tensor] = {}
+        if self.reg_template is not None:
+            scores = {task.name: task.audit_score(output, batch) for task in self.tasks}
+            relif_loss, stats = functional_call(
+                self.reg_template,
+                reg_state,
+                (scores, output.representation, self.is_probability),
+            )
+            if relif_loss is not None:
+                extra = relif_loss if extra is None else extra + relif_loss
+        self._has_extra = extra is not None  # the same at every step: a fixed choice of config
+        if extra is None:
+            extra = losses.new_zeros(())
+        return losses, extra, stats
+
+    def _backward(self, fused: FusedStep) -> list[dict[str, Tensor]]:
+        """Fill every member's `.grad` as its own method would; each seed's weights."""
+        methods = [member.method for member in self.members]
+        if isinstance(methods[0], GradientAggregator):
+            return self._aggregated_backward(fused)
+        total = None
+        weights = []
+        for seed_index, method in enumerate(methods):
+            seed_total, seed_weights = method.weighted_loss(fused.losses[seed_index])
+            total = seed_total if total is None else total + seed_total
+            weights.append(dict(zip(self.task_names, seed_weights, strict=True)))
+        if fused.extra_loss is not None:
+            total = total + fused.extra_loss.sum()
+        total.backward()
+        return weights
+
+    def _aggregated_backward(self, fused: FusedStep) -> list[dict[str, Tensor]]:
+        """A gradient aggregation for every seed: task k's gradients of all seeds from one
+        backward pass of the seeds' summed task-k losses (`backward_per_task`, fused), the
+        ReLiF term's backward, then each seed's Gramian solved by its own method and its
+        update G^T c written back (`GradientAggregator.update_after_solve`)."""
+        shared = [member.model.shared_parameters() for member in self.members]
+        sizes = [[p.numel() for p in params] for params in shared]
+        num_tasks = len(self.task_names)
+        matrices = [
+            torch.zeros(num_tasks, sum(size), dtype=params[0].dtype, device=params[0].device)
+            for params, size in zip(shared, sizes, strict=True)
+        ]
+        for params in shared:
+            for param in params:
+                param.grad = None
+        keep = fused.extra_loss is not None
+        for row in range(num_tasks):
+            fused.losses[:, row].sum().backward(retain_graph=keep or row < num_tasks - 1)
+            for matrix, params, size in zip(matrices, shared, sizes, strict=True):
+                for chunk, param in zip(matrix[row].split(size), params, strict=True):
+                    if param.grad is not None:
+                        chunk.copy_(param.grad.reshape(-1))
+                        param.grad = None
+        if fused.extra_loss is not None:
+            fused.extra_loss.sum().backward()
+        weights = []
+        for member, matrix, params in zip(self.members, matrices, shared, strict=True):
+            pending = PendingUpdate(matrix, matrix @ matrix.T, list(params))
+            solved = member.method.solve(pending.gramian.cpu()).to(matrix.device)
+            weights.append(member.method.update_after_solve(pending, solved))
+        return weights
+
+    def _after_step(self, batch: Batch) -> None:
+        """Each member's `after_step` hook, with its task losses of the step's batch at the
+        updated parameters: one fused forward without graph, made only if a method asks (as
+        unfused, it draws that seed's dropout masks again)."""
+        updated: list[Tensor] = []
+
+        def losses_of(seed_index: int) -> Callable[[], dict[str, Tensor]]:
+            def batch_losses() -> dict[str, Tensor]:
+                if not updated:
+                    with torch.no_grad():
+                        updated.append(self.forward_losses(batch))
+                return dict(zip(self.task_names, updated[0][seed_index], strict=True))
+
+            return batch_losses
+
+        for seed_index, member in enumerate(self.members):
+            member.method.after_step(losses_of(seed_index))
+
+    def forward_losses(self, batch: Batch) -> Tensor:
+        """(S, K) task losses of every seed's rows of `batch`, without the ReLiF term."""
+        params = self._stacked([member.model for member in self.members], self.parameter_names)
+        buffers = self._stacked([member.model for member in self.members], self.buffer_names)
+        noise = self._noise()
+
+        def seed_losses(params: dict, buffers: dict, noise: list, batch: Batch) -> Tensor:
+            for module, mask in zip(self.dropouts, noise, strict=True):
+                module.noise = mask
+            output = fp32_output(functional_call(self.template, {**params, **buffers}, (batch,)))
+            return torch.stack(
+                [task.loss(output.predictions[task.name], batch[task.name]) for task in self.tasks]
+            )
+
+        with seedwise_functions():
+            return vmap(seed_losses, randomness="error")(params, buffers, noise, batch)
+
+    def _stacked(self, modules: list[nn.Module], names: list[str]) -> dict[str, Tensor]:
+        """The members' tensors `names`, each stacked along a new first dimension."""
+        return {
+            name: torch.stack([_tensor_of(module, name) for module in modules]) for name in names
+        }
+
+    def _noise(self) -> list[Tensor]:
+        """Each dropout's masks for one train-mode forward, (S, ...), seed s's from its own
+        generator (nothing is drawn for p = 0 or in evaluation, as unfused)."""
+        masks = []
+        for module in self.dropouts:
+            if module.p == 0.0 or not self.template.training:
+                masks.append(torch.zeros(len(self.members), 0))
+                continue
+            masks.append(
+                torch.stack([module.draw(g, self.device) for g in self.generators])
+            )
+        return masks
+
+    def _probe_dropout_shapes(self) -> None:
+        """Record each dropout's input shape on one seed's first batch (no draw)."""
+        member = self.members[0]
+        batch = member._to_device(member.train_split.batch(member._train_index()))
+        for module in self.dropouts:
+            module.record = True
+        with torch.no_grad():
+            functional_call(self.template, dict(member.model.named_parameters()), (batch,))
+        for module in self.dropouts:
+            module.record = False
+
+    def _stack_regularizer_state(self) -> None:
+        """The members' ReLiF buffers stacked (the live ones while training)."""
+        if self.reg_template is None:
+            return
+        regularizers = [member.regularizer for member in self.members]
+        names = [name for name, _ in self.reg_template.named_buffers()]
+        self.reg_state = {
+            name: torch.stack([_tensor_of(reg, name).detach() for reg in regularizers])
+            for name in names
+        }
+
+    def _sync_regularizers(self) -> None:
+        """Copy the stacked ReLiF buffers back into each member's regularizer."""
+        for seed_index, member in enumerate(self.members):
+            if member.regularizer is None:
+                return
+            for name, stacked in self.reg_state.items():
+                _tensor_of(member.regularizer, name).copy_(stacked[seed_index])
+
+    def _flush_trace(self) -> None:
+        """Each step's stacked rows into every member's trace (one host read per call)."""
+        for fused, weights, step, lrs in self._pending:
+            losses = fused.losses.detach().tolist()
+            stats = {key: value.tolist() for key, value in fused.stats.items()}
+            for seed_index, member in enumerate(self.members):
+                row = {
+                    f"loss_{name}": value
+                    for name, value in zip(self.task_names, losses[seed_index], strict=True)
+                }
+                row.update(
+                    {f"weight_{name}": float(w) for name, w in weights[seed_index].items()}
+                )
+                row.update({key: stats[key][seed_index] for key in STAT_KEYS if key in stats})
+                row["step"] = float(step)
+                row["lr"] = float(lrs[seed_index])
+                member.trace.append(row)
+        self._pending.clear()
+
+    def state_dict(self) -> dict:
+        """Each member's own state (as its unfused trial's), with its generator's state as
+        its RNG."""
+        self._flush_trace()
+        self._sync_regularizers()
+        states = []
+        for member, generator in zip(self.members, self.generators, strict=True):
+            state = member.state_dict()
+            state["torch_rng"] = generator.get_state()
+            states.append(state)
+        return {"seeds": self.seeds, "members": states}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`'s."""
+        if list(state["seeds"]) != self.seeds:
+            raise UserError(
+                f"checkpoint: it holds seeds {list(state['seeds'])}, this trial {self.seeds}"
+            )
+        rng = torch.get_rng_state()
+        for member, generator, member_state in zip(
+            self.members, self.generators, state["members"], strict=True
+        ):
+            member.load_state_dict(member_state)
+            generator.set_state(member_state["torch_rng"])
+        torch.set_rng_state(rng)
+        self._stack_regularizer_state()
+        self._pending.clear()
+
+
+def _tensor_of(module: nn.Module, name: str) -> Tensor:
+    """The parameter or buffer `name` (dotted) of `module`."""
+    owner, _, attribute = name.rpartition(".")
+    return getattr(module.get_submodule(owner) if owner else module, attribute)
+
+
+def _drawn_dropouts(model: nn.Module) -> list[DrawnDropout]:
+    """Replace every `nn.Dropout` of `model` (in place) with a `DrawnDropout`, in forward
+    (registration) order; a module with dropout of its own is refused."""
+    drawn = []
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.Dropout):
+            replacement = DrawnDropout(module.p)
+            owner, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(owner) if owner else model, attribute, replacement)
+            drawn.append(replacement)
+        elif getattr(module, "dropout", 0) and not isinstance(module, DrawnDropout):
+            raise UserError(
+                f"config field train.fused_seeds: {type(module).__name__} draws its own "
+                "dropout and is not fused"
+            )
+    return drawn
