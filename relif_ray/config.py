@@ -194,6 +194,14 @@ class TrainConfig:
 
     What `relif report --delta-m-epochs best` and `last:K` read, as NYUv2 tables average the
     last epochs (Nash-MTL, FAMO) or take the best validation epoch (LibMTL). Costs a test pass."""
+    fused_seeds: int = 1
+    """Seeds trained together as one stacked model in one sweep trial (`relif_ray.fused`).
+
+    Each seed keeps its own parameters, optimiser, method and ReLiF state, data order and
+    dropout stream, and its numbers are its own trial's bit for bit on the CPU; it is still
+    its own row in the results. A sweep's seeds are split into trials of this many (the last
+    may hold fewer). 1: a trial per seed. Fused: the tabular benchmarks, with loss weightings
+    and gradient aggregations, on the CPU, in grid sweeps without ASHA."""
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:
@@ -205,6 +213,7 @@ class TrainConfig:
         _positive("train.batch_size", self.batch_size)
         _positive("train.eval_batch_size", self.eval_batch_size)
         _positive("train.eval_every", self.eval_every)
+        _positive("train.fused_seeds", self.fused_seeds)
         _positive("train.lr", self.lr)
         if self.weight_decay < 0:
             raise UserError(

@@ -183,7 +183,7 @@ def _per_seed(function: Callable[..., Tensor]) -> Callable:
                 return [value] * info.batch_size
             return list(value.movedim(dim, 0))
 
-        rows = zip(*(per_seed(v, d) for v, d in zip(args, in_dims, strict=True)))
+        rows = zip(*(per_seed(v, d) for v, d in zip(args, in_dims, strict=True)), strict=True)
         return torch.stack([function(*row) for row in rows]), 0
 
     return rule
@@ -191,7 +191,9 @@ def _per_seed(function: Callable[..., Tensor]) -> Callable:
 
 seedwise_linear.register_vmap(_per_seed(_LINEAR))
 seedwise_bce_with_logits.register_vmap(
-    _per_seed(lambda logits, target, reduction: _BCE_WITH_LOGITS(logits, target, reduction=reduction))
+    _per_seed(
+        lambda logits, target, reduction: _BCE_WITH_LOGITS(logits, target, reduction=reduction)
+    )  # noqa: E501
 )
 
 
@@ -299,8 +301,17 @@ class FusedTrainingRun:
         self.total_steps = first.total_steps
         self.template = copy.deepcopy(first.model)
         self.dropouts = _drawn_dropouts(self.template)
-        self.parameter_names = [name for name, _ in self.template.named_parameters()]
-        self.buffer_names = [name for name, _ in self.template.named_buffers()]
+        models = [member.model for member in self.members]
+        self._parameters = {
+            name: [_tensor_of(model, name) for model in models]
+            for name, _ in self.template.named_parameters()
+        }
+        """name -> each member's own parameter (the same objects for the whole run: the
+        optimisers and `load_state_dict` write into them)."""
+        self._buffers = {
+            name: [_tensor_of(model, name) for model in models]
+            for name, _ in self.template.named_buffers()
+        }
         self.reg_template = copy.deepcopy(first.regularizer)
         self.reg_state: dict[str, Tensor] = {}
         """The members' ReLiF buffers, stacked (S, ...): the live ones during training."""
@@ -361,8 +372,7 @@ class FusedTrainingRun:
     def forward(self, batch: Batch) -> FusedStep:
         """Every seed's forward, task losses and ReLiF term on its own rows of `batch`
         ((S, B, ...) per key), as one vmap; with a graph for the backward."""
-        params = self._stacked([member.model for member in self.members], self.parameter_names)
-        buffers = self._stacked([member.model for member in self.members], self.buffer_names)
+        params, buffers = self._stacked_model()
         noise = self._noise()
         with seedwise_functions():
             losses, extra, stats = vmap(self._seed_step, randomness="error")(
@@ -470,8 +480,7 @@ class FusedTrainingRun:
 
     def forward_losses(self, batch: Batch) -> Tensor:
         """(S, K) task losses of every seed's rows of `batch`, without the ReLiF term."""
-        params = self._stacked([member.model for member in self.members], self.parameter_names)
-        buffers = self._stacked([member.model for member in self.members], self.buffer_names)
+        params, buffers = self._stacked_model()
         noise = self._noise()
 
         def seed_losses(params: dict, buffers: dict, noise: list, batch: Batch) -> Tensor:
@@ -485,11 +494,14 @@ class FusedTrainingRun:
         with seedwise_functions():
             return vmap(seed_losses, randomness="error")(params, buffers, noise, batch)
 
-    def _stacked(self, modules: list[nn.Module], names: list[str]) -> dict[str, Tensor]:
-        """The members' tensors `names`, each stacked along a new first dimension."""
-        return {
-            name: torch.stack([_tensor_of(module, name) for module in modules]) for name in names
-        }
+    def _stacked_model(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """The members' parameters and buffers, each stacked along a new first dimension
+        (the parameters differentiably: gradients reach each member's own)."""
+
+        def stacked(tensors: dict[str, list[Tensor]]) -> dict[str, Tensor]:
+            return {name: torch.stack(values) for name, values in tensors.items()}
+
+        return stacked(self._parameters), stacked(self._buffers)
 
     def _noise(self) -> list[Tensor]:
         """Each dropout's masks for one train-mode forward, (S, ...), seed s's from its own
@@ -499,9 +511,7 @@ class FusedTrainingRun:
             if module.p == 0.0 or not self.template.training:
                 masks.append(torch.zeros(len(self.members), 0))
                 continue
-            masks.append(
-                torch.stack([module.draw(g, self.device) for g in self.generators])
-            )
+            masks.append(torch.stack([module.draw(g, self.device) for g in self.generators]))
         return masks
 
     def _probe_dropout_shapes(self) -> None:
@@ -544,9 +554,7 @@ class FusedTrainingRun:
                     f"loss_{name}": value
                     for name, value in zip(self.task_names, losses[seed_index], strict=True)
                 }
-                row.update(
-                    {f"weight_{name}": float(w) for name, w in weights[seed_index].items()}
-                )
+                row.update({f"weight_{name}": float(w) for name, w in weights[seed_index].items()})
                 row.update({key: stats[key][seed_index] for key in STAT_KEYS if key in stats})
                 row["step"] = float(step)
                 row["lr"] = float(lrs[seed_index])

@@ -441,6 +441,7 @@ def flag_fields(args: argparse.Namespace) -> dict[str, Any]:
         "train.precision": args.precision,
         "train.channels_last": args.channels_last,
         "train.compile": args.compile,
+        "train.fused_seeds": args.fused_seeds,
         "relif.warmup_steps": args.warmup_steps,
     }
     fields = {field: value for field, value in given.items() if value is not None}

@@ -90,6 +90,13 @@ def add_data_flags(
         f"demo: {demo['seeds']})",
     )
     data.add_argument(
+        "--fused-seeds",
+        type=int,
+        help="train this many seeds of each setting as one stacked model in one trial, each "
+        "seed still its own row and its own numbers (train.fused_seeds; default 1: a trial "
+        "per seed; tabular benchmarks, grid sweeps without ASHA)",
+    )
+    data.add_argument(
         "--epochs",
         type=int,
         help=f"epochs per trial (default: {defaults.epochs}; demo: "

@@ -245,6 +245,19 @@ def reported_constants(result: Mapping[str, Any]) -> dict[str, list[float]]:
     }
 
 
+def reported_seed_constants(result: Mapping[str, Any], seed: int) -> dict[str, list[float]]:
+    """`reported_constants` of one seed of a trial of several (`tune_result`), nested or
+    flattened as Tune hands it to a searcher (`seeds/<seed>/squash_constants/<task>`)."""
+    nested = result.get(SEEDS)
+    if isinstance(nested, Mapping):
+        return reported_constants(nested.get(str(seed), {}))
+    prefix = f"{SEEDS}/{seed}/"
+    own = {
+        key.removeprefix(prefix): value for key, value in result.items() if key.startswith(prefix)
+    }
+    return reported_constants(own)
+
+
 def was_evaluated(result: Mapping[str, Any]) -> bool:
     """Whether a Tune result is of an epoch that validated (a result without the key, of an
     older trial, counts as validated)."""

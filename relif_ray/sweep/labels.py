@@ -227,12 +227,14 @@ def variant_name(label: str, settings: Mapping[str, float]) -> str:
 def trial_name(tune_config: dict[str, Any]) -> str:
     """A short, file-name-safe name of a trial: label, its identifying settings
     (`identifying_settings`), its architecture where it is not hard sharing, seed; e.g.
-    `relif_r0.24_eta0.001_seed0`, `relif-static_lam0.3_seed1`, `erm_mtan_seed0`."""
+    `relif_r0.24_eta0.001_seed0`, `relif-static_lam0.3_seed1`, `erm_mtan_seed0`; a trial of
+    fused seeds names its first and last (`erm_seeds0-9`)."""
     config = experiment_config(tune_config)
     settings = identifying_settings(config.relif)
     parts = [str(TuneKeys.of(tune_config).label).replace("+", "_")]
     parts += [f"{SETTING_FIELDS[field][1]}{value:g}" for field, value in settings.items()]
     if config.model.architecture != HARD_SHARING:
         parts.append(config.model.architecture)
-    parts.append(f"seed{config.seed}")
+    seeds = TuneKeys.of(tune_config).fused_seeds
+    parts.append(f"seeds{seeds[0]}-{seeds[-1]}" if seeds else f"seed{config.seed}")
     return "_".join(parts)

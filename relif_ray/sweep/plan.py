@@ -12,7 +12,7 @@ reference trials before the ReLiF trials that train on their squash constants).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from relif_ray.config import ExperimentConfig, TrainConfig
@@ -160,9 +160,19 @@ def param_space(
     base: ExperimentConfig, variants: list[dict], seeds: list[int], delta: float
 ) -> SweepSpace:
     """The grid: every variant crossed with every seed (variant-major), each setting checked
-    first (`trial_space`)."""
-    trials = [TrialSpec.of(item, seed) for item in variants for seed in seeds]
+    first (`trial_space`); with `train.fused_seeds` S > 1, each variant's seeds in trials of
+    S (`fused_chunks`)."""
+    trials = [
+        TrialSpec.of(item, chunk[0], fused_seeds=chunk if len(chunk) > 1 else ())
+        for item in variants
+        for chunk in fused_chunks(seeds, base.train.fused_seeds)
+    ]
     return trial_space(base, trials, delta)
+
+
+def fused_chunks(seeds: list[int], size: int) -> list[tuple[int, ...]]:
+    """`seeds` in consecutive trials of `size` seeds (the last may hold fewer)."""
+    return [tuple(seeds[start : start + size]) for start in range(0, len(seeds), size)]
 
 
 def selected_trials(
@@ -277,17 +287,22 @@ def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -
     (`--reference`). A key whose waiting trials have no ERM trial in the sweep gets one added."""
     trials = [] if search is not None else list(space.trials)
     trials.sort(key=lambda trial: trial.seed)  # stable: the sweep's order within a seed
-    providers, plain, waiting, needed = {}, [], [], {}
+    providers, provided, plain, waiting, needed = {}, set(), [], [], {}
     for trial in trials:
-        config = trial.config(space.base)
-        key = config_reference_key(config)
+        configs = trial.seed_configs(space.base)
+        keys = [config_reference_key(config) for config in configs]
+        config = configs[0]
         entry = {"config": trial, "needs": None, "provides": None}
-        if waits_for_reference(config) and key not in ready:
-            waiting.append({**entry, "needs": key})
-            needed[key] = (config.seed, config.model.architecture)
-        elif is_reference(config) and key not in providers and key not in ready:
-            providers[key] = {**entry, "provides": key}
-            needed.setdefault(key, (config.seed, config.model.architecture))
+        if waits_for_reference(config) and any(key not in ready for key in keys):
+            waiting.append({**entry, "needs": reference_keys(keys)})
+            needed.update(
+                {key: (c.seed, c.model.architecture) for key, c in zip(keys, configs, strict=True)}
+            )
+        elif is_reference(config) and not provided & set(keys) and keys[0] not in ready:
+            providers[keys[0]] = {**entry, "provides": reference_keys(keys)}
+            provided.update(keys)
+            for key, seed_config in zip(keys, configs, strict=True):
+                needed.setdefault(key, (seed_config.seed, seed_config.model.architecture))
         else:
             plain.append(entry)
     studies_wait, study_keys = False, {}
@@ -298,14 +313,38 @@ def trial_order(space: SweepSpace, search: OptunaPlan | None, ready: set[str]) -
         study_keys = {seed: reference_key(seed, architecture) for seed in search.seeds}
         if studies_wait:
             needed.update({study_keys[s]: (s, architecture) for s in search.seeds})
-    missing = [key for key in needed if key not in providers and key not in ready]
+    missing = [key for key in needed if key not in provided and key not in ready]
     added = tuple(sorted(missing, key=lambda key: needed[key][0]))
-    for key in added:
-        providers[key] = {"config": reference_trial(space, *needed[key]), "needs": None}
-        providers[key]["provides"] = key
+    for keys, trial in added_references(space, [(key, *needed[key]) for key in added]):
+        providers[keys[0]] = {"config": trial, "needs": None, "provides": reference_keys(keys)}
     by_seed = sorted(providers, key=lambda key: needed[key][0])  # stable: sweep order
     items = [providers[key] for key in by_seed] + plain + waiting
     return TrialOrder(items, studies_wait, study_keys, added)
+
+
+def reference_keys(keys: list[str]) -> str | list[str]:
+    """An item's "needs" or "provides": a trial of one seed's key, a fused trial's list."""
+    return keys[0] if len(keys) == 1 else list(keys)
+
+
+def added_references(
+    space: SweepSpace, missing: list[tuple[str, int, str]]
+) -> list[tuple[list[str], TrialSpec]]:
+    """The ERM reference trials a sweep adds for the (key, seed, architecture) it lacks: one
+    per seed, or with `train.fused_seeds` one per architecture's chunk of seeds."""
+    size = space.base.train.fused_seeds
+    by_architecture: dict[str, list[tuple[str, int]]] = {}
+    for key, seed, architecture in missing:
+        by_architecture.setdefault(architecture, []).append((key, seed))
+    added = []
+    for architecture, entries in by_architecture.items():
+        for start in range(0, len(entries), size):
+            chunk = entries[start : start + size]
+            trial = reference_trial(space, chunk[0][1], architecture)
+            if len(chunk) > 1:
+                trial = replace(trial, fused_seeds=tuple(seed for _, seed in chunk))
+            added.append(([key for key, _ in chunk], trial))
+    return added
 
 
 def reference_trial(space: SweepSpace, seed: int, architecture: str) -> TrialSpec:

@@ -50,6 +50,7 @@ from relif_ray.experiment.storage import (
     read_bytes,
     resolved,
 )
+from relif_ray.fused import fusion_refusal
 from relif_ray.methods import build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import benchmark, checked_model, use_spec
@@ -61,6 +62,8 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
     built: set[str] = set()
     for config in configs:
         use_spec(config.data)
+        if config.train.fused_seeds > 1 and (reason := fusion_refusal(config)) is not None:
+            raise UserError(f"--fused-seeds: {reason}")
         described = benchmark(config.data.dataset, "config field data.dataset")
         check_squash_gradient(config, described.squashed_tasks)
         method = config.method
@@ -81,6 +84,25 @@ def check_trial_configs(configs: list[ExperimentConfig]) -> None:
                 warnings.filterwarnings("ignore", ".*copying from a non-meta parameter")
                 model = checked_model(described.model, config.model)
             check_gradient_source(model, method.gradient_source)
+
+
+def check_fused_sweep(base: ExperimentConfig, scheduler: str, per_seed_settings: bool) -> None:
+    """`train.fused_seeds` > 1 in a sweep that acts on one seed at a time is refused in one
+    line: ASHA stops a trial (all its seeds) on their mean; Optuna's studies and
+    `--select-from` give each seed settings of its own. The trials' configs are checked by
+    `check_trial_configs` (`relif_ray.fused.fusion_refusal`)."""
+    if base.train.fused_seeds == 1:
+        return
+    if scheduler == "asha":
+        raise UserError(
+            "--fused-seeds: ASHA stops trials per seed setting; fused seeds would be stopped "
+            "together (use --fused-seeds 1 or --scheduler fifo)"
+        )
+    if per_seed_settings:
+        raise UserError(
+            "--fused-seeds: --search optuna and --select-from give each seed settings of its "
+            "own, so its seeds are not one setting (use --fused-seeds 1)"
+        )
 
 
 def check_squash_gradient(config: ExperimentConfig, squashed_tasks: frozenset[str]) -> None:

@@ -37,6 +37,8 @@ class TuneKeys:
         where it may be stopped: `relif_ray.tuning.integrations`);
     experiment_dir: the experiment, where the squash constants live;
     reference_error: why the ERM reference the trial waits for errored (it then fails at set-up).
+    fused_seeds: the seeds of a trial that trains several as one model (`train.fused_seeds`),
+        its config's seed first; empty for a trial of one seed.
     """
 
     label: str | None = None
@@ -48,11 +50,13 @@ class TuneKeys:
     outputs_at_iterations: tuple[int, ...] = ()
     experiment_dir: str | None = None
     reference_error: str | None = None
+    fused_seeds: tuple[int, ...] = ()
 
     def tune(self) -> dict[str, Any]:
         """The keys as Tune holds them: those set, in this order (a tuple as a list)."""
         values = {key.name: getattr(self, key.name) for key in fields(self)}
         values["outputs_at_iterations"] = list(self.outputs_at_iterations) or None
+        values["fused_seeds"] = list(self.fused_seeds) or None
         return {key: value for key, value in values.items() if value is not None}
 
     @classmethod
@@ -60,7 +64,13 @@ class TuneKeys:
         """The keys of a (flat) Tune config; those it lacks are not set."""
         values = {key.name: tune_config.get(key.name) for key in fields(cls)}
         values["outputs_at_iterations"] = tuple(values["outputs_at_iterations"] or ())
+        values["fused_seeds"] = tuple(values["fused_seeds"] or ())
         return cls(**values)
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The seeds the trial trains: its fused seeds, else its one seed."""
+        return self.fused_seeds or (() if self.seed is None else (self.seed,))
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,8 @@ class TrialSpec:
     """One trial of a sweep before Tune: its label, seed and the variant's overrides (dotted
     ExperimentConfig fields, `relif_ray.sweep.labels.variant`) of the sweep's base config.
 
-    study, fault_injection_step: its own Tune-only keys (`TuneKeys`).
+    study, fault_injection_step, fused_seeds: its own Tune-only keys (`TuneKeys`); with
+    fused_seeds, `seed` is the first of them.
     """
 
     label: str
@@ -76,6 +87,16 @@ class TrialSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     study: str | None = None
     fault_injection_step: int | None = None
+    fused_seeds: tuple[int, ...] = ()
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The seeds the trial trains (`TuneKeys.seeds`)."""
+        return self.fused_seeds or (self.seed,)
+
+    def seed_configs(self, base: ExperimentConfig) -> list[ExperimentConfig]:
+        """The config of each seed the trial trains, in its order."""
+        return seed_configs(self.config(base), self.fused_seeds)
 
     @classmethod
     def of(cls, item: dict[str, Any], seed: int, **keys: Any) -> TrialSpec:
@@ -85,6 +106,13 @@ class TrialSpec:
     def config(self, base: ExperimentConfig) -> ExperimentConfig:
         """The validated ExperimentConfig this trial runs: `base` with its overrides and seed."""
         return with_fields(base, {**self.overrides, "seed": self.seed})
+
+
+def seed_configs(config: ExperimentConfig, fused_seeds: tuple[int, ...]) -> list[ExperimentConfig]:
+    """The configs of a trial's seeds: `config` itself, or one per fused seed."""
+    if not fused_seeds:
+        return [config]
+    return [with_fields(config, {"seed": seed}) for seed in fused_seeds]
 
 
 def with_fields(config: ExperimentConfig, fields: dict[str, Any]) -> ExperimentConfig:
@@ -120,7 +148,11 @@ def tune_constants(
 def tune_trial(trial: TrialSpec) -> dict[str, Any]:
     """A trial's own part of its Tune config: label, seed, the variant's overrides and its
     Tune-only keys."""
-    own = TuneKeys(study=trial.study, fault_injection_step=trial.fault_injection_step)
+    own = TuneKeys(
+        study=trial.study,
+        fault_injection_step=trial.fault_injection_step,
+        fused_seeds=trial.fused_seeds,
+    )
     return {**TuneKeys(trial.label, trial.seed).tune(), **trial.overrides, **own.tune()}
 
 

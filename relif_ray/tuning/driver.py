@@ -19,7 +19,13 @@ from pathlib import Path
 
 from relif_ray.experiment.lock import exclusive_experiment, prepare_new_experiment
 from relif_ray.problems import DatasetDefaults, benchmark, use_spec
-from relif_ray.sweep.preflight import check_data, check_resumable, check_storage, lent_constants
+from relif_ray.sweep.preflight import (
+    check_data,
+    check_fused_sweep,
+    check_resumable,
+    check_storage,
+    lent_constants,
+)
 from relif_ray.sweep.request import SweepRequest
 from relif_ray.sweep.selection import record_selection
 from relif_ray.tuning import launch
@@ -44,6 +50,9 @@ def check(request: SweepRequest) -> None:
             lent_constants(request.reference)  # run_sweep copies them into the experiment
         if request.space is not None:
             use_spec(request.space.base.data)
+            per_seed = request.search is not None or request.selection is not None
+            scheduler = request.options.scheduler if request.options else "fifo"
+            check_fused_sweep(request.space.base, scheduler, per_seed)
         if not request.writes_demo_data and request.prepare_data is None:
             check_data(request.space.base.data.dataset, request.data_root)
 

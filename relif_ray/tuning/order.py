@@ -35,7 +35,7 @@ from ray.tune.search import Searcher
 from relif_ray.errors import UserError
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import tune_trials
-from relif_ray.experiment.record import reported_constants
+from relif_ray.experiment.record import reported_constants, reported_seed_constants
 from relif_ray.reference import read_squash_constants, write_squash_constants
 from relif_ray.sweep.trial_config import TuneKeys, with_reference_error
 
@@ -51,7 +51,7 @@ class ReferenceOrder(Searcher):
         "needs": reference key or None,
         "provides": reference key or None}; "provides" marks the ERM reference trial of that
         key (`relif_ray.reference.reference_key`: the seed, with the architecture where it is
-        not hard sharing).
+        not hard sharing). A trial of fused seeds needs or provides a list, a key per seed.
     experiment_dir: where the driver writes `squash_constants.json` (constants already there,
         e.g. copied from `--reference`, count as ready).
     studies_need_reference: whether the studies' (ReLiF) trials depend on the reference.
@@ -97,7 +97,7 @@ class ReferenceOrder(Searcher):
             if needs is None or self._settled(needs):
                 del self._pending[index]
                 if item.get("provides") is not None:
-                    self._providers[trial_id] = str(item["provides"])
+                    self._providers[trial_id] = _provided(item)
                 return self._with_reference_error(dict(item["config"]), needs)
         studies_done = True
         if self._studies is not None:
@@ -115,24 +115,24 @@ class ReferenceOrder(Searcher):
         return Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        key = self._providers.pop(trial_id, None)
-        if key is not None:
-            constants = reported_constants(result or {})
-            if error or not constants:
-                self._failed[key] = f"the ERM reference trial of seed {key} errored"
-            else:
-                self._ready[key] = constants
-                write_squash_constants(self._experiment_dir, self._ready)
+        provided = self._providers.pop(trial_id, None)
+        if provided is not None:
+            for key, constants in provided_constants(provided, result or {}).items():
+                if error or not constants:
+                    self._failed[key] = f"the ERM reference trial of seed {key} errored"
+                else:
+                    self._ready[key] = constants
+            write_squash_constants(self._experiment_dir, self._ready)
         if self._studies is not None:
             self._studies.on_trial_complete(trial_id, result, error)
 
-    def _settled(self, key: str) -> bool:
-        return str(key) in self._ready or str(key) in self._failed
+    def _settled(self, needs: str | list[str]) -> bool:
+        return all(str(key) in self._ready or str(key) in self._failed for key in _keys(needs))
 
-    def _with_reference_error(self, config: dict, needs: str | None) -> dict:
+    def _with_reference_error(self, config: dict, needs: str | list[str] | None) -> dict:
         """`config`, with the reason its reference errored where it depends on one that did."""
-        reason = self._failed.get(str(needs)) if needs is not None else None
-        return config if reason is None else with_reference_error(config, reason)
+        reasons = [self._failed[str(key)] for key in _keys(needs) if str(key) in self._failed]
+        return config if not reasons else with_reference_error(config, reasons[0])
 
     def save(self, checkpoint_path: str) -> None:
         """Tune's experiment-state snapshot of the order and of the Optuna studies, as JSON (a
@@ -169,17 +169,44 @@ class ReferenceOrder(Searcher):
         self._pending, self._providers = [], {}
         for item in self._items:
             trial_id = next((t for t, config in unclaimed.items() if _is_of(item, config)), None)
-            key = item.get("provides")
-            waited_for = key is not None and str(key) not in self._ready
-            if trial_id is None and (key is None or waited_for):
+            provides = item.get("provides")
+            waited_for = any(str(key) not in self._ready for key in _keys(provides))
+            if trial_id is None and (provides is None or waited_for):
                 self._pending.append(item)
             elif trial_id is not None:
                 del unclaimed[trial_id]
                 if waited_for:
-                    self._providers[trial_id] = str(key)
-        awaited = set(self._providers.values())
+                    self._providers[trial_id] = _provided(item)
+        awaited = {key for provided in self._providers.values() for key, _ in provided}
         self._failed = {key: why for key, why in state["failed"].items() if key not in awaited}
         self._awaiting_restore = False
+
+
+def _keys(needs: str | list[str] | None) -> list[str]:
+    """The reference keys of an item's "needs" or "provides" (a fused trial's: a list)."""
+    if needs is None:
+        return []
+    return [str(key) for key in needs] if isinstance(needs, list) else [str(needs)]
+
+
+def _provided(item: dict[str, Any]) -> list[tuple[str, int | None]]:
+    """(key, seed) of each reference an item provides: a trial of one seed's key (seed None:
+    its constants are at the top of its result), a fused trial's key per seed."""
+    provides = item["provides"]
+    if not isinstance(provides, list):
+        return [(str(provides), None)]
+    seeds = TuneKeys.of(item["config"]).seeds
+    return [(str(key), seed) for key, seed in zip(provides, seeds, strict=True)]
+
+
+def provided_constants(
+    provided: list[tuple[str, int | None]], result: dict[str, Any]
+) -> dict[str, dict[str, list[float]]]:
+    """key -> the constants a finished reference trial reports for it (`_provided`)."""
+    return {
+        key: reported_constants(result) if seed is None else reported_seed_constants(result, seed)
+        for key, seed in provided
+    }
 
 
 def read_snapshot(path: str) -> dict[str, Any]:

@@ -32,7 +32,10 @@ so TensorBoard, W&B, MLflow and the progress table follow the controller live. A
 stopped early by the scheduler (ASHA) writes its outputs, with status "stopped", at the
 checkpoints where it may be stopped (`outputs_at_iterations` of its config).
 What an epoch reports and the final record are typed in `relif_ray.experiment.record`
-(`EpochResult`, `TrialRecord`), which owns their keys.
+(`EpochResult`, `TrialRecord`), which owns their keys. A trial of fused seeds
+(`train.fused_seeds`, `relif_ray.fused`) trains them as one model and reports, validates,
+checkpoints and writes outputs for each seed as above (each seed's training seconds: its
+share of the fused epoch's).
 """
 
 from __future__ import annotations
@@ -61,9 +64,10 @@ from relif_ray.audit import AuditResult, fixed_delta_audit
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
+from relif_ray.evaluation import EvalResult
 from relif_ray.experiment import storage
 from relif_ray.experiment.layout import SQUASH_CONSTANTS_FILE
-from relif_ray.experiment.outputs import write_trial_outputs
+from relif_ray.experiment.outputs import SeedOutputs, write_fused_outputs, write_trial_outputs
 from relif_ray.experiment.record import (
     COMPLETED,
     MACRO,
@@ -73,9 +77,11 @@ from relif_ray.experiment.record import (
     EpochResult,
     TrialRecord,
     Validation,
+    seed_row_id,
     split_metric,
     tune_result,
 )
+from relif_ray.fused import FusedTrainingRun
 from relif_ray.messages import show_messages
 from relif_ray.reference import (
     config_reference_key,
@@ -86,7 +92,7 @@ from relif_ray.reference import (
 from relif_ray.relif import STAT_KEYS
 from relif_ray.squash import squash, squash_bounds
 from relif_ray.sweep.labels import setting_values
-from relif_ray.sweep.trial_config import TuneKeys, experiment_config
+from relif_ray.sweep.trial_config import TuneKeys, experiment_config, seed_configs
 
 STATE_FILE = "state.pt"
 EVAL_SPLITS = ("val", "test")
@@ -281,13 +287,21 @@ class ReLiFTrainable(tune.Trainable):
         self.started_at = time.time()  # this process's start (wall clock), kept in trial.json
         if keys.reference_error:
             raise UserError(f"not started: {keys.reference_error}")
-        run_config = with_reference_constants(experiment_config(config), keys.experiment_dir)
-        self.run = TrainingRun(run_config)
+        configs = [
+            with_reference_constants(seed_config, keys.experiment_dir)
+            for seed_config in seed_configs(experiment_config(config), keys.fused_seeds)
+        ]
+        self.trainer = FusedTrainingRun(configs) if keys.fused_seeds else TrainingRun(configs[0])
+        """What trains: the one seed's run, or the fused run of several (`relif_ray.fused`)."""
+        self.runs = self.trainer.members if keys.fused_seeds else [self.trainer]
+        """Each seed's own run (live parameters, trace): what validates and writes outputs."""
+        self.run = self.runs[0]  # what the seeds share: budget, device, problem
         self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
         self.squashed_tasks = [t.name for t in self.run.tasks if not t.score_is_probability]
-        self.is_reference = is_reference(run_config)
-        self.last_eval = None
-        self.last_test = None  # this epoch's test evaluation, where train.epoch_test_metrics
+        self.is_reference = is_reference(configs[0])
+        self.last_eval: list[EvalResult | None] = [None] * len(self.runs)
+        self.last_test: list[EvalResult | None] = [None] * len(self.runs)
+        """Each seed's evaluation of this epoch (test: where train.epoch_test_metrics)."""
         self.checkpoint_seconds = math.nan
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
@@ -296,66 +310,73 @@ class ReLiFTrainable(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         self._inject_fault()
-        timer = PhaseTimer()
-        with timer("train"):
-            self.run.train_epoch()
+        train = PhaseTimer()
+        with train("train"):
+            self.trainer.train_epoch()
         evaluated = evaluates_after(
             self.iteration + 1,  # this step's Tune iteration: Trainable counts it on return
             self.run.config.train.eval_every,
-            self.run.finished,
+            self.trainer.finished,
             self.outputs_at,
         )
-        validation = self._validate(timer) if evaluated else self._skip_validation()
-        result = EpochResult(
-            label=self.label,
-            seed=self.run.config.seed,
-            epoch=self.run.epoch,
-            train_step=self.run.step,
-            done=self.run.finished,
-            device=str(self.run.device),
-            validation=validation,
-            settings=setting_values(self.run.config.relif),
-            controller=live_controller_state(self.run.trace),
-            seconds=timer.seconds,
-            checkpoint_seconds=self.checkpoint_seconds,
-            cuda_peak_mb=self._device_memory(),
-        )
-        return tune_result([result])
+        results = []
+        for index, run in enumerate(self.runs):
+            timer = PhaseTimer()  # a seed's share of the training, its own validation
+            timer.seconds["train"] = train.seconds["train"] / len(self.runs)
+            validation = self._validate(index, timer) if evaluated else self._skip(index)
+            results.append(
+                EpochResult(
+                    label=self.label,
+                    seed=run.config.seed,
+                    epoch=run.epoch,
+                    train_step=run.step,
+                    done=run.finished,
+                    device=str(run.device),
+                    validation=validation,
+                    settings=setting_values(run.config.relif),
+                    controller=live_controller_state(run.trace),
+                    seconds=timer.seconds,
+                    checkpoint_seconds=self.checkpoint_seconds,
+                    cuda_peak_mb=self._device_memory(),
+                )
+            )
+        return tune_result(results)
 
-    def _validate(self, timer: PhaseTimer) -> Validation:
-        """This epoch's validation pass and live audit (and test pass, where
+    def _validate(self, index: int, timer: PhaseTimer) -> Validation:
+        """This epoch's validation pass and live audit of seed `index` (and test pass, where
         `train.epoch_test_metrics`)."""
+        run = self.runs[index]
         with timer("evaluate"):
-            self.last_eval = self.run.evaluate("val")
-        relif = self.run.config.relif
+            self.last_eval[index] = last_eval = run.evaluate("val")
+        relif = run.config.relif
         constants = relif.squash_constants if relif.enabled else None
         with timer("audit"):
             audit = live_validation_audit(
-                self.last_eval.scores, self.probability_tasks, self.delta, constants
+                last_eval.scores, self.probability_tasks, self.delta, constants
             )
-        metrics = {split_metric("val", key): value for key, value in self.last_eval.metrics.items()}
-        if self.run.config.train.epoch_test_metrics and "test" in self.run.problem.splits:
+        metrics = {split_metric("val", key): value for key, value in last_eval.metrics.items()}
+        if run.config.train.epoch_test_metrics and "test" in run.problem.splits:
             with timer("evaluate_test"):
-                self.last_test = self.run.evaluate("test")
-            metrics.update({split_metric("test", k): v for k, v in self.last_test.metrics.items()})
-        reference = self.is_reference and self.run.finished
+                self.last_test[index] = last_test = run.evaluate("test")
+            metrics.update({split_metric("test", k): v for k, v in last_test.metrics.items()})
+        reference = self.is_reference and run.finished
         return Validation(
             metrics=metrics,
-            worst=self.last_eval.metrics[WORST],
-            macro=self.last_eval.metrics[MACRO],
+            worst=last_eval.metrics[WORST],
+            macro=last_eval.metrics[MACRO],
             val_bias=audit.bias if audit else math.nan,
             val_vr=audit.vr if audit else math.nan,
             squash_constants=(
-                self.last_eval.squash_constants(self.squashed_tasks) if reference else None
+                last_eval.squash_constants(self.squashed_tasks) if reference else None
             ),
         )
 
-    def _skip_validation(self) -> None:
+    def _skip(self, index: int) -> None:
         """An epoch without validation: the metrics a scheduler or searcher may read are
         reported as NaN (`NOT_VALIDATED`; never the last evaluation's, which would pass for
         this epoch's), the others not at all; outputs written now would be evaluated afresh
         (`_write_outputs`)."""
-        self.last_eval = self.last_test = None
+        self.last_eval[index] = self.last_test[index] = None
 
     def _device_memory(self) -> float | None:
         """On CUDA, the trial's peak GPU memory so far (MiB; the caching allocator's count,
@@ -369,13 +390,19 @@ class ReLiFTrainable(tune.Trainable):
     def _inject_fault(self) -> None:
         """Train up to `fault_injection_step` and raise, unless this trial was restored from a
         checkpoint: the fault fires once, and the retry continues from the last checkpoint."""
-        step = self.fault_step
+        step, trainer = self.fault_step, self.trainer
         if step is None or self.restored:
             return
-        end = min((self.run.epoch + 1) * self.run.steps_per_epoch, self.run.total_steps)
-        if self.run.step <= step < end:
-            self.run.train_steps(step - self.run.step)
-            raise InjectedFault(f"fault injected at training step {step}")
+        end = min((trainer.epoch + 1) * trainer.steps_per_epoch, trainer.total_steps)
+        if trainer.step <= step < end:
+            trainer.train_steps(step - trainer.step)
+            raise InjectedFault(f"fault injected at training step {step}{self._held()}")
+
+    def _held(self) -> str:
+        """What a fused trial's failure adds: the seeds it held."""
+        if len(self.runs) == 1:
+            return ""
+        return f" (a fused trial of seeds {', '.join(str(s) for s in self.trainer.seeds)})"
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
         """Tune's save (`save_checkpoint` into a folder on this node, then the checkpoint
@@ -418,8 +445,8 @@ class ReLiFTrainable(tune.Trainable):
         raise storage.OutOfSpace(cause.errno, os.strerror(cause.errno), folder) from error
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        write_state(self.run.state_dict(), Path(checkpoint_dir) / STATE_FILE)
-        if self.run.finished or self.iteration in self.outputs_at:
+        write_state(self.trainer.state_dict(), Path(checkpoint_dir) / STATE_FILE)
+        if self.trainer.finished or self.iteration in self.outputs_at:
             self._write_outputs(Path(checkpoint_dir))
 
     def restore(self, checkpoint_path: Any) -> None:
@@ -431,30 +458,42 @@ class ReLiFTrainable(tune.Trainable):
         """Load the engine state of `checkpoint_dir`, else of the trial's newest complete
         checkpoint (`newest_complete_state`); Tune's iteration count follows the engine's epoch
         (one iteration is one epoch), which is the loaded checkpoint's either way."""
-        self.run.load_state_dict(newest_complete_state(Path(checkpoint_dir)))
-        self._iteration = self.run.epoch  # Tune's counter; Trainable has no setter for it
+        self.trainer.load_state_dict(newest_complete_state(Path(checkpoint_dir)))
+        self._iteration = self.trainer.epoch  # Tune's counter; Trainable has no setter for it
         self.restored = True
 
     def _write_outputs(self, directory: Path) -> None:
-        latest = {"val": self.last_eval, "test": self.last_test}
+        """The trial's outputs: its one seed's, or each fused seed's in a folder of its own
+        (`write_fused_outputs`)."""
+        seeds = [self._seed_outputs(index) for index in range(len(self.runs))]
+        if len(seeds) == 1:
+            write_trial_outputs(directory, seeds[0].record, seeds[0].splits, seeds[0].trace)
+            return
+        status = COMPLETED if self.trainer.finished else STOPPED
+        write_fused_outputs(directory, self.trial_id, status, seeds)
+
+    def _seed_outputs(self, index: int) -> SeedOutputs:
+        run = self.runs[index]
+        latest = {"val": self.last_eval[index], "test": self.last_test[index]}
         splits = {
-            name: latest[name] if latest[name] is not None else self.run.evaluate(name)
+            name: latest[name] if latest[name] is not None else run.evaluate(name)
             for name in EVAL_SPLITS
-            if name in self.run.problem.splits
+            if name in run.problem.splits
         }
-        config = self.run.config
+        config = run.config
+        fused = len(self.runs) > 1
         record = TrialRecord(
-            trial_id=self.trial_id,
+            trial_id=seed_row_id(self.trial_id, config.seed) if fused else self.trial_id,
             label=self.label,
             method=config.method.name,
             relif=config.relif.enabled,
             seed=config.seed,
-            steps=self.run.step,
+            steps=run.step,
             config=config.to_dict(),
-            status=COMPLETED if self.run.finished else STOPPED,
-            device=str(self.run.device),
+            status=COMPLETED if run.finished else STOPPED,
+            device=str(run.device),
             restored_from_checkpoint=self.restored,
             started_at=self.started_at,
             finished_at=time.time(),
         )
-        write_trial_outputs(directory, record, splits, self.run.trace)
+        return SeedOutputs(record, splits, run.trace)
