@@ -195,13 +195,8 @@ class TrainConfig:
     What `relif report --delta-m-epochs best` and `last:K` read, as NYUv2 tables average the
     last epochs (Nash-MTL, FAMO) or take the best validation epoch (LibMTL). Costs a test pass."""
     fused_seeds: int = 1
-    """Seeds trained together as one stacked model in one sweep trial (`relif_ray.fused`).
-
-    Each seed keeps its own parameters, optimiser, method and ReLiF state, data order and
-    dropout stream, and its numbers are its own trial's bit for bit on the CPU; it is still
-    its own row in the results. A sweep's seeds are split into trials of this many (the last
-    may hold fewer). 1: a trial per seed. Fused: the tabular benchmarks, with loss weightings
-    and gradient aggregations, on the CPU, in grid sweeps without ASHA."""
+    """Seeds per sweep trial, trained as one stacked model (`relif_ray.fused`; 1: unfused);
+    each seed's numbers are its own trial's (bit for bit on the CPU), each its own row."""
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:

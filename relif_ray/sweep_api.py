@@ -66,6 +66,7 @@ class SweepSpec:
     data_dir: str | None = None
     demo: bool = False
     seeds: int | Sequence[int] | None = None
+    fused_seeds: int | None = None
     epochs: int | None = None
     steps: int | None = None
     batch_size: int | None = None

@@ -1,0 +1,251 @@
+"""Seeds fused into one trial (`relif_ray.fused`): each fused seed trains bit for bit as its own
+unfused trial (every fusable method, every ReLiF label, each tabular benchmark), continues
+exactly from a checkpoint, and what cannot be fused is refused in one line before Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from relif_ray.cli.sweep import main, sweep_request
+from relif_ray.cli.tabular import DATASETS, SOURCE
+from relif_ray.config import ExperimentConfig
+from relif_ray.engine import TrainingRun
+from relif_ray.errors import UserError
+from relif_ray.experiment.outputs import read_trial_record
+from relif_ray.fused import FusedTrainingRun, fusion_refusal
+from relif_ray.problems import Problem, load_problem
+from relif_ray.sweep.labels import RELIF_LABELS, variant
+from relif_ray.sweep.trial_config import TuneKeys, with_fields
+from tests.test_bad_inputs import one_line
+
+SEEDS = (3, 7)
+LOSS_WEIGHTINGS = ("erm", "uncertainty", "dwa", "rlw", "famo")
+AGGREGATIONS = ("pcgrad", "fairgrad")
+RELIF = tuple(f"erm+{name}" if name != "relif" else name for name in RELIF_LABELS)
+
+
+def preset_base(folder: Path, preset: str, epochs: int = 2) -> ExperimentConfig:
+    """The base config a `--preset` sweep plans (its table written as the sweep would)."""
+    argv = ["--preset", preset, "--storage", str(folder), "--epochs", str(epochs)]
+    request = sweep_request(argv, "relif sweep", DATASETS, False, SOURCE)
+    request.prepare_data()
+    return request.space.base
+
+
+@pytest.fixture(scope="module")
+def actg175(tmp_path_factory) -> tuple[ExperimentConfig, Problem]:
+    base = preset_base(tmp_path_factory.mktemp("actg175"), "actg175")
+    return base, load_problem(base.data)
+
+
+def seed_configs(
+    base: ExperimentConfig, problem: Problem, label: str, **fields: object
+) -> list[ExperimentConfig]:
+    """`label`'s config for each of SEEDS, each with squash constants of its own (as its
+    same-seed ERM reference would give it)."""
+    squashed = [task.name for task in problem.tasks if not task.score_is_probability]
+    configs = []
+    for seed in SEEDS:
+        overrides = {**variant(label)["overrides"], **fields, "seed": seed}
+        config = with_fields(base, overrides)
+        if config.relif.enabled and config.relif.squash == "erm":
+            constants = {name: [-1.0 + 0.1 * seed, 0.8 + 0.05 * seed] for name in squashed}
+            config = with_fields(config, {"relif.squash_constants": constants})
+        configs.append(config)
+    return configs
+
+
+def without_nan(trace: list[dict[str, float]]) -> list[dict[str, float | None]]:
+    """A trace with NaN (never equal to itself) as None, so equal traces compare equal."""
+    return [{k: None if math.isnan(v) else v for k, v in row.items()} for row in trace]
+
+
+def assert_fused_equals_unfused(configs: list[ExperimentConfig], problem: Problem) -> None:
+    """Every seed of the fused run ends with its own run's trace, parameters, method and
+    ReLiF state and validation numbers, bit for bit."""
+    fused = FusedTrainingRun(configs, problem)
+    while not fused.finished:
+        fused.train_epoch()
+    fused_state = fused.state_dict()
+    for index, config in enumerate(configs):
+        alone = TrainingRun(config, problem)
+        while not alone.finished:
+            alone.train_epoch()
+        member = fused.members[index]
+        assert without_nan(member.trace) == without_nan(alone.trace)
+        assert len(alone.trace) == alone.total_steps > 0
+        for name, value in alone.state_dict()["model"].items():
+            assert torch.equal(fused_state["members"][index]["model"][name], value), name
+        if alone.regularizer is not None:
+            own = fused_state["members"][index]["regularizer"]
+            for name, value in alone.regularizer.state_dict().items():
+                torch.testing.assert_close(own[name], value, rtol=0, atol=0, equal_nan=True)
+        assert member.evaluate("val").metrics == alone.evaluate("val").metrics
+
+
+@pytest.mark.parametrize("label", LOSS_WEIGHTINGS + AGGREGATIONS + RELIF + ("pcgrad+relif",))
+def test_each_fused_seed_trains_bit_for_bit_as_its_own_trial(actg175, label):
+    base, problem = actg175
+    assert_fused_equals_unfused(seed_configs(base, problem, label), problem)
+
+
+@pytest.mark.parametrize("preset", ["support2", "compas"])
+def test_the_other_cohorts_fuse_bit_for_bit(preset, tmp_path):
+    base = preset_base(tmp_path, preset, epochs=1)
+    problem = load_problem(base.data)
+    for label in ("relif", "fairgrad"):
+        assert_fused_equals_unfused(seed_configs(base, problem, label), problem)
+
+
+def test_the_torchjd_aggregations_fuse_bit_for_bit(actg175):
+    pytest.importorskip("torchjd")
+    base, problem = actg175
+    for label in ("mgda", "upgrad"):
+        assert_fused_equals_unfused(seed_configs(base, problem, label), problem)
+
+
+def test_a_fused_run_resumed_from_its_state_ends_with_the_same_numbers(actg175):
+    base, problem = actg175
+    configs = seed_configs(base, problem, "relif", **{"train.epochs": 3})
+    straight = FusedTrainingRun(configs, problem)
+    while not straight.finished:
+        straight.train_epoch()
+    first = FusedTrainingRun(configs, problem)
+    first.train_epoch()
+    first.train_steps(3)  # mid-epoch
+    state = first.state_dict()
+    torch.manual_seed(12345)  # the global stream is not a fused seed's
+    resumed = FusedTrainingRun(configs, problem)
+    resumed.load_state_dict(state)
+    while not resumed.finished:
+        resumed.train_epoch()
+    for done, again in zip(straight.members, resumed.members, strict=True):
+        assert without_nan(again.trace) == without_nan(done.trace)
+        for mine, theirs in zip(again.model.parameters(), done.model.parameters(), strict=True):
+            assert torch.equal(mine, theirs)
+
+
+def test_dropout_masks_are_each_seeds_own(actg175):
+    """With dropout on (the preset's 0.1) two seeds draw different masks, each its own trial's:
+    equal traces above are not a coincidence of shared masks."""
+    base, problem = actg175
+    assert base.model.dropout > 0
+    fused = FusedTrainingRun(seed_configs(base, problem, "erm"), problem)
+    fused.template.train()
+    masks = fused._noise()
+    assert masks and all(not torch.equal(mask[0], mask[1]) for mask in masks)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"method.name": "gradnorm"}, "method gradnorm takes its per-task gradients"),
+        ({"method.name": "dbmtl"}, "method dbmtl takes its per-task gradients"),
+        ({"train.compile": True}, "train.compile acts on one model"),
+        ({"train.precision": "bf16"}, "train.precision bf16 is not fused"),
+        ({"device": "cuda"}, "dropout masks cannot be reproduced"),
+    ],
+)
+def test_what_cannot_be_fused_is_refused_with_its_reason(actg175, fields, says):
+    base, _ = actg175
+    assert says in fusion_refusal(with_fields(base, fields))
+
+
+def test_other_benchmarks_and_configs_that_differ_are_refused(actg175):
+    base, problem = actg175
+    nyuv2 = with_fields(base, {"data.dataset": "nyuv2", "data.spec": {}})
+    assert "the nyuv2 model is not fused" in fusion_refusal(nyuv2)
+    first, second = seed_configs(base, problem, "erm")
+    with pytest.raises(UserError, match="differ beyond their seed"):
+        FusedTrainingRun([first, with_fields(second, {"train.lr": 0.5})], problem)
+    with pytest.raises(UserError, match="a seed repeats"):
+        FusedTrainingRun([first, first], problem)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (("--scheduler", "asha"), "--fused-seeds: ASHA stops trials"),
+        (("--search", "optuna", "--methods", "relif"), "--fused-seeds: --search optuna"),
+        (("--methods", "gradnorm"), "--fused-seeds: method gradnorm"),
+    ],
+)
+def test_a_sweep_that_cannot_fuse_is_refused_before_ray(flags, says, tmp_path, capsys, no_sweep):
+    storage = tmp_path / "results"
+    argv = ["--demo", "--fused-seeds", "2", "--storage", str(storage), *flags]
+    status = main(argv, datasets=DATASETS, controller_checks=False, source=SOURCE)
+    one_line(status, capsys, says)
+    assert not storage.exists()
+
+
+@pytest.mark.slow
+def test_a_fused_sweep_retried_after_a_fault_gives_each_seed_its_own_trials_numbers(
+    ray_session, tmp_path
+):
+    """The ACTG 175 preset with `--fused-seeds 2`: the fused ERM trial provides each seed's
+    squash constants, the fused ReLiF trial trains on them, a fault in the second epoch is
+    retried from the first epoch's checkpoint and says which seeds the trial held, and every
+    seed is its own trial row whose numbers are those of an unfused run of its recorded
+    config."""
+    from relif_ray import analysis
+    from relif_ray.tuning import run_sweep_request
+
+    argv = [
+        *("--preset", "actg175", "--methods", "erm,relif", "--seeds", "2", "--epochs", "2"),
+        *("--fused-seeds", "2", "--storage", str(tmp_path), "--name", "fused"),
+    ]
+    request = sweep_request(argv, "relif sweep", DATASETS, False, SOURCE)
+    request.prepare_data()
+    steps_per_epoch = len(load_problem(request.space.base.data).splits["train"]) // 128
+    space = dataclasses.replace(
+        request.space, shared=TuneKeys(fault_injection_step=steps_per_epoch + 3)
+    )
+    experiment = Path(
+        run_sweep_request(
+            dataclasses.replace(
+                request, space=space, max_failures=1, checkpoint_interval_s=0.0, checkpoint_every=1
+            )
+        )
+    )
+    names = sorted(path.name.rsplit("_", 1)[0] for path in experiment.glob("*_seeds0-1_*"))
+    assert names == ["erm_seeds0-1", "relif_r0.16_eta0.9_seeds0-1"]  # 19.8 / 22 steps
+    errors = [path.read_text() for path in experiment.glob("*/error.txt")]
+    assert errors and all("a fused trial of seeds 0, 1" in text for text in errors)
+    trials = analysis.load(str(experiment)).trials
+    assert sorted(zip(trials["label"], trials["seed"], strict=True)) == [
+        ("erm", 0), ("erm", 1), ("relif", 0), ("relif", 1)
+    ]  # fmt: skip
+    for _, row in trials.iterrows():
+        alone = TrainingRun(ExperimentConfig.from_dict(row["config"]))
+        while not alone.finished:
+            alone.train_epoch()
+        metrics = alone.evaluate("val").metrics
+        assert {name: row[f"val_{name}"] for name in metrics} == metrics, (row.label, row.seed)
+    records = [
+        read_trial_record(str(path)) for path in experiment.glob("*/checkpoint_*/outputs/seed*")
+    ]
+    assert len(records) == 4 and all(record.restored_from_checkpoint for record in records)
+
+
+def test_the_plan_puts_each_settings_seeds_in_fused_trials_with_a_reference_key_per_seed(actg175):
+    from relif_ray.sweep.plan import param_space, trial_order
+
+    base, _ = actg175
+    fused = with_fields(base, {"train.fused_seeds": 2})
+    space = param_space(fused, [variant("relif")], [0, 1, 2], 0.2)
+    assert [trial.seeds for trial in space.trials] == [(0, 1), (2,)]
+    order = trial_order(space, None, set())
+    rows = [(item["config"].label, item["config"].seeds, item["needs"], item["provides"])
+            for item in order.items]  # fmt: skip
+    assert rows == [
+        ("erm", (0, 1), None, ["0", "1"]),  # the references the sweep adds, fused as well
+        ("erm", (2,), None, "2"),
+        ("relif", (0, 1), ["0", "1"], None),
+        ("relif", (2,), "2", None),
+    ]
+    assert order.added_references == ("0", "1", "2")
