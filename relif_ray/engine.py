@@ -31,7 +31,7 @@ import math
 import torch
 from torch import Tensor
 
-from relif_ray.config import ExperimentConfig
+from relif_ray.config import ExperimentConfig, TrainConfig
 from relif_ray.cuda_graph import (
     GraphedForward,
     GraphedStep,
@@ -115,6 +115,26 @@ def use_deterministic_cpu_kernels() -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
 
 
+def build_optimizer(
+    parameters: list[torch.nn.Parameter], train: TrainConfig, graph_device: torch.device | None
+) -> torch.optim.Optimizer:
+    """`train`'s optimiser in torch's fused implementation, on CUDA and on the CPU: one
+    kernel updates every parameter, rather than several per parameter (on CUDA host time; on
+    one CPU thread Adam's update of a ResNet-18 takes 6 ms instead of 58 ms, a fifth of a demo
+    step). Its rounding differs from the per-parameter loop's in the last bits, so its numbers
+    are those of the pins, not of releases before it. For a CUDA graph (`graph_device`) it is
+    capturable, with the learning rate a float32 tensor on the device that the schedule fills
+    in place (`relif_ray.cuda_graph`). Each parameter's update is elementwise, so one optimiser
+    over several runs' parameters updates each as its own would (`relif_ray.fused`)."""
+    common = {"lr": train.lr, "weight_decay": train.weight_decay, "fused": True}
+    if graph_device is not None:
+        common.update(capturable_optimizer_options(train.lr, graph_device))
+    if train.optimizer == "sgd":
+        return torch.optim.SGD(parameters, momentum=0.9, **common)
+    optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
+    return optimizer_class(parameters, **common)
+
+
 class TrainingRun:
     """Model + method (+ ReLiF) + optimiser for one config; `train_epoch` and `evaluate`."""
 
@@ -195,23 +215,14 @@ class TrainingRun:
             return None
         return ReLiFRegularizer(self.config.relif, task_names).to(self.device)
 
+    def optimizer_parameters(self) -> list[torch.nn.Parameter]:
+        """What the optimiser updates: the model's and the method's parameters."""
+        return [*self.model.parameters(), *self.method.parameters()]
+
     def _build_optimizer(self, graph: bool = False) -> torch.optim.Optimizer:
-        """The config's optimiser in torch's fused implementation, on CUDA and on the CPU:
-        one kernel updates every parameter, rather than several per parameter (on CUDA host
-        time; on one CPU thread Adam's update of a ResNet-18 takes 6 ms instead of 58 ms,
-        a fifth of a demo step). Its rounding differs from the per-parameter loop's in the
-        last bits, so its numbers are those of the pins, not of releases before it. For a
-        CUDA graph (`graph`) it is capturable, with the learning rate a float32 tensor on the
-        device that the schedule fills in place (`relif_ray.cuda_graph`)."""
-        train = self.config.train
-        parameters = [*self.model.parameters(), *self.method.parameters()]
-        common = {"lr": train.lr, "weight_decay": train.weight_decay, "fused": True}
-        if graph:
-            common.update(capturable_optimizer_options(train.lr, self.device))
-        if train.optimizer == "sgd":
-            return torch.optim.SGD(parameters, momentum=0.9, **common)
-        optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
-        return optimizer_class(parameters, **common)
+        """The config's optimiser (`build_optimizer`); for a CUDA graph (`graph`) capturable."""
+        graph_device = self.device if graph else None
+        return build_optimizer(self.optimizer_parameters(), self.config.train, graph_device)
 
     def _steps_per_epoch(self, n: int) -> int:
         """Full batches only (BatchNorm needs > 1 example), unless the split is smaller."""

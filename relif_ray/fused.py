@@ -57,7 +57,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from relif_ray.config import ExperimentConfig
-from relif_ray.engine import TrainingRun, fp32_output
+from relif_ray.engine import TrainingRun, build_optimizer, fp32_output
 from relif_ray.errors import UserError
 from relif_ray.methods import methods
 from relif_ray.methods.base import LossWeighting
@@ -196,6 +196,14 @@ class FusedTrainingRun:
         """The members' ReLiF buffers, stacked (S, ...): the live ones during training."""
         self._stack_regularizer_state()
         self.is_probability = {task.name: task.score_is_probability for task in self.tasks}
+        self.optimizer = build_optimizer(
+            [p for member in self.members for p in member.optimizer_parameters()],
+            self.config.train,
+            None,
+        )
+        """One optimiser over every member's parameters (one fused update for all seeds; each
+        parameter's update is its member's own: `relif_ray.engine.build_optimizer`). The
+        members' own optimisers hold their state only in `state_dict` (`_share_state`)."""
         self._probe_dropout_shapes()
         self._pending: list[tuple[FusedStep, list[dict[str, Tensor]], int, list[Tensor]]] = []
 
@@ -230,23 +238,22 @@ class FusedTrainingRun:
         batch = self.members[0]._to_device(self.members[0].train_split.batch(index))
         self.template.train()
         fused = self.forward(batch)
-        for member in self.members:
-            member.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         weights = self._backward(fused)
-        for member in self.members:
-            member._optimizer_step()
+        if self.config.train.grad_clip is not None:  # each seed's norm its own
+            for member in self.members:
+                nn.utils.clip_grad_norm_(member.model.parameters(), self.config.train.grad_clip)
+        self.optimizer.step()
         self._after_step(batch)
-        lrs = [
-            torch.as_tensor(member.optimizer.param_groups[0]["lr"], dtype=torch.float64)
-            for member in self.members
-        ]
-        self._pending.append((fused, weights, self.step, lrs))
+        lr = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+        self._pending.append((fused, weights, self.step, lr))
         for member in self.members:
             member.step += 1
             if member.step % member.steps_per_epoch == 0:  # a complete epoch ended
                 member.method.end_epoch()
                 if member.lr_scheduler is not None:
-                    member.lr_scheduler.step()
+                    member.lr_scheduler.step()  # the same rate for every seed: one config
+        self.optimizer.param_groups[0]["lr"] = self.members[0].optimizer.param_groups[0]["lr"]
 
     def forward(self, batch: Batch) -> FusedStep:
         """Every seed's forward, task losses and ReLiF term on its own rows of `batch`
@@ -390,7 +397,7 @@ class FusedTrainingRun:
             if module.p == 0.0 or not self.template.training:
                 masks.append(torch.zeros(len(self.members), 0))
                 continue
-            masks.append(torch.stack([module.draw(g, self.device) for g in self.generators]))
+            masks.append(module.draw(self.generators, self.device))
         return masks
 
     def _probe_dropout_shapes(self) -> None:
@@ -423,9 +430,22 @@ class FusedTrainingRun:
             for name, stacked in self.reg_state.items():
                 _tensor_of(member.regularizer, name).copy_(stacked[seed_index])
 
+    def _share_state(self, to_members: bool) -> None:
+        """The optimiser state of each parameter, from the fused optimiser into its member's
+        (for the member's `state_dict`) or back (after its `load_state_dict`); the members'
+        learning rates are the fused one's."""
+        for member in self.members:
+            for param in member.optimizer_parameters():
+                if to_members and param in self.optimizer.state:
+                    member.optimizer.state[param] = self.optimizer.state[param]
+                elif not to_members and param in member.optimizer.state:
+                    self.optimizer.state[param] = member.optimizer.state[param]
+        if not to_members:
+            self.optimizer.param_groups[0]["lr"] = self.members[0].optimizer.param_groups[0]["lr"]
+
     def _flush_trace(self) -> None:
         """Each step's stacked rows into every member's trace (one host read per call)."""
-        for fused, weights, step, lrs in self._pending:
+        for fused, weights, step, lr in self._pending:
             losses = fused.losses.detach().tolist()
             stats = {key: value.tolist() for key, value in fused.stats.items()}
             for seed_index, member in enumerate(self.members):
@@ -436,7 +456,7 @@ class FusedTrainingRun:
                 row.update({f"weight_{name}": float(w) for name, w in weights[seed_index].items()})
                 row.update({key: stats[key][seed_index] for key in STAT_KEYS if key in stats})
                 row["step"] = float(step)
-                row["lr"] = float(lrs[seed_index])
+                row["lr"] = float(lr)
                 member.trace.append(row)
         self._pending.clear()
 
@@ -445,6 +465,7 @@ class FusedTrainingRun:
         its RNG."""
         self._flush_trace()
         self._sync_regularizers()
+        self._share_state(to_members=True)
         states = []
         for member, generator in zip(self.members, self.generators, strict=True):
             state = member.state_dict()
@@ -465,6 +486,7 @@ class FusedTrainingRun:
             member.load_state_dict(member_state)
             generator.set_state(member_state["torch_rng"])
         torch.set_rng_state(rng)
+        self._share_state(to_members=False)
         self._stack_regularizer_state()
         self._pending.clear()
 

@@ -127,9 +127,13 @@ class DrawnDropout(nn.Module):
             return x
         return x * self.noise
 
-    def draw(self, generator: torch.Generator, device: torch.device) -> Tensor:
-        """One seed's mask for one forward, from its generator."""
-        noise = torch.empty(self.shape, device=device).bernoulli_(1 - self.p, generator=generator)
+    def draw(self, generators: list[torch.Generator], device: torch.device) -> Tensor:
+        """Every seed's mask for one forward, (S, *shape): seed s's drawn from its generator
+        into its own contiguous slice (the draws of a tensor of that shape), then all divided
+        by 1 - p at once (elementwise: each value as unfused)."""
+        noise = torch.empty((len(generators), *self.shape), device=device)
+        for row, generator in zip(noise, generators, strict=True):
+            row.bernoulli_(1 - self.p, generator=generator)
         return noise.div_(1 - self.p)
 
 
