@@ -73,6 +73,7 @@ SUITES = (
     Suite("repeatability", "same seed twice", "cuda_checks.repeatability_suite", gpu=(60, 20)),
     Suite("host-batch", "a batch's host time", "host_data.host_batch_suite"),
     Suite("preflight", "the NYUv2 preflight check", "host_data.preflight_suite"),
+    Suite("fused", "seeds fused into one trial, against separate trials", "fused.fused_suite"),
 )  # fmt: skip
 """Every suite, the GPU check's (those with a cap) in its priority order: the rows that decide
 the sweep's GPU defaults first (where a real-size trial's time goes, then packing at a real

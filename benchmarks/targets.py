@@ -74,6 +74,12 @@ TARGETS = {
         "fidelity", "<=", "spread", "cuda", "real", rows="the seed-to-seed spread of either"
     ),
     "CUDA-only tests": Target("cuda", "pass", "", "cuda", rows="one row per test"),
+    "ACTG 175 trial-seconds per seed, separate / fused": Target(
+        "fused", ">=", 4.0, "cpu", "real", rows="10 seeds fused against 10 separate trials"
+    ),
+    "clinical LSTM trial-seconds per seed, separate / fused": Target(
+        "fused", ">=", 2.0, "cpu", "real", rows="10 seeds fused against 10 separate trials"
+    ),
 }
 """Row (or kind of row) -> its target."""
 
