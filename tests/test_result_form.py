@@ -11,8 +11,12 @@ What differs from run to run is masked, by kind: wall-clock times, seconds, proc
 names, Tune's random trial ids (each replaced by its trial's label) and the test's folders.
 So is every float (`<float>`; in the report's text every decimal number, `<x>`): float kernels
 differ across CPUs, and the trained numbers are guarded, within the measured cross-kernel
-drift, by `tests/pinned.py`. Every key, its order, every integer, string and flag, and every
-NaN and None (what an unvalidated epoch reports) is pinned as written.
+drift, by `tests/pinned.py`. So are the sizes of the parquet files (their compression follows
+their floats). Every key, its order, every integer, string and flag, and every NaN and None
+(what an unvalidated epoch reports) is pinned as written. Of the report's files, whose words
+follow the numbers (which mean is in bold, a verdict, a rank, the seeds a planning estimate
+names), their form is pinned (`report_form`): the headings, every table's header, each CSV's
+header, the lines' count; their wording is held by `tests/test_verdict_wording.py`.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ def masked(value: Any, key: str = "") -> Any:
     """`value` with what differs from run to run replaced by its kind."""
     if key in VOLATILE_KEYS:
         return "<volatile>"
+    if key.endswith(".parquet") and isinstance(value, int):
+        return "<bytes>"
     if SECONDS_KEY.match(key):
         number = float(value) if value not in ("", None) else math.nan
         return "<nan>" if math.isnan(number) else "<seconds>"
@@ -81,6 +87,17 @@ def masked(value: Any, key: str = "") -> Any:
 def masked_text(text: str) -> str:
     """A report file's text with every decimal number masked (`masked`'s floats)."""
     return DECIMAL.sub("<x>", text)
+
+
+def report_form(text: str, suffix: str) -> dict[str, Any]:
+    """What of a report file does not follow its numbers: a CSV's header, a text's headings
+    and its tables' headers (the row above a `|---` row), and the count of its lines."""
+    lines = masked_text(text).splitlines()
+    if suffix == ".csv":
+        return {"header": lines[0] if lines else "", "lines": len(lines)}
+    kept = [line for line in lines if line.startswith(("#", "\\begin", "\\end"))]
+    kept += [above for above, line in zip(lines, lines[1:]) if line.startswith("|---")]
+    return {"kept": kept, "lines": len(lines)}
 
 
 class Renamer:
@@ -138,8 +155,8 @@ def result_form(experiment: Path, report: Path, data: Path) -> dict[str, Any]:
         form["trials"][name] = masked({**record, "trial_id": "<id>"})
     for path in sorted(report.rglob("*")):
         if path.suffix in (".md", ".csv", ".json", ".tex", ".txt"):
-            form["report"][str(path.relative_to(report))] = masked_text(
-                rename.text(path.read_text())
+            form["report"][str(path.relative_to(report))] = report_form(
+                rename.text(path.read_text()), path.suffix
             )
     return form
 

@@ -117,12 +117,14 @@ class ReferenceOrder(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         provided = self._providers.pop(trial_id, None)
         if provided is not None:
+            ready = False
             for key, constants in provided_constants(provided, result or {}).items():
                 if error or not constants:
                     self._failed[key] = f"the ERM reference trial of seed {key} errored"
                 else:
-                    self._ready[key] = constants
-            write_squash_constants(self._experiment_dir, self._ready)
+                    self._ready[key], ready = constants, True
+            if ready:
+                write_squash_constants(self._experiment_dir, self._ready)
         if self._studies is not None:
             self._studies.on_trial_complete(trial_id, result, error)
 
