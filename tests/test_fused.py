@@ -249,3 +249,16 @@ def test_the_plan_puts_each_settings_seeds_in_fused_trials_with_a_reference_key_
         ("relif", (2,), "2", None),
     ]
     assert order.added_references == ("0", "1", "2")
+
+
+def test_the_readme_and_the_docs_quote_the_fused_record():
+    """The README's and docs/benchmarks.md's figure is the committed record's."""
+    import json
+
+    repo = Path(__file__).resolve().parents[1]
+    record = json.loads((repo / "docs/results/2026-12-02-cpu-fused.json").read_text())
+    (row,) = [r for r in record["rows"] if r["name"].startswith("ACTG 175")]
+    quoted = f"{row['value']:.2f}x"
+    assert quoted in (repo / "README.md").read_text()
+    assert f"missed at {quoted}" in (repo / "docs/benchmarks.md").read_text()
+    assert row["result"] == "FAIL" and row["target"] == ">= 4"
