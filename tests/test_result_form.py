@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -96,7 +97,7 @@ def report_form(text: str, suffix: str) -> dict[str, Any]:
     if suffix == ".csv":
         return {"header": lines[0] if lines else "", "lines": len(lines)}
     kept = [line for line in lines if line.startswith(("#", "\\begin", "\\end"))]
-    kept += [above for above, line in zip(lines, lines[1:]) if line.startswith("|---")]
+    kept += [above for above, line in itertools.pairwise(lines) if line.startswith("|---")]
     return {"kept": kept, "lines": len(lines)}
 
 
