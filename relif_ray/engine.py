@@ -49,7 +49,12 @@ from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer, compiled_regularizer
-from relif_ray.schedule import build_lr_scheduler, epoch_permutation, step_budget
+from relif_ray.schedule import (
+    build_lr_scheduler,
+    epoch_permutation,
+    step_budget,
+    steps_to_take,
+)
 from relif_ray.tasks.base import Batch, ModelOutput
 from relif_ray.transfer import move_batch, move_tensor, resident_split
 
@@ -240,11 +245,11 @@ class TrainingRun:
 
     def train_epoch(self) -> None:
         """Train until the end of the current epoch (or the step budget)."""
-        end = min((self.epoch + 1) * self.steps_per_epoch, self.total_steps)
-        self.train_steps(end - self.step)
+        self.train_steps(None)
 
-    def train_steps(self, count: int) -> None:
-        for _ in range(max(0, min(count, self.total_steps - self.step))):
+    def train_steps(self, count: int | None) -> None:
+        """Train `count` steps (None: to the end of the epoch), within the step budget."""
+        for _ in range(steps_to_take(self.step, count, self.steps_per_epoch, self.total_steps)):
             self._train_step()
         self._flush_trace()
 

@@ -64,6 +64,7 @@ from relif_ray.methods.base import LossWeighting
 from relif_ray.methods.gradients import GradientAggregator, PendingUpdate
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import STAT_KEYS
+from relif_ray.schedule import steps_to_take
 from relif_ray.seedwise import drawn_dropouts, seedwise_functions
 from relif_ray.tasks.base import Batch
 
@@ -225,11 +226,11 @@ class FusedTrainingRun:
 
     def train_epoch(self) -> None:
         """Train every seed until the end of the current epoch (or the step budget)."""
-        end = min((self.epoch + 1) * self.steps_per_epoch, self.total_steps)
-        self.train_steps(end - self.step)
+        self.train_steps(None)
 
-    def train_steps(self, count: int) -> None:
-        for _ in range(max(0, min(count, self.total_steps - self.step))):
+    def train_steps(self, count: int | None) -> None:
+        """Train `count` steps (None: to the end of the epoch), within the step budget."""
+        for _ in range(steps_to_take(self.step, count, self.steps_per_epoch, self.total_steps)):
             self._train_step()
         self._flush_trace()
 

@@ -28,6 +28,14 @@ def step_budget(epochs: int | None, max_steps: int | None, steps_per_epoch: int)
     return min(epochs * steps_per_epoch, max_steps)
 
 
+def steps_to_take(step: int, count: int | None, steps_per_epoch: int, total_steps: int) -> int:
+    """How many steps a run at `step` trains next: `count` (None: to the end of the current
+    epoch), never past the step budget `total_steps`."""
+    if count is None:
+        count = (step // steps_per_epoch + 1) * steps_per_epoch - step
+    return max(0, min(count, total_steps - step))
+
+
 def build_lr_scheduler(
     optimizer: torch.optim.Optimizer, train: TrainConfig, epochs: int
 ) -> LRScheduler | None:
