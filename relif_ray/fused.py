@@ -34,12 +34,22 @@ so each member evaluates and writes its outputs as an unfused trial would, and a
 checkpoint is the list of the members' own states (each with its generator's state as its
 RNG), from which `load_state_dict` continues exactly.
 
-Equality with the unfused trials: the per-seed arithmetic is the same except where the vmap
-batches an op: a seed's matrix products run as one batched product (`torch.bmm`) instead of
-one `addmm` each, whose rounding may differ in the last bits; everything else (elementwise
-ops, the optimisers, the Gramians and their solves, the dropout masks) is the same op on the
-same numbers. `tests/test_fused.py` holds every fusable method to its unfused trials within
-the float tolerance that rounding allows.
+Equality with the unfused trials: vmap's own rules would batch a seed's matrix products into
+one `torch.bmm` and decompose its binary cross-entropy, whose rounding differs in the last
+bits; those functions run once per seed inside the vmap (`relif_ray.seedwise`), and every
+other op (elementwise ops, reductions, the optimisers, the Gramians and their solves, the
+dropout masks) is the same op on the same numbers, so a stacked seed trains bit for bit as its
+own trial on the CPU (`tests/test_fused.py`, every method and ReLiF label).
+
+Two forms (`fused_form`): the tabular MLP is *stacked* as described above; every other model
+(the clinical LSTM, NYUv2's ResNet and the architectures), and a method or field that acts on
+one model, is *looped*: each seed's forward, losses, ReLiF term and its method's own backward
+run in turn, exactly as its unfused step (its own model, batch and global random stream:
+`seed_stream`), then one fused optimiser step updates every seed. A looped trial shares what
+a trial costs beside its steps (the process, the data, the evaluation set-up) and the
+optimiser's dispatch, not the steps' kernels: `nn.LSTM` has no vmap rule (and its packed
+sequences differ in length per seed), and a stacked ResNet would have to batch its BatchNorm
+statistics per seed. Both forms train each seed bit for bit as its own trial on the CPU.
 
 What cannot be fused is refused before anything is built (`fusion_refusal`): see its
 docstring for each reason.
@@ -47,10 +57,13 @@ docstring for each reason.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -70,50 +83,43 @@ from relif_ray.tasks.base import Batch
 
 LOGGER = logging.getLogger(__name__)
 
-FUSED_DATASETS = ("tabular",)
-"""The benchmarks whose model is fused: the tabular MLP (every tabular preset and table). The
-clinical LSTM (`nn.LSTM` has no vmap rule, and its packed sequences differ in length per seed)
-and NYUv2's ResNet (its BatchNorm statistics and channels-last convolutions) are not yet."""
+STACKED_DATASETS = ("tabular",)
+"""The benchmarks whose model is stacked (`fused_form`): the tabular MLP (every tabular preset
+and table). The others are looped."""
+
+
+def fused_form(config: ExperimentConfig) -> Literal["stacked", "looped"]:
+    """How `config`'s seeds are fused: "stacked" (one vmapped forward and one backward for
+    all seeds) where the model is stacked (`STACKED_DATASETS`), the method is a loss weighting
+    or a gradient aggregation on the shared parameters and no fast-path field acts on one
+    model (torch.compile, bf16 autocast, channels-last); "looped" otherwise: GradNorm and
+    DB-MTL take their per-task passes inside their own backward, the representation gradient
+    source backpropagates through the encoder after a solve, and the fast-path fields act on
+    each seed's own model."""
+    method = methods().get(config.method.name)
+    train = config.train
+    stacked = (
+        config.data.dataset in STACKED_DATASETS
+        and config.method.gradient_source == "parameters"
+        and method is not None
+        and issubclass(method, LossWeighting | GradientAggregator)
+        and not (train.compile or train.compile_relif or train.channels_last)
+        and train.precision == "fp32"
+    )
+    return "stacked" if stacked else "looped"
 
 
 def fusion_refusal(config: ExperimentConfig) -> str | None:
     """Why `config`'s seeds cannot be trained as one fused trial, completing
-    "train.fused_seeds: ..."; None where they can.
-
-    - the benchmark's model (`FUSED_DATASETS`);
-    - a method that is neither a loss weighting nor a gradient aggregation on the shared
-      parameters (GradNorm and DB-MTL take their per-task passes inside their own backward;
-      the representation gradient source backpropagates through the encoder after a solve);
-    - the fast-path fields that act on one model: torch.compile of the model or of the ReLiF
-      step, bf16 autocast and channels-last layout (a fused forward runs in fp32);
-    - a CUDA device: the dropout masks of an unfused CUDA trial come from its fused dropout
-      kernel's Philox stream, which a fused step cannot reproduce per seed.
-    """
-    if config.data.dataset not in FUSED_DATASETS:
+    "train.fused_seeds: ..."; None where they can: every benchmark, method and field on the
+    CPU. A CUDA device is refused: fused steps are checked against their unfused trials on
+    the CPU only (a CUDA trial's dropout masks come from its fused dropout kernel's own Philox
+    stream, and its step is a CUDA graph), and so is "auto", a GPU sweep's device."""
+    if config.device != "cpu":  # "auto" (a GPU sweep's) trains on CUDA where it can
         return (
-            f"the {config.data.dataset} model is not fused (fused: {', '.join(FUSED_DATASETS)}); "
-            "run its seeds as trials of their own (train.fused_seeds 1)"
+            f"fused trials run on the CPU (device {config.device}: a fused CUDA step is not "
+            "checked yet)"
         )
-    method = methods().get(config.method.name)
-    if config.method.gradient_source != "parameters":
-        return "method.gradient_source representation is not fused (use parameters)"
-    if method is None or not issubclass(method, LossWeighting | GradientAggregator):
-        return (
-            f"method {config.method.name} takes its per-task gradients inside its own backward "
-            "and is not fused"
-        )
-    train = config.train
-    for field, value in (
-        ("compile", train.compile),
-        ("compile_relif", train.compile_relif),
-        ("channels_last", train.channels_last),
-    ):
-        if value:
-            return f"train.{field} acts on one model and is not fused (set it to false)"
-    if train.precision != "fp32":
-        return "train.precision bf16 is not fused (a fused forward runs in fp32)"
-    if config.device == "cuda":
-        return "a CUDA trial's dropout masks cannot be reproduced per seed: fused runs on the CPU"
     return None
 
 
@@ -174,14 +180,33 @@ class FusedTrainingRun:
             self.generators.append(generator)
         first = self.members[0]
         self.config = first.config
+        self.form = fused_form(self.config)
         self.device = first.device
         self.tasks = first.tasks
         self.task_names = self.problem.task_names
         self.steps_per_epoch = first.steps_per_epoch
         self.total_steps = first.total_steps
-        self.template = copy.deepcopy(first.model)
-        self.dropouts = drawn_dropouts(self.template)
+        self.optimizer = build_optimizer(
+            [p for member in self.members for p in member.optimizer_parameters()],
+            self.config.train,
+            None,
+        )
+        """One optimiser over every member's parameters (one fused update for all seeds; each
+        parameter's update is its member's own: `relif_ray.engine.build_optimizer`). The
+        members' own optimisers hold their state only in `state_dict` (`_share_state`)."""
+        self.reg_state: dict[str, Tensor] = {}
+        """The members' ReLiF buffers, stacked (S, ...): the live ones while a stacked run
+        trains (a looped run's live ones are the members' own)."""
+        self._pending: list[tuple[FusedStep, list[dict[str, Tensor]], int, Tensor]] = []
+        if self.form == "stacked":
+            self._build_stacked()
+        LOGGER.info("train.fused_seeds: seeds %s %s", self.seeds, self.form)
+
+    def _build_stacked(self) -> None:
+        """The template model and regularizer the stacked forward vmaps over."""
         models = [member.model for member in self.members]
+        self.template = copy.deepcopy(models[0])
+        self.dropouts = drawn_dropouts(self.template)
         self._parameters = {
             name: [_tensor_of(model, name) for model in models]
             for name, _ in self.template.named_parameters()
@@ -192,21 +217,10 @@ class FusedTrainingRun:
             name: [_tensor_of(model, name) for model in models]
             for name, _ in self.template.named_buffers()
         }
-        self.reg_template = copy.deepcopy(first.regularizer)
-        self.reg_state: dict[str, Tensor] = {}
-        """The members' ReLiF buffers, stacked (S, ...): the live ones during training."""
+        self.reg_template = copy.deepcopy(self.members[0].regularizer)
         self._stack_regularizer_state()
         self.is_probability = {task.name: task.score_is_probability for task in self.tasks}
-        self.optimizer = build_optimizer(
-            [p for member in self.members for p in member.optimizer_parameters()],
-            self.config.train,
-            None,
-        )
-        """One optimiser over every member's parameters (one fused update for all seeds; each
-        parameter's update is its member's own: `relif_ray.engine.build_optimizer`). The
-        members' own optimisers hold their state only in `state_dict` (`_share_state`)."""
         self._probe_dropout_shapes()
-        self._pending: list[tuple[FusedStep, list[dict[str, Tensor]], int, list[Tensor]]] = []
 
     @property
     def step(self) -> int:
@@ -235,19 +249,40 @@ class FusedTrainingRun:
         self._flush_trace()
 
     def _train_step(self) -> None:
-        index = torch.stack([member._train_index() for member in self.members])
-        batch = self.members[0]._to_device(self.members[0].train_split.batch(index))
-        self.template.train()
-        fused = self.forward(batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        weights = self._backward(fused)
-        if self.config.train.grad_clip is not None:  # each seed's norm its own
+        if self.form == "looped":
+            self._looped_step()
+        else:
+            self._stacked_step()
+        self._advance()
+
+    def _looped_step(self) -> None:
+        """Each seed's step up to its optimiser update, in turn, as its unfused trial's
+        (`TrainingRun._eager_step`, in its own random stream), then one fused update and each
+        seed's `after_step` hook."""
+        batches, rows = [], []
+        for member, generator in zip(self.members, self.generators, strict=True):
+            with seed_stream(generator):
+                batches.append(member._train_batch())
+                member.model.train()
+                rows.append(member._backward(batches[-1]))
+        self._optimizer_step()
+        lr = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+        for member, generator, batch, row in zip(
+            self.members, self.generators, batches, rows, strict=True
+        ):
+            with seed_stream(generator):
+                member.method.after_step(functools.partial(member._updated_losses, batch))
+            member._pending.append({**row, "step": torch.tensor(member.step), "lr": lr})
+
+    def _optimizer_step(self) -> None:
+        """Each seed's gradients clipped to its own norm, then the fused update."""
+        if self.config.train.grad_clip is not None:
             for member in self.members:
                 nn.utils.clip_grad_norm_(member.model.parameters(), self.config.train.grad_clip)
         self.optimizer.step()
-        self._after_step(batch)
-        lr = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
-        self._pending.append((fused, weights, self.step, lr))
+
+    def _advance(self) -> None:
+        """Every member one step on: epoch ends (the methods' hooks, the learning rate)."""
         for member in self.members:
             member.step += 1
             if member.step % member.steps_per_epoch == 0:  # a complete epoch ended
@@ -255,6 +290,18 @@ class FusedTrainingRun:
                 if member.lr_scheduler is not None:
                     member.lr_scheduler.step()  # the same rate for every seed: one config
         self.optimizer.param_groups[0]["lr"] = self.members[0].optimizer.param_groups[0]["lr"]
+
+    def _stacked_step(self) -> None:
+        index = torch.stack([member._train_index() for member in self.members])
+        batch = self.members[0]._to_device(self.members[0].train_split.batch(index))
+        self.template.train()
+        fused = self.forward(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        weights = self._backward(fused)
+        self._optimizer_step()
+        self._after_step(batch)
+        lr = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+        self._pending.append((fused, weights, self.step, lr))
 
     def forward(self, batch: Batch) -> FusedStep:
         """Every seed's forward, task losses and ReLiF term on its own rows of `batch`
@@ -414,7 +461,7 @@ class FusedTrainingRun:
 
     def _stack_regularizer_state(self) -> None:
         """The members' ReLiF buffers stacked (the live ones while training)."""
-        if self.reg_template is None:
+        if self.form == "looped" or self.reg_template is None:
             return
         regularizers = [member.regularizer for member in self.members]
         names = [name for name, _ in self.reg_template.named_buffers()]
@@ -425,6 +472,8 @@ class FusedTrainingRun:
 
     def _sync_regularizers(self) -> None:
         """Copy the stacked ReLiF buffers back into each member's regularizer."""
+        if self.form == "looped":
+            return
         for seed_index, member in enumerate(self.members):
             if member.regularizer is None:
                 return
@@ -445,7 +494,10 @@ class FusedTrainingRun:
             self.optimizer.param_groups[0]["lr"] = self.members[0].optimizer.param_groups[0]["lr"]
 
     def _flush_trace(self) -> None:
-        """Each step's stacked rows into every member's trace (one host read per call)."""
+        """Each step's rows into every member's trace (one host read per call): a looped
+        run's members hold their own, a stacked run's are stacked here."""
+        for member in self.members:
+            member._flush_trace()
         for fused, weights, step, lr in self._pending:
             losses = fused.losses.detach().tolist()
             stats = {key: value.tolist() for key, value in fused.stats.items()}
@@ -490,6 +542,20 @@ class FusedTrainingRun:
         self._share_state(to_members=False)
         self._stack_regularizer_state()
         self._pending.clear()
+
+
+@contextlib.contextmanager
+def seed_stream(generator: torch.Generator) -> Iterator[None]:
+    """The global CPU random stream as `generator`'s while the block runs (what a looped
+    seed's dropout draws from, as its unfused trial's global stream), its state kept in
+    `generator` after; the outer stream is left as it was."""
+    outer = torch.get_rng_state()
+    torch.set_rng_state(generator.get_state())
+    try:
+        yield
+    finally:
+        generator.set_state(torch.get_rng_state())
+        torch.set_rng_state(outer)
 
 
 def _tensor_of(module: nn.Module, name: str) -> Tensor:

@@ -17,10 +17,11 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_record
-from relif_ray.fused import FusedTrainingRun, fusion_refusal
+from relif_ray.fused import FusedTrainingRun, fused_form, fusion_refusal
 from relif_ray.problems import Problem, load_problem
 from relif_ray.sweep.labels import RELIF_LABELS, variant
 from relif_ray.sweep.trial_config import TuneKeys, with_fields
+from tests.conftest import tiny_config
 from tests.test_bad_inputs import one_line
 
 SEEDS = (3, 7)
@@ -85,7 +86,8 @@ def assert_fused_equals_unfused(configs: list[ExperimentConfig], problem: Proble
             own = fused_state["members"][index]["regularizer"]
             for name, value in alone.regularizer.state_dict().items():
                 torch.testing.assert_close(own[name], value, rtol=0, atol=0, equal_nan=True)
-        assert member.evaluate("val").metrics == alone.evaluate("val").metrics
+        fused_val, alone_val = member.evaluate("val").metrics, alone.evaluate("val").metrics
+        assert without_nan([fused_val]) == without_nan([alone_val])
 
 
 @pytest.mark.parametrize("label", LOSS_WEIGHTINGS + AGGREGATIONS + RELIF + ("pcgrad+relif",))
@@ -109,15 +111,20 @@ def test_the_torchjd_aggregations_fuse_bit_for_bit(actg175):
         assert_fused_equals_unfused(seed_configs(base, problem, label), problem)
 
 
-def test_a_fused_run_resumed_from_its_state_ends_with_the_same_numbers(actg175):
-    base, problem = actg175
-    configs = seed_configs(base, problem, "relif", **{"train.epochs": 3})
+@pytest.mark.parametrize(
+    ("cohort", "budget"), [("actg175", "train.epochs"), ("eicu", "train.max_steps")]
+)
+def test_a_fused_run_resumed_from_its_state_ends_with_the_same_numbers(cohort, budget, request):
+    """Stacked (ACTG 175) and looped (the clinical LSTM, with dropout) alike."""
+    base, problem = request.getfixturevalue(cohort)
+    configs = seed_configs(base, problem, "relif", **{budget: 3 if cohort == "actg175" else 8})
     straight = FusedTrainingRun(configs, problem)
     while not straight.finished:
         straight.train_epoch()
     first = FusedTrainingRun(configs, problem)
     first.train_epoch()
-    first.train_steps(3)  # mid-epoch
+    first.train_steps(1)  # mid-epoch
+    assert first.step % first.steps_per_epoch > 0
     state = first.state_dict()
     torch.manual_seed(12345)  # the global stream is not a fused seed's
     resumed = FusedTrainingRun(configs, problem)
@@ -142,24 +149,28 @@ def test_dropout_masks_are_each_seeds_own(actg175):
 
 
 @pytest.mark.parametrize(
-    ("fields", "says"),
+    ("fields", "form"),
     [
-        ({"method.name": "gradnorm"}, "method gradnorm takes its per-task gradients"),
-        ({"method.name": "dbmtl"}, "method dbmtl takes its per-task gradients"),
-        ({"train.compile": True}, "train.compile acts on one model"),
-        ({"train.precision": "bf16"}, "train.precision bf16 is not fused"),
-        ({"device": "cuda"}, "dropout masks cannot be reproduced"),
+        ({}, "stacked"),
+        ({"method.name": "pcgrad"}, "stacked"),
+        ({"method.name": "gradnorm"}, "looped"),
+        ({"method.name": "dbmtl"}, "looped"),
+        ({"method.gradient_source": "representation", "method.name": "pcgrad"}, "looped"),
+        ({"train.compile_relif": True}, "looped"),
+        ({"train.precision": "bf16"}, "looped"),
+        ({"data.dataset": "eicu", "data.spec": {}}, "looped"),
+        ({"data.dataset": "nyuv2", "data.spec": {}}, "looped"),
     ],
 )
-def test_what_cannot_be_fused_is_refused_with_its_reason(actg175, fields, says):
+def test_what_cannot_be_stacked_is_looped(actg175, fields, form):
     base, _ = actg175
-    assert says in fusion_refusal(with_fields(base, fields))
+    assert fused_form(with_fields(base, fields)) == form
 
 
-def test_other_benchmarks_and_configs_that_differ_are_refused(actg175):
+def test_a_cuda_device_and_configs_that_differ_are_refused(actg175):
     base, problem = actg175
-    nyuv2 = with_fields(base, {"data.dataset": "nyuv2", "data.spec": {}})
-    assert "the nyuv2 model is not fused" in fusion_refusal(nyuv2)
+    assert fusion_refusal(base) is None
+    assert "fused trials run on the CPU" in fusion_refusal(with_fields(base, {"device": "cuda"}))
     first, second = seed_configs(base, problem, "erm")
     with pytest.raises(UserError, match="differ beyond their seed"):
         FusedTrainingRun([first, with_fields(second, {"train.lr": 0.5})], problem)
@@ -167,12 +178,54 @@ def test_other_benchmarks_and_configs_that_differ_are_refused(actg175):
         FusedTrainingRun([first, first], problem)
 
 
+@pytest.mark.parametrize("label", ["gradnorm", "dbmtl", "gradnorm+relif"])
+def test_the_looped_methods_fuse_bit_for_bit(actg175, label):
+    base, problem = actg175
+    configs = seed_configs(base, problem, label)
+    assert fused_form(configs[0]) == "looped"
+    assert_fused_equals_unfused(configs, problem)
+
+
+@pytest.fixture(scope="module")
+def eicu(tmp_path_factory) -> tuple[ExperimentConfig, Problem]:
+    """eICU-shaped stays on the clinical LSTM: two layers (dropout between them and before
+    the heads, each seed's own stream), a few steps."""
+    from relif_ray.data.synthetic_eicu import write_synthetic_eicu
+
+    root = write_synthetic_eicu(tmp_path_factory.mktemp("eicu") / "data", patients=24, seed=0)
+    base = ExperimentConfig.from_dict(
+        {
+            "data": {"dataset": "eicu", "root": str(root)},
+            "model": {"hidden_size": 8, "num_layers": 2, "dropout": 0.3},
+            "train": {"epochs": None, "max_steps": 4, "batch_size": 4, "lr": 1e-2,
+                      "optimizer": "adamw", "grad_clip": 1.0},
+        }
+    )  # fmt: skip
+    return base, load_problem(base.data)
+
+
+@pytest.mark.parametrize("label", ["erm", "relif", "pcgrad", "gradnorm"])
+def test_the_clinical_lstm_fuses_bit_for_bit(eicu, label):
+    base, problem = eicu
+    configs = seed_configs(base, problem, label)
+    assert fused_form(configs[0]) == "looped"
+    assert_fused_equals_unfused(configs, problem)
+
+
+def test_nyuv2_fuses_bit_for_bit(nyuv2_dir, tiny_encoders):
+    """A ResNet with BatchNorm: each seed's running statistics its own."""
+    base = ExperimentConfig.from_dict(tiny_config(nyuv2_dir, epochs=None, max_steps=2))
+    problem = load_problem(base.data)
+    for label in ("erm", "relif"):
+        assert_fused_equals_unfused(seed_configs(base, problem, label), problem)
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
         (("--scheduler", "asha"), "--fused-seeds: ASHA stops trials"),
         (("--search", "optuna", "--methods", "relif"), "--fused-seeds: --search optuna"),
-        (("--methods", "gradnorm"), "--fused-seeds: method gradnorm"),
+        (("--num-gpus", "1"), "--fused-seeds: fused trials run on the CPU"),
     ],
 )
 def test_a_sweep_that_cannot_fuse_is_refused_before_ray(flags, says, tmp_path, capsys, no_sweep):
