@@ -75,17 +75,19 @@ from relif_ray.errors import UserError
 from relif_ray.methods import methods
 from relif_ray.methods.base import LossWeighting
 from relif_ray.methods.gradients import GradientAggregator, PendingUpdate
+from relif_ray.models.clinical import ClinicalMTLModel, packing_plan
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import STAT_KEYS
 from relif_ray.schedule import steps_to_take
-from relif_ray.seedwise import drawn_dropouts, seedwise_functions
+from relif_ray.seedwise import drawn_dropouts, seedwise_functions, stacked_lstm
 from relif_ray.tasks.base import Batch
 
 LOGGER = logging.getLogger(__name__)
 
-STACKED_DATASETS = ("tabular",)
+STACKED_DATASETS = ("tabular", "mimic3", "eicu")
 """The benchmarks whose model is stacked (`fused_form`): the tabular MLP (every tabular preset
-and table). The others are looped."""
+and table) and the clinical LSTM of hard sharing (`model.architecture` hps; its LSTM unrolled:
+`relif_ray.models.clinical.unrolled_lstm`). The others are looped."""
 
 
 def fused_form(config: ExperimentConfig) -> Literal["stacked", "looped"]:
@@ -100,6 +102,7 @@ def fused_form(config: ExperimentConfig) -> Literal["stacked", "looped"]:
     train = config.train
     stacked = (
         config.data.dataset in STACKED_DATASETS
+        and (config.data.dataset == "tabular" or config.model.architecture == "hps")
         and config.method.gradient_source == "parameters"
         and method is not None
         and issubclass(method, LossWeighting | GradientAggregator)
@@ -206,7 +209,13 @@ class FusedTrainingRun:
         """The template model and regularizer the stacked forward vmaps over."""
         models = [member.model for member in self.members]
         self.template = copy.deepcopy(models[0])
-        self.dropouts = drawn_dropouts(self.template)
+        self.sequences = isinstance(self.template, ClinicalMTLModel)
+        """The clinical LSTM, unrolled: its dropout masks drawn per stay (`_sequence_noise`)."""
+        if self.sequences:
+            self.template.unrolled = stacked_lstm
+            self.dropouts = drawn_dropouts(self.template, drawn_by_caller=(self.template.lstm,))
+        else:
+            self.dropouts = drawn_dropouts(self.template)
         self._parameters = {
             name: [_tensor_of(model, name) for model in models]
             for name, _ in self.template.named_parameters()
@@ -220,7 +229,8 @@ class FusedTrainingRun:
         self.reg_template = copy.deepcopy(self.members[0].regularizer)
         self._stack_regularizer_state()
         self.is_probability = {task.name: task.score_is_probability for task in self.tasks}
-        self._probe_dropout_shapes()
+        if not self.sequences:
+            self._probe_dropout_shapes()
 
     @property
     def step(self) -> int:
@@ -307,7 +317,7 @@ class FusedTrainingRun:
         """Every seed's forward, task losses and ReLiF term on its own rows of `batch`
         ((S, B, ...) per key), as one vmap; with a graph for the backward."""
         params, buffers = self._stacked_model()
-        noise = self._noise()
+        noise = self._noise(batch)
         with seedwise_functions():
             losses, extra, stats = vmap(self._seed_step, randomness="error")(
                 params, buffers, noise, self.reg_state, batch
@@ -324,8 +334,7 @@ class FusedTrainingRun:
     ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """One seed's part of the fused forward (inside the vmap): its unfused
         `TrainingRun._step_start` up to the backward."""
-        for module, mask in zip(self.dropouts, noise, strict=True):
-            module.noise = mask
+        self._set_noise(noise)
         output = fp32_output(functional_call(self.template, {**params, **buffers}, (batch,)))
         losses = torch.stack(
             [task.loss(output.predictions[task.name], batch[task.name]) for task in self.tasks]
@@ -415,11 +424,10 @@ class FusedTrainingRun:
     def forward_losses(self, batch: Batch) -> Tensor:
         """(S, K) task losses of every seed's rows of `batch`, without the ReLiF term."""
         params, buffers = self._stacked_model()
-        noise = self._noise()
+        noise = self._noise(batch)
 
         def seed_losses(params: dict, buffers: dict, noise: list, batch: Batch) -> Tensor:
-            for module, mask in zip(self.dropouts, noise, strict=True):
-                module.noise = mask
+            self._set_noise(noise)
             output = fp32_output(functional_call(self.template, {**params, **buffers}, (batch,)))
             return torch.stack(
                 [task.loss(output.predictions[task.name], batch[task.name]) for task in self.tasks]
@@ -437,9 +445,11 @@ class FusedTrainingRun:
 
         return stacked(self._parameters), stacked(self._buffers)
 
-    def _noise(self) -> list[Tensor]:
-        """Each dropout's masks for one train-mode forward, (S, ...), seed s's from its own
-        generator (nothing is drawn for p = 0 or in evaluation, as unfused)."""
+    def _noise(self, batch: Batch) -> list[Tensor]:
+        """Each dropout's masks for one train-mode forward on `batch`, (S, ...), seed s's from
+        its own generator (nothing is drawn for p = 0 or in evaluation, as unfused)."""
+        if self.sequences:
+            return self._sequence_noise(batch)
         masks = []
         for module in self.dropouts:
             if module.p == 0.0 or not self.template.training:
@@ -447,6 +457,49 @@ class FusedTrainingRun:
                 continue
             masks.append(module.draw(self.generators, self.device))
         return masks
+
+    def _sequence_noise(self, batch: Batch) -> list[Tensor]:
+        """The clinical LSTM's masks, [between its layers (S, layers - 1, B, T, H), on its
+        outputs (S, B, T, H)], each seed's drawn from its generator as its unfused trial's
+        `nn.LSTM` and `nn.Dropout` draw them: per gap between layers one mask of the packed
+        sequence (its valid steps, in packing order: `packing_plan`), then one of the outputs
+        padded to the seed's own longest stay; each then laid out in the stacked batch's
+        padding (zero where no stay is)."""
+        lstm, output_dropout = self.template.lstm, self.dropouts[0]
+        seeds, stays, steps = batch["input"].shape[:3]
+        hidden, gaps = lstm.hidden_size, lstm.num_layers - 1
+        training = self.template.training
+        between_p = lstm.dropout if training and gaps else 0.0
+        output_p = output_dropout.p if training else 0.0
+        between = torch.zeros((seeds, gaps, stays, steps, hidden) if between_p else (seeds, 0))
+        outputs = torch.zeros((seeds, stays, steps, hidden) if output_p else (seeds, 0))
+        for seed_index, generator in enumerate(self.generators):
+            lengths = batch["lengths"][seed_index]
+            own_steps = int(lengths.max())
+            if between_p:
+                plan = packing_plan(lengths, own_steps)
+                packed_rows = plan.indices[: plan.packed]
+                for gap in range(gaps):
+                    mask = torch.empty(plan.packed, hidden).bernoulli_(
+                        1 - between_p, generator=generator
+                    )
+                    padded = mask.new_zeros(stays * own_steps, hidden)
+                    padded.index_copy_(0, packed_rows, mask.div_(1 - between_p))
+                    between[seed_index, gap, :, :own_steps] = padded.view(stays, own_steps, -1)
+            if output_p:
+                mask = torch.empty(stays, own_steps, hidden).bernoulli_(
+                    1 - output_p, generator=generator
+                )
+                outputs[seed_index, :, :own_steps] = mask.div_(1 - output_p)
+        return [between.to(self.device), outputs.to(self.device)]
+
+    def _set_noise(self, noise: list[Tensor]) -> None:
+        """Hand one seed's masks (inside the vmap) to the template's dropouts."""
+        if self.sequences:
+            between, noise = noise[0], noise[1:]
+            self.template.between_noise = between if between.numel() else None
+        for module, mask in zip(self.dropouts, noise, strict=True):
+            module.noise = mask
 
     def _probe_dropout_shapes(self) -> None:
         """Record each dropout's input shape on one seed's first batch (no draw)."""

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relif_ray.errors import UserError
+from relif_ray.models.clinical import unrolled_lstm
 
 _LINEAR = F.linear
 _BCE_WITH_LOGITS = F.binary_cross_entropy_with_logits
@@ -62,6 +63,40 @@ seedwise_bce_with_logits.register_vmap(
         lambda logits, target, reduction: _BCE_WITH_LOGITS(logits, target, reduction=reduction)
     )  # noqa: E501
 )
+
+
+@torch.library.custom_op("relif::stacked_lstm", mutates_args=())
+def stacked_lstm(sequences: Tensor, weights: list[Tensor], between: Tensor | None) -> Tensor:
+    """One seed's LSTM outputs (B, T, H) over its padded `sequences` (B, T, F), given its
+    `lstm_weights` and dropout masks between layers ((layers - 1, B, T, H) or None); under
+    the fused step's vmap all seeds' as one batched recursion (`unrolled_lstm`, whose
+    products take every seed at once: vmap's own rules would dispatch each of the
+    recursion's ops through the vmap once more, 1.6x the time at 10 seeds)."""
+    stacked = [weight[None] for weight in weights]
+    return unrolled_lstm(sequences[None], stacked, None if between is None else between[None])[0]
+
+
+@stacked_lstm.register_fake
+def _lstm_shape(sequences: Tensor, weights: list[Tensor], between: Tensor | None) -> Tensor:
+    return sequences.new_empty((*sequences.shape[:-1], weights[1].shape[1]))
+
+
+def _stacked_lstm_rule(info, in_dims: tuple, sequences, weights, between):  # noqa: ANN001, ANN202
+    """The vmap rule: every argument with its seed dimension first, one `unrolled_lstm`."""
+    sequence_dim, weight_dims, between_dim = in_dims
+
+    def seed_first(value: Tensor, dim: int | None) -> Tensor:
+        if dim is None:
+            return value.expand(info.batch_size, *value.shape)
+        return value.movedim(dim, 0)
+
+    weights = [seed_first(w, d) for w, d in zip(weights, weight_dims, strict=True)]
+    if between is not None:
+        between = seed_first(between, between_dim)
+    return unrolled_lstm(seed_first(sequences, sequence_dim), weights, between), 0
+
+
+stacked_lstm.register_vmap(_stacked_lstm_rule)
 
 
 def _bce_with_logits(  # noqa: PLR0913 (F.binary_cross_entropy_with_logits' own signature)
@@ -137,17 +172,22 @@ class DrawnDropout(nn.Module):
         return noise.div_(1 - self.p)
 
 
-def drawn_dropouts(model: nn.Module) -> list[DrawnDropout]:
+def drawn_dropouts(
+    model: nn.Module, drawn_by_caller: tuple[nn.Module, ...] = ()
+) -> list[DrawnDropout]:
     """Replace every `nn.Dropout` of `model` (in place) with a `DrawnDropout`, in forward
-    (registration) order; a module with dropout of its own is refused."""
+    (registration) order; a module with dropout of its own is refused unless the caller
+    draws its masks (`drawn_by_caller`: the unrolled clinical LSTM's)."""
     drawn = []
     for name, module in list(model.named_modules()):
+        if any(module is own for own in drawn_by_caller):
+            continue
         if isinstance(module, nn.Dropout):
             replacement = DrawnDropout(module.p)
             owner, _, attribute = name.rpartition(".")
             setattr(model.get_submodule(owner) if owner else model, attribute, replacement)
             drawn.append(replacement)
-        elif getattr(module, "dropout", 0) and not isinstance(module, DrawnDropout):
+        elif isinstance(rate := getattr(module, "dropout", 0), float) and rate > 0:
             raise UserError(
                 f"config field train.fused_seeds: {type(module).__name__} draws its own "
                 "dropout and is not fused"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
 from relif_ray.cli.sweep import main, sweep_request
 from relif_ray.cli.tabular import DATASETS, SOURCE
@@ -18,6 +20,7 @@ from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_record
 from relif_ray.fused import FusedTrainingRun, fused_form, fusion_refusal
+from relif_ray.models.clinical import lstm_weights, packing_plan, unrolled_lstm
 from relif_ray.problems import Problem, load_problem
 from relif_ray.sweep.labels import RELIF_LABELS, variant
 from relif_ray.sweep.trial_config import TuneKeys, with_fields
@@ -144,7 +147,7 @@ def test_dropout_masks_are_each_seeds_own(actg175):
     assert base.model.dropout > 0
     fused = FusedTrainingRun(seed_configs(base, problem, "erm"), problem)
     fused.template.train()
-    masks = fused._noise()
+    masks = fused._noise({})
     assert masks and all(not torch.equal(mask[0], mask[1]) for mask in masks)
 
 
@@ -158,7 +161,8 @@ def test_dropout_masks_are_each_seeds_own(actg175):
         ({"method.gradient_source": "representation", "method.name": "pcgrad"}, "looped"),
         ({"train.compile_relif": True}, "looped"),
         ({"train.precision": "bf16"}, "looped"),
-        ({"data.dataset": "eicu", "data.spec": {}}, "looped"),
+        ({"data.dataset": "eicu", "data.spec": {}}, "stacked"),
+        ({"data.dataset": "eicu", "data.spec": {}, "model.architecture": "mmoe"}, "looped"),
         ({"data.dataset": "nyuv2", "data.spec": {}}, "looped"),
     ],
 )
@@ -204,12 +208,66 @@ def eicu(tmp_path_factory) -> tuple[ExperimentConfig, Problem]:
     return base, load_problem(base.data)
 
 
-@pytest.mark.parametrize("label", ["erm", "relif", "pcgrad", "gradnorm"])
-def test_the_clinical_lstm_fuses_bit_for_bit(eicu, label):
+def assert_fused_close_to_unfused(configs: list[ExperimentConfig], problem: Problem) -> None:
+    """Every seed of the fused run trains as its own run up to the rounding of the stacked
+    LSTM: each step's losses (before a step, the same parameters and dropout masks) within
+    float32's few ulps of the recursion's length, and each parameter within a hundredth of
+    the largest move Adam can make over the run (lr per step)."""
+    fused = FusedTrainingRun(configs, problem)
+    while not fused.finished:
+        fused.train_epoch()
+    lr = configs[0].train.lr
+    for index, config in enumerate(configs):
+        alone = TrainingRun(config, problem)
+        while not alone.finished:
+            alone.train_epoch()
+        member = fused.members[index]
+        assert len(member.trace) == len(alone.trace) == alone.total_steps > 0
+        for mine, theirs in zip(member.trace, alone.trace, strict=True):
+            for key in ("loss_mortality", "loss_length_of_stay"):
+                assert mine[key] == pytest.approx(theirs[key], rel=1e-5), key
+        parameters = zip(member.model.parameters(), alone.model.parameters(), strict=True)
+        for mine, theirs in parameters:
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=0.01 * lr * alone.step)
+
+
+@pytest.mark.parametrize("label", ["erm", "relif", "pcgrad"])
+def test_the_clinical_lstm_stacked_trains_as_its_own_trial_up_to_rounding(eicu, label):
+    """The unrolled LSTM of all seeds against each seed's `nn.LSTM` over its packed stays,
+    with dropout between the layers and on the outputs (each seed's own masks)."""
     base, problem = eicu
     configs = seed_configs(base, problem, label)
+    assert fused_form(configs[0]) == "stacked"
+    assert_fused_close_to_unfused(configs, problem)
+
+
+def test_the_clinical_lstm_looped_fuses_bit_for_bit(eicu):
+    base, problem = eicu
+    configs = seed_configs(base, problem, "gradnorm")
     assert fused_form(configs[0]) == "looped"
     assert_fused_equals_unfused(configs, problem)
+
+
+def test_the_unrolled_lstm_is_nn_lstms_recursion(eicu):
+    """`unrolled_lstm` against `nn.LSTM` on one padded batch, with the dropout masks that
+    `nn.LSTM` draws between its layers (on the packed sequence) laid out in the padding."""
+    torch.manual_seed(0)
+    lstm = nn.LSTM(3, 5, num_layers=3, batch_first=True, dropout=0.4)
+    inputs, lengths = torch.randn(4, 6, 3), torch.tensor([6, 2, 5, 1])
+    plan = packing_plan(lengths, 6)
+    packed = PackedSequence(inputs.reshape(24, 3)[plan.indices[: plan.packed]], plan.batch_sizes)
+    torch.manual_seed(1)
+    expected, _ = lstm(packed)
+    torch.manual_seed(1)
+    between = torch.zeros(2, 24, 5)
+    for gap in range(2):
+        mask = torch.empty(plan.packed, 5).bernoulli_(0.6).div_(0.6)
+        between[gap].index_copy_(0, plan.indices[: plan.packed], mask)
+    weights = [weight[None] for weight in lstm_weights(lstm)]
+    outputs = unrolled_lstm(inputs[None], weights, between.view(1, 2, 4, 6, 5))[0]
+    packed_outputs = outputs.reshape(24, 5)[plan.indices[: plan.packed]]
+    torch.testing.assert_close(packed_outputs, expected.data, rtol=0, atol=1e-6)
+    assert not torch.equal(between[0], between[1])
 
 
 def test_nyuv2_fuses_bit_for_bit(nyuv2_dir, tiny_encoders):

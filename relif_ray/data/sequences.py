@@ -51,11 +51,13 @@ class SequenceSplit(Split):
         return self.names
 
     def batch(self, index: Tensor) -> Batch:
+        """The stays `index` (B,) padded to the longest; an (S, B) index (a stacked fused
+        step's, one row per seed) pads every seed's rows to the longest of all."""
         starts = self.offsets[index]
         lengths = self.offsets[index + 1] - starts
         steps = torch.arange(int(lengths.max()))
-        valid = steps[None, :] < lengths[:, None]
-        rows = torch.where(valid, starts[:, None] + steps[None, :], 0)
+        valid = steps < lengths[..., None]
+        rows = torch.where(valid, starts[..., None] + steps, 0)
         batch: Batch = {
             "input": _gather_padded(self.features, rows, valid),
             "lengths": lengths,

@@ -22,6 +22,12 @@ hidden state at the stay's last valid step (h_n of the packed sequence), before 
 encoder output every head reads (`ModelOutput.encoder_output`) is the LSTM outputs after
 dropout, (B, T, H).
 
+Stacked seeds (`relif_ray.fused`): with `unrolled` set, hard sharing runs its LSTM as the
+same recursion written out in batched products over the padded batches of all seeds
+(`unrolled_lstm`, through `relif_ray.seedwise.stacked_lstm`); a causal recursion's outputs at
+a stay's valid steps do not depend on the padding after them, so only the rounding differs
+from `nn.LSTM`'s.
+
 `model.backbone` and `model.head_channels` do not apply (the backbone is always this LSTM).
 
 Hard parameter sharing is `ClinicalMTLModel`; the expert architectures (MMoE, CGC, PLE,
@@ -31,6 +37,7 @@ experts with the same heads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -80,17 +87,31 @@ class ClinicalMTLModel(MultiTaskModel):
         )
         self.dropout = nn.Dropout(config.dropout)
         self.heads = linear_heads(config.hidden_size, heads)
+        self.unrolled: Callable[[Tensor, list[Tensor], Tensor | None], Tensor] | None = None
+        """What runs the LSTM over the padded batch, given its `lstm_weights` (a stacked fused
+        forward's `relif_ray.seedwise.stacked_lstm`); None: `nn.LSTM` over the packed stays."""
+        self.between_noise: Tensor | None = None
+        """With `unrolled`, in training: the scaled dropout masks between the LSTM's layers,
+        (layers - 1, B, T, H), drawn by the fused run as `nn.LSTM` draws them."""
 
     def forward(self, batch: Batch) -> ModelOutput:
         inputs = batch["input"]
-        stays = Stays(inputs, batch["lengths"])
-        outputs, last_hidden = stays.run(self.lstm, inputs)
+        if self.unrolled is not None:
+            stays = PaddedStays(batch["lengths"] - 1, inputs.shape[1])
+            outputs = self.unrolled(inputs, lstm_weights(self.lstm), self.between_noise)
+            rows = torch.arange(inputs.shape[0], device=inputs.device)
+            representation = outputs[rows, stays.last_step]
+            outputs = outputs * stays.valid()[..., None].to(outputs.dtype)  # zero past the end
+        else:
+            stays = Stays(inputs, batch["lengths"])
+            outputs, last_hidden = stays.run(self.lstm, inputs)
+            representation = last_hidden[-1]
         outputs = self.dropout(outputs)
         predictions = read_out(
             self.heads, self.head_specs, dict.fromkeys(self.heads, outputs), stays
         )
         return ModelOutput(
-            predictions=predictions, representation=last_hidden[-1], encoder_output=outputs
+            predictions=predictions, representation=representation, encoder_output=outputs
         )
 
     def shared_parameters(self) -> list[nn.Parameter]:
@@ -149,7 +170,7 @@ def read_out(
     heads: nn.ModuleDict,
     specs: dict[str, HeadSpec],
     head_inputs: dict[str, Tensor],
-    stays: Stays,
+    stays: Stays | PaddedStays,
 ) -> dict[str, Tensor]:
     """Each head applied to its task's LSTM outputs (B, T, H) where its readout says."""
     rows = torch.arange(stays.last_step.shape[0], device=stays.last_step.device)
@@ -165,6 +186,63 @@ def read_out(
         logits = heads[name](features)
         predictions[name] = logits.squeeze(-1) if spec.out_features == 1 else logits
     return predictions
+
+
+def lstm_weights(lstm: nn.LSTM) -> list[Tensor]:
+    """`lstm`'s weights and biases, layer by layer (w_ih, w_hh, b_ih, b_hh): what
+    `unrolled_lstm` reads (the live tensors: under `functional_call`, the call's)."""
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    return [getattr(lstm, f"{name}_l{layer}") for layer in range(lstm.num_layers) for name in names]
+
+
+def unrolled_lstm(sequences: Tensor, weights: list[Tensor], between: Tensor | None) -> Tensor:
+    """The outputs (S, B, T, H) of S unidirectional LSTMs, each over its own padded batch
+    (`sequences` (S, B, T, F); `weights` as `lstm_weights`, each with a leading S), step by
+    step in batched products (i, f, g, o gates as `nn.LSTM`'s); each layer's outputs are
+    multiplied by `between[:, layer]` (scaled dropout masks, (S, layers - 1, B, T, H))
+    before the next.
+
+    Each layer projects all its inputs at once, then steps through time on `unbind`'s views:
+    indexing step t would make its backward fill a zero gradient of the whole projection at
+    every step (what makes the packed `nn.LSTM`'s backward slow on the CPU)."""
+    layer_input = sequences
+    layers = len(weights) // 4
+    for layer in range(layers):
+        weight_ih, weight_hh, bias_ih, bias_hh = weights[4 * layer : 4 * layer + 4]
+        seeds, stays, steps, features = layer_input.shape
+        projected = torch.baddbmm(
+            (bias_ih + bias_hh)[:, None, :],
+            layer_input.reshape(seeds, stays * steps, features),
+            weight_ih.transpose(1, 2),
+        ).view(seeds, stays, steps, -1)
+        recurrent = weight_hh.transpose(1, 2)
+        hidden = projected.new_zeros(seeds, stays, weight_hh.shape[2])
+        cell = hidden
+        outputs = []
+        for gates_in in projected.unbind(2):
+            in_gate, forget, candidate, out_gate = torch.baddbmm(
+                gates_in, hidden, recurrent
+            ).chunk(4, -1)
+            cell = torch.sigmoid(forget) * cell + torch.sigmoid(in_gate) * torch.tanh(candidate)
+            hidden = torch.sigmoid(out_gate) * torch.tanh(cell)
+            outputs.append(hidden)
+        layer_input = torch.stack(outputs, 2)
+        if between is not None and layer < layers - 1:
+            layer_input = layer_input * between[:, layer]
+    return layer_input
+
+
+@dataclass(frozen=True)
+class PaddedStays:
+    """What the heads read of an unrolled batch: each stay's last step (B,) of T steps."""
+
+    last_step: Tensor
+    steps: int
+
+    def valid(self) -> Tensor:
+        """(B, T) bool: the steps within each stay."""
+        steps = torch.arange(self.steps, device=self.last_step.device)
+        return steps[None, :] <= self.last_step[:, None]
 
 
 def top_layer(lstm: nn.LSTM) -> list[nn.Parameter]:
