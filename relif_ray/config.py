@@ -195,8 +195,8 @@ class TrainConfig:
     What `relif report --delta-m-epochs best` and `last:K` read, as NYUv2 tables average the
     last epochs (Nash-MTL, FAMO) or take the best validation epoch (LibMTL). Costs a test pass."""
     fused_seeds: int = 1
-    """Seeds per sweep trial, trained as one stacked model (`relif_ray.fused`; 1: unfused);
-    each seed's numbers are its own trial's (bit for bit on the CPU), each its own row."""
+    """Seeds per sweep trial, trained in step (`relif_ray.fused`, stacked or looped; 1:
+    unfused); each seed's numbers are its own trial's on the CPU, each its own row."""
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:

@@ -92,9 +92,9 @@ def add_data_flags(
     data.add_argument(
         "--fused-seeds",
         type=int,
-        help="train this many seeds of each setting as one stacked model in one trial, each "
-        "seed still its own row and its own numbers (train.fused_seeds; default 1: a trial "
-        "per seed; tabular benchmarks, grid sweeps without ASHA)",
+        help="train this many seeds of each setting in step in one trial, each seed still "
+        "its own row and its own numbers (train.fused_seeds; default 1: a trial per seed; "
+        "CPU grid sweeps without ASHA)",
     )
     data.add_argument(
         "--epochs",

@@ -220,9 +220,8 @@ def unrolled_lstm(sequences: Tensor, weights: list[Tensor], between: Tensor | No
         cell = hidden
         outputs = []
         for gates_in in projected.unbind(2):
-            in_gate, forget, candidate, out_gate = torch.baddbmm(
-                gates_in, hidden, recurrent
-            ).chunk(4, -1)
+            gates = torch.baddbmm(gates_in, hidden, recurrent)
+            in_gate, forget, candidate, out_gate = gates.chunk(4, -1)
             cell = torch.sigmoid(forget) * cell + torch.sigmoid(in_gate) * torch.tanh(candidate)
             hidden = torch.sigmoid(out_gate) * torch.tanh(cell)
             outputs.append(hidden)
