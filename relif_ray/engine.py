@@ -321,7 +321,11 @@ class TrainingRun:
 
     def _eager_step(self) -> None:
         batch = self._train_batch()
-        row = self._update(batch)
+        self._finish_step(batch, self._update(batch))
+
+    def _finish_step(self, batch: Batch, row: dict[str, Tensor]) -> None:
+        """What follows an eager step's update on `batch`: the method's `after_step` hook and
+        the step's trace row (`row`, with the step and the learning rate), pending."""
         self.method.after_step(lambda: self._updated_losses(batch))
         row["step"] = torch.tensor(self.step)
         row["lr"] = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)

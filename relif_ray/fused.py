@@ -41,15 +41,19 @@ other op (elementwise ops, reductions, the optimisers, the Gramians and their so
 dropout masks) is the same op on the same numbers, so a stacked seed trains bit for bit as its
 own trial on the CPU (`tests/test_fused.py`, every method and ReLiF label).
 
-Two forms (`fused_form`): the tabular MLP is *stacked* as described above; every other model
-(the clinical LSTM, NYUv2's ResNet and the architectures), and a method or field that acts on
-one model, is *looped*: each seed's forward, losses, ReLiF term and its method's own backward
-run in turn, exactly as its unfused step (its own model, batch and global random stream:
-`seed_stream`), then one fused optimiser step updates every seed. A looped trial shares what
-a trial costs beside its steps (the process, the data, the evaluation set-up) and the
-optimiser's dispatch, not the steps' kernels: `nn.LSTM` has no vmap rule (and its packed
-sequences differ in length per seed), and a stacked ResNet would have to batch its BatchNorm
-statistics per seed. Both forms train each seed bit for bit as its own trial on the CPU.
+Two forms (`fused_form`): the tabular MLP and the clinical LSTM of hard sharing are *stacked*
+as described above (the LSTM through `relif_ray.seedwise.stacked_lstm`, its recursion over
+every seed's padded stays as one batched product per time step, each seed's dropout masks
+drawn as its own `nn.LSTM` draws them: `_sequence_noise`); every other model (NYUv2's ResNet,
+the expert architectures), and a method or field that acts on one model, is *looped*: each
+seed's forward, losses, ReLiF term and its method's own backward run in turn, exactly as its
+unfused step (its own model, batch and global random stream: `seed_stream`), then one fused
+optimiser step updates every seed. A looped trial shares what a trial costs beside its steps
+(the process, the data, the evaluation set-up) and the optimiser's dispatch, not the steps'
+kernels: a stacked ResNet would have to batch its BatchNorm statistics per seed. A stacked
+tabular seed and a looped seed train bit for bit as their own trials on the CPU; a stacked
+clinical seed up to the rounding of the unrolled recursion (`nn.LSTM` runs it over the packed
+stays in kernels of its own).
 
 What cannot be fused is refused before anything is built (`fusion_refusal`): see its
 docstring for each reason.
@@ -59,7 +63,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -267,8 +270,8 @@ class FusedTrainingRun:
 
     def _looped_step(self) -> None:
         """Each seed's step up to its optimiser update, in turn, as its unfused trial's
-        (`TrainingRun._eager_step`, in its own random stream), then one fused update and each
-        seed's `after_step` hook."""
+        (`TrainingRun._eager_step`, in its own random stream), then one fused update and what
+        follows each seed's update (`TrainingRun._finish_step`)."""
         batches, rows = [], []
         for member, generator in zip(self.members, self.generators, strict=True):
             with seed_stream(generator):
@@ -276,13 +279,11 @@ class FusedTrainingRun:
                 member.model.train()
                 rows.append(member._backward(batches[-1]))
         self._optimizer_step()
-        lr = torch.as_tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
         for member, generator, batch, row in zip(
             self.members, self.generators, batches, rows, strict=True
         ):
             with seed_stream(generator):
-                member.method.after_step(functools.partial(member._updated_losses, batch))
-            member._pending.append({**row, "step": torch.tensor(member.step), "lr": lr})
+                member._finish_step(batch, row)
 
     def _optimizer_step(self) -> None:
         """Each seed's gradients clipped to its own norm, then the fused update."""

@@ -231,6 +231,11 @@ def unrolled_lstm(sequences: Tensor, weights: list[Tensor], between: Tensor | No
     return layer_input
 
 
+def steps_within(last_step: Tensor, steps: int) -> Tensor:
+    """(B, T) bool: which of `steps` time steps lie within each stay, given its last (B,)."""
+    return torch.arange(steps, device=last_step.device)[None, :] <= last_step[:, None]
+
+
 @dataclass(frozen=True)
 class PaddedStays:
     """What the heads read of an unrolled batch: each stay's last step (B,) of T steps."""
@@ -240,8 +245,7 @@ class PaddedStays:
 
     def valid(self) -> Tensor:
         """(B, T) bool: the steps within each stay."""
-        steps = torch.arange(self.steps, device=self.last_step.device)
-        return steps[None, :] <= self.last_step[:, None]
+        return steps_within(self.last_step, self.steps)
 
 
 def top_layer(lstm: nn.LSTM) -> list[nn.Parameter]:
@@ -289,8 +293,7 @@ class Stays:
 
     def valid(self) -> Tensor:
         """(B, T) bool: the steps within each stay."""
-        steps = torch.arange(self.steps, device=self.last_step.device)
-        return steps[None, :] <= self.last_step[:, None]
+        return steps_within(self.last_step, self.steps)
 
 
 @dataclass(frozen=True)
