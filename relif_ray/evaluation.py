@@ -15,6 +15,7 @@ the clinical ones) also leave their labels and predictions per example, for the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +39,9 @@ class EvalResult:
     representations: (N, D) float32, row i belongs to example_ids[i].
     outcomes: one row per counted entry of a task with outcomes (`Task.outcomes`): task,
         example_id, position (the step, or the label of a multi-label task; 0 for a per-stay
-        label), label, prediction (float32); empty where no task has outcomes.
+        label), label, prediction (float32); empty where no task has outcomes. Built from
+        `outcomes_from` when first read: a trial validates every epoch and writes outcomes
+        once, and on ACTG 175 the table is half of an epoch's validation time.
     names: the split's example names (`Split.example_names`: a stay's file or id), indexed
         by example_id; None where the split has none.
     """
@@ -47,8 +50,21 @@ class EvalResult:
     scores: pd.DataFrame
     representations: np.ndarray
     example_ids: np.ndarray
-    outcomes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OUTCOME_COLUMNS))
     names: list[str] | None = None
+    outcomes_from: Callable[[], pd.DataFrame] | None = field(default=None, repr=False)
+    _outcomes: pd.DataFrame | None = field(default=None, init=False, repr=False)
+
+    @property
+    def outcomes(self) -> pd.DataFrame:
+        if self._outcomes is None:
+            built = self.outcomes_from() if self.outcomes_from is not None else None
+            self._outcomes = built if built is not None else pd.DataFrame(columns=OUTCOME_COLUMNS)
+            self.outcomes_from = None
+        return self._outcomes
+
+    @outcomes.setter
+    def outcomes(self, table: pd.DataFrame) -> None:
+        self._outcomes, self.outcomes_from = table, None
 
     def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
         """task -> [q10, q90] of its valid raw scores here: on an ERM reference run's
@@ -119,7 +135,7 @@ class SplitCollector:
             scores=self._scores_table(ids),
             representations=torch.cat(self.representations).cpu().numpy(),
             example_ids=np.concatenate(ids),
-            outcomes=self._outcomes_table(),
+            outcomes_from=self._outcomes_table,
         )
 
     def _outcomes_table(self) -> pd.DataFrame:
