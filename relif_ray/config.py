@@ -140,7 +140,9 @@ class TrainConfig:
     features and representation are cast back to fp32 before the task losses, the audit scores
     and ReLiF (its statistics and controller), and evaluation scores are fp32."""
     channels_last: bool = False
-    """Weights and image batches in NHWC order (faster GPU convolutions; only rounding differs)."""
+    """Weights and image batches in NHWC order (faster GPU convolutions; only rounding differs).
+    A CPU without AVX-512 keeps NCHW: torch's oneDNN channels-last backward corrupts the heap
+    there (`relif_ray.gpu_stack.channels_last_applies`)."""
     compile: bool = False
     """Run the model forward through `torch.compile` (slow first steps; checkpoints unchanged)."""
     compile_relif: bool = False

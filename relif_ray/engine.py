@@ -44,7 +44,7 @@ from relif_ray.cuda_graph import (
 from relif_ray.data.splits import Split, TensorSplit
 from relif_ray.errors import UserError
 from relif_ray.evaluation import EvalResult, SplitCollector
-from relif_ray.gpu_stack import forward_precision
+from relif_ray.gpu_stack import channels_last_applies, forward_precision
 from relif_ray.methods import StepContext, build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import Problem, load_problem
@@ -157,7 +157,8 @@ class TrainingRun:
         torch.manual_seed(config.seed)
         self.model = self.problem.build_model(config.model).to(self.device)
         check_gradient_source(self.model, config.method.gradient_source)
-        if config.train.channels_last:
+        self.channels_last = channels_last_applies(config.train.channels_last, self.device)
+        if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.forward_model = torch.compile(self.model) if config.train.compile else self.model
         task_names = self.problem.task_names
@@ -280,7 +281,7 @@ class TrainingRun:
         """Move a batch to the device; images in channels-last order when configured."""
         batch = move_batch(batch, self.device)
         image = batch["input"]
-        if self.config.train.channels_last and image.dim() == 4:
+        if self.channels_last and image.dim() == 4:
             batch["input"] = image.contiguous(memory_format=torch.channels_last)
         return batch
 

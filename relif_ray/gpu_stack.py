@@ -11,6 +11,12 @@ older than `MINIMUM_DRIVER` says that runtime needs. `relif_ray.tuning.cluster` 
 bf16 autocast runs natively only on GPUs of compute capability 8.0 and newer (Ampere and
 later); on older ones (V100, T4) CUDA emulates it, slower than fp32 and with no gain, so
 `forward_precision` turns a bf16 forward into fp32 there, with one logged line.
+
+Channels-last is a GPU layout. On a CPU, torch 2.14.1's oneDNN convolution backward with
+channels-last tensors corrupts the heap on CPUs without AVX-512 (seen on an AMD EPYC: an abort,
+"double free or corruption", in `mkldnn_convolution_backward_weights`, in about two runs of
+three; none on an AVX-512 Xeon, none with oneDNN disabled), so `channels_last_applies` keeps
+NCHW there, with one logged line.
 """
 
 from __future__ import annotations
@@ -149,6 +155,27 @@ def native_bf16(device: torch.device) -> bool:
             return torch.cuda.is_bf16_supported(including_emulation=False)
         except TypeError:
             return torch.cuda.get_device_capability(device) >= NATIVE_BF16_CAPABILITY
+
+
+def channels_last_applies(channels_last: bool, device: torch.device) -> bool:
+    """Whether the model and its images go channels-last: `channels_last` (train.channels_last),
+    except on a CPU whose convolutions run in oneDNN without AVX-512 (torch's CPU capability
+    below AVX512), where channels-last corrupts the heap (the module docstring) and the run
+    keeps NCHW (logged once, with the reason)."""
+    if not channels_last or device.type != "cpu":
+        return channels_last
+    if not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
+        return True
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability.startswith("AVX512"):
+        return True
+    LOGGER.info(
+        "train.channels_last: this CPU runs oneDNN convolutions at %s, where channels-last "
+        "backward corrupts the heap in torch %s; the model stays NCHW",
+        capability,
+        torch.__version__,
+    )
+    return False
 
 
 def forward_precision(precision: str, device: torch.device) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
+from relif_ray.gpu_stack import channels_last_applies
 from relif_ray.problems import Problem, TensorSplit, load_problem
 from relif_ray.relif.regularizer import ReLiFRegularizer
 from relif_ray.transfer import move_batch, resident_split
@@ -33,6 +35,14 @@ def make_run(
     if relif is not None:
         values["relif"] = {**values["relif"], **relif}
     return TrainingRun(ExperimentConfig.from_dict(values), problem)
+
+
+@pytest.fixture
+def without_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN off for the test: channels-last CPU runs then take ATen's own convolutions, the
+    same kernels on every CPU (oneDNN's channels-last backward corrupts the heap on CPUs
+    without AVX-512, `relif_ray.gpu_stack.channels_last_applies`)."""
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
 
 
 def loss_rows(run: TrainingRun) -> list[list[float]]:
@@ -114,6 +124,23 @@ def first_step_error(run: TrainingRun, exact: TrainingRun) -> float:
     return max(trace + gradients)
 
 
+def test_channels_last_stays_nchw_where_onednn_lacks_avx512(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    with caplog.at_level(logging.INFO, logger="relif_ray.gpu_stack"):
+        assert channels_last_applies(True, cpu) is False
+    assert "stays NCHW" in caplog.text and "AVX2" in caplog.text
+    assert channels_last_applies(True, cuda) is True and channels_last_applies(False, cpu) is False
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert channels_last_applies(True, cpu) is True
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert channels_last_applies(True, cpu) is True
+
+
+@pytest.mark.usefixtures("without_onednn")
 def test_channels_last_gives_the_same_numbers(nyuv2_dir) -> None:
     """One step from the same weights, and an evaluation of the same weights: channels-last
     is as close to the exact (float64) numbers as the default layout, within 10x the default's
@@ -167,6 +194,7 @@ def method_cases() -> list:
     ]
 
 
+@pytest.mark.usefixtures("without_onednn")
 @pytest.mark.parametrize(("method", "source"), method_cases())
 def test_every_method_leaves_gradients_in_the_layout_of_their_weights(
     tiny_encoders, nyuv2_dir, method: str, source: str
