@@ -35,6 +35,7 @@ from relif_ray.cli.sweep import base_config as sweep_base_config
 from relif_ray.config import ExperimentConfig
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_info
+from relif_ray.squash import squash
 from relif_ray.sweep.exit_status import SweepStopped
 from relif_ray.sweep.labels import grid_variants, split_label, uses_controller, variant
 from relif_ray.sweep.plan import controller_variants
@@ -300,7 +301,7 @@ def _score_frame(seg: np.ndarray, depth: np.ndarray) -> pd.DataFrame:
 
 
 def test_live_audit_squashes_raw_scores_with_their_own_quantiles():
-    from relif_ray.tuning.trainable import live_validation_audit
+    from relif_ray.live_audit import live_validation_audit
 
     rng = np.random.default_rng(0)
     seg, depth = rng.uniform(0, 1, 40), rng.gamma(2.0, 3.0, 40)
@@ -319,7 +320,7 @@ def test_live_audit_squashes_raw_scores_with_their_own_quantiles():
 
 
 def test_live_audit_drops_invalid_and_non_finite_rows():
-    from relif_ray.tuning.trainable import live_validation_audit
+    from relif_ray.live_audit import live_validation_audit
 
     rng = np.random.default_rng(1)
     frame = _score_frame(rng.uniform(0, 1, 20), rng.uniform(0, 5, 20))
@@ -340,6 +341,38 @@ def test_live_audit_drops_invalid_and_non_finite_rows():
     )
     assert live_validation_audit(noisy, {"seg"}, delta=0.2).bias == clean.bias
     assert live_validation_audit(frame[frame["task"] == "seg"], {"seg"}, delta=0.2) is None
+
+
+def test_a_trials_live_audit_samples_its_pairs_once_and_gives_fixed_delta_audit_numbers(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Epoch after epoch on the same rows, the live audit gives the exact numbers of
+    fixed_delta_audit on the squashed frame, drawing Algorithm 1's pairs once; when the rows
+    change (a score turns NaN) it draws them again, for the new rows."""
+    from relif_ray import live_audit
+
+    draws = []
+    sample_pairs = live_audit.sample_pairs
+    monkeypatch.setattr(
+        live_audit, "sample_pairs", lambda frame: draws.append(len(frame)) or sample_pairs(frame)
+    )
+    constants = {"depth": [1.0, 9.0]}
+    audit = live_audit.LiveValidationAudit({"seg"}, 0.1, constants)
+    rng = np.random.default_rng(3)
+    for epoch in range(4):
+        frame = _score_frame(rng.uniform(0, 1, 300), rng.gamma(2.0, 3.0, 300))
+        if epoch == 3:
+            frame.loc[5, "score"] = np.nan
+        squashed = frame[np.isfinite(frame["score"])].copy()
+        depth = squashed["task"] == "depth"
+        squashed.loc[depth, "score"] = np.clip(
+            squash(squashed.loc[depth, "score"].to_numpy(), 1.0, 9.0), 0, 1
+        )
+        expected = fixed_delta_audit(squashed, 0.1)
+        result = audit(frame)
+        assert (result.bias, result.vr) == (expected.bias, expected.vr)
+        assert result.pairs == expected.pairs
+    assert draws == [600, 599]
 
 
 def test_pareto_front_keeps_the_non_dominated_rows_of_each_study():
@@ -798,7 +831,7 @@ def test_half_gpu_trials_pack_four_to_two_logical_gpus_and_run_on_cpu(packed_swe
 
 @pytest.mark.slow
 def test_live_val_bias_is_the_audit_of_the_trials_val_scores(grid_sweep):
-    from relif_ray.tuning.trainable import live_validation_audit
+    from relif_ray.live_audit import live_validation_audit
 
     loaded = analysis.load(grid_sweep)
     for trial, outputs in loaded.outputs.items():

@@ -18,13 +18,9 @@ reference reads q10/q90 of its seed from the experiment's `squash_constants.json
 and trains on them; its `trial.json` records them in its config. An ERM reference trial
 reports its validation q10/q90 with its last result, from which the driver writes that file.
 
-Live validation Bias (`val_bias`, the progress table and the Optuna objective): the audit of
-`relif_ray.audit.fixed_delta_audit` at the sweep's `delta` on the trial's own validation
-scores. Scores that are not probabilities are squashed (`relif_ray.squash.squash`) with the
-trial's ERM constants where it has them, else with the quantiles of the SAME trial's
-validation scores (an ERM or baseline trial). It is a
-progress and search signal only: the official fixed-delta numbers are computed at analysis
-time with same-seed ERM quantiles and the reference delta (`analysis`).
+Live validation Bias (`val_bias`, the progress table and the Optuna objective): the fixed-delta
+audit at the sweep's `delta` of the trial's own validation scores (`relif_ray.live_audit`); a
+progress and search signal only, the official numbers come from analysis.
 
 Each epoch's result also carries the ReLiF statistics at the epoch's last step
 (`relif_ray.relif.STAT_KEYS`: lambda, r_ema, tau, kappa, loss_lip, ...; NaN without ReLiF),
@@ -54,13 +50,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import pyarrow.fs
 import torch
 from ray import tune
 
-from relif_ray.audit import AuditResult, fixed_delta_audit
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
@@ -82,6 +75,7 @@ from relif_ray.experiment.record import (
     tune_result,
 )
 from relif_ray.fused import FusedTrainingRun
+from relif_ray.live_audit import LiveValidationAudit
 from relif_ray.messages import show_messages
 from relif_ray.reference import (
     config_reference_key,
@@ -90,7 +84,6 @@ from relif_ray.reference import (
     waits_for_reference,
 )
 from relif_ray.relif import STAT_KEYS
-from relif_ray.squash import squash, squash_bounds
 from relif_ray.sweep.labels import setting_values
 from relif_ray.sweep.trial_config import TuneKeys, experiment_config, seed_configs
 
@@ -128,31 +121,6 @@ def evaluates_after(
 
 class InjectedFault(RuntimeError):
     """Raised by the test-only `fault_injection_step` of a trial config."""
-
-
-def live_validation_audit(
-    scores: pd.DataFrame,
-    probability_tasks: set[str],
-    delta: float,
-    constants: dict[str, list[float]] | None = None,
-) -> AuditResult | None:
-    """Fixed-delta audit of one split's raw scores, squashed with `constants` (task -> [q10,
-    q90]) where given, else self-squashed (see the module docstring).
-
-    Rows that are invalid or not finite are dropped; None when fewer than two tasks remain.
-    """
-    frame = scores[scores["valid"].astype(bool)].copy()
-    frame["score"] = frame["score"].astype(np.float64)
-    frame = frame[np.isfinite(frame["score"])]
-    for task, rows in frame.groupby("task"):
-        values = rows["score"].to_numpy()
-        if task not in probability_tasks:
-            low, high = (constants or {}).get(task) or squash_bounds(values)
-            values = squash(values, low, high)
-        frame.loc[rows.index, "score"] = np.clip(values, 0.0, 1.0)
-    if frame["task"].nunique() < 2:
-        return None
-    return fixed_delta_audit(frame, delta)
 
 
 def live_controller_state(trace: list[dict[str, float]]) -> dict[str, float]:
@@ -299,6 +267,15 @@ class ReLiFTrainable(tune.Trainable):
         self.probability_tasks = {task.name for task in self.run.tasks if task.score_is_probability}
         self.squashed_tasks = [t.name for t in self.run.tasks if not t.score_is_probability]
         self.is_reference = is_reference(configs[0])
+        self.live_audits = [
+            LiveValidationAudit(
+                self.probability_tasks,
+                self.delta,
+                run.config.relif.squash_constants if run.config.relif.enabled else None,
+            )
+            for run in self.runs
+        ]
+        """Each seed's live audit of its validation scores (its pairs sampled once)."""
         self.last_eval: list[EvalResult | None] = [None] * len(self.runs)
         self.last_test: list[EvalResult | None] = [None] * len(self.runs)
         """Each seed's evaluation of this epoch (test: where train.epoch_test_metrics)."""
@@ -348,12 +325,8 @@ class ReLiFTrainable(tune.Trainable):
         run = self.runs[index]
         with timer("evaluate"):
             self.last_eval[index] = last_eval = run.evaluate("val")
-        relif = run.config.relif
-        constants = relif.squash_constants if relif.enabled else None
         with timer("audit"):
-            audit = live_validation_audit(
-                last_eval.scores, self.probability_tasks, self.delta, constants
-            )
+            audit = self.live_audits[index](last_eval.scores)
         metrics = {split_metric("val", key): value for key, value in last_eval.metrics.items()}
         if run.config.train.epoch_test_metrics and "test" in run.problem.splits:
             with timer("evaluate_test"):
