@@ -14,6 +14,14 @@ constants, so the wall clock gains less than the slots do. Each sweep is `--meth
 erm,relif` at the benchmark's defaults (ACTG 175's preset; the clinical LSTM's and NYUv2's
 demo budgets, the demo's model), and how it is fused is its config's `fused_form`: the
 tabular MLP and the clinical LSTM stacked, NYUv2's ResNet looped.
+
+The GPU rows (`fused_gpu_suite`, in the GPU check: `benchmarks/gpu_check.py`): ERM at the
+paper's size (ResNet-50, 288x384, batch 8, the GPU fast path, graphed) as one isolated
+trial's worker and as fused workers of 2, 4 and 8 seeds (streamed: each seed's graphed step
+on a CUDA stream of its own, `relif_ray.fused`): the aggregate training images/s per GPU
+against the isolated rate (target >= 2x), and the peak GPU memory per seed. The smallest S
+that passes is the one a `--num-gpus` sweep should fuse; until a GPU has measured the rows,
+`--fused-seeds` stays 1 there. The check's dry run runs them at toy size on the CPU.
 """
 
 from __future__ import annotations
@@ -27,8 +35,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness import Context
+from benchmarks.harness import OUT_OF_TIME, Context
 from benchmarks.targets import TARGETS
+from benchmarks.throughput import warm_up_gpu
+from benchmarks.workers import data_root, setting_text, timed_worker, trial_config, worker_rows
+from relif_ray.experiment.record import CUDA_PEAK_MB
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = "erm,relif"
@@ -87,6 +98,44 @@ def fused_suite(ctx: Context) -> None:
         judged = target is not None and ctx.size == "real"
         ctx.row(row.name, ratio, "x", detail, target=target.text if target else "-",
                 result=target.judge(ratio) if judged else "info")  # fmt: skip
+
+
+GPU_FUSED_SEEDS = (2, 4, 8)
+"""The fused workers of the GPU rows, after the isolated trial's."""
+GPU_RATE_TARGET = "fused images/s per GPU / isolated graphed ERM"
+
+
+def fused_gpu_suite(ctx: Context) -> None:
+    """The isolated ERM worker, then fused workers of 2, 4 and 8 seeds: each one's images/s
+    (every seed's images), its peak GPU memory per seed, and its rate over the isolated one."""
+    if ctx.cuda:
+        warm_up_gpu(ctx.device)  # the first worker timed would meet idle clocks
+    root, isolated = data_root(ctx, gpu=True), None
+    for seeds in (1, *GPU_FUSED_SEEDS):
+        name = "erm, isolated trial" if seeds == 1 else f"erm, {seeds} seeds fused"
+        if not ctx.has_time(20 + 5 * seeds):
+            ctx.skip(f"training images/s, {name}", OUT_OF_TIME)
+            continue
+        with ctx.step(f"training images/s, {name}"):
+            config = trial_config(ctx, root, "erm", gpu=True)
+            config["train"]["fused_seeds"] = seeds
+            result = timed_worker(ctx, config)
+            setting = setting_text(config, root)
+            worker_rows(ctx, name, result, setting)
+            peak = result[CUDA_PEAK_MB]
+            ctx.row(f"peak GPU memory per seed, {name}", peak / seeds if peak else None, "MiB",
+                    f"{setting}; the worker's peak over its {seeds} seed(s)",
+                    result="info" if peak else "needs a GPU")  # fmt: skip
+            rate = result["images_per_s"]
+            if seeds == 1:
+                isolated = rate
+            elif isolated:
+                target = TARGETS[GPU_RATE_TARGET]
+                judged = ctx.cuda and ctx.size == "real"
+                ctx.row(f"images/s per GPU, {seeds} seeds fused / isolated", rate / isolated,
+                        "x", f"{setting}; {result['steps_as']}; every seed's images over the "
+                        "isolated graphed ERM trial's", target=target.text,
+                        result=target.judge(rate / isolated) if judged else "info")  # fmt: skip
 
 
 def measure(

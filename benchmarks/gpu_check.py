@@ -1,6 +1,7 @@
 """The prepared GPU check: the suites of `run.SUITES` that have a cap, at the real size on CUDA,
 in their priority order (the decisive rows first: `breakdown`, where a real-size trial's time
-goes; `packing`, 1 to 4 trials of 8 epochs per GPU; `fidelity`, bf16 against fp32; then
+goes; `packing`, 1 to 4 trials of 8 epochs per GPU; `fused-gpu`, 2, 4 and 8 seeds fused in
+one trial against an isolated one; `fidelity`, bf16 against fp32; then
 ReLiF's graphed step and the exact methods: `graph`, `profile`, `methods`; then `default`,
 `compile`, `cuda` and `repeatability` as time remains), within one budget of at most 9 minutes.
 

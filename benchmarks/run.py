@@ -53,6 +53,8 @@ SUITES = (
     Suite("breakdown", "(d) where a trial's time goes", "sweep.breakdown_suite", True, (200, 60)),
     Suite("packing", "(f) 1, 2, 3 and 4 trials per GPU, 8 epochs", "real_size.packing_suite",
           True, (300, 60)),
+    Suite("fused-gpu", "(i) 2, 4 and 8 seeds fused on one GPU", "fused.fused_gpu_suite",
+          gpu=(120, 40)),
     Suite("fidelity", "(e) ReLiF at real size", "real_size.fidelity_suite", gpu=(540, 240)),
     Suite("graph", "(b) the step as one CUDA graph", "throughput.graph_suite", gpu=(200, 40)),
     Suite("relif", "ERM+ReLiF step time over ERM's", "relif.relif_suite", True),

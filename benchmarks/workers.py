@@ -254,6 +254,9 @@ def steps_as(run) -> str:  # noqa: ANN001
 
     if isinstance(run, PlainLoop):
         return "eager (the plain loop)"
+    members = getattr(run, "members", None)
+    if members is not None:  # a fused run: its form, and how its first seed's steps ran
+        return f"{len(members)} seeds {run.form}, each {steps_as(members[0])}"
     if run.graphed is None:
         return f"eager: {run.eager_reason}"
     if run.graphed.graph is None:
@@ -299,14 +302,21 @@ def main() -> None:
 
     imports_mb = peak_rss_mb()
     config = ExperimentConfig.from_dict(json.loads(args.config))
-    run = TrainingRun(config) if args.loop == "engine" else PlainLoop(config)
+    seeds = config.train.fused_seeds
+    if seeds > 1:  # one fused run of seeds seed, seed + 1, ... (`relif_ray.fused`)
+        from relif_ray.fused import FusedTrainingRun
+        from relif_ray.sweep.trial_config import seed_configs
+
+        run = FusedTrainingRun(seed_configs(config, tuple(range(config.seed, config.seed + seeds))))
+    else:
+        run = TrainingRun(config) if args.loop == "engine" else PlainLoop(config)
     run.train_steps(args.warmup)
     timed_from = time.time()
     chunks = timed_chunks(run, args.steps, args.chunk)
     timed_to, steps = time.time(), sum(count for count, _ in chunks)
     cuda = run.device.type == "cuda"
     result = {
-        "images_per_s": config.train.batch_size * steps / sum(s for _, s in chunks),
+        "images_per_s": seeds * config.train.batch_size * steps / sum(s for _, s in chunks),
         "step_s": statistics.median(s / count for count, s in chunks),
         "steps": steps, "rss_imports_mb": imports_mb, "peak_rss_mb": peak_rss_mb(),
         CUDA_PEAK_MB: torch.cuda.max_memory_allocated(run.device) / 2**20 if cuda else None,
@@ -314,7 +324,7 @@ def main() -> None:
         "steps_as": steps_as(run),
     }  # fmt: skip
     if args.trace:
-        result["trace"] = run.trace
+        result["trace"] = run.trace if seeds == 1 else [member.trace for member in run.members]
     print(json.dumps(result))
 
 

@@ -140,9 +140,8 @@ class TrainConfig:
     features and representation are cast back to fp32 before the task losses, the audit scores
     and ReLiF (its statistics and controller), and evaluation scores are fp32."""
     channels_last: bool = False
-    """Weights and image batches in NHWC order (faster GPU convolutions; only rounding differs).
-    A CPU without AVX-512 keeps NCHW: torch's oneDNN channels-last backward corrupts the heap
-    there (`relif_ray.gpu_stack.channels_last_applies`)."""
+    """Weights and image batches in NHWC order (faster GPU convolutions; only rounding differs;
+    a CPU without AVX-512 keeps NCHW: `relif_ray.gpu_stack.channels_last_applies`)."""
     compile: bool = False
     """Run the model forward through `torch.compile` (slow first steps; checkpoints unchanged)."""
     compile_relif: bool = False
@@ -192,13 +191,12 @@ class TrainConfig:
     scheduler_min_lr: float = 0.0
     """With scheduler "cosine": the rate at its horizon."""
     epoch_test_metrics: bool = False
-    """Also evaluate the test split after every validated epoch (`test_<metric>` in its result).
-
-    What `relif report --delta-m-epochs best` and `last:K` read, as NYUv2 tables average the
+    """Also evaluate the test split after every validated epoch (`test_<metric>` in its result):
+    what `relif report --delta-m-epochs best` and `last:K` read, as NYUv2 tables average the
     last epochs (Nash-MTL, FAMO) or take the best validation epoch (LibMTL). Costs a test pass."""
     fused_seeds: int = 1
-    """Seeds per sweep trial, trained in step (`relif_ray.fused`, stacked or looped; 1:
-    unfused); each seed's numbers are its own trial's on the CPU, each its own row."""
+    """Seeds per sweep trial, trained in step (`relif_ray.fusion`: stacked, looped or, on a GPU,
+    streamed; 1: unfused); each seed's numbers are its own trial's, each its own row."""
 
     def validate(self) -> None:
         if self.epochs is None and self.max_steps is None:

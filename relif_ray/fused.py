@@ -1,10 +1,5 @@
 """Several seeds of one setting trained as one stacked model (`train.fused_seeds`).
 
-Why: on a small model a training step is a few hundred tiny kernels, each dispatched by the
-host; S trials of S seeds dispatch S times as many for S times the arithmetic. Trained as one
-model whose every weight has a leading seed dimension, the S seeds share each dispatch
-(HFTA's horizontal fusion, MLSys 2021; PyTorch's ensembling with `torch.func`).
-
 How (`FusedTrainingRun`): one `relif_ray.engine.TrainingRun` per seed, the *members*, built
 exactly as that seed's own trial builds it (model initialisation, method, ReLiF regularizer,
 optimiser, learning-rate schedule, batch order), so that each seed keeps everything that is
@@ -41,22 +36,8 @@ other op (elementwise ops, reductions, the optimisers, the Gramians and their so
 dropout masks) is the same op on the same numbers, so a stacked seed trains bit for bit as its
 own trial on the CPU (`tests/test_fused.py`, every method and ReLiF label).
 
-Two forms (`fused_form`): the tabular MLP and the clinical LSTM of hard sharing are *stacked*
-as described above (the LSTM through `relif_ray.seedwise.stacked_lstm`, its recursion over
-every seed's padded stays as one batched product per time step, each seed's dropout masks
-drawn as its own `nn.LSTM` draws them: `_sequence_noise`); every other model (NYUv2's ResNet,
-the expert architectures), and a method or field that acts on one model, is *looped*: each
-seed's forward, losses, ReLiF term and its method's own backward run in turn, exactly as its
-unfused step (its own model, batch and global random stream: `seed_stream`), then one fused
-optimiser step updates every seed. A looped trial shares what a trial costs beside its steps
-(the process, the data, the evaluation set-up) and the optimiser's dispatch, not the steps'
-kernels: a stacked ResNet would have to batch its BatchNorm statistics per seed. A stacked
-tabular seed and a looped seed train bit for bit as their own trials on the CPU; a stacked
-clinical seed up to the rounding of the unrolled recursion (`nn.LSTM` runs it over the packed
-stays in kernels of its own).
-
-What cannot be fused is refused before anything is built (`fusion_refusal`): see its
-docstring for each reason.
+How seeds are fused on each model (stacked, looped, streamed on a GPU) and what cannot be
+fused: `relif_ray.fusion`.
 """
 
 from __future__ import annotations
@@ -64,9 +45,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -75,87 +55,23 @@ from torch.func import functional_call, vmap
 from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun, build_optimizer, fp32_output
 from relif_ray.errors import UserError
-from relif_ray.methods import methods
-from relif_ray.methods.base import LossWeighting
+from relif_ray.fusion import check_fusable, fused_form
 from relif_ray.methods.gradients import GradientAggregator, PendingUpdate
-from relif_ray.models.clinical import ClinicalMTLModel, packing_plan
+from relif_ray.models.clinical import ClinicalMTLModel
 from relif_ray.problems import Problem, load_problem
 from relif_ray.relif.regularizer import STAT_KEYS
 from relif_ray.schedule import steps_to_take
-from relif_ray.seedwise import drawn_dropouts, seedwise_functions, stacked_lstm
+from relif_ray.seedwise import (
+    drawn_dropouts,
+    lstm_dropout_masks,
+    record_dropout_shapes,
+    seed_stream,
+    seedwise_functions,
+    stacked_lstm,
+)
 from relif_ray.tasks.base import Batch
 
 LOGGER = logging.getLogger(__name__)
-
-STACKED_DATASETS = ("tabular", "mimic3", "eicu")
-"""The benchmarks whose model is stacked (`fused_form`): the tabular MLP (every tabular preset
-and table) and the clinical LSTM of hard sharing (`model.architecture` hps; its LSTM unrolled:
-`relif_ray.models.clinical.unrolled_lstm`). The others are looped."""
-
-
-def fused_form(config: ExperimentConfig) -> Literal["stacked", "looped"]:
-    """How `config`'s seeds are fused: "stacked" (one vmapped forward and one backward for
-    all seeds) where the model is stacked (`STACKED_DATASETS`), the method is a loss weighting
-    or a gradient aggregation on the shared parameters and no fast-path field acts on one
-    model (torch.compile, bf16 autocast, channels-last); "looped" otherwise: GradNorm and
-    DB-MTL take their per-task passes inside their own backward, the representation gradient
-    source backpropagates through the encoder after a solve, and the fast-path fields act on
-    each seed's own model."""
-    method = methods().get(config.method.name)
-    train = config.train
-    stacked = (
-        config.data.dataset in STACKED_DATASETS
-        and (config.data.dataset == "tabular" or config.model.architecture == "hps")
-        and config.method.gradient_source == "parameters"
-        and method is not None
-        and issubclass(method, LossWeighting | GradientAggregator)
-        and not (train.compile or train.compile_relif or train.channels_last)
-        and train.precision == "fp32"
-    )
-    return "stacked" if stacked else "looped"
-
-
-def fusion_refusal(config: ExperimentConfig) -> str | None:
-    """Why `config`'s seeds cannot be trained as one fused trial, completing
-    "train.fused_seeds: ..."; None where they can: every benchmark, method and field on the
-    CPU. A CUDA device is refused: fused steps are checked against their unfused trials on
-    the CPU only (a CUDA trial's dropout masks come from its fused dropout kernel's own Philox
-    stream, and its step is a CUDA graph), and so is "auto", a GPU sweep's device."""
-    if config.device != "cpu":  # "auto" (a GPU sweep's) trains on CUDA where it can
-        return (
-            f"fused trials run on the CPU (device {config.device}: a fused CUDA step is not "
-            "checked yet)"
-        )
-    return None
-
-
-def check_fusable(configs: Sequence[ExperimentConfig]) -> None:
-    """Refuse, in one line, seeds that cannot be one fused trial: a config `fusion_refusal`
-    refuses, or configs that differ in more than their seed and their same-seed squash
-    constants."""
-    if not configs:
-        raise ValueError("a fused run trains at least one seed")
-    reason = fusion_refusal(configs[0])
-    if reason is not None:
-        raise UserError(f"config field train.fused_seeds: {reason}")
-    first = setting_of(configs[0])
-    for config in configs[1:]:
-        if setting_of(config) != first:
-            raise UserError(
-                "config field train.fused_seeds: the fused seeds' configs differ beyond their "
-                f"seed (seeds {configs[0].seed} and {config.seed})"
-            )
-    seeds = [config.seed for config in configs]
-    if len(set(seeds)) != len(seeds):
-        raise UserError(f"config field train.fused_seeds: a seed repeats in {seeds}")
-
-
-def setting_of(config: ExperimentConfig) -> dict:
-    """What the fused seeds must share: the config without its seed and squash constants."""
-    values = config.to_dict()
-    values.pop("seed")
-    values["relif"] = {k: v for k, v in values["relif"].items() if k != "squash_constants"}
-    return values
 
 
 @dataclass
@@ -186,8 +102,13 @@ class FusedTrainingRun:
             self.generators.append(generator)
         first = self.members[0]
         self.config = first.config
-        self.form = fused_form(self.config)
         self.device = first.device
+        self.form = "streamed" if self.device.type == "cuda" else fused_form(self.config)
+        self.streams = [
+            torch.cuda.Stream(self.device) if self.form == "streamed" else None
+            for _ in self.members
+        ]
+        """Each seed's CUDA stream (streamed form; None elsewhere)."""
         self.tasks = first.tasks
         self.task_names = self.problem.task_names
         self.steps_per_epoch = first.steps_per_epoch
@@ -199,7 +120,8 @@ class FusedTrainingRun:
         )
         """One optimiser over every member's parameters (one fused update for all seeds; each
         parameter's update is its member's own: `relif_ray.engine.build_optimizer`). The
-        members' own optimisers hold their state only in `state_dict` (`_share_state`)."""
+        members' own optimisers hold their state only in `state_dict` (`_share_state`); a
+        streamed run's members step their own (it holds no state)."""
         self.reg_state: dict[str, Tensor] = {}
         """The members' ReLiF buffers, stacked (S, ...): the live ones while a stacked run
         trains (a looped run's live ones are the members' own)."""
@@ -213,27 +135,29 @@ class FusedTrainingRun:
         models = [member.model for member in self.members]
         self.template = copy.deepcopy(models[0])
         self.sequences = isinstance(self.template, ClinicalMTLModel)
-        """The clinical LSTM, unrolled: its dropout masks drawn per stay (`_sequence_noise`)."""
+        """The clinical LSTM, unrolled: its dropout masks drawn per stay (`lstm_dropout_masks`)."""
         if self.sequences:
             self.template.unrolled = stacked_lstm
             self.dropouts = drawn_dropouts(self.template, drawn_by_caller=(self.template.lstm,))
         else:
             self.dropouts = drawn_dropouts(self.template)
         self._parameters = {
-            name: [_tensor_of(model, name) for model in models]
+            name: [model.get_parameter(name) for model in models]
             for name, _ in self.template.named_parameters()
         }
         """name -> each member's own parameter (the same objects for the whole run: the
         optimisers and `load_state_dict` write into them)."""
         self._buffers = {
-            name: [_tensor_of(model, name) for model in models]
+            name: [model.get_buffer(name) for model in models]
             for name, _ in self.template.named_buffers()
         }
         self.reg_template = copy.deepcopy(self.members[0].regularizer)
         self._stack_regularizer_state()
         self.is_probability = {task.name: task.score_is_probability for task in self.tasks}
-        if not self.sequences:
-            self._probe_dropout_shapes()
+        if not self.sequences:  # each dropout's input shape, from seed 0's first batch
+            first = self.members[0]
+            batch = first._to_device(first.train_split.batch(first._train_index()))
+            record_dropout_shapes(self.template, self.dropouts, first.model, batch)
 
     @property
     def step(self) -> int:
@@ -262,11 +186,31 @@ class FusedTrainingRun:
         self._flush_trace()
 
     def _train_step(self) -> None:
+        if self.form == "streamed":
+            self._streamed_step()
+            return
         if self.form == "looped":
             self._looped_step()
         else:
             self._stacked_step()
         self._advance()
+
+    def _streamed_step(self) -> None:
+        """Each seed's own step (`TrainingRun._train_step`: its update, optimiser and epoch
+        end, graphed where its config graphs it), on its own CUDA stream that first waits for
+        the work queued before it; then the current stream waits for every seed's."""
+        current = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        for member, generator, stream in zip(
+            self.members, self.generators, self.streams, strict=True
+        ):
+            on_stream = contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
+            if stream is not None:
+                stream.wait_stream(current)
+            with seed_stream(generator), on_stream:
+                member._train_step()
+        for stream in self.streams:
+            if stream is not None:
+                current.wait_stream(stream)
 
     def _looped_step(self) -> None:
         """Each seed's step up to its optimiser update, in turn, as its unfused trial's
@@ -450,49 +394,12 @@ class FusedTrainingRun:
         """Each dropout's masks for one train-mode forward on `batch`, (S, ...), seed s's from
         its own generator (nothing is drawn for p = 0 or in evaluation, as unfused)."""
         if self.sequences:
-            return self._sequence_noise(batch)
-        masks = []
-        for module in self.dropouts:
-            if module.p == 0.0 or not self.template.training:
-                masks.append(torch.zeros(len(self.members), 0))
-                continue
-            masks.append(module.draw(self.generators, self.device))
-        return masks
-
-    def _sequence_noise(self, batch: Batch) -> list[Tensor]:
-        """The clinical LSTM's masks, [between its layers (S, layers - 1, B, T, H), on its
-        outputs (S, B, T, H)], each seed's drawn from its generator as its unfused trial's
-        `nn.LSTM` and `nn.Dropout` draw them: per gap between layers one mask of the packed
-        sequence (its valid steps, in packing order: `packing_plan`), then one of the outputs
-        padded to the seed's own longest stay; each then laid out in the stacked batch's
-        padding (zero where no stay is)."""
-        lstm, output_dropout = self.template.lstm, self.dropouts[0]
-        seeds, stays, steps = batch["input"].shape[:3]
-        hidden, gaps = lstm.hidden_size, lstm.num_layers - 1
-        training = self.template.training
-        between_p = lstm.dropout if training and gaps else 0.0
-        output_p = output_dropout.p if training else 0.0
-        between = torch.zeros((seeds, gaps, stays, steps, hidden) if between_p else (seeds, 0))
-        outputs = torch.zeros((seeds, stays, steps, hidden) if output_p else (seeds, 0))
-        for seed_index, generator in enumerate(self.generators):
-            lengths = batch["lengths"][seed_index]
-            own_steps = int(lengths.max())
-            if between_p:
-                plan = packing_plan(lengths, own_steps)
-                packed_rows = plan.indices[: plan.packed]
-                for gap in range(gaps):
-                    mask = torch.empty(plan.packed, hidden).bernoulli_(
-                        1 - between_p, generator=generator
-                    )
-                    padded = mask.new_zeros(stays * own_steps, hidden)
-                    padded.index_copy_(0, packed_rows, mask.div_(1 - between_p))
-                    between[seed_index, gap, :, :own_steps] = padded.view(stays, own_steps, -1)
-            if output_p:
-                mask = torch.empty(stays, own_steps, hidden).bernoulli_(
-                    1 - output_p, generator=generator
-                )
-                outputs[seed_index, :, :own_steps] = mask.div_(1 - output_p)
-        return [between.to(self.device), outputs.to(self.device)]
+            lstm, training = self.template.lstm, self.template.training
+            return lstm_dropout_masks(
+                lstm, self.dropouts[0], batch, self.generators, training, self.device
+            )
+        return [module.masks(self.generators, self.device, self.template.training)
+                for module in self.dropouts]  # fmt: skip
 
     def _set_noise(self, noise: list[Tensor]) -> None:
         """Hand one seed's masks (inside the vmap) to the template's dropouts."""
@@ -502,42 +409,33 @@ class FusedTrainingRun:
         for module, mask in zip(self.dropouts, noise, strict=True):
             module.noise = mask
 
-    def _probe_dropout_shapes(self) -> None:
-        """Record each dropout's input shape on one seed's first batch (no draw)."""
-        member = self.members[0]
-        batch = member._to_device(member.train_split.batch(member._train_index()))
-        for module in self.dropouts:
-            module.record = True
-        with torch.no_grad():
-            functional_call(self.template, dict(member.model.named_parameters()), (batch,))
-        for module in self.dropouts:
-            module.record = False
-
     def _stack_regularizer_state(self) -> None:
         """The members' ReLiF buffers stacked (the live ones while training)."""
-        if self.form == "looped" or self.reg_template is None:
+        if self.form != "stacked" or self.reg_template is None:
             return
         regularizers = [member.regularizer for member in self.members]
         names = [name for name, _ in self.reg_template.named_buffers()]
         self.reg_state = {
-            name: torch.stack([_tensor_of(reg, name).detach() for reg in regularizers])
+            name: torch.stack([reg.get_buffer(name).detach() for reg in regularizers])
             for name in names
         }
 
     def _sync_regularizers(self) -> None:
         """Copy the stacked ReLiF buffers back into each member's regularizer."""
-        if self.form == "looped":
+        if self.form != "stacked":
             return
         for seed_index, member in enumerate(self.members):
             if member.regularizer is None:
                 return
             for name, stacked in self.reg_state.items():
-                _tensor_of(member.regularizer, name).copy_(stacked[seed_index])
+                member.regularizer.get_buffer(name).copy_(stacked[seed_index])
 
     def _share_state(self, to_members: bool) -> None:
         """The optimiser state of each parameter, from the fused optimiser into its member's
         (for the member's `state_dict`) or back (after its `load_state_dict`); the members'
         learning rates are the fused one's."""
+        if self.form == "streamed":  # each seed steps its own optimiser
+            return
         for member in self.members:
             for param in member.optimizer_parameters():
                 if to_members and param in self.optimizer.state:
@@ -596,23 +494,3 @@ class FusedTrainingRun:
         self._share_state(to_members=False)
         self._stack_regularizer_state()
         self._pending.clear()
-
-
-@contextlib.contextmanager
-def seed_stream(generator: torch.Generator) -> Iterator[None]:
-    """The global CPU random stream as `generator`'s while the block runs (what a looped
-    seed's dropout draws from, as its unfused trial's global stream), its state kept in
-    `generator` after; the outer stream is left as it was."""
-    outer = torch.get_rng_state()
-    torch.set_rng_state(generator.get_state())
-    try:
-        yield
-    finally:
-        generator.set_state(torch.get_rng_state())
-        torch.set_rng_state(outer)
-
-
-def _tensor_of(module: nn.Module, name: str) -> Tensor:
-    """The parameter or buffer `name` (dotted) of `module`."""
-    owner, _, attribute = name.rpartition(".")
-    return getattr(module.get_submodule(owner) if owner else module, attribute)

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from relif_ray.errors import UserError
-from relif_ray.models.clinical import unrolled_lstm
+from relif_ray.models.clinical import packing_plan, unrolled_lstm
 
 _LINEAR = F.linear
 _BCE_WITH_LOGITS = F.binary_cross_entropy_with_logits
@@ -162,6 +163,15 @@ class DrawnDropout(nn.Module):
             return x
         return x * self.noise
 
+    def masks(
+        self, generators: list[torch.Generator], device: torch.device, training: bool
+    ) -> Tensor:
+        """`draw`, where a train-mode forward draws (as unfused: nothing for p = 0 or in
+        evaluation, an empty (S, 0) then)."""
+        if self.p == 0.0 or not training:
+            return torch.zeros(len(generators), 0)
+        return self.draw(generators, device)
+
     def draw(self, generators: list[torch.Generator], device: torch.device) -> Tensor:
         """Every seed's mask for one forward, (S, *shape): seed s's drawn from its generator
         into its own contiguous slice (the draws of a tensor of that shape), then all divided
@@ -193,3 +203,71 @@ def drawn_dropouts(
                 "dropout and is not fused"
             )
     return drawn
+
+
+def record_dropout_shapes(
+    template: nn.Module, dropouts: list[DrawnDropout], model: nn.Module, batch: dict
+) -> None:
+    """Record each of `template`'s drawn dropouts' input shape on a forward of `model`'s
+    parameters on `batch` (no draw)."""
+    for module in dropouts:
+        module.record = True
+    with torch.no_grad():
+        functional_call(template, dict(model.named_parameters()), (batch,))
+    for module in dropouts:
+        module.record = False
+
+
+def lstm_dropout_masks(
+    lstm: nn.LSTM,
+    output_dropout: nn.Module,
+    batch: dict[str, Tensor],
+    generators: list[torch.Generator],
+    training: bool,
+    device: torch.device,
+) -> list[Tensor]:
+    """The stacked clinical LSTM's masks (`relif_ray.fused`), [between its layers (S, layers
+    - 1, B, T, H), on its outputs (S, B, T, H)], each seed's drawn from its generator as its
+    unfused trial's `nn.LSTM` and `nn.Dropout` draw them: per gap between layers one mask of
+    the packed sequence (its valid steps, in packing order: `packing_plan`), then one of the
+    outputs padded to the seed's own longest stay; each then laid out in the stacked batch's
+    padding (zero where no stay is)."""
+    seeds, stays, steps = batch["input"].shape[:3]
+    hidden, gaps = lstm.hidden_size, lstm.num_layers - 1
+    between_p = lstm.dropout if training and gaps else 0.0
+    output_p = output_dropout.p if training else 0.0
+    between = torch.zeros((seeds, gaps, stays, steps, hidden) if between_p else (seeds, 0))
+    outputs = torch.zeros((seeds, stays, steps, hidden) if output_p else (seeds, 0))
+    for seed_index, generator in enumerate(generators):
+        lengths = batch["lengths"][seed_index]
+        own_steps = int(lengths.max())
+        if between_p:
+            plan = packing_plan(lengths, own_steps)
+            packed_rows = plan.indices[: plan.packed]
+            for gap in range(gaps):
+                mask = torch.empty(plan.packed, hidden).bernoulli_(
+                    1 - between_p, generator=generator
+                )
+                padded = mask.new_zeros(stays * own_steps, hidden)
+                padded.index_copy_(0, packed_rows, mask.div_(1 - between_p))
+                between[seed_index, gap, :, :own_steps] = padded.view(stays, own_steps, -1)
+        if output_p:
+            mask = torch.empty(stays, own_steps, hidden).bernoulli_(
+                1 - output_p, generator=generator
+            )
+            outputs[seed_index, :, :own_steps] = mask.div_(1 - output_p)
+    return [between.to(device), outputs.to(device)]
+
+
+@contextlib.contextmanager
+def seed_stream(generator: torch.Generator) -> Iterator[None]:
+    """The global CPU random stream as `generator`'s while the block runs (what a looped
+    seed's dropout draws from, as its unfused trial's global stream), its state kept in
+    `generator` after; the outer stream is left as it was."""
+    outer = torch.get_rng_state()
+    torch.set_rng_state(generator.get_state())
+    try:
+        yield
+    finally:
+        generator.set_state(torch.get_rng_state())
+        torch.set_rng_state(outer)

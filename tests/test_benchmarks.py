@@ -256,11 +256,31 @@ def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, toy)
     assert memory.name == "peak RSS per trial, architecture mmoe" and memory.value > 100
 
 
+@pytest.mark.slow
+def test_the_fused_gpu_rows_dry_run_on_the_cpu(load, toy, monkeypatch) -> None:
+    """The GPU check's fused rows at toy size: an isolated worker, then workers of 2, 4 and 8
+    fused seeds, each counting every seed's images; the ratios are not judged off the GPU.
+    In fp32 here: bf16 autocast on a CPU without native bf16 takes ~25x as long a step."""
+    workers = load("workers")
+    monkeypatch.setattr(workers, "GPU_FAST_PATH", {**workers.GPU_FAST_PATH, "precision": "fp32"})
+    load("fused").fused_gpu_suite(toy)
+    rows = {row.name: row for row in toy.rows}
+    isolated = rows["training images/s, erm, isolated trial"].value
+    assert isolated > 0
+    for seeds in (2, 4, 8):
+        rate = rows[f"training images/s, erm, {seeds} seeds fused"].value
+        ratio = rows[f"images/s per GPU, {seeds} seeds fused / isolated"]
+        assert rate > 0 and ratio.value == pytest.approx(rate / isolated)
+        assert (ratio.target, ratio.result) == (">= 2", "info")
+        assert f"{seeds} seeds looped, each eager" in ratio.detail
+        assert rows[f"peak GPU memory per seed, erm, {seeds} seeds fused"].result == "needs a GPU"
+
+
 def test_the_gpu_check_runs_the_suites_with_a_cap_in_their_priority_order(load) -> None:
     check = load("gpu_check")
     assert [suite.name for suite in check.CHECKED] == [
-        "breakdown", "packing", "fidelity", "graph", "profile", "methods", "default", "compile",
-        "cuda", "repeatability",
+        "breakdown", "packing", "fused-gpu", "fidelity", "graph", "profile", "methods",
+        "default", "compile", "cuda", "repeatability",
     ]  # fmt: skip
     # the first five fill the budget: the later suites run when earlier ones end early, or with
     # --only

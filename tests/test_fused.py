@@ -19,7 +19,8 @@ from relif_ray.config import ExperimentConfig
 from relif_ray.engine import TrainingRun
 from relif_ray.errors import UserError
 from relif_ray.experiment.outputs import read_trial_record
-from relif_ray.fused import FusedTrainingRun, fused_form, fusion_refusal
+from relif_ray.fused import FusedTrainingRun
+from relif_ray.fusion import fused_form, fusion_refusal
 from relif_ray.models.clinical import lstm_weights, packing_plan, unrolled_lstm
 from relif_ray.problems import Problem, load_problem
 from relif_ray.sweep.labels import RELIF_LABELS, variant
@@ -69,10 +70,13 @@ def without_nan(trace: list[dict[str, float]]) -> list[dict[str, float | None]]:
     return [{k: None if math.isnan(v) else v for k, v in row.items()} for row in trace]
 
 
-def assert_fused_equals_unfused(configs: list[ExperimentConfig], problem: Problem) -> None:
-    """Every seed of the fused run ends with its own run's trace, parameters, method and
-    ReLiF state and validation numbers, bit for bit."""
+def assert_fused_equals_unfused(
+    configs: list[ExperimentConfig], problem: Problem, form: str | None = None
+) -> None:
+    """Every seed of the fused run (in `form` where given, else its own) ends with its own
+    run's trace, parameters, method and ReLiF state and validation numbers, bit for bit."""
     fused = FusedTrainingRun(configs, problem)
+    fused.form = form or fused.form
     while not fused.finished:
         fused.train_epoch()
     fused_state = fused.state_dict()
@@ -174,7 +178,9 @@ def test_what_cannot_be_stacked_is_looped(actg175, fields, form):
 def test_a_cuda_device_and_configs_that_differ_are_refused(actg175):
     base, problem = actg175
     assert fusion_refusal(base) is None
-    assert "fused trials run on the CPU" in fusion_refusal(with_fields(base, {"device": "cuda"}))
+    for device in ("cuda", "auto"):
+        refusal = fusion_refusal(with_fields(base, {"device": device}))
+        assert "fused trials of tabular run on the CPU" in refusal
     first, second = seed_configs(base, problem, "erm")
     with pytest.raises(UserError, match="differ beyond their seed"):
         FusedTrainingRun([first, with_fields(second, {"train.lr": 0.5})], problem)
@@ -278,12 +284,22 @@ def test_nyuv2_fuses_bit_for_bit(nyuv2_dir, tiny_encoders):
         assert_fused_equals_unfused(seed_configs(base, problem, label), problem)
 
 
+def test_the_streamed_form_trains_each_seed_as_its_own_trial(nyuv2_dir, tiny_encoders):
+    """A GPU's fused NYUv2 trial runs each seed's own step on its own CUDA stream: the same
+    steps, here without the streams, bit for bit; a CUDA device is not refused for NYUv2."""
+    base = ExperimentConfig.from_dict(tiny_config(nyuv2_dir, epochs=None, max_steps=2))
+    assert fusion_refusal(with_fields(base, {"device": "cuda"})) is None
+    problem = load_problem(base.data)
+    for label in ("erm", "relif", "pcgrad"):
+        assert_fused_equals_unfused(seed_configs(base, problem, label), problem, "streamed")
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
         (("--scheduler", "asha"), "--fused-seeds: ASHA stops trials"),
         (("--search", "optuna", "--methods", "relif"), "--fused-seeds: --search optuna"),
-        (("--num-gpus", "1"), "--fused-seeds: fused trials run on the CPU"),
+        (("--num-gpus", "1"), "--fused-seeds: fused trials of tabular run on the CPU"),
     ],
 )
 def test_a_sweep_that_cannot_fuse_is_refused_before_ray(flags, says, tmp_path, capsys, no_sweep):

@@ -50,7 +50,7 @@ from relif_ray.experiment.storage import (
     read_bytes,
     resolved,
 )
-from relif_ray.fused import fusion_refusal
+from relif_ray.fusion import fusion_refusal
 from relif_ray.methods import build_method
 from relif_ray.models.base import check_gradient_source
 from relif_ray.problems import benchmark, checked_model, use_spec
@@ -90,7 +90,7 @@ def check_fused_sweep(base: ExperimentConfig, scheduler: str, per_seed_settings:
     """`train.fused_seeds` > 1 in a sweep that acts on one seed at a time is refused in one
     line: ASHA stops a trial (all its seeds) on their mean; Optuna's studies and
     `--select-from` give each seed settings of its own. The trials' configs are checked by
-    `check_trial_configs` (`relif_ray.fused.fusion_refusal`)."""
+    `check_trial_configs` (`relif_ray.fusion.fusion_refusal`)."""
     if base.train.fused_seeds == 1:
         return
     if scheduler == "asha":
