@@ -4,6 +4,7 @@ otherwise idle machine.
 
     python -m benchmarks.run --only fused              # the rows below at their real size
     python -m benchmarks.run --only fused --size demo  # shorter budgets, once
+    python -m benchmarks.run --only fused-demo         # what the saving buys the eICU demo
 
 The figure the targets judge is trial-seconds per seed: the sum over the sweep's Tune trials
 of each trial's seconds from its set-up to its last outputs (its `trial.json`'s started_at and
@@ -79,6 +80,15 @@ ROWS = (
 at 4 seeds of its demo, which on 2 cores already takes minutes per form."""
 
 
+DEMO = FusedRow(
+    "clinical demo wall seconds, twice its seeds fused / its seeds separate",
+    ("sweeps/clinical.py", "--demo", "--dataset", "eicu"),
+    {"toy": (1, ("--steps", "4"), 1), "demo": (3, ("--steps", "50"), 1), "real": (3, (), 1)},
+)  # fmt: skip
+"""What the saving buys: the eICU demo's own sweep (3 seeds, separate trials) against twice as
+many seeds fused in one trial per setting, each on the wall clock."""
+
+
 def fused_suite(ctx: Context) -> None:
     """Each benchmark's sweep as separate and as fused trials, alternating."""
     for row in ROWS:
@@ -98,6 +108,22 @@ def fused_suite(ctx: Context) -> None:
         judged = target is not None and ctx.size == "real"
         ctx.row(row.name, ratio, "x", detail, target=target.text if target else "-",
                 result=target.judge(ratio) if judged else "info")  # fmt: skip
+
+
+def fused_demo_suite(ctx: Context) -> None:
+    """The demo's seeds as separate trials against twice as many fused: the sweeps' wall
+    seconds (a ratio below 1: the fused sweep trains twice the seeds in less time)."""
+    seeds, budget, _ = DEMO.sizes[ctx.size]
+    storage, walls = ctx.workdir / "fused", {}
+    for form, count, fused in (("separate", seeds, 1), ("fused", 2 * seeds, 2 * seeds)):
+        name = f"demo-{form}"
+        shutil.rmtree(storage / name, ignore_errors=True)
+        flags = [*DEMO.command, *sweep_flags(name, storage, count, fused), *budget]
+        walls[form] = timed(flags, storage / f"{name}.log")
+    ctx.row(DEMO.name, walls["fused"] / walls["separate"], "x",
+            f"{seeds} seeds x {METHODS} separate: {walls['separate']:.0f} s; {2 * seeds} seeds "
+            f"fused: {walls['fused']:.0f} s (each sweep's wall clock, its start included)",
+            )  # fmt: skip
 
 
 GPU_FUSED_SEEDS = (2, 4, 8)

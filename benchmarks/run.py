@@ -76,6 +76,8 @@ SUITES = (
     Suite("host-batch", "a batch's host time", "host_data.host_batch_suite"),
     Suite("preflight", "the NYUv2 preflight check", "host_data.preflight_suite"),
     Suite("fused", "seeds fused into one trial, against separate trials", "fused.fused_suite"),
+    Suite("fused-demo", "the eICU demo's seeds against twice as many fused",
+          "fused.fused_demo_suite"),
 )  # fmt: skip
 """Every suite, the GPU check's (those with a cap) in its priority order: the rows that decide
 the sweep's GPU defaults first (where a real-size trial's time goes, then packing at a real
