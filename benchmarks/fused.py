@@ -41,6 +41,7 @@ from benchmarks.targets import TARGETS
 from benchmarks.throughput import warm_up_gpu
 from benchmarks.workers import data_root, setting_text, timed_worker, trial_config, worker_rows
 from relif_ray.experiment.record import CUDA_PEAK_MB
+from relif_ray.problems.mimic3 import CLINICAL_DEMO
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = "erm,relif"
@@ -83,10 +84,11 @@ at 4 seeds of its demo, which on 2 cores already takes minutes per form."""
 DEMO = FusedRow(
     "clinical demo wall seconds, twice its seeds fused / its seeds separate",
     ("sweeps/clinical.py", "--demo", "--dataset", "eicu"),
-    {"toy": (1, ("--steps", "4"), 1), "demo": (3, ("--steps", "50"), 1), "real": (3, (), 1)},
+    {"toy": (1, ("--steps", "4"), 1), "demo": (CLINICAL_DEMO["seeds"], ("--steps", "50"), 1),
+     "real": (CLINICAL_DEMO["seeds"], (), 1)},
 )  # fmt: skip
-"""What the saving buys: the eICU demo's own sweep (3 seeds, separate trials) against twice as
-many seeds fused in one trial per setting, each on the wall clock."""
+"""What the saving buys: the eICU demo's own sweep (its seeds, `CLINICAL_DEMO`, as separate
+trials) against twice as many seeds fused in one trial per setting, each on the wall clock."""
 
 
 def fused_suite(ctx: Context) -> None:

@@ -250,9 +250,14 @@ def test_methods_rows_judge_the_representation_mode_and_report_its_cosine(load, 
 
 
 @pytest.mark.slow
-def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(load, toy) -> None:
+def test_architecture_rows_compare_with_libmtl_and_report_peak_memory(
+    load, toy, monkeypatch
+) -> None:
     """One architecture at toy size: its step time over LibMTL's same architecture (target
-    <= 1.0) and its peak memory per trial, from its own worker process."""
+    <= 1.0) and its peak memory per trial, from its own worker process (in fp32: bf16
+    autocast on a CPU without native bf16 takes ~25x as long a step)."""
+    workers = load("workers")
+    monkeypatch.setattr(workers, "GPU_FAST_PATH", {**workers.GPU_FAST_PATH, "precision": "fp32"})
     load("architectures").architectures_suite(toy, names=("mmoe",))
     timed, memory = toy.rows
     assert timed.name == "mmoe / LibMTL MMoE step time" and timed.target == "<= 1"
