@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -52,19 +53,12 @@ class EvalResult:
     example_ids: np.ndarray
     names: list[str] | None = None
     outcomes_from: Callable[[], pd.DataFrame] | None = field(default=None, repr=False)
-    _outcomes: pd.DataFrame | None = field(default=None, init=False, repr=False)
 
-    @property
+    @cached_property
     def outcomes(self) -> pd.DataFrame:
-        if self._outcomes is None:
-            built = self.outcomes_from() if self.outcomes_from is not None else None
-            self._outcomes = built if built is not None else pd.DataFrame(columns=OUTCOME_COLUMNS)
-            self.outcomes_from = None
-        return self._outcomes
-
-    @outcomes.setter
-    def outcomes(self, table: pd.DataFrame) -> None:
-        self._outcomes, self.outcomes_from = table, None
+        if self.outcomes_from is None:
+            return pd.DataFrame(columns=OUTCOME_COLUMNS)
+        return self.outcomes_from()
 
     def squash_constants(self, tasks: list[str]) -> dict[str, list[float]]:
         """task -> [q10, q90] of its valid raw scores here: on an ERM reference run's

@@ -42,7 +42,6 @@ fused: `relif_ray.fusion`.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 from collections.abc import Callable, Sequence
@@ -103,25 +102,25 @@ class FusedTrainingRun:
         first = self.members[0]
         self.config = first.config
         self.device = first.device
-        self.form = "streamed" if self.device.type == "cuda" else fused_form(self.config)
+        self.form = fused_form(self.config, self.device.type)
         self.streams = [
             torch.cuda.Stream(self.device) if self.form == "streamed" else None
             for _ in self.members
         ]
-        """Each seed's CUDA stream (streamed form; None elsewhere)."""
+        """Each seed's CUDA stream (streamed form; None elsewhere: `torch.cuda.stream(None)`
+        is a no-op)."""
         self.tasks = first.tasks
         self.task_names = self.problem.task_names
         self.steps_per_epoch = first.steps_per_epoch
         self.total_steps = first.total_steps
-        self.optimizer = build_optimizer(
-            [p for member in self.members for p in member.optimizer_parameters()],
-            self.config.train,
-            None,
-        )
+        self.optimizer: torch.optim.Optimizer | None = None
         """One optimiser over every member's parameters (one fused update for all seeds; each
         parameter's update is its member's own: `relif_ray.engine.build_optimizer`). The
-        members' own optimisers hold their state only in `state_dict` (`_share_state`); a
-        streamed run's members step their own (it holds no state)."""
+        members' own optimisers hold their state only in `state_dict` (`_share_state`); None
+        where streamed: each member steps its own."""
+        if self.form != "streamed":
+            parameters = [p for member in self.members for p in member.optimizer_parameters()]
+            self.optimizer = build_optimizer(parameters, self.config.train, None)
         self.reg_state: dict[str, Tensor] = {}
         """The members' ReLiF buffers, stacked (S, ...): the live ones while a stacked run
         trains (a looped run's live ones are the members' own)."""
@@ -199,18 +198,17 @@ class FusedTrainingRun:
         """Each seed's own step (`TrainingRun._train_step`: its update, optimiser and epoch
         end, graphed where its config graphs it), on its own CUDA stream that first waits for
         the work queued before it; then the current stream waits for every seed's."""
-        current = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        streams = [stream for stream in self.streams if stream is not None]
+        current = torch.cuda.current_stream(self.device) if streams else None
+        for stream in streams:
+            stream.wait_stream(current)
         for member, generator, stream in zip(
             self.members, self.generators, self.streams, strict=True
         ):
-            on_stream = contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
-            if stream is not None:
-                stream.wait_stream(current)
-            with seed_stream(generator), on_stream:
+            with seed_stream(generator), torch.cuda.stream(stream):
                 member._train_step()
-        for stream in self.streams:
-            if stream is not None:
-                current.wait_stream(stream)
+        for stream in streams:
+            current.wait_stream(stream)
 
     def _looped_step(self) -> None:
         """Each seed's step up to its optimiser update, in turn, as its unfused trial's
@@ -434,7 +432,7 @@ class FusedTrainingRun:
         """The optimiser state of each parameter, from the fused optimiser into its member's
         (for the member's `state_dict`) or back (after its `load_state_dict`); the members'
         learning rates are the fused one's."""
-        if self.form == "streamed":  # each seed steps its own optimiser
+        if self.optimizer is None:  # streamed: each seed steps its own optimiser
             return
         for member in self.members:
             for param in member.optimizer_parameters():

@@ -50,14 +50,20 @@ and table) and the clinical LSTM of hard sharing (`model.architecture` hps; its 
 `relif_ray.models.clinical.unrolled_lstm`). The others are looped."""
 
 
-def fused_form(config: ExperimentConfig) -> Literal["stacked", "looped"]:
-    """How `config`'s seeds are fused: "stacked" (one vmapped forward and one backward for
-    all seeds) where the model is stacked (`STACKED_DATASETS`), the method is a loss weighting
-    or a gradient aggregation on the shared parameters and no fast-path field acts on one
-    model (torch.compile, bf16 autocast, channels-last); "looped" otherwise: GradNorm and
-    DB-MTL take their per-task passes inside their own backward, the representation gradient
-    source backpropagates through the encoder after a solve, and the fast-path fields act on
-    each seed's own model."""
+def fused_form(
+    config: ExperimentConfig, device_type: str = "cpu"
+) -> Literal["stacked", "looped", "streamed"]:
+    """How `config`'s seeds are fused on a device of `device_type` (the run's resolved
+    device): "streamed" on CUDA (`fusion_refusal` lets only `STREAMED_DATASETS` get there);
+    on the CPU "stacked" (one vmapped forward and one backward for all seeds) where the model
+    is stacked (`STACKED_DATASETS`), the method is a loss weighting or a gradient aggregation
+    on the shared parameters and no fast-path field acts on one model (torch.compile, bf16
+    autocast, channels-last); "looped" otherwise: GradNorm and DB-MTL take their per-task
+    passes inside their own backward, the representation gradient source backpropagates
+    through the encoder after a solve, and the fast-path fields act on each seed's own
+    model."""
+    if device_type == "cuda":
+        return "streamed"
     method = methods().get(config.method.name)
     train = config.train
     stacked = (

@@ -60,8 +60,7 @@ class LiveValidationAudit:
             return None
         squashed = self._squashed(values[usable])
         if not same:
-            frame = validate_scores(scores[usable].assign(score=squashed))
-            self._pairs = sample_pairs(frame)
+            self._pairs = sample_pairs(validate_scores(kept.assign(score=squashed)))
         gaps = {key: np.abs(squashed[x] - squashed[y]) for key, (x, y) in self._pairs.items()}
         return AuditGaps(gaps).audit(self.delta)
 
@@ -75,13 +74,3 @@ class LiveValidationAudit:
                 own = squash(own, low, high)
             squashed[positions] = np.clip(own, 0.0, 1.0)
         return squashed
-
-
-def live_validation_audit(
-    scores: pd.DataFrame,
-    probability_tasks: set[str],
-    delta: float,
-    constants: dict[str, list[float]] | None = None,
-) -> AuditResult | None:
-    """The live fixed-delta audit of one split's raw scores (`LiveValidationAudit`, once)."""
-    return LiveValidationAudit(probability_tasks, delta, constants)(scores)

@@ -301,12 +301,12 @@ def _score_frame(seg: np.ndarray, depth: np.ndarray) -> pd.DataFrame:
 
 
 def test_live_audit_squashes_raw_scores_with_their_own_quantiles():
-    from relif_ray.live_audit import live_validation_audit
+    from relif_ray.live_audit import LiveValidationAudit
 
     rng = np.random.default_rng(0)
     seg, depth = rng.uniform(0, 1, 40), rng.gamma(2.0, 3.0, 40)
     frame = _score_frame(seg, depth)
-    result = live_validation_audit(frame, {"seg"}, delta=0.1)
+    result = LiveValidationAudit({"seg"}, delta=0.1)(frame)
     low, high = np.quantile(depth, [0.1, 0.9])
     squashed = frame.assign(score=frame["score"].astype(float))
     squashed.loc[squashed["task"] == "depth", "score"] = np.clip(
@@ -315,16 +315,16 @@ def test_live_audit_squashes_raw_scores_with_their_own_quantiles():
     assert result.bias == pytest.approx(fixed_delta_audit(squashed, 0.1).bias, abs=1e-12)
     # An affine change of the raw depth scale barely moves the self-squashed audit
     rescaled = _score_frame(seg, 7.0 * depth + 3.0)
-    again = live_validation_audit(rescaled, {"seg"}, delta=0.1)
+    again = LiveValidationAudit({"seg"}, delta=0.1)(rescaled)
     assert again.bias == pytest.approx(result.bias, abs=1e-6)
 
 
 def test_live_audit_drops_invalid_and_non_finite_rows():
-    from relif_ray.live_audit import live_validation_audit
+    from relif_ray.live_audit import LiveValidationAudit
 
     rng = np.random.default_rng(1)
     frame = _score_frame(rng.uniform(0, 1, 20), rng.uniform(0, 5, 20))
-    clean = live_validation_audit(frame, {"seg"}, delta=0.2)
+    clean = LiveValidationAudit({"seg"}, delta=0.2)(frame)
     noisy = pd.concat(
         [
             frame,
@@ -339,8 +339,8 @@ def test_live_audit_drops_invalid_and_non_finite_rows():
         ],
         ignore_index=True,
     )
-    assert live_validation_audit(noisy, {"seg"}, delta=0.2).bias == clean.bias
-    assert live_validation_audit(frame[frame["task"] == "seg"], {"seg"}, delta=0.2) is None
+    assert LiveValidationAudit({"seg"}, delta=0.2)(noisy).bias == clean.bias
+    assert LiveValidationAudit({"seg"}, delta=0.2)(frame[frame["task"] == "seg"]) is None
 
 
 def test_a_trials_live_audit_samples_its_pairs_once_and_gives_fixed_delta_audit_numbers(
@@ -831,7 +831,7 @@ def test_half_gpu_trials_pack_four_to_two_logical_gpus_and_run_on_cpu(packed_swe
 
 @pytest.mark.slow
 def test_live_val_bias_is_the_audit_of_the_trials_val_scores(grid_sweep):
-    from relif_ray.live_audit import live_validation_audit
+    from relif_ray.live_audit import LiveValidationAudit
 
     loaded = analysis.load(grid_sweep)
     for trial, outputs in loaded.outputs.items():
@@ -842,7 +842,7 @@ def test_live_val_bias_is_the_audit_of_the_trials_val_scores(grid_sweep):
         constants = relif["squash_constants"] if relif["enabled"] else None
         if relif["enabled"]:  # ReLiF trials squash with their same-seed ERM constants
             assert set(constants) == {"depth", "normal"}
-        expected = live_validation_audit(scores, {"seg"}, 0.2, constants)
+        expected = LiveValidationAudit({"seg"}, 0.2, constants)(scores)
         result = last_result(outputs)
         assert result["val_bias"] == pytest.approx(expected.bias, abs=1e-12)
         assert result["worst"] == loaded.trials.set_index("trial").loc[trial, "val_worst"]
